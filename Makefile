@@ -1,0 +1,30 @@
+# The two set-up commands of the README. Each creates or reuses .venv and installs what it needs.
+PY ?= python3
+VENV := .venv
+STAMP := $(VENV)/.fedmor-installed
+DEPS := pyproject.toml
+
+.PHONY: demo test bench lint
+
+$(STAMP): $(DEPS)
+	@test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	@$(VENV)/bin/python -m pip install -q --upgrade pip
+	@# torch first and pinned: the CPU build that lies on this machine's disk.
+	@$(VENV)/bin/python -m pip install -q torch==2.13.0
+	@$(VENV)/bin/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/fedmor demo
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q
+
+bench: $(STAMP)
+	@$(VENV)/bin/python -m pip install -q -e '.[dev,bench]'
+	$(VENV)/bin/python -m pytest -q -m slow
+	@for b in examples/benchmarks/*.py; do echo "== $$b --quick"; $(VENV)/bin/python $$b --quick || exit 1; done
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy

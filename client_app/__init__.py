@@ -1,0 +1,1 @@
+"""fedmor client_app (work in progress)."""

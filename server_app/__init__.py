@@ -1,0 +1,1 @@
+"""fedmor server_app (work in progress)."""
