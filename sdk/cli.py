@@ -17,7 +17,7 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 
 
 # Modules that own a subcommand group, in the order ``--help`` lists them.
-_COMMAND_MODULES: tuple[str, ...] = ()
+_COMMAND_MODULES: tuple[str, ...] = ("sdk.data._cli",)
 
 
 def _registrars() -> list[Registrar]:

@@ -1,0 +1,46 @@
+"""Preference data: the on-disk format, its validating loaders and the synthetic benchmark.
+
+See ``docs/data.md`` for the format and the benchmark's layout.
+"""
+
+from sdk.data._catalog import (
+    ALL_CATEGORIES,
+    CATEGORIES,
+    DEFAULT_CLIENTS,
+    HELDOUT_CATEGORIES,
+    MULTIPLE_CHOICE_CATEGORIES,
+    PREFERENCE_CLIENTS,
+    STYLE_CATEGORIES,
+    TASK_CLIENTS,
+    get_category,
+)
+from sdk.data._category import Category, CategoryKind, Item
+from sdk.data._errors import PreferenceDataError
+from sdk.data._hf import to_hf_dataset
+from sdk.data._loading import load_pairs, load_queries
+from sdk.data._records import PreferencePair, Query
+from sdk.data._synth import SynthConfig, SynthManifest, synthesize
+
+__all__ = [
+    "ALL_CATEGORIES",
+    "CATEGORIES",
+    "DEFAULT_CLIENTS",
+    "HELDOUT_CATEGORIES",
+    "MULTIPLE_CHOICE_CATEGORIES",
+    "PREFERENCE_CLIENTS",
+    "STYLE_CATEGORIES",
+    "TASK_CLIENTS",
+    "Category",
+    "CategoryKind",
+    "Item",
+    "PreferenceDataError",
+    "PreferencePair",
+    "Query",
+    "SynthConfig",
+    "SynthManifest",
+    "get_category",
+    "load_pairs",
+    "load_queries",
+    "synthesize",
+    "to_hf_dataset",
+]

@@ -1,0 +1,68 @@
+"""Names of the synthetic categories and clients, and the registry that maps a name to its task."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from sdk.data._category import Category
+from sdk.data._mc import (
+    ColorCategory,
+    CountCategory,
+    DiagramCategory,
+    PositionCategory,
+    PosterCategory,
+    TableCategory,
+    TextCategory,
+)
+from sdk.data._scenes import DetailCategory, SafetyCategory
+
+__all__ = [
+    "ALL_CATEGORIES",
+    "CATEGORIES",
+    "DEFAULT_CLIENTS",
+    "HELDOUT_CATEGORIES",
+    "MULTIPLE_CHOICE_CATEGORIES",
+    "PREFERENCE_CLIENTS",
+    "STYLE_CATEGORIES",
+    "TASK_CLIENTS",
+    "get_category",
+]
+
+TASK_CLIENTS: tuple[str, ...] = ("diagram", "poster", "position")
+"""Task heterogeneity: one multiple-choice category per client (like MME-RealWorld's split)."""
+
+PREFERENCE_CLIENTS: tuple[str, ...] = ("detail", "safety")
+"""Preference heterogeneity: two clients that judge the same kind of image differently."""
+
+DEFAULT_CLIENTS: tuple[str, ...] = TASK_CLIENTS + PREFERENCE_CLIENTS
+HELDOUT_CATEGORIES: tuple[str, ...] = ("color", "count", "table", "text")
+"""Never given to a client: cross-category generalization."""
+
+STYLE_CATEGORIES: tuple[str, ...] = PREFERENCE_CLIENTS
+MULTIPLE_CHOICE_CATEGORIES: tuple[str, ...] = TASK_CLIENTS + HELDOUT_CATEGORIES
+ALL_CATEGORIES: tuple[str, ...] = DEFAULT_CLIENTS + HELDOUT_CATEGORIES
+
+_REGISTRY: dict[str, Category] = {
+    category.name: category
+    for category in (
+        DiagramCategory(),
+        PosterCategory(),
+        PositionCategory(),
+        DetailCategory(),
+        SafetyCategory(),
+        ColorCategory(),
+        CountCategory(),
+        TableCategory(),
+        TextCategory(),
+    )
+}
+CATEGORIES: MappingProxyType[str, Category] = MappingProxyType(_REGISTRY)
+"""Every category by name (read-only)."""
+
+
+def get_category(name: str) -> Category:
+    """The category called ``name``; a ``KeyError`` lists the known ones."""
+    try:
+        return CATEGORIES[name]
+    except KeyError:
+        raise KeyError(f"unknown category {name!r}; known: {', '.join(ALL_CATEGORIES)}") from None

@@ -1,0 +1,182 @@
+"""Load and validate a data directory: ``pairs.jsonl`` / ``queries.jsonl`` plus image files.
+
+Every record is checked before anything is returned, and the first problem raises a
+:class:`PreferenceDataError` naming the file and the line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from sdk.data._errors import PreferenceDataError
+from sdk.data._records import PreferencePair, Query
+
+__all__ = [
+    "DEFAULT_MAX_IMAGE_BYTES",
+    "DEFAULT_MAX_IMAGE_SIDE",
+    "PAIRS_FILE",
+    "QUERIES_FILE",
+    "load_pairs",
+    "load_queries",
+]
+
+PAIRS_FILE = "pairs.jsonl"
+QUERIES_FILE = "queries.jsonl"
+DEFAULT_MAX_IMAGE_SIDE = 1024
+DEFAULT_MAX_IMAGE_BYTES = 8 * 1024 * 1024
+
+_PAIR_FIELDS = ("id", "image", "prompt", "chosen", "rejected", "category")
+_QUERY_FIELDS = ("id", "image", "prompt", "category")
+
+
+def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-blank line; duplicate ids are an error."""
+    if not path.is_file():
+        raise PreferenceDataError(path, "file not found")
+    seen: dict[str, int] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise PreferenceDataError(path, f"not UTF-8 text ({exc.reason})") from exc
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PreferenceDataError(path, f"malformed JSON ({exc.msg})", line=number) from exc
+        if not isinstance(record, dict):
+            raise PreferenceDataError(path, "record is not a JSON object", line=number)
+        record_id = record.get("id")
+        if isinstance(record_id, str) and record_id in seen:
+            raise PreferenceDataError(
+                path, f"duplicate id {record_id!r} (first on line {seen[record_id]})", line=number
+            )
+        yield number, record
+        if isinstance(record_id, str):
+            seen[record_id] = number
+
+
+def _text(record: dict[str, Any], name: str, path: Path, line: int) -> str:
+    """A required, non-empty string field."""
+    if name not in record:
+        raise PreferenceDataError(path, f"missing field {name!r}", line=line)
+    value = record[name]
+    if not isinstance(value, str):
+        raise PreferenceDataError(
+            path, f"field {name!r} must be a string, got {type(value).__name__}", line=line
+        )
+    if not value.strip():
+        raise PreferenceDataError(path, f"field {name!r} is empty", line=line)
+    return value
+
+
+def _image(
+    directory: Path, relative: str, path: Path, line: int, max_side: int, max_bytes: int
+) -> Image.Image:
+    """Open ``directory/relative`` as RGB, refusing escapes, missing, oversized or bad files."""
+    candidate = Path(relative)
+    resolved = (directory / candidate).resolve()
+    if candidate.is_absolute() or not resolved.is_relative_to(directory.resolve()):
+        raise PreferenceDataError(
+            path, f"image path {relative!r} escapes the data directory", line=line
+        )
+    if not resolved.is_file():
+        raise PreferenceDataError(path, f"image {relative!r} not found", line=line)
+    size = resolved.stat().st_size
+    if size > max_bytes:
+        raise PreferenceDataError(
+            path, f"image {relative!r} is {size} bytes, over the limit of {max_bytes}", line=line
+        )
+    try:
+        with Image.open(resolved) as opened:
+            width, height = opened.size  # read from the header, before decoding the pixels
+            if max(width, height) > max_side:
+                raise PreferenceDataError(
+                    path,
+                    f"image {relative!r} is {width}x{height}, over the limit of {max_side} px a side",
+                    line=line,
+                )
+            return opened.convert("RGB")
+    except PreferenceDataError:
+        raise
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise PreferenceDataError(
+            path, f"image {relative!r} is unreadable ({exc})", line=line
+        ) from exc
+
+
+def _options(record: dict[str, Any], path: Path, line: int) -> tuple[str, ...]:
+    value = record.get("options", [])
+    if not isinstance(value, list) or not all(isinstance(o, str) and o.strip() for o in value):
+        raise PreferenceDataError(
+            path, "field 'options' must be a list of non-empty strings", line=line
+        )
+    return tuple(value)
+
+
+def _answer(record: dict[str, Any], options: tuple[str, ...], path: Path, line: int) -> str | None:
+    if record.get("answer") is None:
+        return None
+    answer = _text(record, "answer", path, line)
+    if options and answer not in options:
+        raise PreferenceDataError(
+            path, f"answer {answer!r} is not one of the options {list(options)}", line=line
+        )
+    return answer
+
+
+def _checked_directory(directory: Path | str) -> Path:
+    root = Path(directory)
+    if not root.is_dir():
+        raise PreferenceDataError(root, "data directory not found")
+    return root
+
+
+def load_pairs(
+    directory: Path | str,
+    *,
+    max_image_side: int = DEFAULT_MAX_IMAGE_SIDE,
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+) -> list[PreferencePair]:
+    """Load and validate ``directory/pairs.jsonl`` and its images, in file order."""
+    root = _checked_directory(directory)
+    path = root / PAIRS_FILE
+    pairs: list[PreferencePair] = []
+    for line, record in _records(path):
+        fields = {name: _text(record, name, path, line) for name in _PAIR_FIELDS}
+        image = _image(root, fields.pop("image"), path, line, max_image_side, max_image_bytes)
+        pairs.append(PreferencePair(image=image, **fields))
+    if not pairs:
+        raise PreferenceDataError(path, "no records")
+    return pairs
+
+
+def load_queries(
+    directory: Path | str,
+    *,
+    max_image_side: int = DEFAULT_MAX_IMAGE_SIDE,
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+) -> list[Query]:
+    """Load and validate ``directory/queries.jsonl`` and its images, in file order.
+
+    Besides the text fields ``id``, ``image``, ``prompt``, ``category``, a query may carry
+    ``answer`` (string or null) and ``options`` (list of strings, containing the answer).
+    """
+    root = _checked_directory(directory)
+    path = root / QUERIES_FILE
+    queries: list[Query] = []
+    for line, record in _records(path):
+        fields = {name: _text(record, name, path, line) for name in _QUERY_FIELDS}
+        options = _options(record, path, line)
+        answer = _answer(record, options, path, line)
+        image = _image(root, fields.pop("image"), path, line, max_image_side, max_image_bytes)
+        queries.append(Query(image=image, answer=answer, options=options, **fields))
+    if not queries:
+        raise PreferenceDataError(path, "no records")
+    return queries
