@@ -1,0 +1,134 @@
+"""A self-contained report.html: tables, verdicts and every PNG embedded as a data URI."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+from attacks._errors import AttackInputError
+from attacks._metrics import MetricSummary
+from attacks._plots import plot_roc
+from attacks._report import AuditReport, MembershipReport, ReconstructionReport
+
+__all__ = ["render_html", "write_report"]
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:0.9em}
+td,th{border:1px solid #bbb;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#eee}.leak{color:#a00;font-weight:bold}.ok{color:#070}
+img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}
+"""
+
+
+def _esc(x: object) -> str:
+    return html.escape(str(x))
+
+
+def _fig(m: MetricSummary) -> str:
+    return f"{m.mean:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}]"
+
+
+def _verdict(v: str) -> str:
+    cls = "leak" if v.startswith("leaks") else "ok"
+    return f'<span class="{cls}">{_esc(v)}</span>'
+
+
+def _img(path: Path, alt: str) -> str:
+    if not path.is_file():
+        raise AttackInputError(f"figure {path} does not exist")
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<figure><img alt="{_esc(alt)}" src="data:image/png;base64,{data}"><figcaption>{_esc(alt)}</figcaption></figure>'
+
+
+def _resolve(p: str, out_dir: Path) -> Path:
+    path = Path(p)
+    return path if path.is_absolute() else out_dir / path
+
+
+def _membership_table(rows: list[MembershipReport]) -> str:
+    fprs = list(rows[0].tpr_at_fpr)
+    head = "".join(f"<th>TPR@FPR {_esc(f)}</th>" for f in fprs)
+    body = []
+    for r in rows:
+        tprs = "".join(f"<td>{r.tpr_at_fpr.get(f, float('nan')):.3f}</td>" for f in fprs)
+        body.append(
+            f"<tr><td>{_esc(r.attack)}</td><td>{_esc(r.setting)}</td>"
+            f"<td>{r.n_members} / {r.n_non_members}</td>"
+            f"<td>{r.auc:.3f} [{r.auc_ci[0]:.3f}, {r.auc_ci[1]:.3f}]</td>"
+            f"<td>[{r.null_band[0]:.3f}, {r.null_band[1]:.3f}]</td>{tprs}"
+            f"<td>{_verdict(r.verdict)}</td></tr>"
+        )
+    return (
+        "<table><tr><th>attack</th><th>setting</th><th>members / non-members</th>"
+        f"<th>AUC [{rows[0].ci_level:.0%} CI]</th><th>null band</th>{head}<th>verdict</th></tr>"
+        + "".join(body)
+        + "</table>"
+    )
+
+
+def _reconstruction_table(rows: list[ReconstructionReport]) -> str:
+    body = []
+    for r in rows:
+        metrics = "<br>".join(f"{_esc(k)}: {_fig(v)}" for k, v in r.metrics.items())
+        bases = "<br>".join(
+            f"{_esc(name)} {_esc(k)}: {_fig(v)}"
+            for name, b in r.baselines.items()
+            for k, v in b.items()
+        )
+        lp = f"{r.lpips:.4f}" if r.lpips is not None else _esc(r.lpips_status)
+        body.append(
+            f"<tr><td>{_esc(r.attack)}</td><td>{_esc(r.setting)}</td><td>{_esc(r.step or '')}</td>"
+            f"<td>{metrics}</td><td>{bases}</td><td>{lp}</td><td>{_verdict(r.verdict)}</td></tr>"
+        )
+    params = next((r.ssim_params for r in rows if r.ssim_params is not None), None)
+    note = f"<p>SSIM parameters: {_esc(params.model_dump())}</p>" if params else ""
+    return (
+        "<table><tr><th>attack</th><th>setting</th><th>step</th><th>figure [95% CI]</th>"
+        "<th>trivial baselines (same metric)</th><th>LPIPS</th><th>verdict</th></tr>"
+        + "".join(body)
+        + "</table>"
+        + note
+    )
+
+
+def render_html(report: AuditReport, out_dir: str | Path) -> Path:
+    """Write ``out_dir/report.html`` (plus an ROC PNG when there are membership results);
+    figures named in the report, relative to ``out_dir`` or absolute, are embedded inline."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    parts = [f"<h1>{_esc(report.title)}</h1>"]
+    parts += [f"<p>{_esc(n)}</p>" for n in report.notes]
+    if report.memberships:
+        parts.append("<h2>Membership inference</h2>")
+        parts.append(_membership_table(report.memberships))
+        curves = {f"{r.attack} / {r.setting}": r.roc for r in report.memberships}
+        roc_png = plot_roc(curves, out / "roc.png", null_band=report.memberships[0].null_band)
+        parts.append(_img(roc_png, "ROC curves, linear and log-log axes"))
+        for r in report.memberships:
+            parts += [_img(_resolve(f, out), f"{r.attack} / {r.setting}") for f in r.figures]
+    if report.reconstructions:
+        parts.append("<h2>Gradient inversion</h2>")
+        parts.append(_reconstruction_table(report.reconstructions))
+        for rr in report.reconstructions:
+            parts += [_img(_resolve(f, out), f"{rr.attack} / {rr.setting}") for f in rr.figures]
+    parts += [_img(_resolve(f, out), Path(f).name) for f in report.figures]
+    page = (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_esc(report.title)}</title><style>{_CSS}</style></head><body>"
+        + "\n".join(parts)
+        + "</body></html>"
+    )
+    path = out / "report.html"
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def write_report(report: AuditReport, out_dir: str | Path) -> tuple[Path, Path]:
+    """Write ``report.json`` and ``report.html`` into ``out_dir``; returns both paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    js = out / "report.json"
+    js.write_text(report.model_dump_json(indent=2), encoding="utf-8")
+    return js, render_html(report, out)

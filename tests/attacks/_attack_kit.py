@@ -1,0 +1,119 @@
+"""Shared test material for tests/attacks: small real models, real data, real training."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from attacks import Scorer
+
+
+def smooth_images(n: int, *, size: int = 16, seed: int = 0) -> torch.Tensor:
+    """(n, 3, size, size) images in [0, 1]: a flat background with three soft colour blobs."""
+    g = torch.Generator().manual_seed(seed)
+    axis = torch.linspace(0, 1, size)
+    yy, xx = torch.meshgrid(axis, axis, indexing="ij")
+    out = torch.empty(n, 3, size, size)
+    for i in range(n):
+        img = (0.5 * torch.rand(3, 1, 1, generator=g)).expand(3, size, size).clone()
+        for _ in range(3):
+            c = torch.rand(2, generator=g)
+            r = 0.1 + 0.25 * torch.rand(1, generator=g)
+            colour = torch.rand(3, 1, 1, generator=g)
+            blob = torch.exp(-((xx - c[0]) ** 2 + (yy - c[1]) ** 2) / (2 * r**2))
+            img = img * (1 - blob) + colour * blob
+        out[i] = img.clamp(0, 1)
+    return out
+
+
+def image_model(seed: int = 1) -> nn.Module:
+    """A small differentiable image encoder (two convs) plus a linear head with 4 outputs."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.Sigmoid(),
+        nn.Conv2d(16, 16, 3, stride=2, padding=1),
+        nn.Sigmoid(),
+        nn.Flatten(),
+        nn.Linear(16 * 8 * 8, 32),
+        nn.Sigmoid(),
+        nn.Linear(32, 4),
+    )
+
+
+class Router(nn.Module):
+    """A router on frozen encoder embeddings: Linear first layer, then a K-way linear head."""
+
+    def __init__(self, dim: int = 32, hidden: int = 64, k: int = 3, seed: int = 2) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.proj = nn.Linear(dim, hidden)
+        self.head = nn.Linear(hidden, k)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.proj(x)))  # (B, K) logits
+
+
+def router_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """BCE against the client's one-hot, as in fedmor's router training."""
+    return nn.functional.binary_cross_entropy_with_logits(logits, target)
+
+
+def embeddings(n: int, *, dim: int = 32, seed: int = 0) -> torch.Tensor:
+    """(n, dim) embeddings with a shared component, like a frozen encoder's outputs."""
+    g = torch.Generator().manual_seed(seed)
+    common = torch.randn(dim, generator=torch.Generator().manual_seed(123))
+    return common + 0.7 * torch.randn(n, dim, generator=g)
+
+
+# ---- reward-model material for membership inference ------------------------------------
+
+Pair = int  # a pair is an index into PairData
+
+
+class PairData:
+    """Random feature pairs: x, chosen, rejected (P, dim) each; the preference is a
+    weak linear signal plus noise, so a model that separates its training pairs memorizes."""
+
+    def __init__(self, n: int, *, dim: int = 16, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, dim, generator=g)
+        a = torch.randn(n, dim, generator=g)
+        b = torch.randn(n, dim, generator=g)
+        w = torch.randn(dim, generator=torch.Generator().manual_seed(99))
+        signal = (a - b) @ w * 0.1 + torch.randn(n, generator=g)
+        first = (signal > 0)[:, None]
+        self.chosen = torch.where(first, a, b)
+        self.rejected = torch.where(first, b, a)
+
+    def feats(self, idx: Sequence[Pair]) -> tuple[torch.Tensor, torch.Tensor]:
+        i = torch.as_tensor(list(idx), dtype=torch.long)
+        x = self.x[i]
+        return torch.cat([x, self.chosen[i]], 1), torch.cat([x, self.rejected[i]], 1)
+
+
+def train_reward_scorer(
+    data: PairData, pairs: Sequence[Pair], *, epochs: int = 300, seed: int = 0
+) -> Scorer[Pair]:
+    """Train a small MLP reward model with the Bradley-Terry loss on ``pairs`` (full batch,
+    no regularization: it over-fits) and return its raw, unnormalized margin scorer."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(2 * data.x.shape[1], 64), nn.Tanh(), nn.Linear(64, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    pos, neg = data.feats(pairs)
+    for _ in range(epochs):
+        opt.zero_grad()
+        margin = model(pos) - model(neg)
+        loss = -nn.functional.logsigmoid(margin).mean()
+        loss.backward()
+        opt.step()
+
+    def score(batch: Sequence[Pair]) -> np.ndarray:
+        p, n = data.feats(batch)
+        with torch.no_grad():
+            return (model(p) - model(n)).reshape(-1).numpy().astype(np.float64)
+
+    return score

@@ -1,0 +1,98 @@
+"""Membership inference bites on an over-fitted raw-score reward model and stays inside the
+null band when the scores do not depend on membership."""
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from _attack_kit import Pair, PairData, train_reward_scorer
+
+from attacks import (
+    AttackInputError,
+    LiraConfig,
+    Scorer,
+    balance,
+    lira_attack,
+    membership_report,
+    threshold_attack,
+)
+
+DATA = PairData(400)
+MEMBERS = list(range(0, 100))
+NON_MEMBERS = list(range(100, 200))
+POPULATION = list(range(200, 400))  # the auditor's own data from the same distribution
+
+
+@pytest.fixture(scope="module")
+def overfit() -> Scorer[Pair]:
+    return train_reward_scorer(DATA, MEMBERS)
+
+
+@pytest.fixture(scope="module")
+def independent() -> Scorer[Pair]:
+    # Trained on pairs that are neither "members" nor "non-members": its scores cannot
+    # depend on the membership labels.
+    return train_reward_scorer(DATA, POPULATION[:100], seed=1)
+
+
+def shadow_trainer(pairs: Sequence[Pair]) -> Scorer[Pair]:
+    return train_reward_scorer(DATA, pairs, seed=len(pairs))
+
+
+def test_threshold_attack_bites_on_overfit_raw_scores(overfit: Scorer[Pair]) -> None:
+    rep = membership_report(threshold_attack(overfit, MEMBERS, NON_MEMBERS), setting="unprotected")
+    assert rep.auc >= 0.75
+    assert rep.auc_ci[0] <= rep.auc <= rep.auc_ci[1]
+    assert rep.auc_ci[0] > rep.null_band[1]
+    assert rep.verdict.startswith("leaks")
+    assert (rep.n_members, rep.n_non_members) == (100, 100)
+    assert set(rep.tpr_at_fpr) == {"0.001", "0.01", "0.05", "0.1"}
+    assert rep.roc.fpr[0] == 0.0 and rep.roc.tpr[-1] == 1.0
+
+
+def test_threshold_attack_is_null_on_independent_scores(independent: Scorer[Pair]) -> None:
+    rep = membership_report(
+        threshold_attack(independent, MEMBERS, NON_MEMBERS), setting="independent"
+    )
+    assert rep.null_band[0] <= rep.auc <= rep.null_band[1]
+    assert rep.verdict.startswith("within the null band")
+
+
+def test_lira_bites_on_overfit_scores(overfit: Scorer[Pair]) -> None:
+    scores = lira_attack(
+        overfit,
+        MEMBERS,
+        NON_MEMBERS,
+        shadow_trainer,
+        population=POPULATION[:50],
+        config=LiraConfig(n_shadow=4),
+    )
+    rep = membership_report(scores, setting="unprotected")
+    assert rep.auc >= 0.75
+    assert rep.verdict.startswith("leaks")
+
+
+def test_lira_is_null_on_independent_scores(independent: Scorer[Pair]) -> None:
+    scores = lira_attack(
+        independent,
+        MEMBERS,
+        NON_MEMBERS,
+        shadow_trainer,
+        population=POPULATION[:50],
+        config=LiraConfig(n_shadow=4),
+    )
+    rep = membership_report(scores, setting="independent")
+    assert rep.null_band[0] <= rep.auc <= rep.null_band[1]
+
+
+def test_balance_and_scorer_checks() -> None:
+    m, n = balance(list(range(10)), list(range(100, 104)), seed=0)
+    assert len(m) == len(n) == 4 and set(m) <= set(range(10))
+    with pytest.raises(AttackInputError, match="at least one"):
+        balance([], [1])
+
+    def wrong(pairs: Sequence[Pair]) -> np.ndarray:
+        return np.zeros(len(pairs) + 1)
+
+    with pytest.raises(AttackInputError, match="margins"):
+        threshold_attack(wrong, [0, 1], [2, 3])

@@ -1,0 +1,165 @@
+"""Report models, verdict wording, plots and the self-contained HTML."""
+
+import base64
+import io
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+import attacks
+from attacks import (
+    NO_LEAK,
+    AttackScores,
+    AuditReport,
+    MetricSummary,
+    baseline_guesses,
+    membership_report,
+    plot_reconstruction_grid,
+    plot_roc,
+    reconstruction_report,
+    reconstruction_verdict,
+    roc_curve,
+    write_report,
+)
+
+RNG = np.random.default_rng(0)
+
+
+def _summary(mean: float, lo: float, hi: float) -> MetricSummary:
+    return MetricSummary(metric="psnr", mean=mean, ci_low=lo, ci_high=hi, n=8)
+
+
+def test_reconstruction_verdict_wording() -> None:
+    baselines = {
+        "grey": {"psnr": _summary(10.8, 10.5, 11.1)},
+        "dataset_mean": {"psnr": _summary(12.0, 11.5, 12.6)},
+    }
+    assert reconstruction_verdict("psnr", _summary(12.2, 11.0, 13.0), baselines).startswith(NO_LEAK)
+    assert reconstruction_verdict("psnr", _summary(5.0, 4.0, 6.0), baselines).startswith(NO_LEAK)
+    leak = reconstruction_verdict("psnr", _summary(25.8, 25.0, 26.5), baselines)
+    assert leak.startswith("leaks: 15.0 dB above the grey baseline")
+
+
+def _png_ok(data: bytes) -> tuple[int, int]:
+    img = Image.open(io.BytesIO(data))
+    img.load()
+    return img.size
+
+
+def _audit(tmp_path: Path) -> AuditReport:
+    originals, pool = RNG.random((3, 3, 16, 16)), RNG.random((10, 3, 16, 16))
+    recon = np.clip(originals + RNG.normal(0, 0.05, originals.shape), 0, 1)
+    rec = reconstruction_report(
+        originals, recon, pool, attack="inverting-gradients", setting="unprotected"
+    )
+    grid = plot_reconstruction_grid(
+        originals,
+        {"reconstruction": recon},
+        tmp_path / "out" / "grid.png",
+        baselines=baseline_guesses(originals, pool),
+    )
+    rec.figures.append(grid.name)  # relative to the output folder
+    y = np.r_[np.ones(50), np.zeros(50)].astype(int)
+    leak = membership_report(
+        AttackScores("threshold", y + RNG.normal(0, 0.7, 100), y), setting="unprotected"
+    )
+    null = membership_report(
+        AttackScores("threshold", RNG.normal(0, 1, 100), y), setting="norm+clip"
+    )
+    return AuditReport(
+        reconstructions=[rec], memberships=[leak, null], notes=["synthetic test data"]
+    )
+
+
+def test_plots_write_pngs(tmp_path: Path) -> None:
+    y = np.r_[np.ones(20), np.zeros(20)].astype(int)
+    curve = roc_curve(y + RNG.normal(0, 1, 40), y)
+    w, h = _png_ok(plot_roc({"a": curve}, tmp_path / "roc.png").read_bytes())
+    assert w > h > 100  # two panels side by side
+
+
+def test_html_is_self_contained_and_embeds_images(tmp_path: Path) -> None:
+    report = _audit(tmp_path)
+    js, page = write_report(report, tmp_path / "out")
+    html = page.read_text(encoding="utf-8")
+    uris = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    assert len(uris) == 2  # the ROC figure and the reconstruction grid
+    sizes = [_png_ok(base64.b64decode(u)) for u in uris]
+    assert all(w > 100 and h > 100 for w, h in sizes)
+    assert not re.search(r'(src|href)="(?!data:)', html)  # nothing loaded from elsewhere
+    assert "leaks" in html and "within the null band" in html
+    assert "window_size" in html  # SSIM parameters are reported
+    back = AuditReport.model_validate(json.loads(js.read_text()))
+    assert back == report
+
+
+def test_public_api_is_pinned() -> None:
+    assert sorted(attacks.__all__) == sorted(
+        [
+            "BASELINE_NAMES",
+            "DEFAULT_FPRS",
+            "LPIPS_MIN_SIZE",
+            "NO_LEAK",
+            "PSNR_CAP_DB",
+            "AttackError",
+            "AttackInputError",
+            "AttackScores",
+            "AuditReport",
+            "CapturedUpdate",
+            "InversionCheckpoint",
+            "InversionConfig",
+            "InversionResult",
+            "LiraConfig",
+            "LossFn",
+            "MembershipReport",
+            "MetricSummary",
+            "ReconstructionReport",
+            "RocCurve",
+            "SSIMParams",
+            "Scorer",
+            "ShadowTrainer",
+            "UpdateKind",
+            "align_to_originals",
+            "analytic_attack_on_update",
+            "analytic_linear_candidates",
+            "analytic_linear_inversion",
+            "as_batch",
+            "auc",
+            "balance",
+            "baseline_guesses",
+            "bootstrap_auc_ci",
+            "compute_update",
+            "cosine_per_row",
+            "cosine_similarity",
+            "first_linear_layer",
+            "infer_label",
+            "invert_update",
+            "lira_attack",
+            "lpips_available",
+            "lpips_distance",
+            "mean_ci",
+            "membership_report",
+            "membership_verdict",
+            "null_auc_band",
+            "plot_reconstruction_grid",
+            "plot_roc",
+            "psnr",
+            "psnr_per_image",
+            "reconstruction_baselines",
+            "reconstruction_report",
+            "reconstruction_verdict",
+            "render_html",
+            "roc_curve",
+            "score_reconstruction",
+            "ssim",
+            "ssim_per_image",
+            "threshold_attack",
+            "total_variation",
+            "tpr_at_fpr",
+            "write_report",
+        ]
+    )
+    assert all(hasattr(attacks, name) for name in attacks.__all__)
