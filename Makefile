@@ -20,8 +20,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
 
-bench: $(STAMP)
-	@$(VENV)/bin/python -m pip install -q -e '.[dev,bench]'
+# Flower (the `bench` extra) would upgrade fastapi/uvicorn in .venv: it gets a venv of its own,
+# which examples/benchmarks/secagg.py drives in a subprocess.
+.venv-bench/.installed:
+	@test -x .venv-bench/bin/python || $(PY) -m venv .venv-bench
+	@.venv-bench/bin/python -m pip install -q flwr==1.42.0 numpy
+	@touch $@
+
+bench: $(STAMP) .venv-bench/.installed
 	$(VENV)/bin/python -m pytest -q -m slow
 	@for b in examples/benchmarks/*.py; do echo "== $$b --quick"; $(VENV)/bin/python $$b --quick || exit 1; done
 

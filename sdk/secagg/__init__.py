@@ -1,0 +1,89 @@
+"""Secure aggregation: SecAgg+ as sans-IO state machines, client-level DP and a CKKS mode.
+
+``SecAggClient`` and ``SecAggServer`` only turn messages into messages; a driver (the REST apps,
+or ``simulate_round`` in memory) moves them and calls ``SecAggServer.close_stage`` at deadlines.
+"""
+
+from sdk.secagg._ckks import CKKSAggregator, CKKSConfig, CKKSContext, CKKSUpdate
+from sdk.secagg._client import SecAggClient
+from sdk.secagg._config import SecAggConfig
+from sdk.secagg._crypto import Roster, generate_identities
+from sdk.secagg._dp import DPConfig, client_noise_std, clip_and_noise
+from sdk.secagg._errors import (
+    Attack,
+    ConfigError,
+    InvalidUpdateError,
+    MaliciousServerError,
+    ProtocolViolation,
+    QuantizationOverflowError,
+    RoundAborted,
+    SecAggError,
+)
+from sdk.secagg._graph import default_degree, neighbour_graph
+from sdk.secagg._quantize import QuantizationConfig
+from sdk.secagg._schema import (
+    AdvertisedKeys,
+    AdvertiseKeysRequest,
+    ClientMessage,
+    ConsistencyCheckRequest,
+    ConsistencySignature,
+    EncryptedShare,
+    MaskedInput,
+    MaskedInputRequest,
+    RoundParams,
+    ServerMessage,
+    ShareKeysRequest,
+    ShareKeysResponse,
+    UnmaskingRequest,
+    UnmaskingResponse,
+    parse_client_message,
+    parse_server_message,
+)
+from sdk.secagg._server import AggregateResult, SecAggServer
+from sdk.secagg._simulate import simulate_round
+from sdk.secagg._stages import Stage
+
+__all__ = [
+    "AdvertiseKeysRequest",
+    "AdvertisedKeys",
+    "AggregateResult",
+    "Attack",
+    "CKKSAggregator",
+    "CKKSConfig",
+    "CKKSContext",
+    "CKKSUpdate",
+    "ClientMessage",
+    "ConfigError",
+    "ConsistencyCheckRequest",
+    "ConsistencySignature",
+    "DPConfig",
+    "EncryptedShare",
+    "InvalidUpdateError",
+    "MaliciousServerError",
+    "MaskedInput",
+    "MaskedInputRequest",
+    "ProtocolViolation",
+    "QuantizationConfig",
+    "QuantizationOverflowError",
+    "Roster",
+    "RoundAborted",
+    "RoundParams",
+    "SecAggClient",
+    "SecAggConfig",
+    "SecAggError",
+    "SecAggServer",
+    "ServerMessage",
+    "ShareKeysRequest",
+    "ShareKeysResponse",
+    "Stage",
+    "UnmaskingRequest",
+    "UnmaskingResponse",
+    "client_noise_std",
+    "clip_and_noise",
+    "default_degree",
+    "generate_identities",
+    "neighbour_graph",
+    "parse_client_message",
+    "parse_server_message",
+    "simulate_round",
+]

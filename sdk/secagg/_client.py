@@ -1,0 +1,265 @@
+"""The client side of a SecAgg+ round as a sans-IO state machine: ``receive(msg) -> reply``."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from sdk.secagg._crypto import (
+    Roster,
+    aead_open,
+    aead_seal,
+    apply_masks,
+    pair_mask_key,
+    raw_public,
+    self_mask_key,
+    share_key,
+)
+from sdk.secagg._dp import DPConfig, clip_and_noise
+from sdk.secagg._errors import Attack, ConfigError, MaliciousServerError, RoundAborted, SecAggError
+from sdk.secagg._graph import neighbour_graph
+from sdk.secagg._quantize import encode_weighted, validate_update
+from sdk.secagg._schema import (
+    AdvertisedKeys,
+    AdvertiseKeysRequest,
+    ClientMessage,
+    ConsistencyCheckRequest,
+    ConsistencySignature,
+    EncryptedShare,
+    MaskedInput,
+    MaskedInputRequest,
+    RoundParams,
+    ServerMessage,
+    ShareKeysRequest,
+    ShareKeysResponse,
+    UnmaskingRequest,
+    UnmaskingResponse,
+    consistency_payload,
+    keys_payload,
+)
+from sdk.secagg._shamir import SECRET_BYTES, share_secrets
+from sdk.secagg._stages import Stage, StageTracker
+
+__all__ = ["SecAggClient"]
+
+_SHARE_BYTES = 64  # 16 field elements as uint32 LE
+
+
+class SecAggClient:
+    """One client's view of one round. Feed it each server message; it returns its reply.
+
+    The update is validated at construction, before anything can be sent. ``require_dp`` makes
+    the client refuse rounds whose announced DP is weaker (larger clip, smaller noise). Any detected
+    misbehaviour raises a typed error (``MaliciousServerError`` naming the attack) and moves the
+    client to ``Stage.ERROR``; it never answers again in this round.
+    """
+
+    def __init__(
+        self,
+        client_id: int,
+        identity: Ed25519PrivateKey,
+        roster: Roster,
+        update: np.ndarray,
+        weight: int,
+        *,
+        rng: np.random.Generator | None = None,
+        require_dp: DPConfig | None = None,
+    ) -> None:
+        self.client_id = client_id
+        self._identity = identity
+        self._roster = roster
+        self._update, self._weight = validate_update(update, weight, length=None, max_weight=2**31 - 1)
+        self._rng = rng if rng is not None else np.random.default_rng(secrets.randbits(128))
+        self._require_dp = require_dp  # the least privacy this client accepts from a round
+        self._tracker = StageTracker()
+        self._params: RoundParams | None = None
+        self._nbrs: frozenset[int] = frozenset()
+        self._enc_sk = X25519PrivateKey.generate()
+        self._mask_sk = X25519PrivateKey.generate()
+        self._seed = os.urandom(SECRET_BYTES)  # b: the self-mask seed
+        self._keys: dict[int, AdvertisedKeys] = {}
+        self._held: dict[int, tuple[bytes, bytes]] = {}  # owner -> (b share, key share)
+        self._share_keys: dict[int, bytes] = {}  # peer -> AES-GCM key, derived once
+        self._survivors: list[int] | None = None
+
+    @property
+    def stage(self) -> Stage:
+        """The stage whose server message this client expects next."""
+        return self._tracker.stage
+
+    @property
+    def params(self) -> RoundParams:
+        """The round's public parameters (after the first message)."""
+        if self._params is None:
+            raise RuntimeError("no round parameters received yet")
+        return self._params
+
+    def receive(self, msg: ServerMessage) -> ClientMessage:
+        """Process one server message and return the reply to send."""
+        stage = self._tracker.stage
+        if self._tracker.terminal:
+            raise MaliciousServerError(stage=stage, attack=Attack.OUT_OF_ORDER, reason=f"round already ended ({stage.value})")
+        handler = self._handlers().get(type(msg))
+        try:
+            if handler is None or stage != msg.STAGE:
+                raise MaliciousServerError(stage=stage, attack=Attack.OUT_OF_ORDER, reason=f"got {msg.kind} while expecting stage {stage.value}")
+            if self._params is not None and msg.round_id != self._params.round_id:
+                raise MaliciousServerError(stage=stage, attack=Attack.WRONG_ROUND, reason=f"message of round {msg.round_id!r} in round {self._params.round_id!r}")
+            reply = handler(msg)
+        except RoundAborted:
+            self._tracker.fail(Stage.ABORTED)
+            raise
+        except SecAggError:
+            self._tracker.fail(Stage.ERROR)
+            raise
+        self._tracker.advance()
+        return reply
+
+    def _handlers(self) -> dict[type, Callable[..., ClientMessage]]:
+        return {
+            AdvertiseKeysRequest: self._advertise,
+            ShareKeysRequest: self._share,
+            MaskedInputRequest: self._mask,
+            ConsistencyCheckRequest: self._consistency,
+            UnmaskingRequest: self._unmask,
+        }
+
+    def _bad(self, attack: Attack, reason: str) -> MaliciousServerError:
+        return MaliciousServerError(stage=self._tracker.stage, attack=attack, reason=reason)
+
+    # ---- stage 0 ---------------------------------------------------------------------------
+    def _advertise(self, msg: AdvertiseKeysRequest) -> AdvertisedKeys:
+        p = msg.params
+        if msg.round_id != p.round_id:
+            raise self._bad(Attack.WRONG_ROUND, "request and parameters name different rounds")
+        strangers = [c for c in p.participants if c not in self._roster]
+        if strangers:
+            raise self._bad(Attack.UNKNOWN_CLIENT, f"participants {strangers} are not in the roster")
+        if self.client_id not in p.participants or len(set(p.participants)) != len(p.participants):
+            raise self._bad(Attack.BAD_PARAMETERS, "participant list is duplicated or lacks this client")
+        if p.degree > len(p.participants) - 1 or p.threshold > p.degree + 1:
+            raise self._bad(Attack.BAD_PARAMETERS, f"threshold {p.threshold} / degree {p.degree} impossible for {len(p.participants)} participants")
+        try:
+            p.quantization.check_capacity(len(p.participants))
+        except ConfigError as exc:
+            raise self._bad(Attack.BAD_PARAMETERS, str(exc)) from exc
+        self._check_dp(p)
+        # Shape and weight range are only known now; this still happens before any reply.
+        validate_update(self._update, self._weight, length=p.vector_length, max_weight=p.quantization.max_weight)
+        self._params = p
+        self._nbrs = neighbour_graph(p.participants, p.degree, p.graph_seed)[self.client_id]
+        enc_pk, mask_pk = raw_public(self._enc_sk), raw_public(self._mask_sk)
+        sig = self._identity.sign(keys_payload(p.round_id, self.client_id, enc_pk, mask_pk))
+        own = AdvertisedKeys(round_id=p.round_id, sender=self.client_id, enc_pk=enc_pk, mask_pk=mask_pk, signature=sig)
+        self._keys[self.client_id] = own
+        return own
+
+    def _check_dp(self, p: RoundParams) -> None:
+        need = self._require_dp
+        if need is None:
+            return
+        got = p.dp
+        if got is None or got.clip_norm > need.clip_norm or got.resolved_noise_multiplier() < need.resolved_noise_multiplier():
+            raise self._bad(Attack.BAD_PARAMETERS, f"round DP {got} is weaker than this client requires ({need})")
+
+    # ---- stage 1 ---------------------------------------------------------------------------
+    def _share(self, msg: ShareKeysRequest) -> ShareKeysResponse:
+        p = self.params
+        own = self._keys[self.client_id]
+        keys: dict[int, AdvertisedKeys] = {}
+        for k in msg.keys:
+            if k.sender in keys:
+                raise self._bad(Attack.BAD_PARAMETERS, f"keys of client {k.sender} listed twice")
+            if k.sender != self.client_id and k.sender not in self._nbrs:
+                raise self._bad(Attack.UNKNOWN_CLIENT, f"client {k.sender} is not a neighbour")
+            if k.round_id != p.round_id:
+                raise self._bad(Attack.WRONG_ROUND, f"keys of client {k.sender} belong to round {k.round_id!r}")
+            if not self._roster.verify(k.sender, k.signature, keys_payload(p.round_id, k.sender, k.enc_pk, k.mask_pk)):
+                raise self._bad(Attack.FORGED_SIGNATURE, f"round keys of client {k.sender} are not signed by its identity")
+            keys[k.sender] = k
+        if keys.get(self.client_id) != own:
+            raise self._bad(Attack.FORGED_SIGNATURE, "this client's own keys were dropped or altered")
+        if len(keys) < p.threshold:
+            raise RoundAborted(stage=Stage.SHARE_KEYS, survivors=len(keys), threshold=p.threshold, reason=f"client {self.client_id} has too few live neighbours")
+        self._keys = keys
+        holders = sorted(keys)
+        shares = share_secrets([self._seed, self._mask_sk.private_bytes_raw()], holders, p.threshold)  # (H, 2, 16)
+        out = []
+        for h, sh in zip(holders, shares, strict=True):
+            plain = sh.astype("<u4").tobytes()  # b share || key share, 128 bytes
+            if h == self.client_id:
+                self._held[h] = (plain[:_SHARE_BYTES], plain[_SHARE_BYTES:])
+                continue
+            self._share_keys[h] = share_key(self._enc_sk, keys[h].enc_pk, p.round_id)
+            ct = aead_seal(self._share_keys[h], p.round_id, self.client_id, h, plain)
+            out.append(EncryptedShare(sender=self.client_id, recipient=h, ciphertext=ct))
+        return ShareKeysResponse(round_id=p.round_id, sender=self.client_id, shares=out)
+
+    # ---- stage 2 ---------------------------------------------------------------------------
+    def _mask(self, msg: MaskedInputRequest) -> MaskedInput:
+        p = self.params
+        for s in msg.shares:
+            if s.recipient != self.client_id or s.sender not in self._keys or s.sender == self.client_id:
+                raise self._bad(Attack.UNKNOWN_CLIENT, f"share {s.sender}->{s.recipient} is not for this client")
+            if s.sender in self._held:
+                raise self._bad(Attack.BAD_PARAMETERS, f"two shares from client {s.sender}")
+            plain = aead_open(self._share_keys[s.sender], p.round_id, s.sender, self.client_id, s.ciphertext)
+            if plain is None or len(plain) != 2 * _SHARE_BYTES:
+                raise self._bad(Attack.TAMPERED_CIPHERTEXT, f"share from client {s.sender} fails authentication")
+            self._held[s.sender] = (plain[:_SHARE_BYTES], plain[_SHARE_BYTES:])
+        if len(self._held) < p.threshold:
+            raise RoundAborted(stage=Stage.MASKED_INPUT_COLLECTION, survivors=len(self._held), threshold=p.threshold, reason=f"client {self.client_id} received too few shares")
+        x = self._update
+        if p.dp is not None:
+            x = clip_and_noise(x, p.dp, min_survivors=p.threshold, max_weight=p.quantization.max_weight, rng=self._rng)
+        y = encode_weighted(x, self._weight, p.quantization, self._rng)  # (P+1,) uint32
+        masks = [(self_mask_key(self._seed, p.round_id), 1)]
+        # Pairwise masks only with neighbours that shared (the U2 view); they cancel in the sum.
+        for v in sorted(self._held):
+            if v != self.client_id:
+                key = pair_mask_key(self._mask_sk, self._keys[v].mask_pk, p.round_id, self.client_id, v)
+                masks.append((key, 1 if self.client_id < v else -1))
+        apply_masks(y, masks)
+        return MaskedInput(round_id=p.round_id, sender=self.client_id, masked=y.astype("<u4", copy=False).tobytes())
+
+    # ---- stage 3 ---------------------------------------------------------------------------
+    def _consistency(self, msg: ConsistencyCheckRequest) -> ConsistencySignature:
+        p = self.params
+        survivors = sorted(set(msg.survivors))
+        if len(survivors) != len(msg.survivors) or self.client_id not in survivors:
+            raise self._bad(Attack.INCONSISTENT_SURVIVORS, "survivor set is duplicated or omits this client")
+        if not set(survivors) <= set(p.participants):
+            raise self._bad(Attack.UNKNOWN_CLIENT, "survivor set names non-participants")
+        if len(survivors) < p.threshold:
+            raise RoundAborted(stage=Stage.CONSISTENCY_CHECK, survivors=len(survivors), threshold=p.threshold)
+        self._survivors = survivors
+        sig = self._identity.sign(consistency_payload(p.round_id, survivors))
+        return ConsistencySignature(round_id=p.round_id, sender=self.client_id, signature=sig)
+
+    # ---- stage 4 ---------------------------------------------------------------------------
+    def _unmask(self, msg: UnmaskingRequest) -> UnmaskingResponse:
+        p = self.params
+        assert self._survivors is not None
+        survivors, dropped = set(msg.survivors), set(msg.dropped)
+        both = survivors & dropped
+        if both:
+            raise self._bad(Attack.DOUBLE_REVEAL, f"asked for both the self-mask and key shares of {sorted(both)}")
+        if sorted(survivors) != self._survivors or len(survivors) != len(msg.survivors):
+            raise self._bad(Attack.INCONSISTENT_SURVIVORS, "survivor set differs from the one this client signed")
+        payload = consistency_payload(p.round_id, self._survivors)
+        signers = [c for c, sig in msg.signatures.items() if c in survivors and self._roster.verify(c, sig, payload)]
+        if len(signers) != len(msg.signatures):
+            raise self._bad(Attack.INCONSISTENT_SURVIVORS, "a consistency signature is invalid or covers another survivor set")
+        if self.client_id not in signers:
+            raise self._bad(Attack.INCONSISTENT_SURVIVORS, "this client's own consistency signature is missing")
+        if len(signers) < p.threshold:
+            raise RoundAborted(stage=Stage.UNMASKING, survivors=len(signers), threshold=p.threshold)
+        # Each held share reveals exactly one secret: b for survivors, the mask key for dropouts.
+        b_shares = {o: sh[0] for o, sh in self._held.items() if o in survivors}
+        k_shares = {o: sh[1] for o, sh in self._held.items() if o in dropped and o != self.client_id}
+        return UnmaskingResponse(round_id=p.round_id, sender=self.client_id, self_mask_shares=b_shares, key_shares=k_shares)

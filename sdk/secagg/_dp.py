@@ -1,0 +1,76 @@
+"""Client-level differential privacy (DP-FedAvg with distributed Gaussian noise).
+
+Each client clips its update to L2 norm C and adds N(0, sigma^2) with
+sigma = z * C * max_weight / sqrt(t_min): the server only sees the sum over at least t_min
+survivors (the threshold), whose noise std is >= z * C * max_weight, the sensitivity of the
+weighted sum to one client. Epsilon comes from opacus' RDP accountant.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["DPConfig", "client_noise_std", "clip_and_noise"]
+
+
+class DPConfig(BaseModel):
+    """DP-FedAvg parameters. Give ``noise_multiplier`` or ``target_epsilon`` (not both)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    clip_norm: float = Field(default=1.0, gt=0)
+    noise_multiplier: float | None = Field(default=None, gt=0)
+    target_epsilon: float | None = Field(default=None, gt=0)
+    delta: float = Field(default=1e-5, gt=0, lt=1)
+    rounds: int = Field(default=100, ge=1)
+    sample_rate: float = Field(default=1.0, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> DPConfig:
+        if (self.noise_multiplier is None) == (self.target_epsilon is None):
+            raise ValueError("DPConfig needs exactly one of noise_multiplier or target_epsilon")
+        return self
+
+    def resolved_noise_multiplier(self) -> float:
+        """z: given, or the smallest one reaching ``target_epsilon`` after ``rounds`` rounds."""
+        if self.noise_multiplier is not None:
+            return self.noise_multiplier
+        assert self.target_epsilon is not None
+        # opacus pulls in torch: imported here so servers and clients start fast without DP.
+        from opacus.accountants.utils import get_noise_multiplier
+
+        return float(
+            get_noise_multiplier(
+                target_epsilon=self.target_epsilon,
+                target_delta=self.delta,
+                sample_rate=self.sample_rate,
+                steps=self.rounds,
+                accountant="rdp",
+            )
+        )
+
+    def epsilon(self, rounds: int | None = None) -> float:
+        """Epsilon at ``delta`` after ``rounds`` rounds (default: all), via the RDP accountant."""
+        from opacus.accountants import RDPAccountant
+
+        acc = RDPAccountant()
+        acc.history = [(self.resolved_noise_multiplier(), self.sample_rate, rounds or self.rounds)]
+        return float(acc.get_epsilon(delta=self.delta))
+
+
+def client_noise_std(cfg: DPConfig, *, min_survivors: int, max_weight: int) -> float:
+    """Std of each client's noise so that >= ``min_survivors`` clients sum to std z*C*max_weight."""
+    return cfg.resolved_noise_multiplier() * cfg.clip_norm * max_weight / math.sqrt(min_survivors)
+
+
+def clip_and_noise(update: np.ndarray, cfg: DPConfig, *, min_survivors: int, max_weight: int, rng: np.random.Generator) -> np.ndarray:
+    """Clip ``update`` (P,) to L2 norm C and add this client's share of the Gaussian noise."""
+    x = update.astype(np.float64)
+    norm = float(np.linalg.norm(x))
+    if norm > cfg.clip_norm:
+        x *= cfg.clip_norm / norm
+    std = client_noise_std(cfg, min_survivors=min_survivors, max_weight=max_weight)
+    return x + rng.normal(0.0, std, size=x.shape[0])

@@ -1,0 +1,210 @@
+"""Every wire message of a round, defined once (pydantic; bytes travel as base64 in JSON).
+
+The masked vector additionally has a compact binary form (``MaskedInput.to_bytes``): a small
+header plus the uint32 little-endian words, 4 bytes per element.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Annotated, ClassVar, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from sdk.secagg._dp import DPConfig
+from sdk.secagg._quantize import QuantizationConfig
+from sdk.secagg._stages import Stage
+
+__all__ = [
+    "AdvertiseKeysRequest",
+    "AdvertisedKeys",
+    "ClientMessage",
+    "ConsistencyCheckRequest",
+    "ConsistencySignature",
+    "EncryptedShare",
+    "MaskedInput",
+    "MaskedInputRequest",
+    "RoundParams",
+    "ServerMessage",
+    "ShareKeysRequest",
+    "ShareKeysResponse",
+    "UnmaskingRequest",
+    "UnmaskingResponse",
+    "consistency_payload",
+    "keys_payload",
+    "parse_client_message",
+    "parse_server_message",
+]
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
+    STAGE: ClassVar[Stage]
+    round_id: str
+
+
+class RoundParams(BaseModel):
+    """Public parameters of a round, announced by the server and checked by each client."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
+
+    round_id: str
+    participants: list[int]
+    threshold: int = Field(ge=1)
+    degree: int = Field(ge=1)
+    vector_length: int = Field(ge=1)
+    graph_seed: bytes
+    quantization: QuantizationConfig
+    dp: DPConfig | None = None
+
+
+# ---- server -> client ----------------------------------------------------------------------
+class AdvertiseKeysRequest(_Msg):
+    """Stage 0: the round starts; send your signed round keys."""
+
+    STAGE = Stage.ADVERTISE_KEYS
+    kind: Literal["advertise_keys_request"] = "advertise_keys_request"
+    params: RoundParams
+
+
+class AdvertisedKeys(_Msg):
+    """A client's round keys, signed with its long-term Ed25519 identity."""
+
+    STAGE = Stage.ADVERTISE_KEYS
+    kind: Literal["advertised_keys"] = "advertised_keys"
+    sender: int
+    enc_pk: bytes  # X25519, for the share ciphertexts
+    mask_pk: bytes  # X25519, for the pairwise masks
+    signature: bytes
+
+
+class ShareKeysRequest(_Msg):
+    """Stage 1: the signed keys of your neighbours that survived stage 0."""
+
+    STAGE = Stage.SHARE_KEYS
+    kind: Literal["share_keys_request"] = "share_keys_request"
+    keys: list[AdvertisedKeys]
+
+
+class EncryptedShare(BaseModel):
+    """AES-GCM ciphertext of (b share, mask-key share) from ``sender`` to ``recipient``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
+    sender: int
+    recipient: int
+    ciphertext: bytes
+
+
+class ShareKeysResponse(_Msg):
+    """Stage 1 reply: one encrypted share pair per neighbour."""
+
+    STAGE = Stage.SHARE_KEYS
+    kind: Literal["share_keys_response"] = "share_keys_response"
+    sender: int
+    shares: list[EncryptedShare]
+
+
+class MaskedInputRequest(_Msg):
+    """Stage 2: the ciphertexts addressed to you; send your masked input."""
+
+    STAGE = Stage.MASKED_INPUT_COLLECTION
+    kind: Literal["masked_input_request"] = "masked_input_request"
+    shares: list[EncryptedShare]
+
+
+class MaskedInput(_Msg):
+    """Stage 2 reply: the masked, quantized, weighted update (P + 1 uint32 words, LE)."""
+
+    STAGE = Stage.MASKED_INPUT_COLLECTION
+    kind: Literal["masked_input"] = "masked_input"
+    sender: int
+    masked: bytes
+
+    def vector(self) -> np.ndarray:
+        """The masked words as a (P + 1,) uint32 array (a read-only view)."""
+        return np.frombuffer(self.masked, dtype="<u4")
+
+    def to_bytes(self) -> bytes:
+        """Compact binary form: u16 round-id length, round id, u32 sender, then the words."""
+        rid = self.round_id.encode()
+        return struct.pack("<H", len(rid)) + rid + struct.pack("<I", self.sender) + self.masked
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> MaskedInput:
+        """Inverse of ``to_bytes``."""
+        (n,) = struct.unpack_from("<H", data, 0)
+        rid = data[2 : 2 + n].decode()
+        (sender,) = struct.unpack_from("<I", data, 2 + n)
+        return cls(round_id=rid, sender=sender, masked=data[6 + n :])
+
+
+class ConsistencyCheckRequest(_Msg):
+    """Stage 3: the survivor set of stage 2; sign it."""
+
+    STAGE = Stage.CONSISTENCY_CHECK
+    kind: Literal["consistency_check_request"] = "consistency_check_request"
+    survivors: list[int]
+
+
+class ConsistencySignature(_Msg):
+    """Stage 3 reply: the client's signature over (round id, survivor set)."""
+
+    STAGE = Stage.CONSISTENCY_CHECK
+    kind: Literal["consistency_signature"] = "consistency_signature"
+    sender: int
+    signature: bytes
+
+
+class UnmaskingRequest(_Msg):
+    """Stage 4: survivors (reveal their b shares), dropped (reveal their key shares), and the
+    consistency signatures proving every signer saw the same survivor set."""
+
+    STAGE = Stage.UNMASKING
+    kind: Literal["unmasking_request"] = "unmasking_request"
+    survivors: list[int]
+    dropped: list[int]
+    signatures: dict[int, bytes]
+
+
+class UnmaskingResponse(_Msg):
+    """Stage 4 reply: Shamir shares (16 uint32 LE words each), keyed by the secret's owner."""
+
+    STAGE = Stage.UNMASKING
+    kind: Literal["unmasking_response"] = "unmasking_response"
+    sender: int
+    self_mask_shares: dict[int, bytes]
+    key_shares: dict[int, bytes]
+
+
+ServerMessage = Annotated[
+    AdvertiseKeysRequest | ShareKeysRequest | MaskedInputRequest | ConsistencyCheckRequest | UnmaskingRequest,
+    Field(discriminator="kind"),
+]
+ClientMessage = Annotated[
+    AdvertisedKeys | ShareKeysResponse | MaskedInput | ConsistencySignature | UnmaskingResponse,
+    Field(discriminator="kind"),
+]
+_SERVER_ADAPTER: TypeAdapter[ServerMessage] = TypeAdapter(ServerMessage)
+_CLIENT_ADAPTER: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
+
+
+def parse_server_message(data: str | bytes) -> ServerMessage:
+    """Parse any server -> client message from its JSON form."""
+    return _SERVER_ADAPTER.validate_json(data)
+
+
+def parse_client_message(data: str | bytes) -> ClientMessage:
+    """Parse any client -> server message from its JSON form."""
+    return _CLIENT_ADAPTER.validate_json(data)
+
+
+def keys_payload(round_id: str, sender: int, enc_pk: bytes, mask_pk: bytes) -> bytes:
+    """The bytes a client signs when advertising its round keys."""
+    return b"fedmor-secagg/keys/" + round_id.encode() + b"/" + struct.pack("<I", sender) + enc_pk + mask_pk
+
+
+def consistency_payload(round_id: str, survivors: list[int]) -> bytes:
+    """The bytes each survivor signs in the consistency check."""
+    ids = np.array(sorted(survivors), dtype="<u4").tobytes()
+    return b"fedmor-secagg/consistency/" + round_id.encode() + b"/" + ids

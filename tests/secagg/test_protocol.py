@@ -1,0 +1,116 @@
+"""Honest-but-curious correctness: the server gets the weighted mean, with any dropouts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import sdk.secagg as secagg
+from sdk.secagg import (
+    AggregateResult,
+    QuantizationConfig,
+    RoundAborted,
+    SecAggConfig,
+    Stage,
+    neighbour_graph,
+    simulate_round,
+)
+
+LIVE = [Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT_COLLECTION, Stage.CONSISTENCY_CHECK, Stage.UNMASKING]
+
+
+def _reference(updates: list[np.ndarray], weights: list[int], ids: list[int]) -> np.ndarray:
+    return sum(weights[i] * updates[i].astype(np.float64) for i in ids) / sum(weights[i] for i in ids)
+
+
+def _check(res: AggregateResult, updates: list[np.ndarray], weights: list[int], quant: QuantizationConfig) -> None:
+    ref = _reference(updates, weights, res.survivors)
+    # Stochastic rounding errs < 1 unit of max_weight / scale per client on sum_k w_k x_k.
+    bound = len(res.survivors) * quant.max_weight / (quant.scale * res.weight_sum)
+    assert np.max(np.abs(res.mean - ref)) < bound
+    assert res.weight_sum == sum(weights[i] for i in res.survivors)
+
+
+@st.composite
+def _rounds(draw: st.DrawFn) -> tuple:
+    n = draw(st.integers(2, 60))
+    degree = draw(st.integers(1, n - 1))
+    threshold = draw(st.integers(1, degree + 1))
+    weights = draw(st.lists(st.integers(1, 1000), min_size=n, max_size=n))
+    drops = {s: set(draw(st.lists(st.integers(0, n - 1), max_size=max(1, n // 5), unique=True))) for s in LIVE}
+    seed = draw(st.integers(0, 2**32 - 1))
+    return n, degree, threshold, weights, drops, seed
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_rounds())
+def test_weighted_mean_or_clear_abort(case: tuple) -> None:
+    n, degree, threshold, weights, drops, seed = case
+    rng = np.random.default_rng(seed)
+    updates = [rng.uniform(-1, 1, 3).astype(np.float32) for _ in range(n)]
+    cfg = SecAggConfig(degree=degree, threshold=threshold)
+    try:
+        res = simulate_round(updates, weights, cfg, dropouts=drops, rng=rng)
+    except RoundAborted as exc:
+        assert exc.survivors < exc.threshold == threshold
+        return
+    early = drops[Stage.ADVERTISE_KEYS] | drops[Stage.SHARE_KEYS] | drops[Stage.MASKED_INPUT_COLLECTION]
+    assert set(res.survivors) <= set(range(n)) - early
+    _check(res, updates, weights, cfg.round_params(list(range(n)), 3).quantization)
+
+
+@pytest.mark.parametrize("stage", LIVE)
+def test_dropouts_at_each_stage(stage: Stage) -> None:
+    rng = np.random.default_rng(1)
+    n = 12
+    updates = [rng.normal(0, 0.3, 20).astype(np.float32) for _ in range(n)]
+    weights = [int(w) for w in rng.integers(1, 100, n)]
+    cfg = SecAggConfig(degree=6, threshold=4)
+    res = simulate_round(updates, weights, cfg, dropouts={stage: {2, 7}}, rng=rng)
+    before_mask = stage in (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT_COLLECTION)
+    assert (res.survivors == [c for c in range(n) if c not in (2, 7)]) == before_mask
+    assert (res.dropped == [2, 7]) == (stage is Stage.MASKED_INPUT_COLLECTION)
+    _check(res, updates, weights, cfg.round_params(list(range(n)), 20).quantization)
+
+
+@pytest.mark.parametrize("stage", LIVE)
+def test_below_threshold_aborts_and_reveals_nothing(stage: Stage) -> None:
+    n = 6
+    updates = [np.full(4, 0.5, dtype=np.float32) for _ in range(n)]
+    with pytest.raises(RoundAborted) as info:
+        simulate_round(updates, [1] * n, SecAggConfig(degree=5, threshold=4), dropouts={stage: {0, 1, 2}})
+    assert info.value.survivors == 3 and info.value.threshold == 4
+    assert stage.value in str(info.value)
+
+
+def test_clients_masked_input_hides_the_update() -> None:
+    from .conftest import Harness
+
+    h = Harness(n=4, dim=64)
+    h.step()
+    h.step()
+    replies = h.deliver()
+    for c, msg in replies.items():
+        q = h.server.params.quantization
+        encoded = np.round(h.updates[c] * h.weights[c] / q.max_weight * q.scale).astype(np.int64)
+        words = msg.vector()[:-1].view(np.int32).astype(np.int64)
+        assert np.mean(np.abs(words - encoded) <= 1) < 0.1  # masked, not plain
+
+
+def test_graph_is_deterministic_symmetric_and_regular() -> None:
+    ids = list(range(40))
+    g1, g2 = neighbour_graph(ids, 8, b"seed"), neighbour_graph(ids, 8, b"seed")
+    assert g1 == g2 and g1 != neighbour_graph(ids, 8, b"other")
+    assert all(len(v) == 8 and c not in v for c, v in g1.items())
+    assert all(c in g1[d] for c, v in g1.items() for d in v)
+    assert all(len(v) == 39 for v in neighbour_graph(ids, 39, b"s").values())
+
+
+_PUBLIC = ["AdvertiseKeysRequest", "AdvertisedKeys", "AggregateResult", "Attack", "CKKSAggregator", "CKKSConfig", "CKKSContext", "CKKSUpdate", "ClientMessage", "ConfigError", "ConsistencyCheckRequest", "ConsistencySignature", "DPConfig", "EncryptedShare", "InvalidUpdateError", "MaliciousServerError", "MaskedInput", "MaskedInputRequest", "ProtocolViolation", "QuantizationConfig", "QuantizationOverflowError", "Roster", "RoundAborted", "RoundParams", "SecAggClient", "SecAggConfig", "SecAggError", "SecAggServer", "ServerMessage", "ShareKeysRequest", "ShareKeysResponse", "Stage", "UnmaskingRequest", "UnmaskingResponse", "client_noise_std", "clip_and_noise", "default_degree", "generate_identities", "neighbour_graph", "parse_client_message", "parse_server_message", "simulate_round"]
+
+
+def test_public_api_is_pinned() -> None:
+    assert secagg.__all__ == sorted(_PUBLIC)
+    assert all(hasattr(secagg, name) for name in secagg.__all__)
