@@ -1,1 +1,25 @@
-"""fedmor client_app (work in progress)."""
+"""fedmor client_app: a member's app (reward queries, its side of each round)."""
+
+from client_app._app import create_client_app, create_client_app_from_env
+from client_app._demo import demo_update
+from client_app._runner import ClientRunner, RunnerError, UpdateFn
+from client_app._scorer import HashScorer, Scorer, load_object
+from client_app._service import RateLimited, RewardService
+from client_app._settings import ClientSettings
+from client_app._store import ClientStore
+
+__all__ = [
+    "ClientRunner",
+    "ClientSettings",
+    "ClientStore",
+    "HashScorer",
+    "RateLimited",
+    "RewardService",
+    "RunnerError",
+    "Scorer",
+    "UpdateFn",
+    "create_client_app",
+    "create_client_app_from_env",
+    "demo_update",
+    "load_object",
+]

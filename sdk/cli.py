@@ -17,7 +17,12 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 
 
 # Modules that own a subcommand group, in the order ``--help`` lists them.
-_COMMAND_MODULES: tuple[str, ...] = ("sdk.data._cli",)
+_COMMAND_MODULES: tuple[str, ...] = (
+    "sdk.data._cli",
+    "sdk.reward._cli",
+    "server_app._cli",
+    "client_app._cli",
+)
 
 
 def _registrars() -> list[Registrar]:

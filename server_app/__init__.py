@@ -1,1 +1,45 @@
-"""fedmor server_app (work in progress)."""
+"""fedmor server_app: the consortium server (REST, enrollment, rounds, reward broker)."""
+
+from server_app._app import create_app, create_app_from_env
+from server_app._auth import (
+    AuthError,
+    generate_key,
+    load_or_create_key,
+    load_private_key,
+    parse_public_key,
+    public_key_b64,
+    sign_headers,
+)
+from server_app._broker import BrokerError, QueryItem, RewardBroker
+from server_app._protocols import ROUND_KINDS, ClientRound, RoundKind, RoundSpec, ServerRound
+from server_app._roster import RosterEntry, RosterFile, add_to_roster
+from server_app._rounds import RoundManager
+from server_app._settings import ServerSettings, load_settings
+from server_app._store import Store
+
+__all__ = [
+    "ROUND_KINDS",
+    "AuthError",
+    "BrokerError",
+    "ClientRound",
+    "QueryItem",
+    "RewardBroker",
+    "RosterEntry",
+    "RosterFile",
+    "RoundKind",
+    "RoundManager",
+    "RoundSpec",
+    "ServerRound",
+    "ServerSettings",
+    "Store",
+    "add_to_roster",
+    "create_app",
+    "create_app_from_env",
+    "generate_key",
+    "load_or_create_key",
+    "load_private_key",
+    "load_settings",
+    "parse_public_key",
+    "public_key_b64",
+    "sign_headers",
+]

@@ -1,0 +1,99 @@
+"""The hospital's client app: ``create_client_app(settings, scorer) -> FastAPI``."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, cast
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from client_app._runner import ClientRunner
+from client_app._scorer import Scorer, load_object
+from client_app._service import RateLimited, RewardService
+from client_app._settings import ClientSettings
+from client_app._store import ClientStore
+from sdk._version import __version__
+from server_app._auth import load_or_create_key
+from server_app._broker import SERVER_SENDER
+from server_app._http import ERROR_RESPONSES, SizeLimit, authenticate, install_errors
+from server_app._schemas import Health, MissingImages, RewardRequest, RewardResponse
+
+__all__ = ["create_client_app", "create_client_app_from_env"]
+
+
+async def _rate_limited(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=429, headers={"retry-after": "60"})
+
+
+def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | None = None, *,
+                      start_runner: bool = False) -> FastAPI:
+    """Build the client app; with ``start_runner`` it also enrolls and runs rounds in a
+    background thread while it serves."""
+    cfg = settings or ClientSettings()
+    store = ClientStore(cfg.db_path)
+    key = load_or_create_key(cfg.identity_key)
+    if scorer is None and cfg.reward_model_dir is not None:
+        from sdk.reward import ClientScorer
+
+        scorer = ClientScorer.from_pretrained(cfg.reward_model_dir)
+    if scorer is None:
+        factory = load_object(cfg.scorer)
+        scorer = cast(Scorer, factory() if callable(factory) else factory)
+    service = RewardService(store, scorer, clip=cfg.clip, budget=cfg.query_budget,
+                            rate_per_minute=cfg.rate_limit_per_minute)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runner = ClientRunner(cfg, store=store, key=key, service=service) if start_runner \
+            else None
+        task = asyncio.create_task(asyncio.to_thread(runner.run_forever)) if runner else None
+        app.state.runner = runner
+        yield
+        if runner is not None and task is not None:
+            runner.stop.set()
+            await task
+            runner.close()
+
+    app = FastAPI(title="fedmor client", version=__version__, lifespan=lifespan,
+                  responses=ERROR_RESPONSES,
+                  description="A member's client app: answers the consortium's reward queries "
+                              "with normalized, clipped scores. See docs/rest-api.md.")
+    app.state.store, app.state.service, app.state.settings = store, service, cfg
+    install_errors(app)
+    app.add_exception_handler(RateLimited, _rate_limited)
+    app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
+
+    def key_of(sender: str) -> str | None:
+        if sender != SERVER_SENDER:
+            return None
+        return cfg.server_public_key or store.get("server_public_key")
+
+    def use_nonce(sender: str, nonce: str, ts: float) -> bool:
+        return store.use_nonce(sender, nonce, ts, keep_s=2 * cfg.max_clock_skew_s + 60)
+
+    async def caller(request: Request) -> str:
+        return await authenticate(request, public_key_of=key_of, use_nonce=use_nonce,
+                                  max_skew_s=cfg.max_clock_skew_s)
+
+    @app.get("/v1/health", response_model=Health, tags=["meta"])
+    def health() -> Health:
+        """Liveness probe."""
+        return Health(app="fedmor-client", version=__version__)
+
+    @app.post("/v1/reward", response_model=RewardResponse, tags=["reward"],
+              responses={409: {"model": MissingImages, "description": "unknown image hash"},
+                         429: {"description": "rate limit or query budget exceeded"}})
+    def reward(who: Annotated[str, Depends(caller)], req: RewardRequest) -> Any:
+        """Score a batch: normalized, clipped floats only; every query audited by hash."""
+        out = service.score(who, req)
+        if isinstance(out, MissingImages):
+            return JSONResponse(out.model_dump(), status_code=409)
+        return out
+
+    return app
+
+
+def create_client_app_from_env() -> FastAPI:
+    """Factory for ``uvicorn --factory``: settings from ``FEDMOR_CLIENT_*``; runs rounds."""
+    return create_client_app(ClientSettings(), start_runner=True)

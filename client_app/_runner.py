@@ -1,0 +1,240 @@
+"""The client's side of every round, against the server over httpx.
+
+Enrolls once (the client id survives restarts in the client's SQLite), then for each open
+round it takes part in: downloads the base router (checked against its sha256), computes its
+update, and walks the stages — every message is stored locally before it is sent, so a retry
+(even after a crash) is byte-identical and the server's idempotent ack applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import ssl
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from client_app._scorer import load_object
+from client_app._service import RateLimited, RewardService
+from client_app._settings import ClientSettings
+from client_app._store import ClientStore
+from server_app._auth import load_or_create_key, public_key_b64, sign_headers
+from server_app._protocols import ROUND_KINDS, PayloadError, RoundFailed, RoundSpec
+from server_app._roster import RosterFile
+from server_app._schemas import (
+    EnrollResponse,
+    MissingImages,
+    PendingQuery,
+    RewardRequest,
+    RoundInfo,
+    StageBroadcast,
+)
+
+__all__ = ["ClientRunner", "RunnerError", "UpdateFn"]
+
+UpdateFn = Callable[[str, RoundInfo, "np.ndarray | None"], tuple[np.ndarray, int]]
+_RETRYABLE = {408, 425, 429, 500, 502, 503, 504}
+
+
+class RunnerError(RuntimeError):
+    """The server refused a request for good (a 4xx other than a retryable one)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+def _verify(settings: ClientSettings) -> ssl.SSLContext | bool:
+    return ssl.create_default_context(cafile=str(settings.server_ca)) if settings.server_ca \
+        else True
+
+
+class ClientRunner:
+    """Runs this client's side of rounds and answers pull-mode reward queries."""
+
+    def __init__(self, settings: ClientSettings, *, store: ClientStore | None = None,
+                 key: Ed25519PrivateKey | None = None, update_fn: UpdateFn | None = None,
+                 service: RewardService | None = None) -> None:
+        self.settings = settings
+        self.store = store or ClientStore(settings.db_path)
+        self.key = key or load_or_create_key(settings.identity_key)
+        loaded = update_fn or load_object(settings.update_source)
+        if not callable(loaded):
+            raise ValueError(f"update_source {settings.update_source!r} is not callable")
+        self.update_fn: UpdateFn = loaded  # type: ignore[assignment]
+        self.service = service
+        self.stop = threading.Event()
+        self.http = httpx.Client(base_url=settings.server_url, verify=_verify(settings),
+                                 timeout=settings.request_timeout_s)
+        self.bytes_sent = 0
+
+    def close(self) -> None:
+        """Close the HTTP client."""
+        self.http.close()
+
+    # -- transport -----------------------------------------------------------------------------
+    def request(self, method: str, path: str, payload: Any = None, *, signed: bool = True,
+                attempts: int = 30) -> httpx.Response:
+        """Send one request, retrying connection errors and 5xx/429 with exponential backoff;
+        each attempt is signed afresh (new nonce). Raises ``RunnerError`` on a final 4xx."""
+        body = b"" if payload is None else json.dumps(payload).encode()
+        delay = 0.05
+        for attempt in range(attempts):
+            if self.stop.is_set():
+                raise RunnerError(499, f"{method} {path}: runner stopping")
+            headers = {"content-type": "application/json"}
+            if signed:
+                headers |= sign_headers(self.key, sender=self.client_id, method=method,
+                                        path=path, body=body)
+            try:
+                resp = self.http.request(method, path, content=body, headers=headers)
+                self.bytes_sent += len(body)
+            except httpx.TransportError:
+                resp = None
+            if resp is not None and resp.status_code < 400:
+                return resp
+            if resp is not None and resp.status_code not in _RETRYABLE:
+                detail = resp.text[:300]
+                raise RunnerError(resp.status_code, f"{method} {path}: {resp.status_code} "
+                                                    f"{detail}")
+            if attempt + 1 < attempts:
+                self.stop.wait(delay)
+                delay = min(delay * 2, self.settings.retry_max_s)
+        raise RunnerError(503, f"{method} {path}: server unreachable after {attempts} attempts")
+
+    # -- enrollment ----------------------------------------------------------------------------
+    @property
+    def client_id(self) -> str:
+        """The id the server gave us (enrolls on first use)."""
+        stored = self.store.get("client_id")
+        return stored if stored is not None else self.enroll()
+
+    def enroll(self) -> str:
+        """Enroll with the one-time token unless already enrolled; returns the client id."""
+        stored = self.store.get("client_id")
+        if stored is not None:
+            return stored
+        token = self.settings.enrollment_token
+        if token is None:
+            raise ValueError("not enrolled yet and no enrollment_token configured")
+        body = {"name": self.settings.name, "token": token.get_secret_value(),
+                "public_key": public_key_b64(self.key), "reward_url": self.settings.public_url}
+        resp = EnrollResponse.model_validate(
+            self.request("POST", "/v1/enroll", body, signed=False).json())
+        self.store.put("server_public_key", resp.server_public_key)
+        self.store.put("client_id", resp.client_id)
+        return resp.client_id
+
+    # -- rounds --------------------------------------------------------------------------------
+    def _base(self, info: RoundInfo) -> np.ndarray | None:
+        if info.base_version is None:
+            return None
+        resp = self.request("GET", f"/v1/router/{info.base_version}")
+        if hashlib.sha256(resp.content).hexdigest() != resp.headers.get("x-fedmor-sha256"):
+            raise RunnerError(502, f"router version {info.base_version} fails its sha256")
+        return np.frombuffer(resp.content, dtype="<f4").copy()
+
+    def _check_roster(self, info: RoundInfo) -> None:
+        if self.settings.roster_file is None:
+            return
+        known = {c.public_key for c in RosterFile.load(self.settings.roster_file).clients}
+        strangers = [p for p, k in zip(info.participants, info.public_keys, strict=True)
+                     if k not in known]
+        if strangers:
+            raise RoundFailed(f"round {info.round_id} lists keys outside the roster for "
+                              f"{strangers}")
+
+    def _wait_input(self, round_id: int, stage: str) -> StageBroadcast:
+        while True:
+            out = StageBroadcast.model_validate(
+                self.request("GET", f"/v1/rounds/{round_id}/stages/{stage}").json())
+            if out.ready or out.round_status != "open":
+                return out
+            if self.stop.wait(self.settings.poll_interval_s):
+                raise RunnerError(499, "runner stopping")
+
+    def run_round(self, round_id: int) -> str:
+        """Take part in one round until it ends for us; returns our local status."""
+        status = self.store.round_status(round_id)
+        if status in ("done", "abandoned", "ended"):
+            return status
+        info = RoundInfo.model_validate(self.request("GET", f"/v1/rounds/{round_id}").json())
+        me = self.client_id
+        if me not in info.participants:
+            return "not_participant"
+        spec = RoundSpec(round_id=info.round_id, kind=info.kind, participants=info.participants,
+                         public_keys=info.public_keys, vector_length=info.vector_length,
+                         min_clients=info.min_clients, stage_deadline_s=info.stage_deadline_s,
+                         base_version=info.base_version, params=info.params)
+        sent = self.store.sent(round_id)
+        try:
+            self._check_roster(info)
+            update, weight = self.update_fn(self.settings.name, info, self._base(info))
+            half = ROUND_KINDS[info.kind].client(spec, client_id=me, key=self.key,
+                                                 update=update, weight=weight,
+                                                 state={"sent": sorted(sent)} if sent else None)
+        except (RoundFailed, ValueError, KeyError) as exc:
+            self.store.set_round(round_id, "abandoned", str(exc))
+            return "abandoned"
+        self.store.set_round(round_id, "running")
+        try:
+            for stage in info.stages:
+                server_input = self._wait_input(round_id, stage)
+                if not server_input.ready:  # the round ended (failed) before our stage
+                    self.store.set_round(round_id, "ended", server_input.round_status)
+                    return "ended"
+                payload = sent.get(stage) or half.message(stage, server_input.payload or {})
+                self.store.put_sent(round_id, stage, payload)
+                self.request("POST", f"/v1/rounds/{round_id}/stages/{stage}",
+                             {"payload": payload})
+        except RunnerError as exc:
+            if exc.status not in (404, 409):  # 499 (stopping) resumes after restart
+                raise
+            self.store.set_round(round_id, "abandoned", str(exc))  # dropped or round closed
+            return "abandoned"
+        except (PayloadError, RoundFailed, ValueError) as exc:
+            self.store.set_round(round_id, "abandoned", str(exc))
+            return "abandoned"
+        self.store.set_round(round_id, "done")
+        return "done"
+
+    # -- pull-mode reward queries --------------------------------------------------------------
+    def answer_pending(self) -> int:
+        """Answer every queued reward query; returns how many were answered."""
+        if self.service is None:
+            return 0
+        queries = [PendingQuery.model_validate(q)
+                   for q in self.request("GET", "/v1/reward/pending").json()]
+        for q in queries:
+            answer: dict[str, Any]
+            try:
+                out = self.service.score("server", RewardRequest(items=q.items))
+                answer = ({"missing": out.missing} if isinstance(out, MissingImages)
+                          else {"scores": out.scores})
+            except (RateLimited, PayloadError) as exc:
+                answer = {"error": str(exc)}
+            self.request("POST", f"/v1/reward/answers/{q.query_id}", answer)
+        return len(queries)
+
+    def poll_once(self) -> None:
+        """One pass: run every open round we take part in, then answer queued queries."""
+        if self.settings.run_rounds:
+            for info in self.request("GET", "/v1/rounds?status=open").json():
+                if self.client_id in info["participants"]:
+                    self.run_round(int(info["round_id"]))
+        self.answer_pending()
+
+    def run_forever(self) -> None:
+        """Poll until ``self.stop`` is set; transient failures are retried, never fatal."""
+        stop = self.stop
+        while not stop.is_set():
+            # A refused or garbled exchange ends this pass only; the next pass retries.
+            with contextlib.suppress(RunnerError, httpx.HTTPError, ValueError):
+                self.poll_once()
+            stop.wait(self.settings.poll_interval_s)

@@ -1,0 +1,50 @@
+"""The scorer interface the client app serves, a deterministic demo scorer, and loading."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from typing import Protocol, runtime_checkable
+
+from PIL import Image
+
+__all__ = ["HashScorer", "Scorer", "load_object"]
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """Anything with ``score(images, prompts, responses) -> list[float]`` (sdk.reward's
+    ClientScorer fits)."""
+
+    def score(self, images: list[Image.Image], prompts: list[str],
+              responses: list[str]) -> list[float]:
+        """One normalized score per (image, prompt, response)."""
+        ...
+
+
+class HashScorer:
+    """A deterministic stand-in reward: a function of the pixels, prompt and response.
+
+    For demos and tests where no trained reward model is present; scores lie in [-1, 1].
+    """
+
+    def score(self, images: list[Image.Image], prompts: list[str],
+              responses: list[str]) -> list[float]:
+        """Hash each input triple to a number in [-1, 1]."""
+        out = []
+        for image, prompt, response in zip(images, prompts, responses, strict=True):
+            h = hashlib.sha256(image.tobytes() + b"\0" + prompt.encode() + b"\0"
+                               + response.encode()).digest()
+            out.append(int.from_bytes(h[:4], "little") / 2**31 - 1.0)
+        return out
+
+
+def load_object(spec: str) -> object:
+    """Import ``module:attribute``; raise ``ValueError`` naming a bad spec."""
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ValueError(f"expected 'module:attribute', got {spec!r}")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cannot load {spec!r}: {exc}") from exc

@@ -1,0 +1,99 @@
+"""Reward scoring as a service: caller budget and rate limit, image cache, clipping, audit.
+
+One code path serves both push (``POST /v1/reward``) and pull (the runner answering queued
+queries).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import collections
+import hashlib
+import io
+import json
+import threading
+import time
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from client_app._scorer import Scorer
+from client_app._store import ClientStore
+from server_app._protocols import PayloadError
+from server_app._schemas import MissingImages, RewardRequest, RewardResponse
+
+__all__ = ["RateLimited", "RewardService"]
+
+
+class RateLimited(RuntimeError):
+    """A caller exceeded its rate limit or query budget (HTTP 429)."""
+
+
+class RewardService:
+    """Scores batches for authenticated callers; only clipped floats leave."""
+
+    def __init__(self, store: ClientStore, scorer: Scorer, *, clip: float, budget: int,
+                 rate_per_minute: int) -> None:
+        self.store = store
+        self.scorer = scorer
+        self.clip = clip
+        self.budget = budget
+        self.rate_per_minute = rate_per_minute
+        self._calls: dict[str, collections.deque[float]] = collections.defaultdict(
+            collections.deque)
+        self._lock = threading.Lock()
+
+    def _admit(self, caller: str, n: int) -> None:
+        with self._lock:
+            now = time.monotonic()
+            calls = self._calls[caller]
+            while calls and now - calls[0] > 60.0:
+                calls.popleft()
+            if len(calls) >= self.rate_per_minute:
+                raise RateLimited(f"rate limit of {self.rate_per_minute} queries per minute "
+                                  f"reached for {caller!r}")
+            used = self.store.items_used(caller)
+            if used + n > self.budget:
+                raise RateLimited(f"query budget exhausted for {caller!r}: {used} of "
+                                  f"{self.budget} items used, {n} more requested")
+            calls.append(now)
+
+    def score(self, caller: str, req: RewardRequest) -> RewardResponse | MissingImages:
+        """Scores for ``req``, or the image hashes the caller must resend."""
+        self._admit(caller, len(req.items))
+        missing: list[str] = []
+        for item in req.items:
+            if item.image_b64 is not None:
+                try:
+                    data = base64.b64decode(item.image_b64, validate=True)
+                except (binascii.Error, ValueError):
+                    raise PayloadError(f"image {item.image_sha256[:12]}… is not base64") from None
+                if hashlib.sha256(data).hexdigest() != item.image_sha256:
+                    raise PayloadError(f"image bytes do not hash to {item.image_sha256}")
+                self.store.put_image(item.image_sha256, data)
+            elif self.store.image(item.image_sha256) is None:
+                missing.append(item.image_sha256)
+        if missing:
+            return MissingImages(detail="unknown image hash(es); resend their bytes",
+                                 missing=sorted(set(missing)))
+        images = []
+        for item in req.items:
+            try:
+                image = Image.open(io.BytesIO(self.store.image(item.image_sha256) or b""))
+                images.append(image.convert("RGB"))
+            except (UnidentifiedImageError, OSError, ValueError):
+                raise PayloadError(f"image {item.image_sha256[:12]}… is not a readable "
+                                   f"image") from None
+        raw = self.scorer.score(images, [i.prompt for i in req.items],
+                                [i.response for i in req.items])
+        if len(raw) != len(req.items):
+            raise RuntimeError(f"scorer returned {len(raw)} scores for {len(req.items)} items")
+        # A non-finite score carries no preference: send the neutral 0 rather than leak NaN.
+        scores = np.clip(np.nan_to_num(np.asarray(raw, dtype=np.float64), nan=0.0),
+                         -self.clip, self.clip)
+        item_hashes = [hashlib.sha256(json.dumps(
+            [i.image_sha256, i.prompt, i.response]).encode()).hexdigest() for i in req.items]
+        query_sha = hashlib.sha256("".join(item_hashes).encode()).hexdigest()
+        self.store.record_query(caller, query_sha, item_hashes)
+        return RewardResponse(scores=[float(s) for s in scores], query_sha256=query_sha)

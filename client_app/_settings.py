@@ -1,0 +1,51 @@
+"""Client configuration: a TOML/JSON file plus ``FEDMOR_CLIENT_*`` environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import SettingsConfigDict
+
+from server_app._settings import _EnvOverFile
+
+__all__ = ["ClientSettings"]
+
+
+class ClientSettings(_EnvOverFile):
+    """Everything a hospital's client app needs; every field has a working default."""
+
+    model_config = SettingsConfigDict(env_prefix="FEDMOR_CLIENT_", extra="forbid")
+
+    name: str = Field(default="client", description="this institution's roster name")
+    server_url: str = Field(default="https://127.0.0.1:8443", description="consortium server")
+    enrollment_token: SecretStr | None = Field(default=None, description="one-time token")
+    identity_key: Path = Field(default=Path("fedmor-client/identity.pem"),
+                               description="Ed25519 identity key (created if missing)")
+    db_path: Path = Field(default=Path("fedmor-client/client.db"), description="SQLite state")
+    roster_file: Path | None = Field(default=None, description="consortium roster to check "
+                                     "round participants' keys against")
+    host: str = "127.0.0.1"
+    port: int = Field(default=9443, ge=0, le=65535)
+    public_url: str | None = Field(default=None, description="URL the server reaches this app "
+                                   "at (push mode); None = pull mode")
+    tls_cert: Path | None = Field(default=None, description="PEM certificate chain (HTTPS)")
+    tls_key: Path | None = None
+    server_ca: Path | None = Field(default=None, description="CA bundle to verify the server")
+    server_public_key: str | None = Field(default=None, description="pinned server identity "
+                                          "(default: the key learned at enrollment)")
+    reward_model_dir: Path | None = Field(default=None, description="sdk.reward checkpoint "
+                                          "(with normalizer.json); overrides ``scorer``")
+    scorer: str = Field(default="client_app._scorer:HashScorer",
+                        description="module:factory returning the reward scorer")
+    update_source: str = Field(default="client_app._demo:demo_update",
+                               description="module:function computing the local router update")
+    clip: float = Field(default=3.0, gt=0, description="scores are clipped to [-clip, clip]")
+    query_budget: int = Field(default=100_000, ge=0, description="items each caller may score")
+    rate_limit_per_minute: int = Field(default=600, ge=1)
+    max_request_bytes: int = Field(default=32 * 2**20, ge=1024)
+    max_clock_skew_s: float = Field(default=300.0, gt=0)
+    run_rounds: bool = Field(default=True, description="take part in router rounds")
+    poll_interval_s: float = Field(default=0.5, gt=0)
+    retry_max_s: float = Field(default=5.0, gt=0, description="backoff cap")
+    request_timeout_s: float = Field(default=60.0, gt=0)

@@ -1,0 +1,118 @@
+"""The client's own SQLite state: enrollment, image cache, query audit log, round progress."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ClientStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS images (sha256 TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS query_audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, caller TEXT NOT NULL,
+    query_sha256 TEXT NOT NULL, items INTEGER NOT NULL, item_hashes TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS nonces (
+    sender TEXT NOT NULL, nonce TEXT NOT NULL, ts REAL NOT NULL, PRIMARY KEY (sender, nonce));
+CREATE TABLE IF NOT EXISTS rounds (round_id INTEGER PRIMARY KEY, status TEXT NOT NULL,
+    detail TEXT);
+CREATE TABLE IF NOT EXISTS sent (round_id INTEGER NOT NULL, stage TEXT NOT NULL,
+    payload TEXT NOT NULL, PRIMARY KEY (round_id, stage));
+"""
+
+
+class ClientStore:
+    """Thread-safe access to the client's SQLite file (WAL)."""
+
+    def __init__(self, path: Path | str) -> None:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL: durable across an app crash (not a power cut), one fsync per checkpoint
+        # instead of per query; the audit log is local bookkeeping, not an acknowledgement.
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    def _one(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
+        with self._lock:
+            row = self._db.execute(sql, args).fetchone()
+            return None if row is None else row[0]
+
+    def _exec(self, sql: str, args: tuple[Any, ...] = ()) -> None:
+        with self._lock:
+            self._db.execute(sql, args)
+
+    def get(self, key: str) -> str | None:
+        """A stored setting (client_id, server_public_key), or None."""
+        value = self._one("SELECT value FROM kv WHERE key=?", (key,))
+        return None if value is None else str(value)
+
+    def put(self, key: str, value: str) -> None:
+        """Store a setting."""
+        self._exec("INSERT OR REPLACE INTO kv VALUES (?,?)", (key, value))
+
+    def put_image(self, sha256: str, data: bytes) -> None:
+        """Cache an image by its hash."""
+        self._exec("INSERT OR IGNORE INTO images VALUES (?,?)", (sha256, data))
+
+    def image(self, sha256: str) -> bytes | None:
+        """A cached image, or None."""
+        data = self._one("SELECT data FROM images WHERE sha256=?", (sha256,))
+        return None if data is None else bytes(data)
+
+    def record_query(self, caller: str, query_sha256: str, item_hashes: list[str]) -> None:
+        """Audit one answered query by its input hashes (never the inputs themselves)."""
+        self._exec("INSERT INTO query_audit(ts, caller, query_sha256, items, item_hashes) "
+                   "VALUES (?,?,?,?,?)", (time.time(), caller, query_sha256, len(item_hashes),
+                                          json.dumps(item_hashes)))
+
+    def items_used(self, caller: str) -> int:
+        """How many items ``caller`` had scored so far (for the query budget)."""
+        return int(self._one("SELECT COALESCE(SUM(items), 0) FROM query_audit WHERE caller=?",
+                             (caller,)))
+
+    def audit_log(self) -> list[dict[str, Any]]:
+        """All audit records, oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT ts, caller, query_sha256, items FROM query_audit "
+                                    "ORDER BY id").fetchall()
+        return [dict(zip(("ts", "caller", "query_sha256", "items"), r, strict=True))
+                for r in rows]
+
+    def use_nonce(self, sender: str, nonce: str, ts: float, *, keep_s: float) -> bool:
+        """Record a nonce; False if it was already used (a replay)."""
+        with self._lock:
+            self._db.execute("DELETE FROM nonces WHERE ts < ?", (time.time() - keep_s,))
+            try:
+                self._db.execute("INSERT INTO nonces VALUES (?,?,?)", (sender, nonce, ts))
+            except sqlite3.IntegrityError:
+                return False
+            return True
+
+    def round_status(self, round_id: int) -> str | None:
+        """This client's view of a round: running, done, abandoned — or None if unseen."""
+        value = self._one("SELECT status FROM rounds WHERE round_id=?", (round_id,))
+        return None if value is None else str(value)
+
+    def set_round(self, round_id: int, status: str, detail: str = "") -> None:
+        """Record this client's progress in a round."""
+        self._exec("INSERT OR REPLACE INTO rounds VALUES (?,?,?)", (round_id, status, detail))
+
+    def sent(self, round_id: int) -> dict[str, dict[str, Any]]:
+        """The stage messages already sent in a round (to resend identically after a restart)."""
+        with self._lock:
+            rows = self._db.execute("SELECT stage, payload FROM sent WHERE round_id=?",
+                                    (round_id,)).fetchall()
+        return {r[0]: json.loads(r[1]) for r in rows}
+
+    def put_sent(self, round_id: int, stage: str, payload: dict[str, Any]) -> None:
+        """Remember a message before sending it, so a retry after a crash is identical."""
+        self._exec("INSERT OR IGNORE INTO sent VALUES (?,?,?)",
+                   (round_id, stage, json.dumps(payload)))

@@ -1,0 +1,192 @@
+"""Benchmark of the REST apps across real processes on 127.0.0.1.
+
+1. A secure router round (SecAgg+, sdk.secagg) over REST with N client processes and a
+   P-parameter update, against a plain (unmasked) FedAvg round over the same REST path.
+2. ``/v1/reward`` (push, through the server's RewardBroker) against in-process scoring of the
+   same batches of 16 with a tiny real reward model (sdk.reward ClientScorer): p50/p99 latency.
+3. Bytes on the wire per round and per query, with and without the image cache.
+
+Usage: python examples/benchmarks/apps.py [--quick]; the last stdout line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+# One torch thread per process (here and, inherited, in every client process): with many
+# processes on few cores, torch's intra-op threads contend and scoring slows down ~40x.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+
+from server_app import QueryItem, RewardBroker, Store, load_private_key
+from server_app._local import LocalConsortium
+
+
+def log(msg: str) -> None:
+    print(f"[apps] {msg}", flush=True)
+
+
+def round_bytes(db: str, round_id: int) -> int:
+    """Stage messages up plus per-client stage inputs down, as stored (JSON)."""
+    with sqlite3.connect(db) as conn:
+        up = conn.execute("SELECT COALESCE(SUM(LENGTH(payload)), 0) FROM stage_messages "
+                          "WHERE round_id=?", (round_id,)).fetchone()[0]
+        rows = conn.execute("SELECT broadcast FROM stage_closures WHERE round_id=?",
+                            (round_id,)).fetchall()
+    down = sum(len(json.dumps(v)) for (b,) in rows for v in json.loads(b).values())
+    return int(up + down)
+
+
+def timed_round(c: LocalConsortium, kind: str, length: int, n: int) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    info = c.create_round(kind=kind, vector_length=length, min_clients=max(2, n - 2))
+    done = c.wait_round(info["round_id"], timeout_s=600)
+    elapsed = time.perf_counter() - t0
+    if done["status"] != "finished":
+        raise RuntimeError(f"{kind} round failed: {done['error']}")
+    return elapsed, round_bytes(c.server_cfg["db_path"], info["round_id"])
+
+
+def build_reward_model(root: Path) -> Path:
+    """A tiny random Qwen2-VL reward model with a fitted normalizer, saved like a real one."""
+    from sdk.models import build_tiny_vlm
+    from sdk.reward import RewardModel, ScoreNormalizer
+
+    backbone = build_tiny_vlm("qwen2_vl", root / "backbone",
+                              corpus=["What color is the square?", "The square is red."])
+    model = RewardModel.from_backbone(backbone)
+    out = root / "reward"
+    model.save_pretrained(out)
+    ScoreNormalizer(mu=0.0, sigma=1.0).save(out)
+    return out
+
+
+def png(seed: int) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (84, 84, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    n_clients = 5 if args.quick else 10
+    length = 1_000_000
+    repeats = 2 if args.quick else 3
+    batches = 15 if args.quick else 60
+    batch = 16
+    root = Path(tempfile.mkdtemp(prefix="fedmor-apps-bench-"))
+    log(f"building a tiny reward model in {root}")
+    model_dir = build_reward_model(root)
+    with LocalConsortium(root / "consortium", n_clients,
+                         server={"stage_deadline_s": 300.0, "max_request_bytes": 64 * 2**20},
+                         clients={"poll_interval_s": 0.02}) as c:
+        log(f"starting 1 server + {n_clients} client processes")
+        t0 = time.perf_counter()
+        c.start()
+        c.wait_enrolled()
+        log(f"consortium up in {time.perf_counter() - t0:.1f} s")
+        plain, secure = [], []
+        for r in range(repeats):
+            plain.append(timed_round(c, "rm_fedavg", length, n_clients))
+            log(f"plain FedAvg round {r}: {plain[-1][0]:.2f} s, {plain[-1][1]} bytes")
+            secure.append(timed_round(c, "router_secagg", length, n_clients))
+            log(f"secure round {r}: {secure[-1][0]:.2f} s, {secure[-1][1]} bytes")
+        plain_s = statistics.median(t for t, _ in plain)
+        secure_s = statistics.median(t for t, _ in secure)
+
+        # -- reward queries ------------------------------------------------------------------
+        site = c.names[0]
+        for name in c.names:  # idle clients poll the server: keep them off the CPU
+            c.stop(name)
+        c.start_client(site, reward_model_dir=str(model_dir), run_rounds=False)
+        client_id = c.enrolled()[0]
+        from sdk.reward import ClientScorer
+
+        scorer = ClientScorer.from_pretrained(model_dir)
+        store = Store(c.server_cfg["db_path"])
+        broker = RewardBroker(store, load_private_key(Path(c.server_cfg["identity_key"])),
+                              mode="push", timeout_s=120)
+        images = [png(i) for i in range(batches * batch)]
+        queries = [[QueryItem(image=images[b * batch + i], prompt="What color is the square?",
+                              response=f"The square is red {i}.") for i in range(batch)]
+                   for b in range(batches)]
+
+        decoded = [[Image.open(io.BytesIO(i.image)).convert("RGB") for i in q] for q in queries]
+
+        def in_process(b: int) -> list[float]:
+            q = queries[b]
+            return scorer.score(decoded[b], [i.prompt for i in q], [i.response for i in q])
+
+        async def run() -> tuple[list[float], list[float], int, int, list[list[float]],
+                                 list[list[float]]]:
+            before = broker.bytes_sent
+            await broker.query(client_id, queries[0])  # images travel (uncached)
+            uncached = broker.bytes_sent - before
+            for q in queries[1:]:  # warm the cache for every batch
+                await broker.query(client_id, q)
+            in_process(0)  # warm-up
+            http_lat, mem_lat, outs, mem = [], [], [], []
+            for b, q in enumerate(queries):  # interleaved, so both see the same machine load
+                before = broker.bytes_sent
+                t = time.perf_counter()
+                outs.append(await broker.query(client_id, q))
+                http_lat.append(time.perf_counter() - t)
+                cached = broker.bytes_sent - before
+                t = time.perf_counter()
+                mem.append(in_process(b))
+                mem_lat.append(time.perf_counter() - t)
+            await broker.aclose()
+            return http_lat, mem_lat, uncached, cached, outs, mem
+
+        log(f"{batches} batches of {batch}: /v1/reward (push) and in-process, interleaved")
+        http_lat, mem_lat, uncached, cached, outs, mem_scores = asyncio.run(run())
+        agree = float(np.max(np.abs(np.array(outs) - np.array(mem_scores))))
+        log(f"HTTP vs in-process max score difference: {agree:.2e}")
+
+    p50 = float(np.percentile(http_lat, 50) * 1000)
+    p99 = float(np.percentile(http_lat, 99) * 1000)
+    ratio = sum(http_lat) / sum(mem_lat)
+    result = {
+        "benchmark": "apps",
+        "quick": args.quick,
+        "config": {"clients": n_clients, "params": length, "repeats": repeats, "batch": batch,
+                   "batches": batches, "reward_model": "tiny random qwen2_vl (sdk.reward)",
+                   "omp_num_threads": os.environ["OMP_NUM_THREADS"]},
+        "round_plain_s": plain_s,
+        "round_secure_s": secure_s,
+        "round_bytes_plain": plain[0][1],
+        "round_bytes_secure": secure[0][1],
+        "reward_in_process_p50_ms": float(np.percentile(mem_lat, 50) * 1000),
+        "reward_http_throughput_items_per_s": batch * len(http_lat) / sum(http_lat),
+        "reward_in_process_items_per_s": batch * len(mem_lat) / sum(mem_lat),
+        "reward_http_vs_in_process_max_abs_diff": agree,
+        "headline": {
+            "secure_vs_plain_round_ratio": secure_s / plain_s,
+            "http_overhead_ratio": ratio,
+            "reward_p50_ms": p50,
+            "reward_p99_ms": p99,
+            "query_bytes_cached": cached,
+            "query_bytes_uncached": uncached,
+        },
+    }
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

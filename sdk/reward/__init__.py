@@ -1,0 +1,43 @@
+"""Client reward models (stage A): Bradley-Terry training, normalization, the client scorer."""
+
+from sdk.reward._clients import (
+    ClientRewardModel,
+    cross_accuracy,
+    pair_texts,
+    train_client_reward_models,
+)
+from sdk.reward._config import DPSettings, LoraSettings, RewardTrainingConfig
+from sdk.reward._model import (
+    PairLike,
+    RewardCheckpointError,
+    RewardInputError,
+    RewardModel,
+)
+from sdk.reward._normalizer import ScoreNormalizer
+from sdk.reward._scorer import ClientScorer
+from sdk.reward._training import (
+    RewardTrainingResult,
+    bradley_terry_loss,
+    pairwise_accuracy,
+    train_reward_model,
+)
+
+__all__ = [
+    "ClientRewardModel",
+    "ClientScorer",
+    "DPSettings",
+    "LoraSettings",
+    "PairLike",
+    "RewardCheckpointError",
+    "RewardInputError",
+    "RewardModel",
+    "RewardTrainingConfig",
+    "RewardTrainingResult",
+    "ScoreNormalizer",
+    "bradley_terry_loss",
+    "cross_accuracy",
+    "pair_texts",
+    "pairwise_accuracy",
+    "train_client_reward_models",
+    "train_reward_model",
+]

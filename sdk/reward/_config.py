@@ -1,0 +1,60 @@
+"""Configuration models for reward-model training: LoRA, DP-SGD and the training loop."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["DPSettings", "LoraSettings", "RewardTrainingConfig"]
+
+
+class LoraSettings(BaseModel):
+    """LoRA adapters (peft) on the language model's attention projections."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    r: int = Field(default=8, ge=1)
+    alpha: int = Field(default=16, ge=1)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    train_vision: bool = False  # also adapt the vision tower's projections of the same names
+
+
+class DPSettings(BaseModel):
+    """Record-level DP-SGD: one record is one preference pair (chosen + rejected together)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target_epsilon: float = Field(default=8.0, gt=0.0)
+    delta: float = Field(default=1e-5, gt=0.0, lt=1.0)
+    max_grad_norm: float = Field(default=1.0, gt=0.0)
+
+
+class RewardTrainingConfig(BaseModel):
+    """Bradley-Terry training of one client's reward model.
+
+    ``steps`` wins over ``epochs`` when both are given. ``eval_every=0`` evaluates only at the end.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lr: float = Field(default=3e-4, gt=0.0)
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    warmup_steps: int = Field(default=20, ge=0)
+    batch_size: int = Field(default=32, ge=1, description="pairs per step")
+    steps: int | None = Field(default=None, ge=1)
+    epochs: float = Field(default=1.0, gt=0.0)
+    seed: int = 0
+    eval_every: int = Field(default=50, ge=0)
+    eval_batch_size: int = Field(default=64, ge=1)
+    max_grad_norm: float | None = Field(default=1.0, gt=0.0, description="clipping without DP")
+    lora: LoraSettings | None = None
+    dp: DPSettings | None = None
+    fit_normalizer: bool = True
+    clip_bound: float = Field(default=3.0, gt=0.0)
+
+    def total_steps(self, n_pairs: int) -> int:
+        """Optimizer steps for ``n_pairs`` training pairs."""
+        if self.steps is not None:
+            return self.steps
+        per_epoch = max(1, -(-n_pairs // self.batch_size))
+        return max(1, round(per_epoch * self.epochs))

@@ -1,0 +1,205 @@
+"""The consortium server: ``create_app(settings) -> FastAPI``."""
+
+
+import asyncio
+import hmac
+import logging
+import ssl
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Path, Query, Request, Response
+
+import server_app._secagg_kind  # noqa: F401  (registers router_secagg)
+from sdk._version import __version__
+from server_app._auth import AuthError, load_or_create_key, public_key_b64
+from server_app._broker import RewardBroker
+from server_app._http import ERROR_RESPONSES, NotFoundError, SizeLimit, authenticate, install_errors
+from server_app._roster import RosterFile
+from server_app._rounds import RoundManager
+from server_app._schemas import (
+    EnrollRequest,
+    EnrollResponse,
+    Health,
+    PendingQuery,
+    RewardAnswer,
+    RoundCreate,
+    RoundInfo,
+    RouterVersionInfo,
+    StageAck,
+    StageBroadcast,
+    StageSubmit,
+)
+from server_app._settings import ServerSettings
+from server_app._store import ConflictError, Store
+
+__all__ = ["create_app", "create_app_from_env"]
+
+_log = logging.getLogger("fedmor.server")
+_STAGE = Path(pattern=r"^[a-z_]{1,40}$")
+
+
+def _version_info(row: dict[str, Any]) -> RouterVersionInfo:
+    return RouterVersionInfo(version=row["version"], round_id=row["round_id"],
+                             sha256=row["sha256"], size_bytes=len(row["blob"]),
+                             length=row["length"], created_at=row["created_at"])
+
+
+def create_app(settings: ServerSettings | None = None) -> FastAPI:
+    """Build the server app; the store, identity key and roster are opened immediately."""
+    cfg = settings or ServerSettings()
+    store = Store(cfg.db_path)
+    key = load_or_create_key(cfg.identity_key)
+    if cfg.roster_file is not None:
+        for entry in RosterFile.load(cfg.roster_file).clients:
+            store.upsert_roster(entry.name, entry.public_key, entry.token_sha256)
+    rounds = RoundManager(store, default_deadline_s=cfg.stage_deadline_s)
+    verify: Any = ssl.create_default_context(cafile=str(cfg.tls_ca)) if cfg.tls_ca else True
+    broker = RewardBroker(store, key, timeout_s=cfg.reward_timeout_s, poll_s=cfg.reward_poll_s,
+                          verify=verify)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async def ticker() -> None:  # deadlines fire even when no client calls in
+            while True:
+                await asyncio.sleep(cfg.tick_interval_s)
+                try:
+                    await asyncio.to_thread(rounds.tick)
+                except Exception:  # a failing tick must not stop all future deadlines
+                    _log.exception("deadline tick failed")
+
+        task = asyncio.create_task(ticker())
+        yield
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        await broker.aclose()
+
+    app = FastAPI(title="fedmor server", version=__version__, lifespan=lifespan,
+                  responses=ERROR_RESPONSES,
+                  description="Consortium server: enrollment, secure router rounds, router "
+                              "versions and the reward-query broker. See docs/rest-api.md.")
+    app.state.store, app.state.rounds, app.state.broker = store, rounds, broker
+    app.state.settings = cfg
+    install_errors(app)
+    app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
+
+    def key_of(sender: str) -> str | None:
+        client = store.client(sender)
+        return None if client is None else str(client["public_key"])
+
+    def use_nonce(sender: str, nonce: str, ts: float) -> bool:
+        return store.use_nonce(sender, nonce, ts, keep_s=2 * cfg.max_clock_skew_s + 60)
+
+    async def client_id(request: Request) -> str:
+        return await authenticate(request, public_key_of=key_of, use_nonce=use_nonce,
+                                  max_skew_s=cfg.max_clock_skew_s)
+
+    def admin(request: Request) -> None:
+        header = request.headers.get("authorization", "")
+        if cfg.admin_token is None:
+            raise AuthError("admin endpoints are disabled (no admin_token configured)", status=403)
+        expected = f"Bearer {cfg.admin_token.get_secret_value()}"
+        if not hmac.compare_digest(header.encode(), expected.encode()):
+            raise AuthError("missing or wrong admin bearer token")
+
+    async def caller(request: Request) -> str:
+        """A signed client, or the admin bearer token."""
+        if request.headers.get("authorization"):
+            admin(request)
+            return "admin"
+        return await client_id(request)
+
+    Client = Annotated[str, Depends(client_id)]
+    Caller = Annotated[str, Depends(caller)]
+
+    @app.get("/v1/health", response_model=Health, tags=["meta"])
+    def health() -> Health:
+        """Liveness probe."""
+        return Health(app="fedmor-server", version=__version__)
+
+    @app.post("/v1/enroll", response_model=EnrollResponse, tags=["enrollment"])
+    def enroll(req: EnrollRequest) -> EnrollResponse:
+        """Trade a one-time token plus the roster's identity key for a client id."""
+        row, created = store.enroll(name=req.name, token=req.token, public_key=req.public_key,
+                                    reward_url=req.reward_url, new_id=f"c-{uuid.uuid4().hex[:12]}")
+        if created:
+            store.audit(row["client_id"], "enrolled", name=req.name)
+        return EnrollResponse(client_id=row["client_id"], name=row["name"],
+                              server_public_key=public_key_b64(key))
+
+    @app.post("/v1/rounds", response_model=RoundInfo, tags=["rounds"],
+              dependencies=[Depends(admin)])
+    def create_round(req: RoundCreate) -> RoundInfo:
+        """Open a round (admin)."""
+        return rounds.create(req)
+
+    @app.get("/v1/rounds", response_model=list[RoundInfo], tags=["rounds"])
+    def list_rounds(_: Caller, status: Annotated[str | None, Query(
+            pattern="^(open|finished|failed)$")] = None) -> list[RoundInfo]:
+        """All rounds, oldest first."""
+        return rounds.list(status)
+
+    @app.get("/v1/rounds/{round_id}", response_model=RoundInfo, tags=["rounds"])
+    def get_round(_: Caller, round_id: Annotated[int, Path(ge=1, le=2**62)]) -> RoundInfo:
+        """Status of one round."""
+        return rounds.info(round_id)
+
+    @app.post("/v1/rounds/{round_id}/stages/{stage}", response_model=StageAck, tags=["rounds"])
+    def submit(client: Client, round_id: Annotated[int, Path(ge=1, le=2**62)],
+               stage: Annotated[str, _STAGE], body: StageSubmit) -> StageAck:
+        """A client's message for one stage; acknowledged once committed."""
+        return rounds.submit(round_id, stage, client, body.payload)
+
+    @app.get("/v1/rounds/{round_id}/stages/{stage}", response_model=StageBroadcast,
+             tags=["rounds"])
+    def stage_input(client: Client, round_id: Annotated[int, Path(ge=1, le=2**62)],
+                    stage: Annotated[str, _STAGE]) -> StageBroadcast:
+        """The server's input for this client's stage (``ready`` false until available)."""
+        return rounds.broadcast(round_id, stage, client)
+
+    @app.get("/v1/router/latest", response_model=RouterVersionInfo, tags=["router"])
+    def router_latest(_: Caller) -> RouterVersionInfo:
+        """Metadata and sha256 of the newest global router."""
+        row = store.version()
+        if row is None:
+            raise NotFoundError("no router version exists yet")
+        return _version_info(row)
+
+    @app.get("/v1/router/{version}", tags=["router"], response_class=Response,
+             responses={200: {"content": {"application/octet-stream": {}},
+                              "description": "little-endian float32 router parameters"}})
+    def router_blob(_: Caller, version: Annotated[int, Path(ge=1, le=2**62)]) -> Response:
+        """The parameters of one router version; header ``x-fedmor-sha256`` is their hash."""
+        row = store.version(version)
+        if row is None:
+            raise NotFoundError(f"router version {version} does not exist")
+        return Response(bytes(row["blob"]), media_type="application/octet-stream",
+                        headers={"x-fedmor-sha256": row["sha256"]})
+
+    @app.get("/v1/reward/pending", response_model=list[PendingQuery], tags=["reward"])
+    def pending(client: Client) -> list[PendingQuery]:
+        """Pull mode: this client's queued reward queries."""
+        return [PendingQuery.model_validate(q) for q in store.pending_queries(client)]
+
+    @app.post("/v1/reward/answers/{query_id}", response_model=None, tags=["reward"],
+              status_code=204)
+    def answer(client: Client, query_id: Annotated[int, Path(ge=1, le=2**62)],
+               body: RewardAnswer) -> None:
+        """Pull mode: scores for one query (or the image hashes the client lacks)."""
+        row = store.query(query_id)
+        if row is None or row["client_id"] != client:
+            raise NotFoundError(f"query {query_id} is not pending for this client")
+        if row["status"] != "pending":
+            raise ConflictError(f"query {query_id} was already answered")
+        store.answer_query(query_id, body.scores if not (body.missing or body.error)
+                           else body.model_dump(include={"missing", "error"}))
+
+    return app
+
+
+def create_app_from_env() -> FastAPI:
+    """Factory for ``uvicorn --factory``: settings from ``FEDMOR_SERVER_*`` variables."""
+    return create_app(ServerSettings())

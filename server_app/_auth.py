@@ -1,0 +1,168 @@
+"""Request signing and verification with Ed25519 identity keys (shared by both apps).
+
+Every authenticated request carries four headers; the signature covers
+``METHOD \\n path?query \\n sha256(body) \\n timestamp \\n nonce \\n sender`` so a captured request
+cannot be moved to another path, body, time or sender, and the nonce makes it single-use.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+import secrets
+import time
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+__all__ = [
+    "HEADER_NONCE",
+    "HEADER_SENDER",
+    "HEADER_SIGNATURE",
+    "HEADER_TIMESTAMP",
+    "AuthError",
+    "SignedRequest",
+    "canonical_message",
+    "generate_key",
+    "load_or_create_key",
+    "load_private_key",
+    "parse_public_key",
+    "public_key_b64",
+    "sign_headers",
+    "verify_signed",
+]
+
+HEADER_SENDER = "x-fedmor-sender"
+HEADER_TIMESTAMP = "x-fedmor-timestamp"
+HEADER_NONCE = "x-fedmor-nonce"
+HEADER_SIGNATURE = "x-fedmor-signature"
+
+
+class AuthError(ValueError):
+    """A request's authentication is missing or wrong; ``status`` is 401 or 403."""
+
+    def __init__(self, message: str, *, status: int = 401) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class SignedRequest:
+    """The authentication fields parsed from one request's headers."""
+
+    def __init__(self, *, sender: str, timestamp: int, nonce: str, signature: bytes) -> None:
+        self.sender = sender
+        self.timestamp = timestamp
+        self.nonce = nonce
+        self.signature = signature
+
+    @classmethod
+    def from_headers(cls, headers: dict[str, str]) -> SignedRequest:
+        """Parse the four auth headers; raise ``AuthError`` (401) naming the missing/bad one."""
+        lower = {k.lower(): v for k, v in headers.items()}
+        missing = [h for h in (HEADER_SENDER, HEADER_TIMESTAMP, HEADER_NONCE, HEADER_SIGNATURE)
+                   if not lower.get(h)]
+        if missing:
+            raise AuthError(f"missing authentication header(s): {', '.join(missing)}")
+        try:
+            timestamp = int(lower[HEADER_TIMESTAMP])
+        except ValueError:
+            raise AuthError(f"header {HEADER_TIMESTAMP} is not an integer") from None
+        nonce = lower[HEADER_NONCE]
+        if not 8 <= len(nonce) <= 64 or not nonce.isalnum():
+            raise AuthError(f"header {HEADER_NONCE} must be 8-64 alphanumeric characters")
+        try:
+            signature = base64.b64decode(lower[HEADER_SIGNATURE], validate=True)
+        except (binascii.Error, ValueError):
+            raise AuthError(f"header {HEADER_SIGNATURE} is not base64") from None
+        return cls(sender=lower[HEADER_SENDER], timestamp=timestamp, nonce=nonce,
+                   signature=signature)
+
+
+def canonical_message(*, method: str, path: str, body: bytes, timestamp: int, nonce: str,
+                      sender: str) -> bytes:
+    """The exact bytes that are signed for one request."""
+    digest = hashlib.sha256(body).hexdigest()
+    return "\n".join([method.upper(), path, digest, str(timestamp), nonce, sender]).encode()
+
+
+def sign_headers(key: Ed25519PrivateKey, *, sender: str, method: str, path: str, body: bytes,
+                 now: float | None = None) -> dict[str, str]:
+    """Headers that authenticate one request from ``sender``; ``path`` includes the query."""
+    timestamp = int(time.time() if now is None else now)
+    nonce = secrets.token_hex(16)
+    message = canonical_message(method=method, path=path, body=body, timestamp=timestamp,
+                                nonce=nonce, sender=sender)
+    return {
+        HEADER_SENDER: sender,
+        HEADER_TIMESTAMP: str(timestamp),
+        HEADER_NONCE: nonce,
+        HEADER_SIGNATURE: base64.b64encode(key.sign(message)).decode(),
+    }
+
+
+def verify_signed(request: SignedRequest, public_key: Ed25519PublicKey, *, method: str,
+                  path: str, body: bytes, max_skew_s: float, now: float | None = None) -> None:
+    """Check the clock skew and the signature; raise ``AuthError`` otherwise.
+
+    Nonce reuse is checked by the caller, which owns the nonce store.
+    """
+    current = time.time() if now is None else now
+    if abs(current - request.timestamp) > max_skew_s:
+        raise AuthError(f"timestamp {request.timestamp} is more than {max_skew_s:g} s away "
+                        f"from the server clock")
+    message = canonical_message(method=method, path=path, body=body,
+                                timestamp=request.timestamp, nonce=request.nonce,
+                                sender=request.sender)
+    try:
+        public_key.verify(request.signature, message)
+    except InvalidSignature:
+        raise AuthError(f"bad signature for sender {request.sender!r}", status=403) from None
+
+
+def generate_key() -> Ed25519PrivateKey:
+    """A fresh Ed25519 identity key."""
+    return Ed25519PrivateKey.generate()
+
+
+def public_key_b64(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
+    """The raw 32-byte public key, base64 (the form used in rosters and on the wire)."""
+    public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return base64.b64encode(raw).decode()
+
+
+def parse_public_key(text: str) -> Ed25519PublicKey:
+    """Parse a base64 raw Ed25519 public key; raise ``ValueError`` naming the problem."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("public key is not base64") from None
+    if len(raw) != 32:
+        raise ValueError(f"public key must be 32 bytes, got {len(raw)}")
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def load_private_key(path: Path) -> Ed25519PrivateKey:
+    """Load a PEM (PKCS#8, unencrypted) Ed25519 private key."""
+    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError(f"{path} does not hold an Ed25519 private key")
+    return key
+
+
+def load_or_create_key(path: Path) -> Ed25519PrivateKey:
+    """Load the key at ``path``, or create it there (mode 0600) if missing."""
+    if path.exists():
+        return load_private_key(path)
+    key = generate_key()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(pem)
+    return key

@@ -1,0 +1,155 @@
+"""The reward-query broker (stage C): ask client k to score a batch, by push or pull.
+
+Push: the server POSTs ``/v1/reward`` to the client app, signed with the server's identity.
+Pull: the query waits in the store until the client fetches ``/v1/reward/pending`` and answers.
+Images are content-addressed: bytes travel once per client, then only their sha256; a client
+that lacks an image says so (409 / ``missing``) and the broker resends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from server_app._auth import sign_headers
+from server_app._store import Store
+
+__all__ = ["BrokerError", "QueryItem", "RewardBroker"]
+
+SERVER_SENDER = "server"
+
+
+class BrokerError(RuntimeError):
+    """A reward query could not be answered (client unreachable, refused, timed out)."""
+
+
+@dataclass(frozen=True)
+class QueryItem:
+    """One (image, prompt, response) to score; ``image`` is the encoded file (PNG, JPEG)."""
+
+    image: bytes
+    prompt: str
+    response: str
+
+    @property
+    def image_sha256(self) -> str:
+        """Content address of the image."""
+        return hashlib.sha256(self.image).hexdigest()
+
+
+class RewardBroker:
+    """Routes reward queries to clients; ``mode`` is ``push``, ``pull`` or ``auto`` (push when
+    the client enrolled with a reward URL)."""
+
+    def __init__(self, store: Store, key: Ed25519PrivateKey, *, timeout_s: float = 60.0,
+                 poll_s: float = 0.05, verify: Any = True, mode: str = "auto") -> None:
+        if mode not in ("push", "pull", "auto"):
+            raise ValueError(f"broker mode must be push, pull or auto, not {mode!r}")
+        self.store = store
+        self.key = key
+        self.timeout_s = timeout_s
+        self.poll_s = poll_s
+        self.mode = mode
+        self.bytes_sent = 0  # request bytes of push queries, for the benchmark
+        self._http = httpx.AsyncClient(timeout=timeout_s, verify=verify)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self._http.aclose()
+
+    def _items(self, client_id: str, items: list[QueryItem],
+               force: set[str] | None = None) -> list[dict[str, Any]]:
+        cached = self.store.cached(client_id)
+        out = []
+        for item in items:
+            digest = item.image_sha256
+            send = digest not in cached or (force is not None and digest in force)
+            out.append({"image_sha256": digest, "prompt": item.prompt, "response": item.response,
+                        "image_b64": base64.b64encode(item.image).decode() if send else None})
+        return out
+
+    @staticmethod
+    def _check(scores: object, n: int, client_id: str) -> list[float]:
+        if not isinstance(scores, list) or len(scores) != n:
+            raise BrokerError(f"client {client_id} returned {scores!r:.80} instead of {n} scores")
+        out = [float(s) for s in scores]
+        if not all(math.isfinite(s) for s in out):
+            raise BrokerError(f"client {client_id} returned a non-finite score")
+        return out
+
+    async def query(self, client_id: str, items: list[QueryItem]) -> list[float]:
+        """Scores of ``items`` from ``client_id`` (normalized and clipped by the client)."""
+        client = self.store.client(client_id)
+        if client is None:
+            raise BrokerError(f"unknown client {client_id}")
+        if not items:
+            return []
+        self.store.put_images({item.image_sha256: item.image for item in items})
+        push = self.mode == "push" or (self.mode == "auto" and client["reward_url"])
+        if push:
+            if not client["reward_url"]:
+                raise BrokerError(f"client {client_id} enrolled without a reward URL (push mode)")
+            scores = await self._push(client_id, str(client["reward_url"]), items)
+        else:
+            scores = await self._pull(client_id, items)
+        self.store.mark_cached(client_id, [i.image_sha256 for i in items])
+        self.store.audit("server", "reward_query", client_id=client_id, items=len(items))
+        return scores
+
+    async def _push(self, client_id: str, base_url: str, items: list[QueryItem]) -> list[float]:
+        force: set[str] = set()
+        for _ in range(2):  # at most one resend of the images the client lacks
+            body = json.dumps({"items": self._items(client_id, items, force)}).encode()
+            path = "/v1/reward"
+            headers = sign_headers(self.key, sender=SERVER_SENDER, method="POST", path=path,
+                                   body=body)
+            headers["content-type"] = "application/json"
+            self.bytes_sent += len(body)
+            try:
+                resp = await self._http.post(base_url.rstrip("/") + path, content=body,
+                                             headers=headers)
+            except httpx.HTTPError as exc:
+                raise BrokerError(f"client {client_id} unreachable at {base_url}: {exc}") from exc
+            if resp.status_code == 409 and "missing" in resp.json():
+                force = set(resp.json()["missing"])
+                self.store.forget_cached(client_id, sorted(force))
+                continue
+            if resp.status_code != 200:
+                raise BrokerError(f"client {client_id} answered {resp.status_code}: "
+                                  f"{resp.text[:200]}")
+            return self._check(resp.json().get("scores"), len(items), client_id)
+        raise BrokerError(f"client {client_id} still lacks images after a resend")
+
+    async def _pull(self, client_id: str, items: list[QueryItem]) -> list[float]:
+        force: set[str] = set()
+        for _ in range(2):
+            query_id = self.store.queue_query(client_id, self._items(client_id, items, force))
+            deadline = time.monotonic() + self.timeout_s
+            while True:
+                row = self.store.query(query_id)
+                if row is not None and row["status"] == "answered":
+                    break
+                if time.monotonic() > deadline:
+                    self.store.answer_query(query_id, [])  # withdraw it
+                    raise BrokerError(f"client {client_id} did not answer query {query_id} "
+                                      f"within {self.timeout_s:g} s")
+                await asyncio.sleep(self.poll_s)
+            answer = json.loads(row["scores"])
+            if isinstance(answer, dict) and answer.get("error"):
+                raise BrokerError(f"client {client_id} refused query {query_id}: "
+                                  f"{answer['error']}")
+            if isinstance(answer, dict) and answer.get("missing"):
+                force = set(answer["missing"])
+                self.store.forget_cached(client_id, sorted(force))
+                continue
+            return self._check(answer, len(items), client_id)
+        raise BrokerError(f"client {client_id} still lacks images after a resend")

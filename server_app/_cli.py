@@ -1,0 +1,85 @@
+"""``fedmor server``, ``fedmor keys new``, ``fedmor roster add|list`` (registered by sdk.cli)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register", "serve"]
+
+
+def serve(app: Any, *, host: str, port: int, tls_cert: Path | None, tls_key: Path | None) -> None:
+    """Run ``app`` on uvicorn, over HTTPS when a certificate is given."""
+    import uvicorn
+
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("give both tls_cert and tls_key, or neither")
+    uvicorn.run(app, host=host, port=port, log_level="warning",
+                ssl_certfile=str(tls_cert) if tls_cert else None,
+                ssl_keyfile=str(tls_key) if tls_key else None)
+
+
+def _server(args: argparse.Namespace) -> int:
+    from server_app._app import create_app
+    from server_app._settings import ServerSettings, load_settings
+
+    cfg = load_settings(ServerSettings, args.config)
+    if args.port is not None:
+        cfg = cfg.model_copy(update={"port": args.port})
+    serve(create_app(cfg), host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert,
+          tls_key=cfg.tls_key)
+    return 0
+
+
+def _keys_new(args: argparse.Namespace) -> int:
+    from server_app._auth import load_or_create_key, public_key_b64
+
+    if args.out.exists():
+        raise ValueError(f"{args.out} exists; refusing to overwrite an identity key")
+    print(public_key_b64(load_or_create_key(args.out)))
+    return 0
+
+
+def _roster_add(args: argparse.Namespace) -> int:
+    from server_app._auth import load_private_key, public_key_b64
+    from server_app._roster import add_to_roster
+
+    public = args.public_key or public_key_b64(load_private_key(args.key_file))
+    token = add_to_roster(args.roster, name=args.name, public_key=public)
+    print(f"added {args.name}; one-time enrollment token (give it to the site): {token}")
+    return 0
+
+
+def _roster_list(args: argparse.Namespace) -> int:
+    from server_app._roster import RosterFile
+
+    for entry in RosterFile.load(args.roster).clients:
+        print(f"{entry.name}\t{entry.public_key}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the server-side subcommands."""
+    p = sub.add_parser("server", help="run the consortium server")
+    p.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
+    p.add_argument("--port", type=int, default=None)
+    p.set_defaults(handler=_server)
+
+    keys = sub.add_parser("keys", help="identity keys").add_subparsers(dest="keys_command")
+    new = keys.add_parser("new", help="create an Ed25519 identity key, print its public key")
+    new.add_argument("--out", type=Path, default=Path("identity.pem"))
+    new.set_defaults(handler=_keys_new)
+
+    roster = sub.add_parser("roster", help="the consortium roster").add_subparsers(
+        dest="roster_command")
+    add = roster.add_parser("add", help="add a member, print its enrollment token")
+    add.add_argument("--roster", type=Path, default=Path("roster.json"))
+    add.add_argument("--name", required=True)
+    who = add.add_mutually_exclusive_group(required=True)
+    who.add_argument("--public-key", help="base64 Ed25519 public key")
+    who.add_argument("--key-file", type=Path, help="PEM private key to take the public key from")
+    add.set_defaults(handler=_roster_add)
+    listing = roster.add_parser("list", help="list members")
+    listing.add_argument("--roster", type=Path, default=Path("roster.json"))
+    listing.set_defaults(handler=_roster_list)

@@ -1,0 +1,123 @@
+"""HTTP plumbing both apps share: request size limit, typed-error handlers, request auth."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from server_app._auth import AuthError, SignedRequest, parse_public_key, verify_signed
+from server_app._protocols import PayloadError
+from server_app._store import ConflictError
+
+__all__ = ["ERROR_RESPONSES", "NotFoundError", "SizeLimit", "authenticate", "install_errors"]
+
+
+class NotFoundError(LookupError):
+    """An unknown round, stage, version or query (HTTP 404)."""
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"description": text, "content": {"application/json": {"schema": {
+        "type": "object", "properties": {"detail": {"type": "string"}},
+        "required": ["detail"]}}}}
+    for code, text in [(401, "Not authenticated"), (403, "Forbidden"), (404, "Not found"),
+                       (409, "Conflict"), (413, "Request too large"), (422, "Invalid request")]
+}
+
+
+class SizeLimit:
+    """ASGI middleware: refuse request bodies over ``limit`` bytes with 413 and a message."""
+
+    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def _reject(self, send: Send) -> None:
+        body = json.dumps({"detail": f"request body exceeds {self.limit} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._reject(send)
+            return
+        # Buffer (at most ``limit`` bytes) so chunked uploads are bounded too.
+        chunks: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            chunks.append(message)
+            size += len(message.get("body", b""))
+            if size > self.limit:
+                await self._reject(send)
+                return
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return chunks.pop(0) if chunks else await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _error(status: int) -> Callable[[Request, Exception], Any]:
+    async def handler(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=status)
+    return handler
+
+
+async def _auth_error(request: Request, exc: Exception) -> JSONResponse:
+    status = exc.status if isinstance(exc, AuthError) else 401
+    return JSONResponse({"detail": str(exc)}, status_code=status)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    parts = [f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg', '')}"
+             for e in errors[:5]]
+    return JSONResponse({"detail": "invalid request: " + "; ".join(parts)}, status_code=422)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code,
+                        headers=exc.headers)
+
+
+def install_errors(app: FastAPI) -> None:
+    """Map typed errors to 4xx answers with a ``detail`` message."""
+    app.add_exception_handler(AuthError, _auth_error)
+    app.add_exception_handler(PermissionError, _error(403))
+    app.add_exception_handler(NotFoundError, _error(404))
+    app.add_exception_handler(ConflictError, _error(409))
+    app.add_exception_handler(PayloadError, _error(422))
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+
+
+async def authenticate(request: Request, *, public_key_of: Callable[[str], str | None],
+                       use_nonce: Callable[[str, str, float], bool], max_skew_s: float) -> str:
+    """Verify the signed headers of ``request``; returns the sender. Raises ``AuthError``."""
+    signed = SignedRequest.from_headers(dict(request.headers))
+    key_text = public_key_of(signed.sender)
+    if key_text is None:
+        raise AuthError(f"unknown sender {signed.sender!r}")
+    path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    verify_signed(signed, parse_public_key(key_text), method=request.method, path=path,
+                  body=await request.body(), max_skew_s=max_skew_s)
+    if not use_nonce(signed.sender, signed.nonce, float(signed.timestamp)):
+        raise AuthError(f"nonce {signed.nonce} was already used (replayed request)")
+    return signed.sender

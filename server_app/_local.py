@@ -1,0 +1,254 @@
+"""A local consortium of real processes (one server, N client apps) on 127.0.0.1.
+
+Used by the tests, the benchmark and the demo: it writes each process's settings file, a
+roster with fresh identity keys and tokens, optionally a throw-away PKI (a self-signed CA and
+one certificate for 127.0.0.1), starts ``python -m server_app`` / ``python -m client_app``,
+waits for ``/v1/health`` and stops (or SIGKILLs) them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from server_app._auth import load_or_create_key, public_key_b64
+from server_app._roster import add_to_roster
+
+__all__ = ["LocalConsortium", "free_port", "make_pki", "wait_healthy"]
+
+ADMIN_TOKEN = "local-admin-token"
+_REPO = Path(__file__).resolve().parents[1]  # so ``python -m server_app`` finds the packages
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                       serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+
+
+def make_pki(directory: Path) -> tuple[Path, Path, Path]:
+    """A self-signed CA and a CA-signed certificate for 127.0.0.1/localhost.
+
+    Returns (ca.pem, cert.pem, key.pem).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedmor test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False,
+                                       encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
+                         critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([
+                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
+                           critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = directory / "ca.pem", directory / "cert.pem", directory / "key.pem"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(key, paths[2])
+    return paths
+
+
+def wait_healthy(url: str, *, verify: Any, proc: subprocess.Popen[bytes] | None = None,
+                 timeout_s: float = 120.0) -> None:
+    """Poll ``url``/v1/health until it answers 200; raise if the process died or time ran out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process for {url} exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/v1/health", verify=verify, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} not healthy after {timeout_s:g} s")
+
+
+class LocalConsortium:
+    """One server and ``n_clients`` client apps as subprocesses under ``workdir``."""
+
+    def __init__(self, workdir: Path, n_clients: int, *, tls: bool = False,
+                 server: dict[str, Any] | None = None,
+                 clients: dict[str, Any] | None = None) -> None:
+        self.dir = workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.tls = tls
+        self.pki = make_pki(workdir / "pki") if tls else None
+        self.verify: Any = ssl.create_default_context(cafile=str(self.pki[0])) if self.pki \
+            else True
+        scheme = "https" if tls else "http"
+        self.server_port = free_port()
+        self.server_url = f"{scheme}://127.0.0.1:{self.server_port}"
+        roster = workdir / "roster.json"
+        self.names = [f"site-{i}" for i in range(n_clients)]
+        self.client_cfg: dict[str, dict[str, Any]] = {}
+        for name in self.names:
+            key_path = workdir / name / "identity.pem"
+            token = add_to_roster(roster, name=name,
+                                  public_key=public_key_b64(load_or_create_key(key_path)))
+            port = free_port()
+            self.client_cfg[name] = {
+                "name": name, "server_url": self.server_url, "enrollment_token": token,
+                "identity_key": str(key_path), "db_path": str(workdir / name / "client.db"),
+                "roster_file": str(roster), "port": port,
+                "public_url": f"{scheme}://127.0.0.1:{port}", "poll_interval_s": 0.05,
+                "retry_max_s": 0.5, **self._tls("server_ca"), **(clients or {})}
+        self.server_cfg: dict[str, Any] = {
+            "db_path": str(workdir / "server" / "server.db"),
+            "identity_key": str(workdir / "server" / "identity.pem"),
+            "roster_file": str(roster), "admin_token": ADMIN_TOKEN, "port": self.server_port,
+            "tick_interval_s": 0.2, **self._tls("tls_ca"), **(server or {})}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.admin = httpx.Client(base_url=self.server_url, verify=self.verify, timeout=30,
+                                  headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
+
+    def _tls(self, ca_field: str) -> dict[str, Any]:
+        if self.pki is None:
+            return {}
+        ca, cert, key = self.pki
+        return {ca_field: str(ca), "tls_cert": str(cert), "tls_key": str(key)}
+
+    def _spawn(self, who: str, module: str, cfg: dict[str, Any]) -> subprocess.Popen[bytes]:
+        path = self.dir / f"{who}.json"
+        path.write_text(json.dumps(cfg))
+        log = (self.dir / f"{who}.log").open("ab")
+        proc = subprocess.Popen([sys.executable, "-m", module, "--config", str(path)],
+                                stdout=log, stderr=subprocess.STDOUT, cwd=_REPO)
+        self.procs[who] = proc
+        return proc
+
+    def start_server(self) -> None:
+        """Start (or restart) the server and wait until it is healthy."""
+        proc = self._spawn("server", "server_app", self.server_cfg)
+        wait_healthy(self.server_url, verify=self.verify, proc=proc)
+
+    def start_client(self, name: str, wait: bool = True, **overrides: Any) -> None:
+        """Start one client app (it enrolls and runs rounds in the background)."""
+        cfg = {**self.client_cfg[name], **overrides}
+        proc = self._spawn(name, "client_app", cfg)
+        if wait:
+            wait_healthy(cfg["public_url"], verify=self.verify, proc=proc)
+
+    def start(self) -> LocalConsortium:
+        """Start the server and every client; wait until all clients are enrolled."""
+        self.start_server()
+        for name in self.names:
+            self.start_client(name, wait=False)
+        for name in self.names:
+            wait_healthy(self.client_cfg[name]["public_url"], verify=self.verify,
+                         proc=self.procs[name])
+        return self
+
+    def kill(self, who: str) -> None:
+        """SIGKILL one process (a crash)."""
+        proc = self.procs.pop(who)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def stop(self, who: str) -> None:
+        """Stop one process gracefully."""
+        proc = self.procs.pop(who)
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def close(self) -> None:
+        """Stop everything."""
+        clients = [w for w in self.procs if w != "server"]
+        for who in clients:  # all at once: each shutdown takes a while
+            self.procs[who].terminate()
+        for who in [*clients, "server"] if "server" in self.procs else clients:
+            self.stop(who)
+        self.admin.close()
+
+    def __enter__(self) -> LocalConsortium:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- admin helpers -------------------------------------------------------------------------
+    def enrolled(self) -> list[str]:
+        """Client ids the server knows (from its own store file)."""
+        import sqlite3
+
+        with sqlite3.connect(self.server_cfg["db_path"]) as db:
+            return [r[0] for r in db.execute("SELECT client_id FROM clients ORDER BY name")]
+
+    def wait_enrolled(self, timeout_s: float = 60.0) -> list[str]:
+        """Block until every client has enrolled; returns their ids."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            ids = self.enrolled()
+            if len(ids) == len(self.names):
+                return ids
+            time.sleep(0.1)
+        raise TimeoutError("not every client enrolled")
+
+    def create_round(self, **body: Any) -> dict[str, Any]:
+        """POST /v1/rounds as admin."""
+        resp = self.admin.post("/v1/rounds", json=body)
+        resp.raise_for_status()
+        return dict(resp.json())
+
+    def round(self, round_id: int) -> dict[str, Any]:
+        """GET /v1/rounds/{id} as admin."""
+        resp = self.admin.get(f"/v1/rounds/{round_id}")
+        resp.raise_for_status()
+        return dict(resp.json())
+
+    def wait_round(self, round_id: int, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Block until a round is finished or failed."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            info = self.round(round_id)
+            if info["status"] != "open":
+                return info
+            time.sleep(0.05)
+        raise TimeoutError(f"round {round_id} still open after {timeout_s:g} s")

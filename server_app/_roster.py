@@ -1,0 +1,57 @@
+"""The consortium roster file: client names, identity keys and one-time enrollment tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from server_app._auth import parse_public_key
+
+__all__ = ["RosterEntry", "RosterFile", "add_to_roster"]
+
+
+class RosterEntry(BaseModel):
+    """One institution: its name, Ed25519 identity key and the hash of its enrollment token."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+    public_key: str
+    token_sha256: str | None = None
+
+
+class RosterFile(BaseModel):
+    """The whole roster (a JSON file)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    clients: list[RosterEntry] = Field(default_factory=list)
+
+    @classmethod
+    def load(cls, path: Path) -> RosterFile:
+        """Read a roster; a missing file is an empty roster."""
+        return cls() if not path.exists() else cls.model_validate_json(path.read_text())
+
+    def save(self, path: Path) -> None:
+        """Write the roster atomically."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.model_dump(), indent=2) + "\n")
+        tmp.replace(path)
+
+
+def add_to_roster(path: Path, *, name: str, public_key: str) -> str:
+    """Add (or re-key) ``name`` and return a fresh one-time enrollment token (only its hash is
+    stored)."""
+    parse_public_key(public_key)
+    roster = RosterFile.load(path)
+    token = secrets.token_urlsafe(24)
+    entry = RosterEntry(name=name, public_key=public_key,
+                        token_sha256=hashlib.sha256(token.encode()).hexdigest())
+    roster.clients = [c for c in roster.clients if c.name != name] + [entry]
+    roster.save(path)
+    return token

@@ -1,0 +1,242 @@
+"""Round lifecycle: create, accept stage messages, close stages at completion or deadline,
+persist every input, and rebuild open rounds from the store after a restart (by replay)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from server_app._http import NotFoundError
+from server_app._protocols import ROUND_KINDS, PayloadError, RoundFailed, RoundSpec, ServerRound
+from server_app._schemas import RoundCreate, RoundInfo, StageAck, StageBroadcast
+from server_app._store import ConflictError, Store
+
+__all__ = ["RoundManager"]
+
+
+class RoundManager:
+    """Drives the server half of every open round; all methods are thread-safe."""
+
+    def __init__(self, store: Store, *, default_deadline_s: float) -> None:
+        self.store = store
+        self.default_deadline_s = default_deadline_s
+        self._lock = threading.RLock()
+        self._live: dict[int, ServerRound] = {}
+        self._recover()
+
+    # -- creation and recovery -----------------------------------------------------------------
+    def create(self, req: RoundCreate) -> RoundInfo:
+        """Open a round over ``req.participants`` (default: every enrolled client)."""
+        kind = ROUND_KINDS.get(req.kind)
+        if kind is None:
+            raise PayloadError(f"unknown round kind {req.kind!r}")
+        clients = {c["client_id"]: c for c in self.store.clients()}
+        participants = req.participants if req.participants is not None else list(clients)
+        unknown = [p for p in participants if p not in clients]
+        if unknown:
+            raise PayloadError(f"unknown participant(s): {', '.join(unknown)}")
+        if len(set(participants)) != len(participants):
+            raise PayloadError("participants contain duplicates")
+        if len(participants) < req.min_clients:
+            raise PayloadError(f"{len(participants)} participant(s) < min_clients "
+                               f"{req.min_clients}")
+        base = self.store.version()
+        if base is not None and int(base["length"]) != req.vector_length:
+            raise PayloadError(f"vector_length {req.vector_length} differs from the current "
+                               f"router version's length {base['length']}")
+        with self._lock:
+            round_id = self.store.create_round(req.kind, {})
+            spec = RoundSpec(
+                round_id=round_id, kind=req.kind, participants=participants,
+                public_keys=[clients[p]["public_key"] for p in participants],
+                vector_length=req.vector_length, min_clients=req.min_clients,
+                stage_deadline_s=req.stage_deadline_s or self.default_deadline_s,
+                base_version=None if base is None else int(base["version"]),
+                params=kind.prepare(req.params))
+            try:
+                server = kind.server(spec)
+            except (ValueError, RoundFailed) as exc:
+                self.store.update_round(round_id, status="failed", error=str(exc),
+                                        finished_at=time.time())
+                raise PayloadError(f"cannot start round: {exc}") from exc
+            self.store.update_round(round_id, spec=spec.model_dump_json(),
+                                    stage_opened_at=time.time())
+            self._live[round_id] = server
+            self.store.audit("admin", "round_created", round_id=round_id, kind=req.kind,
+                             participants=participants)
+        return self.info(round_id)
+
+    def _recover(self) -> None:
+        """Rebuild every open round by replaying its stored messages and closures in order;
+        a round that cannot be rebuilt is failed cleanly (its clients move on)."""
+        for row in self.store.rounds("open"):
+            round_id = int(row["round_id"])
+            try:
+                spec = RoundSpec.model_validate(row["spec"])
+                server = ROUND_KINDS[spec.kind].server(spec)
+                for index in range(int(row["stage_index"]) + 1):
+                    stage = server.stages[index]
+                    for client_id, payload in self.store.messages(round_id, stage).items():
+                        server.accept(stage, client_id, payload)
+                    if self.store.closure(round_id, stage) is not None:
+                        server.close(stage)
+                self._live[round_id] = server
+                # A fresh deadline: clients could not reach us while we were down.
+                self.store.update_round(round_id, stage_opened_at=time.time())
+                self.store.audit("server", "round_resumed", round_id=round_id)
+            except Exception as exc:  # any replay failure ends the round, never the server
+                self._fail(round_id, f"could not resume after restart: {exc}")
+
+    # -- client traffic ------------------------------------------------------------------------
+    def _server(self, round_id: int) -> tuple[dict[str, Any], ServerRound | None]:
+        row = self.store.round(round_id)
+        if row is None:
+            raise NotFoundError(f"round {round_id} does not exist")
+        if not row["spec"]:
+            raise NotFoundError(f"round {round_id} was never started")
+        return row, self._live.get(round_id)
+
+    def submit(self, round_id: int, stage: str, client_id: str,
+               payload: dict[str, Any]) -> StageAck:
+        """Accept and commit one stage message; identical retries return the same ack."""
+        with self._lock:
+            self.tick()
+            row, server = self._server(round_id)
+            spec = RoundSpec.model_validate(row["spec"])
+            if client_id not in spec.participants:
+                raise PermissionError(f"client {client_id} is not a participant of round "
+                                      f"{round_id}")
+            if self.store.has_message(round_id, stage, client_id):  # a retry: same ack or 409
+                digest, at, _ = self.store.put_message(round_id, stage, client_id, payload)
+                return StageAck(round_id=round_id, stage=stage, client_id=client_id,
+                                digest=digest, stored_at=at)
+            if row["status"] != "open" or server is None:
+                raise ConflictError(f"round {round_id} is {row['status']}")
+            current = server.stages[int(row["stage_index"])]
+            if stage not in server.stages:
+                raise NotFoundError(f"round {round_id} has no stage {stage!r}; stages: "
+                                    f"{', '.join(server.stages)}")
+            if stage != current:
+                raise ConflictError(f"round {round_id} is at stage {current}, not {stage}")
+            if client_id not in self._expected(round_id, server, int(row["stage_index"])):
+                raise ConflictError(f"client {client_id} dropped out of round {round_id}")
+            server.accept(stage, client_id, payload)
+            digest, at, _ = self.store.put_message(round_id, stage, client_id, payload)
+            expected = self._expected(round_id, server, int(row["stage_index"]))
+            if expected <= self.store.submitted(round_id, stage):
+                self._close(round_id)
+            return StageAck(round_id=round_id, stage=stage, client_id=client_id, digest=digest,
+                            stored_at=at)
+
+    def broadcast(self, round_id: int, stage: str, client_id: str) -> StageBroadcast:
+        """The server's input for ``client_id``'s ``stage`` (ready once the previous closed)."""
+        with self._lock:
+            self.tick()
+            row, server = self._server(round_id)
+            spec = RoundSpec.model_validate(row["spec"])
+            if client_id not in spec.participants:
+                raise PermissionError(f"client {client_id} is not a participant of round "
+                                      f"{round_id}")
+            stages = list(server.stages) if server else self._stages(spec)
+            if stage not in stages:
+                raise NotFoundError(f"round {round_id} has no stage {stage!r}")
+            index = stages.index(stage)
+            out = StageBroadcast(round_id=round_id, stage=stage, ready=False,
+                                 round_status=row["status"])
+            if index == 0:
+                payload = server.first_broadcast(client_id) if server else {}
+                return out.model_copy(update={"ready": True, "payload": payload})
+            closed = self.store.closure(round_id, stages[index - 1])
+            if closed is None:
+                return out
+            if client_id not in closed:
+                raise ConflictError(f"client {client_id} dropped out of round {round_id} "
+                                    f"before stage {stage}")
+            return out.model_copy(update={"ready": True, "payload": closed[client_id]})
+
+    # -- stage closing -------------------------------------------------------------------------
+    def _expected(self, round_id: int, server: ServerRound, index: int) -> set[str]:
+        spec = RoundSpec.model_validate(self.store.round(round_id)["spec"])  # type: ignore[index]
+        if index == 0:
+            return set(spec.participants)
+        closed = self.store.closure(round_id, server.stages[index - 1]) or {}
+        return set(closed) if closed else self.store.submitted(round_id, server.stages[index - 1])
+
+    def tick(self, now: float | None = None) -> None:
+        """Close every stage whose deadline passed (called lazily and by a background task)."""
+        current = time.time() if now is None else now
+        with self._lock:
+            for row in self.store.rounds("open"):
+                if not row["spec"]:
+                    continue
+                spec = RoundSpec.model_validate(row["spec"])
+                if current - float(row["stage_opened_at"]) >= spec.stage_deadline_s:
+                    self._close(int(row["round_id"]))
+
+    def _close(self, round_id: int) -> None:
+        row, server = self._server(round_id)
+        if server is None:
+            return
+        index = int(row["stage_index"])
+        stage = server.stages[index]
+        present = self.store.submitted(round_id, stage)
+        missing = self._expected(round_id, server, index) - present
+        try:
+            broadcast = server.close(stage)
+        except (RoundFailed, ValueError, RuntimeError) as exc:
+            self._fail(round_id, f"stage {stage}: {exc}")
+            return
+        self.store.put_closure(round_id, stage, broadcast)
+        self.store.audit("server", "stage_closed", round_id=round_id, stage=stage,
+                         present=sorted(present), dropouts=sorted(missing))
+        if index + 1 < len(server.stages):
+            self.store.update_round(round_id, stage_index=index + 1, stage_opened_at=time.time())
+            return
+        result = np.ascontiguousarray(server.result(), dtype="<f4")
+        version = self.store.add_version(round_id, result.tobytes(), int(result.shape[0]))
+        self.store.update_round(round_id, status="finished", router_version=version,
+                                finished_at=time.time())
+        self.store.audit("server", "round_finished", round_id=round_id, version=version)
+        self._live.pop(round_id, None)
+
+    def _fail(self, round_id: int, reason: str) -> None:
+        self.store.update_round(round_id, status="failed", error=reason, finished_at=time.time())
+        self.store.audit("server", "round_failed", round_id=round_id, reason=reason)
+        self._live.pop(round_id, None)
+
+    # -- status --------------------------------------------------------------------------------
+    @staticmethod
+    def _stages(spec: RoundSpec) -> list[str]:
+        return list(ROUND_KINDS[spec.kind].server(spec).stages)
+
+    def info(self, round_id: int) -> RoundInfo:
+        """Status of one round."""
+        with self._lock:
+            row, server = self._server(round_id)
+            spec = RoundSpec.model_validate(row["spec"]) if row["spec"] else None
+            if spec is None:
+                raise NotFoundError(f"round {round_id} was never started")
+            stages = list(server.stages) if server else self._stages(spec)
+            dropouts: set[str] = set()
+            expected = set(spec.participants)
+            for stage in stages[: int(row["stage_index"]) + 1]:
+                if self.store.closure(round_id, stage) is None:
+                    break
+                sent = self.store.submitted(round_id, stage)
+                dropouts |= expected - sent
+                expected &= sent
+            return RoundInfo(
+                round_id=round_id, kind=spec.kind, status=row["status"],
+                stage=stages[int(row["stage_index"])] if row["status"] == "open" else None,
+                stages=stages, participants=spec.participants, public_keys=spec.public_keys,
+                dropouts=sorted(dropouts), vector_length=spec.vector_length,
+                stage_deadline_s=spec.stage_deadline_s, params=spec.params, min_clients=spec.min_clients,
+                base_version=spec.base_version, router_version=row["router_version"],
+                error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"])
+
+    def list(self, status: str | None = None) -> list[RoundInfo]:
+        """All rounds (that started), oldest first."""
+        return [self.info(int(r["round_id"])) for r in self.store.rounds(status) if r["spec"]]

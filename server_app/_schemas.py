@@ -1,0 +1,181 @@
+"""Wire schemas of the REST protocol, shared by the server app, the client app and the runner."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "EnrollRequest",
+    "EnrollResponse",
+    "ErrorBody",
+    "Health",
+    "MissingImages",
+    "PendingQuery",
+    "RewardAnswer",
+    "RewardItem",
+    "RewardRequest",
+    "RewardResponse",
+    "RoundCreate",
+    "RoundInfo",
+    "RouterVersionInfo",
+    "StageAck",
+    "StageBroadcast",
+    "StageSubmit",
+]
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+_SHA256 = r"^[0-9a-f]{64}$"
+MAX_BATCH = 256
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorBody(_Wire):
+    """Every 4xx answer: a human-readable ``detail``."""
+
+    detail: str
+
+
+class Health(_Wire):
+    """``/v1/health``."""
+
+    status: Literal["ok"] = "ok"
+    app: str
+    version: str
+
+
+class EnrollRequest(_Wire):
+    """A client's one-time enrollment: its roster name, token and identity key."""
+
+    name: str = Field(pattern=_NAME)
+    token: str = Field(min_length=8, max_length=128)
+    public_key: str = Field(min_length=40, max_length=64, description="raw Ed25519, base64")
+    reward_url: str | None = Field(default=None, max_length=512,
+                                   description="push-mode base URL of the client app")
+
+
+class EnrollResponse(_Wire):
+    """The id the client signs its later requests with, and the server's identity key."""
+
+    client_id: str
+    name: str
+    server_public_key: str
+
+
+class RoundCreate(_Wire):
+    """Admin request that opens a round."""
+
+    kind: Literal["router_secagg", "rm_fedavg"] = "router_secagg"
+    vector_length: int = Field(default=16, ge=1, le=50_000_000)
+    participants: list[str] | None = Field(default=None, description="client ids; default all")
+    min_clients: int = Field(default=2, ge=1)
+    stage_deadline_s: float | None = Field(default=None, gt=0, le=86_400)
+    params: dict[str, Any] = Field(default_factory=dict, description="kind-specific options")
+
+
+class RoundInfo(_Wire):
+    """Status of one round."""
+
+    round_id: int
+    kind: str
+    status: Literal["open", "finished", "failed"]
+    stage: str | None
+    stages: list[str]
+    participants: list[str]
+    public_keys: list[str] = Field(description="participants' Ed25519 identity keys")
+    dropouts: list[str]
+    vector_length: int
+    stage_deadline_s: float
+    params: dict[str, Any]
+    min_clients: int
+    base_version: int | None
+    router_version: int | None
+    error: str | None
+    created_at: float
+    finished_at: float | None
+
+
+class StageSubmit(_Wire):
+    """A client's message for one stage (the sans-IO protocol message, as JSON)."""
+
+    payload: dict[str, Any]
+
+
+class StageAck(_Wire):
+    """Sent only once the message is committed; identical retries get the same ack."""
+
+    round_id: int
+    stage: str
+    client_id: str
+    digest: str
+    stored_at: float
+
+
+class StageBroadcast(_Wire):
+    """The server's input for a client's stage; ``ready`` is false until the previous stage
+    closed."""
+
+    round_id: int
+    stage: str
+    ready: bool
+    round_status: str
+    payload: dict[str, Any] | None = None
+
+
+class RouterVersionInfo(_Wire):
+    """Metadata of one global router version; the blob is little-endian float32."""
+
+    version: int
+    round_id: int | None
+    sha256: str
+    size_bytes: int
+    length: int
+    created_at: float
+
+
+class RewardItem(_Wire):
+    """One (image, prompt, response) to score; the image travels once, then by hash."""
+
+    image_sha256: str = Field(pattern=_SHA256)
+    image_b64: str | None = Field(default=None, max_length=16_000_000)
+    prompt: str = Field(max_length=20_000)
+    response: str = Field(max_length=20_000)
+
+
+class RewardRequest(_Wire):
+    """A batch of reward queries."""
+
+    items: list[RewardItem] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class RewardResponse(_Wire):
+    """Normalized, clipped scores, one per item."""
+
+    scores: list[float]
+    query_sha256: str
+
+
+class PendingQuery(_Wire):
+    """A queued (pull-mode) reward query for one client."""
+
+    query_id: int
+    items: list[RewardItem]
+
+
+class RewardAnswer(_Wire):
+    """A pull-mode client's answer to one queued query: scores, or the image hashes it lacks."""
+
+    scores: list[float] = Field(default_factory=list, max_length=MAX_BATCH)
+    missing: list[str] = Field(default_factory=list, max_length=MAX_BATCH)
+    error: str | None = Field(default=None, max_length=1000, description="refusal reason")
+
+
+class MissingImages(_Wire):
+    """409 from a client app: resend these images' bytes."""
+
+    detail: str
+    missing: list[str]

@@ -1,0 +1,145 @@
+"""``router_secagg``: the sdk.secagg SecAgg+ state machines behind the ``RoundKind`` interface.
+
+Clients are numbered 1..N in participant order; the round roster is built from the enrolled
+Ed25519 identity keys, the same keys that sign every REST request.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import Any
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import ValidationError
+
+from sdk.secagg import (
+    QuantizationConfig,
+    Roster,
+    RoundAborted,
+    RoundParams,
+    SecAggClient,
+    SecAggError,
+    SecAggServer,
+    Stage,
+    default_degree,
+    parse_client_message,
+    parse_server_message,
+)
+from server_app._protocols import (
+    ROUND_KINDS,
+    ClientRound,
+    PayloadError,
+    RoundFailed,
+    RoundKind,
+    RoundSpec,
+    ServerRound,
+)
+
+__all__ = ["SecAggKind"]
+
+_STAGES = tuple(s.value for s in Stage if s not in (Stage.DONE, Stage.ABORTED, Stage.ERROR))
+
+
+def _round_params(spec: RoundSpec) -> tuple[RoundParams, Roster]:
+    n = len(spec.participants)
+    p = spec.params
+    degree = int(p.get("degree", default_degree(n)))
+    threshold = int(p.get("threshold", min(degree + 1, max(spec.min_clients, 2))))
+    quant = (QuantizationConfig.model_validate(p["quantization"]) if "quantization" in p
+             else QuantizationConfig.fitted(num_clients=n, clip_range=float(p.get("clip_range", 1.0)),
+                                            max_weight=int(p.get("max_weight", 1000))))
+    params = RoundParams(
+        round_id=f"round-{spec.round_id}", participants=list(range(1, n + 1)), threshold=threshold,
+        degree=degree, vector_length=spec.vector_length,
+        graph_seed=bytes.fromhex(str(p["graph_seed"])), quantization=quant)
+    roster = Roster.from_raw({i + 1: base64.b64decode(k) for i, k in enumerate(spec.public_keys)})
+    return params, roster
+
+
+class _Server(ServerRound):
+    stages = _STAGES
+
+    def __init__(self, spec: RoundSpec) -> None:
+        self.spec = spec
+        try:
+            params, roster = _round_params(spec)
+            self._sm = SecAggServer(params, roster)
+        except (ValueError, KeyError, ValidationError, SecAggError) as exc:
+            raise RoundFailed(f"bad secure-aggregation parameters: {exc}") from exc
+        self._ids = {cid: i + 1 for i, cid in enumerate(spec.participants)}
+        self._names = {i: cid for cid, i in self._ids.items()}
+        self._first = self._sm.start()
+
+    def first_broadcast(self, client_id: str) -> dict[str, Any]:
+        return self._first[self._ids[client_id]].model_dump(mode="json")
+
+    def accept(self, stage: str, client_id: str, payload: dict[str, Any]) -> None:
+        try:
+            msg = parse_client_message(json.dumps(payload))
+        except (ValidationError, ValueError) as exc:
+            raise PayloadError(f"stage {stage}: not a secure-aggregation message: "
+                               f"{str(exc).splitlines()[0]}") from exc
+        if msg.sender != self._ids[client_id]:
+            raise PayloadError(f"stage {stage}: sender {msg.sender} is not the authenticated "
+                               f"client's protocol id {self._ids[client_id]}")
+        if msg.STAGE.value != stage:
+            raise PayloadError(f"stage {stage}: got a {msg.kind} message")
+        try:
+            self._sm.receive(msg)
+        except SecAggError as exc:
+            raise PayloadError(str(exc)) from exc
+
+    def close(self, stage: str) -> dict[str, dict[str, Any]]:
+        try:
+            out = self._sm.close_stage()
+        except RoundAborted as exc:
+            raise RoundFailed(str(exc)) from exc
+        return {self._names[i]: m.model_dump(mode="json") for i, m in out.items()}
+
+    def result(self) -> np.ndarray:
+        if self._sm.result is None:
+            raise RoundFailed("the secure aggregate is not available")
+        return self._sm.result.mean.astype(np.float32)
+
+
+class _Client(ClientRound):
+    def __init__(self, spec: RoundSpec, client_id: str, key: Ed25519PrivateKey,
+                 update: np.ndarray, weight: float) -> None:
+        index = spec.participants.index(client_id) + 1
+        _, roster = _round_params(spec)
+        self._sm = SecAggClient(index, key, roster, np.asarray(update, dtype=np.float64),
+                                int(weight))
+
+    def message(self, stage: str, server_input: dict[str, Any]) -> dict[str, Any]:
+        try:
+            msg = parse_server_message(json.dumps(server_input))
+            return self._sm.receive(msg).model_dump(mode="json")
+        except (ValidationError, SecAggError) as exc:
+            raise RoundFailed(f"stage {stage}: {exc}") from exc
+
+
+class SecAggKind(RoundKind):
+    """SecAgg+ (sdk.secagg): the server only learns the weighted sum of the survivors."""
+
+    name = "router_secagg"
+
+    def prepare(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Fix the public graph seed at creation so a restart rebuilds the same round."""
+        return {"graph_seed": os.urandom(32).hex(), **params}
+
+    def server(self, spec: RoundSpec) -> ServerRound:
+        return _Server(spec)
+
+    def client(self, spec: RoundSpec, *, client_id: str, key: Ed25519PrivateKey,
+               update: np.ndarray, weight: float, state: dict[str, Any] | None) -> ClientRound:
+        if state:
+            # The round's X25519 keys and self-mask seed live only in memory: a client that
+            # restarts mid-round cannot continue it (it becomes a dropout, by design).
+            raise RoundFailed("cannot resume a secure-aggregation round after a client restart")
+        return _Client(spec, client_id, key, update, weight)
+
+
+ROUND_KINDS[SecAggKind.name] = SecAggKind()

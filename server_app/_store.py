@@ -1,0 +1,323 @@
+"""The server's SQLite store (WAL): every acknowledged fact is committed before the ack."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ConflictError", "Store"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS roster (
+    name TEXT PRIMARY KEY, public_key TEXT NOT NULL, token_sha256 TEXT, token_used_at REAL);
+CREATE TABLE IF NOT EXISTS clients (
+    client_id TEXT PRIMARY KEY, name TEXT UNIQUE NOT NULL, public_key TEXT NOT NULL,
+    reward_url TEXT, enrolled_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS nonces (
+    sender TEXT NOT NULL, nonce TEXT NOT NULL, ts REAL NOT NULL, PRIMARY KEY (sender, nonce));
+CREATE TABLE IF NOT EXISTS rounds (
+    round_id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, spec TEXT NOT NULL,
+    status TEXT NOT NULL, stage_index INTEGER NOT NULL, stage_opened_at REAL NOT NULL,
+    router_version INTEGER, error TEXT, created_at REAL NOT NULL, finished_at REAL);
+CREATE TABLE IF NOT EXISTS stage_messages (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, round_id INTEGER NOT NULL, stage TEXT NOT NULL,
+    client_id TEXT NOT NULL, payload TEXT NOT NULL, digest TEXT NOT NULL, stored_at REAL NOT NULL,
+    UNIQUE (round_id, stage, client_id));
+CREATE TABLE IF NOT EXISTS stage_closures (
+    round_id INTEGER NOT NULL, stage TEXT NOT NULL, broadcast TEXT NOT NULL,
+    closed_at REAL NOT NULL, PRIMARY KEY (round_id, stage));
+CREATE TABLE IF NOT EXISTS router_versions (
+    version INTEGER PRIMARY KEY AUTOINCREMENT, round_id INTEGER, sha256 TEXT NOT NULL,
+    length INTEGER NOT NULL, blob BLOB NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, actor TEXT NOT NULL,
+    action TEXT NOT NULL, detail TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS images (sha256 TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS client_images (
+    client_id TEXT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY (client_id, sha256));
+CREATE TABLE IF NOT EXISTS reward_queries (
+    query_id INTEGER PRIMARY KEY AUTOINCREMENT, client_id TEXT NOT NULL, items TEXT NOT NULL,
+    status TEXT NOT NULL, scores TEXT, created_at REAL NOT NULL, answered_at REAL);
+"""
+
+
+class ConflictError(ValueError):
+    """A write contradicts what is already stored (HTTP 409)."""
+
+
+class Store:
+    """Thread-safe access to one SQLite file; one connection guarded by a lock."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # FULL: an ack must survive a power cut, not only a process kill.
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._db.close()
+
+    def _one(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Row | None:
+        with self._lock:
+            row: sqlite3.Row | None = self._db.execute(sql, args).fetchone()
+            return row
+
+    def _all(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return list(self._db.execute(sql, args).fetchall())
+
+    def _write(self, sql: str, args: tuple[Any, ...] = ()) -> int:
+        with self._lock:
+            cur = self._db.execute(sql, args)
+            return int(cur.lastrowid or 0)
+
+    # -- roster and clients --------------------------------------------------------------------
+    def upsert_roster(self, name: str, public_key: str, token_sha256: str | None) -> None:
+        """Add or update a roster entry; a used token stays used unless the hash changes."""
+        self._write(
+            "INSERT INTO roster(name, public_key, token_sha256) VALUES (?,?,?) "
+            "ON CONFLICT(name) DO UPDATE SET public_key=excluded.public_key, "
+            "token_used_at=CASE WHEN roster.token_sha256 IS excluded.token_sha256 "
+            "THEN roster.token_used_at ELSE NULL END, token_sha256=excluded.token_sha256",
+            (name, public_key, token_sha256),
+        )
+
+    def roster(self) -> list[dict[str, Any]]:
+        """All roster entries."""
+        return [dict(r) for r in self._all("SELECT * FROM roster ORDER BY name")]
+
+    def enroll(self, *, name: str, token: str, public_key: str, reward_url: str | None,
+               new_id: str) -> tuple[dict[str, Any], bool]:
+        """Consume ``name``'s one-time token and create the client; returns (client, created).
+
+        A retry with the same name and key after success returns the same client (idempotent).
+        """
+        token_hash = hashlib.sha256(token.encode()).hexdigest()
+        with self._lock:
+            entry = self._one("SELECT * FROM roster WHERE name=?", (name,))
+            if entry is None:
+                raise PermissionError(f"client name {name!r} is not in the roster")
+            if entry["public_key"] != public_key:
+                raise PermissionError(f"public key does not match the roster entry for {name!r}")
+            if entry["token_sha256"] != token_hash:
+                raise PermissionError(f"wrong enrollment token for {name!r}")
+            existing = self._one("SELECT * FROM clients WHERE name=?", (name,))
+            if existing is not None:
+                if existing["public_key"] == public_key:
+                    return dict(existing), False
+                raise ConflictError(f"{name!r} is already enrolled with another key")
+            if entry["token_used_at"] is not None:
+                raise PermissionError(f"enrollment token for {name!r} was already used")
+            now = time.time()
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("UPDATE roster SET token_used_at=? WHERE name=?", (now, name))
+                self._db.execute(
+                    "INSERT INTO clients(client_id, name, public_key, reward_url, enrolled_at) "
+                    "VALUES (?,?,?,?,?)", (new_id, name, public_key, reward_url, now))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            row = self._one("SELECT * FROM clients WHERE client_id=?", (new_id,))
+            assert row is not None
+            return dict(row), True
+
+    def client(self, client_id: str) -> dict[str, Any] | None:
+        """One enrolled client, or None."""
+        row = self._one("SELECT * FROM clients WHERE client_id=?", (client_id,))
+        return None if row is None else dict(row)
+
+    def clients(self) -> list[dict[str, Any]]:
+        """All enrolled clients, oldest first."""
+        return [dict(r) for r in self._all("SELECT * FROM clients ORDER BY enrolled_at")]
+
+    def use_nonce(self, sender: str, nonce: str, ts: float, *, keep_s: float) -> bool:
+        """Record a nonce; False if ``sender`` already used it (a replay)."""
+        with self._lock:
+            self._db.execute("DELETE FROM nonces WHERE ts < ?", (time.time() - keep_s,))
+            try:
+                self._db.execute("INSERT INTO nonces VALUES (?,?,?)", (sender, nonce, ts))
+            except sqlite3.IntegrityError:
+                return False
+            return True
+
+    # -- rounds and stage messages -------------------------------------------------------------
+    def create_round(self, kind: str, spec: dict[str, Any]) -> int:
+        """Insert an open round at stage 0."""
+        now = time.time()
+        return self._write(
+            "INSERT INTO rounds(kind, spec, status, stage_index, stage_opened_at, created_at) "
+            "VALUES (?,?,?,?,?,?)", (kind, json.dumps(spec), "open", 0, now, now))
+
+    def round(self, round_id: int) -> dict[str, Any] | None:
+        """One round row (``spec`` decoded), or None."""
+        row = self._one("SELECT * FROM rounds WHERE round_id=?", (round_id,))
+        if row is None:
+            return None
+        out = dict(row)
+        out["spec"] = json.loads(out["spec"])
+        return out
+
+    def rounds(self, status: str | None = None) -> list[dict[str, Any]]:
+        """All rounds, optionally with one status, oldest first."""
+        ids = self._all("SELECT round_id FROM rounds WHERE ?1 IS NULL OR status=?1 "
+                        "ORDER BY round_id", (status,))
+        return [r for r in (self.round(int(i["round_id"])) for i in ids) if r is not None]
+
+    def update_round(self, round_id: int, **fields: Any) -> None:
+        """Set some columns of a round."""
+        cols = ", ".join(f"{k}=?" for k in fields)
+        self._write(f"UPDATE rounds SET {cols} WHERE round_id=?", (*fields.values(), round_id))
+
+    def put_message(self, round_id: int, stage: str, client_id: str,
+                    payload: dict[str, Any]) -> tuple[str, float, bool]:
+        """Store a stage message once; returns (digest, stored_at, new).
+
+        An identical retry returns the original ack; a different payload raises ConflictError.
+        """
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        with self._lock:
+            row = self._one("SELECT digest, stored_at FROM stage_messages WHERE round_id=? AND "
+                            "stage=? AND client_id=?", (round_id, stage, client_id))
+            if row is not None:
+                if row["digest"] != digest:
+                    raise ConflictError(f"client {client_id} already sent a different message "
+                                        f"for round {round_id} stage {stage}")
+                return digest, float(row["stored_at"]), False
+            now = time.time()
+            self._write("INSERT INTO stage_messages(round_id, stage, client_id, payload, digest, "
+                        "stored_at) VALUES (?,?,?,?,?,?)",
+                        (round_id, stage, client_id, text, digest, now))
+            return digest, now, True
+
+    def has_message(self, round_id: int, stage: str, client_id: str) -> bool:
+        """Whether a client's message for one stage is stored (without loading it)."""
+        return self._one("SELECT 1 FROM stage_messages WHERE round_id=? AND stage=? AND "
+                         "client_id=?", (round_id, stage, client_id)) is not None
+
+    def messages(self, round_id: int, stage: str) -> dict[str, dict[str, Any]]:
+        """All stored messages of one stage, by client id, in arrival order."""
+        rows = self._all("SELECT client_id, payload FROM stage_messages WHERE round_id=? AND "
+                         "stage=? ORDER BY seq", (round_id, stage))
+        return {r["client_id"]: json.loads(r["payload"]) for r in rows}
+
+    def submitted(self, round_id: int, stage: str) -> set[str]:
+        """Client ids that sent a message for one stage."""
+        rows = self._all("SELECT client_id FROM stage_messages WHERE round_id=? AND stage=?",
+                         (round_id, stage))
+        return {r["client_id"] for r in rows}
+
+    def put_closure(self, round_id: int, stage: str, broadcast: dict[str, Any]) -> None:
+        """Record that a stage closed and what the server sends each client next."""
+        self._write("INSERT OR REPLACE INTO stage_closures VALUES (?,?,?,?)",
+                    (round_id, stage, json.dumps(broadcast), time.time()))
+
+    def closure(self, round_id: int, stage: str) -> dict[str, Any] | None:
+        """The broadcast recorded when a stage closed, or None if still open."""
+        row = self._one("SELECT broadcast FROM stage_closures WHERE round_id=? AND stage=?",
+                        (round_id, stage))
+        return None if row is None else dict(json.loads(row["broadcast"]))
+
+    def delete_round_state(self, round_id: int) -> None:
+        """Forget one round's messages and closures (a clean restart of an open round)."""
+        with self._lock:
+            self._db.execute("DELETE FROM stage_messages WHERE round_id=?", (round_id,))
+            self._db.execute("DELETE FROM stage_closures WHERE round_id=?", (round_id,))
+
+    # -- router versions -----------------------------------------------------------------------
+    def add_version(self, round_id: int | None, blob: bytes, length: int) -> int:
+        """Store a router version; returns its number."""
+        digest = hashlib.sha256(blob).hexdigest()
+        return self._write("INSERT INTO router_versions(round_id, sha256, length, blob, "
+                           "created_at) VALUES (?,?,?,?,?)",
+                           (round_id, digest, length, blob, time.time()))
+
+    def version(self, version: int | None = None) -> dict[str, Any] | None:
+        """One router version (the latest when ``version`` is None), blob included."""
+        if version is None:
+            row = self._one("SELECT * FROM router_versions ORDER BY version DESC LIMIT 1")
+        else:
+            row = self._one("SELECT * FROM router_versions WHERE version=?", (version,))
+        return None if row is None else dict(row)
+
+    # -- audit ---------------------------------------------------------------------------------
+    def audit(self, actor: str, action: str, **detail: Any) -> None:
+        """Append one audit record."""
+        self._write("INSERT INTO audit(ts, actor, action, detail) VALUES (?,?,?,?)",
+                    (time.time(), actor, action, json.dumps(detail, default=str)))
+
+    def audit_log(self) -> list[dict[str, Any]]:
+        """All audit records, oldest first."""
+        return [dict(r) for r in self._all("SELECT * FROM audit ORDER BY id")]
+
+    # -- reward broker -------------------------------------------------------------------------
+    def put_images(self, images: dict[str, bytes]) -> None:
+        """Keep images the broker may need to resend (one transaction: one fsync)."""
+        with self._lock:
+            fresh = [(h, d) for h, d in images.items()
+                     if self._one("SELECT 1 FROM images WHERE sha256=?", (h,)) is None]
+            if fresh:
+                self._db.execute("BEGIN")
+                self._db.executemany("INSERT OR IGNORE INTO images VALUES (?,?)", fresh)
+                self._db.execute("COMMIT")
+
+    def image(self, sha256: str) -> bytes | None:
+        """An image by hash, or None."""
+        row = self._one("SELECT data FROM images WHERE sha256=?", (sha256,))
+        return None if row is None else bytes(row["data"])
+
+    def mark_cached(self, client_id: str, hashes: list[str]) -> None:
+        """Remember that a client holds these images."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT OR IGNORE INTO client_images VALUES (?,?)",
+                                 [(client_id, h) for h in hashes])
+            self._db.execute("COMMIT")
+
+    def forget_cached(self, client_id: str, hashes: list[str]) -> None:
+        """The client says it lacks these images after all."""
+        with self._lock:
+            self._db.executemany("DELETE FROM client_images WHERE client_id=? AND sha256=?",
+                                 [(client_id, h) for h in hashes])
+
+    def cached(self, client_id: str) -> set[str]:
+        """Hashes of the images a client is known to hold."""
+        rows = self._all("SELECT sha256 FROM client_images WHERE client_id=?", (client_id,))
+        return {r["sha256"] for r in rows}
+
+    def queue_query(self, client_id: str, items: list[dict[str, Any]]) -> int:
+        """Queue a pull-mode reward query."""
+        return self._write("INSERT INTO reward_queries(client_id, items, status, created_at) "
+                           "VALUES (?,?,?,?)",
+                           (client_id, json.dumps(items), "pending", time.time()))
+
+    def pending_queries(self, client_id: str) -> list[dict[str, Any]]:
+        """A client's unanswered queries, oldest first."""
+        rows = self._all("SELECT query_id, items FROM reward_queries WHERE client_id=? AND "
+                         "status='pending' ORDER BY query_id", (client_id,))
+        return [{"query_id": r["query_id"], "items": json.loads(r["items"])} for r in rows]
+
+    def query(self, query_id: int) -> dict[str, Any] | None:
+        """One queued query, or None."""
+        row = self._one("SELECT * FROM reward_queries WHERE query_id=?", (query_id,))
+        return None if row is None else dict(row)
+
+    def answer_query(self, query_id: int, scores: list[float] | dict[str, Any]) -> None:
+        """Store a pull-mode answer."""
+        self._write("UPDATE reward_queries SET status='answered', scores=?, answered_at=? "
+                    "WHERE query_id=?", (json.dumps(scores), time.time(), query_id))

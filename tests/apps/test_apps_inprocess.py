@@ -1,0 +1,201 @@
+"""In-process checks of the apps (ASGI, no sockets): idempotent acks, budgets, settings, CLI,
+and the exported names."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+import client_app
+import server_app
+from client_app import ClientSettings, HashScorer, create_client_app
+from server_app import (
+    ServerSettings,
+    add_to_roster,
+    create_app,
+    generate_key,
+    load_settings,
+    public_key_b64,
+    sign_headers,
+)
+from server_app._auth import Ed25519PrivateKey
+from server_app._cli import register
+from server_app._protocols import encode_vector
+
+
+class Member:
+    """One enrolled member talking to an in-process server."""
+
+    def __init__(self, tc: TestClient, key: Ed25519PrivateKey, client_id: str) -> None:
+        self.tc, self.key, self.client_id = tc, key, client_id
+
+    def call(self, method: str, path: str, payload: object = None) -> Any:
+        body = b"" if payload is None else json.dumps(payload).encode()
+        headers = sign_headers(self.key, sender=self.client_id, method=method, path=path,
+                               body=body) | {"content-type": "application/json"}
+        return self.tc.request(method, path, content=body, headers=headers)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[TestClient, list[Member]]]:
+    keys = [generate_key() for _ in range(2)]
+    roster = tmp_path / "roster.json"
+    tokens = [add_to_roster(roster, name=f"m{i}", public_key=public_key_b64(k))
+              for i, k in enumerate(keys)]
+    cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
+                         roster_file=roster, admin_token="adm")  # type: ignore[arg-type]
+    with TestClient(create_app(cfg)) as tc:
+        members = []
+        for i, (key, token) in enumerate(zip(keys, tokens, strict=True)):
+            body = {"name": f"m{i}", "token": token, "public_key": public_key_b64(key)}
+            first = tc.post("/v1/enroll", json=body)
+            assert first.status_code == 200, first.text
+            again = tc.post("/v1/enroll", json=body)  # an idempotent retry
+            assert again.json()["client_id"] == first.json()["client_id"]
+            members.append(Member(tc, key, first.json()["client_id"]))
+        yield tc, members
+
+
+def test_token_is_one_time_for_another_key(server: tuple[TestClient, list[Member]],
+                                           tmp_path: Path) -> None:
+    tc, _ = server
+    body = {"name": "m0", "token": "x" * 10, "public_key": public_key_b64(generate_key())}
+    assert tc.post("/v1/enroll", json=body).status_code == 403
+
+
+def test_stage_acks_are_idempotent_and_conflicts_409(
+        server: tuple[TestClient, list[Member]]) -> None:
+    import numpy as np
+
+    tc, (a, b) = server
+    r = tc.post("/v1/rounds", json={"kind": "rm_fedavg", "vector_length": 3, "min_clients": 2},
+                headers={"authorization": "Bearer adm"})
+    assert r.status_code == 200, r.text
+    path = f"/v1/rounds/{r.json()['round_id']}/stages/update"
+    msg = {"payload": {"weight": 2, "vector": encode_vector(np.ones(3, np.float32))}}
+    first = a.call("POST", path, msg)
+    retry = a.call("POST", path, msg)
+    assert first.status_code == retry.status_code == 200
+    assert first.json() == retry.json()
+    other = {"payload": {"weight": 3, "vector": encode_vector(np.ones(3, np.float32))}}
+    conflict = a.call("POST", path, other)
+    assert conflict.status_code == 409 and "different message" in conflict.json()["detail"]
+    bad = b.call("POST", path, {"payload": {"weight": 1, "vector": "AAAA"}})
+    assert bad.status_code == 422 and "float32" in bad.json()["detail"]
+    ok = b.call("POST", path, {"payload": {"weight": 2, "vector": encode_vector(
+        np.full(3, 3.0, np.float32))}})
+    assert ok.status_code == 200
+    info = a.call("GET", path.rsplit("/stages", 1)[0]).json()
+    assert info["status"] == "finished"
+    blob = a.call("GET", f"/v1/router/{info['router_version']}").content
+    assert np.frombuffer(blob, "<f4").tolist() == [2.0, 2.0, 2.0]
+
+
+def test_round_refused_for_unknown_participant(server: tuple[TestClient, list[Member]]) -> None:
+    tc, _ = server
+    r = tc.post("/v1/rounds", json={"kind": "rm_fedavg", "participants": ["c-ghost"]},
+                headers={"authorization": "Bearer adm"})
+    assert r.status_code == 422 and "c-ghost" in r.json()["detail"]
+
+
+def _png() -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _reward_call(tc: TestClient, key: Ed25519PrivateKey,
+                 items: list[dict[str, Any]]) -> Any:
+    body = json.dumps({"items": items}).encode()
+    headers = sign_headers(key, sender="server", method="POST", path="/v1/reward", body=body)
+    return tc.post("/v1/reward", content=body, headers=headers | {
+        "content-type": "application/json"})
+
+
+class _Wild:
+    def score(self, images: list[object], prompts: list[str], responses: list[str]) -> list[float]:
+        return [100.0, float("nan")][: len(images)]
+
+
+def _client_app(tmp_path: Path, key: Ed25519PrivateKey, scorer: object, **kw: object) -> TestClient:
+    cfg = ClientSettings(db_path=tmp_path / "c.db", identity_key=tmp_path / "c.pem",
+                         server_public_key=public_key_b64(key), **kw)  # type: ignore[arg-type]
+    return TestClient(create_client_app(cfg, scorer))  # type: ignore[arg-type]
+
+
+def test_reward_budget_rate_limit_clip_and_image_cache(tmp_path: Path) -> None:
+    key = generate_key()
+    png = _png()
+    digest = hashlib.sha256(png).hexdigest()
+    item: dict[str, Any] = {"image_sha256": digest, "prompt": "p", "response": "r"}
+    with _client_app(tmp_path, key, _Wild(), query_budget=3, rate_limit_per_minute=100,
+                     clip=2.0) as tc:
+        missing = _reward_call(tc, key, [item])
+        assert missing.status_code == 409 and missing.json()["missing"] == [digest]
+        full = dict(item, image_b64=base64.b64encode(png).decode())
+        ok = _reward_call(tc, key, [full, item])
+        assert ok.status_code == 200 and ok.json()["scores"] == [2.0, 0.0]
+        over = _reward_call(tc, key, [item, item])
+        assert over.status_code == 429 and "budget" in over.json()["detail"]
+        lying = dict(item, image_b64=base64.b64encode(b"other").decode())
+        assert _reward_call(tc, key, [lying]).status_code == 422
+    with _client_app(tmp_path / "b", key, HashScorer(), rate_limit_per_minute=2) as tc:
+        full = dict(item, image_b64=base64.b64encode(png).decode())
+        assert [_reward_call(tc, key, [full]).status_code for _ in range(3)] == [200, 200, 429]
+
+
+def test_settings_file_with_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "client.toml"
+    path.write_text('name = "hospital-a"\nport = 9500\nquery_budget = 10\n')
+    monkeypatch.setenv("FEDMOR_CLIENT_PORT", "9600")
+    cfg = load_settings(ClientSettings, path)
+    assert (cfg.name, cfg.port, cfg.query_budget) == ("hospital-a", 9600, 10)
+    with pytest.raises(ValueError, match="typo"):
+        ClientSettings(typo=1)  # type: ignore[call-arg]
+
+
+def test_cli_keys_and_roster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    key = tmp_path / "k.pem"
+    args = parser.parse_args(["keys", "new", "--out", str(key)])
+    assert args.handler(args) == 0
+    public = capsys.readouterr().out.strip()
+    roster = tmp_path / "roster.json"
+    args = parser.parse_args(["roster", "add", "--roster", str(roster), "--name", "h1",
+                              "--key-file", str(key)])
+    assert args.handler(args) == 0
+    assert "enrollment token" in capsys.readouterr().out
+    args = parser.parse_args(["roster", "list", "--roster", str(roster)])
+    args.handler(args)
+    assert capsys.readouterr().out.strip() == f"h1\t{public}"
+    with pytest.raises(ValueError, match="exists"):
+        args = parser.parse_args(["keys", "new", "--out", str(key)])
+        args.handler(args)
+
+
+def test_public_api_is_pinned() -> None:
+    assert sorted(server_app.__all__) == sorted([
+        "ROUND_KINDS", "AuthError", "BrokerError", "ClientRound", "QueryItem", "RewardBroker",
+        "RosterEntry", "RosterFile", "RoundKind", "RoundManager", "RoundSpec", "ServerRound",
+        "ServerSettings", "Store", "add_to_roster", "create_app", "create_app_from_env",
+        "generate_key", "load_or_create_key", "load_private_key", "load_settings",
+        "parse_public_key", "public_key_b64", "sign_headers"])
+    assert sorted(client_app.__all__) == sorted([
+        "ClientRunner", "ClientSettings", "ClientStore", "HashScorer", "RateLimited",
+        "RewardService", "RunnerError", "Scorer", "UpdateFn", "create_client_app",
+        "create_client_app_from_env", "demo_update", "load_object"])
+    for mod in (server_app, client_app):
+        for name in mod.__all__:
+            assert hasattr(mod, name), name

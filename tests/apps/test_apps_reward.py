@@ -1,0 +1,86 @@
+"""The reward-query broker against real client-app processes: push and pull, image cache."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from client_app import HashScorer
+from server_app import QueryItem, RewardBroker, Store, load_private_key
+from server_app._local import LocalConsortium
+
+
+def _png(seed: int) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (48, 48, 3), dtype=np.uint8)
+    image = Image.fromarray(pixels)
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+ITEMS = [QueryItem(image=_png(i % 2), prompt=f"what is shown? {i}", response=f"answer {i}")
+         for i in range(4)]
+
+
+def _reference(items: list[QueryItem]) -> list[float]:
+    images = [Image.open(io.BytesIO(i.image)).convert("RGB") for i in items]
+    return HashScorer().score(images, [i.prompt for i in items], [i.response for i in items])
+
+
+def _broker(c: LocalConsortium, mode: str) -> RewardBroker:
+    """The server's broker, in this process, on the running server's own store and key."""
+    store = Store(c.server_cfg["db_path"])
+    key = load_private_key(Path(c.server_cfg["identity_key"]))
+    return RewardBroker(store, key, verify=c.verify, mode=mode, timeout_s=60)
+
+
+def _query(broker: RewardBroker, client_id: str, items: list[QueryItem]) -> list[float]:
+    async def go() -> list[float]:
+        try:
+            return await broker.query(client_id, items)
+        finally:
+            await broker.aclose()
+    return asyncio.run(go())
+
+
+def test_push_scores_match_in_process_and_cache_saves_bytes(consortium: LocalConsortium) -> None:
+    client_id = consortium.enrolled()[2]
+    broker = _broker(consortium, "push")
+    first = _query(broker, client_id, ITEMS)
+    uncached = broker.bytes_sent
+    assert first == pytest.approx(_reference(ITEMS))
+    broker = _broker(consortium, "push")
+    second = _query(broker, client_id, ITEMS)
+    assert second == first
+    assert broker.bytes_sent < uncached / 2  # images went by hash only
+    db = consortium.client_cfg[consortium.names[2]]["db_path"]
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT caller, items, item_hashes FROM query_audit").fetchall()
+    assert [r[:2] for r in rows[-2:]] == [("server", 4), ("server", 4)]
+    assert "what is shown" not in repr(rows)  # the audit keeps hashes, not inputs
+
+
+def test_push_resends_images_the_client_lost(consortium: LocalConsortium) -> None:
+    client_id = consortium.enrolled()[3]
+    broker = _broker(consortium, "push")
+    _query(broker, client_id, ITEMS[:2])
+    db = consortium.client_cfg[consortium.names[3]]["db_path"]
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM images")  # the client's cache is gone
+    broker = _broker(consortium, "push")
+    assert _query(broker, client_id, ITEMS[:2]) == pytest.approx(_reference(ITEMS[:2]))
+
+
+def test_pull_mode_round_trip(consortium: LocalConsortium) -> None:
+    client_id = consortium.enrolled()[1]
+    broker = _broker(consortium, "pull")
+    items = [QueryItem(image=_png(7), prompt="pull?", response="yes")]
+    assert _query(broker, client_id, items) == pytest.approx(_reference(items))
+    broker = _broker(consortium, "pull")
+    assert _query(broker, client_id, items) == pytest.approx(_reference(items))
