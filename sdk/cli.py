@@ -18,6 +18,7 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 
 # Modules that own a subcommand group, in the order ``--help`` lists them.
 _COMMAND_MODULES: tuple[str, ...] = (
+    "sdk._demo",
     "sdk.data._cli",
     "sdk.reward._cli",
     "server_app._cli",

@@ -21,21 +21,16 @@ from pathlib import Path
 
 from sdk.data import HELDOUT_CATEGORIES, SynthConfig, load_pairs, synthesize
 from sdk.models import ARCHITECTURES
-from sdk.reward import RewardTrainingConfig, cross_accuracy, train_client_reward_models
+from sdk.reward import (
+    RewardTrainingConfig,
+    cross_accuracy,
+    format_accuracy_matrix,
+    train_client_reward_models,
+)
 
 QUICK_CLIENTS = ("diagram", "detail", "safety")
 FULL_CLIENTS = ("diagram", "poster", "position", "detail", "safety")
 ARCH_ORDER = ("qwen2_vl", "qwen2_5_vl", "llava_onevision")
-
-
-def _table(matrix: dict[str, dict[str, float]], archs: dict[str, str]) -> str:
-    columns = list(next(iter(matrix.values())))
-    head = f"{'RM (arch)':<28}" + "".join(f"{c:>10}" for c in columns)
-    rows = [head, "-" * len(head)]
-    for client, accs in matrix.items():
-        label = f"{client} ({archs[client]})"
-        rows.append(f"{label:<28}" + "".join(f"{accs[c]:>10.3f}" for c in columns))
-    return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - start
     archs = {c: t.architecture for c, t in trained.items()}
 
-    print(_table(matrix, archs))
+    print(format_accuracy_matrix(matrix, archs))
     for client, item in trained.items():
         print(f"[bench] {client}: {item.architecture}, train {item.result.wall_s:.1f} s, "
               f"{item.result.steps} steps, own eval accuracy {matrix[client][client]:.3f}")

@@ -3,6 +3,7 @@
 from sdk.reward._clients import (
     ClientRewardModel,
     cross_accuracy,
+    format_accuracy_matrix,
     pair_texts,
     train_client_reward_models,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "ScoreNormalizer",
     "bradley_terry_loss",
     "cross_accuracy",
+    "format_accuracy_matrix",
     "pair_texts",
     "pairwise_accuracy",
     "train_client_reward_models",

@@ -18,6 +18,7 @@ from sdk.reward._training import RewardTrainingResult, pairwise_accuracy, train_
 __all__ = [
     "ClientRewardModel",
     "cross_accuracy",
+    "format_accuracy_matrix",
     "pair_texts",
     "train_client_reward_models",
 ]
@@ -84,3 +85,16 @@ def cross_accuracy(
         name: {split: pairwise_accuracy(model, pairs) for split, pairs in splits.items()}
         for name, model in models.items()
     }
+
+
+def format_accuracy_matrix(
+    matrix: Mapping[str, Mapping[str, float]], architectures: Mapping[str, str]
+) -> str:
+    """The cross-client matrix as a fixed-width table: rows = reward models, columns = splits."""
+    columns = list(next(iter(matrix.values())))
+    head = f"{'RM (arch)':<28}" + "".join(f"{c:>10}" for c in columns)
+    rows = [head, "-" * len(head)]
+    for client, accs in matrix.items():
+        label = f"{client} ({architectures[client]})"
+        rows.append(f"{label:<28}" + "".join(f"{accs[c]:>10.3f}" for c in columns))
+    return "\n".join(rows)

@@ -25,6 +25,7 @@ def test_public_api_is_pinned() -> None:
         "ClientRewardModel", "ClientScorer", "DPSettings", "LoraSettings", "PairLike",
         "RewardCheckpointError", "RewardInputError", "RewardModel", "RewardTrainingConfig",
         "RewardTrainingResult", "ScoreNormalizer", "bradley_terry_loss", "cross_accuracy",
+        "format_accuracy_matrix",
         "pair_texts", "pairwise_accuracy", "train_client_reward_models", "train_reward_model",
     ])
     for name in reward.__all__:
