@@ -1,0 +1,90 @@
+"""``BrokerRewardSource``: the reward source over the server's REST reward-query broker.
+
+sdk must not import server_app, so the broker is seen through a small protocol and the item type
+is injected (``server_app.QueryItem``). Images are PNG-encoded once per distinct image (content
+hash) and the broker's own content-addressed cache keeps them off the wire after the first send.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from PIL import Image
+
+from sdk.alignment._errors import RewardShapeError
+from sdk.alignment._reward_source import check_lengths
+from sdk.router import image_digest
+
+__all__ = ["BrokerRewardSource", "RewardQueryBroker"]
+
+
+class RewardQueryBroker(Protocol):
+    """What the server app's ``RewardBroker`` offers."""
+
+    async def query(self, client_id: str, items: list[Any]) -> list[float]:
+        """Scores of ``items`` from ``client_id``."""
+        ...
+
+
+class BrokerRewardSource:
+    """A :class:`~sdk.alignment.RewardSource` whose client k is ``client_ids[k]`` at the broker.
+
+    ``make_item(image_bytes, prompt, response)`` builds the broker's item (``QueryItem``).
+    """
+
+    def __init__(
+        self,
+        broker: RewardQueryBroker,
+        client_ids: Sequence[str],
+        make_item: Callable[[bytes, str, str], Any],
+        *,
+        max_cached_images: int = 4096,
+    ) -> None:
+        if not client_ids:
+            raise ValueError("BrokerRewardSource needs at least one client id")
+        self.broker = broker
+        self.client_ids = list(client_ids)
+        self.make_item = make_item
+        self._png: OrderedDict[str, bytes] = OrderedDict()
+        self._max = max_cached_images
+
+    @property
+    def num_clients(self) -> int:
+        """Number of clients K."""
+        return len(self.client_ids)
+
+    def _encode(self, image: Image.Image | None) -> bytes:
+        if image is None:
+            raise RewardShapeError("the REST reward path needs an image for every query")
+        key = image_digest(image)
+        if key not in self._png:
+            buf = io.BytesIO()
+            image.convert("RGB").save(buf, format="PNG")
+            self._png[key] = buf.getvalue()
+            while len(self._png) > self._max:
+                self._png.popitem(last=False)
+        self._png.move_to_end(key)
+        return self._png[key]
+
+    async def score(
+        self,
+        client_index: int,
+        images: Sequence[Image.Image | None],
+        prompts: Sequence[str],
+        responses: Sequence[str],
+    ) -> list[float]:
+        """Ask client ``client_ids[client_index]`` through the broker."""
+        n = check_lengths(images, prompts, responses)
+        if not 0 <= client_index < len(self.client_ids):
+            raise IndexError(f"client index {client_index} out of range 0..{len(self.client_ids) - 1}")
+        items = [self.make_item(self._encode(i), p, r)
+                 for i, p, r in zip(images, prompts, responses, strict=True)]
+        scores = [float(s) for s in await self.broker.query(self.client_ids[client_index], items)]
+        if len(scores) != n:
+            raise RewardShapeError(
+                f"client {self.client_ids[client_index]!r} returned {len(scores)} scores for {n}"
+            )
+        return scores

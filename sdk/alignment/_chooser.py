@@ -1,0 +1,62 @@
+"""Adapter from the federated router (encoder + Neural TS head) to :class:`ArmChooser`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from PIL import Image
+from torch import Tensor
+
+from sdk.alignment._selection import Routing
+from sdk.router import Encoder, NeuralThompsonRouter, route
+
+__all__ = ["NeuralTSChooser"]
+
+
+class NeuralTSChooser:
+    """Encode (x, y), take the frozen trunk's context z (B, d), pick arms with Neural TS.
+
+    ``explore=False`` routes by the argmax of the router logits (the MoR-without-online ablation
+    and evaluation); ``explore=True`` draws Thompson samples.
+    """
+
+    def __init__(self, encoder: Encoder, bandit: NeuralThompsonRouter) -> None:
+        self.encoder = encoder
+        self.bandit = bandit
+
+    @property
+    def num_arms(self) -> int:
+        """Number of clients K."""
+        return int(self.bandit.router.num_clients)
+
+    def choose(
+        self,
+        images: Sequence[Image.Image | None],
+        prompts: Sequence[str],
+        responses: Sequence[str],
+        *,
+        explore: bool,
+    ) -> Routing:
+        """Arms (B,) and contexts z (B, d)."""
+        encoded = self.encoder.encode(images, prompts, responses)
+        z = self.bandit.context(encoded.hidden, encoded.mask)  # (B, d)
+        if explore:
+            arms = self.bandit.select(z)
+        else:
+            with torch.no_grad():
+                arms = route(self.bandit.router.head(z))
+        return Routing(arms=[int(a) for a in arms], contexts=z)
+
+    def update(self, contexts: Tensor, arms: Sequence[int], rewards: Sequence[float]) -> None:
+        """One Neural TS update of the head."""
+        self.bandit.update(contexts, torch.tensor(list(arms)), torch.tensor(list(rewards)))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The bandit's online state."""
+        return dict(self.bandit.state_dict())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the bandit's online state."""
+        self.bandit.load_state_dict(state)

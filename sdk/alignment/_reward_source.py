@@ -1,0 +1,94 @@
+"""Where rewards come from: one interface, an in-process implementation.
+
+A :class:`RewardSource` answers "client k, score these (image, prompt, response) triples". The
+in-process source calls local scorer callables (tests, benchmarks, single-machine runs); the REST
+source (:class:`~sdk.alignment.BrokerRewardSource`, over the server's reward-query broker) moves
+the same question over the wire. Strategies only ever see this interface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from PIL import Image
+
+from sdk.alignment._errors import RewardShapeError
+
+__all__ = ["InProcessRewardSource", "RewardSource", "ScoreFn", "check_lengths"]
+
+ScoreFn = Callable[[Sequence[Image.Image | None], Sequence[str], Sequence[str]], Sequence[float]]
+"""A client's scorer: ``(images, prompts, responses) -> one score per triple``."""
+
+
+def check_lengths(images: Sequence[object], prompts: Sequence[str], responses: Sequence[str]) -> int:
+    """Return the common length of the three inputs, or raise :class:`RewardShapeError`."""
+    if not len(images) == len(prompts) == len(responses):
+        raise RewardShapeError(
+            f"images ({len(images)}), prompts ({len(prompts)}) and responses ({len(responses)}) "
+            "must have the same length"
+        )
+    return len(prompts)
+
+
+@runtime_checkable
+class RewardSource(Protocol):
+    """Scores triples with one client's reward model."""
+
+    @property
+    def num_clients(self) -> int:
+        """Number of clients K; client indices are ``0..K-1``."""
+        ...
+
+    async def score(
+        self,
+        client_index: int,
+        images: Sequence[Image.Image | None],
+        prompts: Sequence[str],
+        responses: Sequence[str],
+    ) -> list[float]:
+        """One score per triple from client ``client_index``."""
+        ...
+
+
+class InProcessRewardSource:
+    """A :class:`RewardSource` over local scorer callables, one per client.
+
+    Scorers run in worker threads so that ``asyncio.gather`` over several clients overlaps them
+    (torch releases the GIL inside its kernels). ``calls`` counts queries per client.
+    """
+
+    def __init__(self, scorers: Sequence[ScoreFn]) -> None:
+        if not scorers:
+            raise ValueError("InProcessRewardSource needs at least one scorer")
+        self._scorers = list(scorers)
+        self.calls = [0] * len(self._scorers)
+        self.triples = [0] * len(self._scorers)
+
+    @property
+    def num_clients(self) -> int:
+        """Number of scorers."""
+        return len(self._scorers)
+
+    async def score(
+        self,
+        client_index: int,
+        images: Sequence[Image.Image | None],
+        prompts: Sequence[str],
+        responses: Sequence[str],
+    ) -> list[float]:
+        """Run scorer ``client_index`` on the triples in a worker thread."""
+        n = check_lengths(images, prompts, responses)
+        if not 0 <= client_index < len(self._scorers):
+            raise IndexError(f"client index {client_index} out of range 0..{len(self._scorers) - 1}")
+        self.calls[client_index] += 1
+        self.triples[client_index] += n
+        if n == 0:
+            return []
+        scorer = self._scorers[client_index]
+        scores = await asyncio.to_thread(scorer, list(images), list(prompts), list(responses))
+        out = [float(s) for s in scores]
+        if len(out) != n:
+            raise RewardShapeError(f"client {client_index} returned {len(out)} scores for {n} triples")
+        return out

@@ -1,0 +1,121 @@
+"""Supervised warm-up of the base policy on the public ``policy/warmup`` split, cached on disk.
+
+The policy starts GRPO with partial ability, as the paper's does. The cache key is a hash of the
+warm-up config, the base checkpoint's files and the data manifest (query ids, prompts, answers
+and image digests), so the demo and every benchmark seed reuse one warm-up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from sdk.data import Query
+from sdk.models import encode_batch, load_vlm
+from sdk.router import image_digest
+
+__all__ = ["WarmupConfig", "warmup_cache_key", "warmup_policy"]
+
+_DONE = "warmup.json"
+
+
+class WarmupConfig(BaseModel):
+    """Supervised fine-tuning of the policy on (image, prompt) -> answer."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    steps: int = Field(default=600, ge=0)
+    batch_size: int = Field(default=16, ge=1)
+    learning_rate: float = Field(default=1e-3, gt=0)
+    warmup_steps: int = Field(default=10, ge=0)
+    seed: int = 0
+
+
+def _files_digest(directory: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != _DONE):
+        h.update(path.relative_to(directory).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def warmup_cache_key(config: WarmupConfig, base_dir: Path, queries: Sequence[Query]) -> str:
+    """sha256 (first 16 hex) of the config, the base checkpoint and the data manifest."""
+    h = hashlib.sha256(config.model_dump_json().encode())
+    h.update(_files_digest(base_dir).encode())
+    for q in queries:
+        h.update(json.dumps([q.id, q.prompt, q.answer, list(q.options)]).encode())
+        h.update(image_digest(q.image).encode())
+    return h.hexdigest()[:16]
+
+
+def _answer_labels(batch_ids: torch.Tensor, prompt_lengths: torch.Tensor,
+                   mask: torch.Tensor) -> torch.Tensor:
+    """Labels (B, T): input ids on answer tokens, -100 on the prompt and padding (right-padded)."""
+    positions = torch.arange(batch_ids.shape[1]).unsqueeze(0)  # (1, T)
+    keep = (positions >= prompt_lengths.unsqueeze(1)) & mask.bool()
+    return torch.where(keep, batch_ids, torch.full_like(batch_ids, -100))
+
+
+def warmup_policy(
+    base_dir: str | Path,
+    queries: Sequence[Query],
+    cache_root: str | Path,
+    config: WarmupConfig | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Fine-tune ``base_dir`` on the answers of ``queries``; return the (cached) policy dir."""
+    cfg = config or WarmupConfig()
+    base = Path(base_dir)
+    usable = [q for q in queries if q.answer is not None]
+    if not usable:
+        raise ValueError("warm-up needs queries with answers (the policy/warmup split)")
+    out = Path(cache_root) / f"warmup-{warmup_cache_key(cfg, base, usable)}"
+    say = progress or (lambda _m: None)
+    if (out / _DONE).is_file():
+        say(f"warm-up: cached at {out}")
+        return out
+    bundle = load_vlm(base)
+    model, processor = bundle.model, bundle.processor
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps))
+    )
+    model.train()
+    losses: list[float] = []
+    for step in range(cfg.steps):
+        batch = rng.sample(usable, min(cfg.batch_size, len(usable)))
+        images = [q.image for q in batch]
+        prompts = [q.prompt for q in batch]
+        answers = [str(q.answer) for q in batch]
+        full = encode_batch(processor, images, prompts, answers, max_length=bundle.max_length)
+        prompt_only = encode_batch(processor, images, prompts, max_length=bundle.max_length)
+        labels = _answer_labels(full["input_ids"], prompt_only["attention_mask"].sum(1),
+                                full["attention_mask"])
+        loss = model(**full, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if step % 25 == 0 or step == cfg.steps - 1:
+            say(f"warm-up step {step + 1}/{cfg.steps} loss {losses[-1]:.3f}")
+    model.eval()
+    tmp = out.with_name(out.name + ".tmp")
+    model.save_pretrained(tmp)
+    processor.save_pretrained(tmp)
+    (tmp / _DONE).write_text(json.dumps({"config": cfg.model_dump(), "losses": losses}))
+    if out.exists():  # another process finished first: keep theirs
+        return out
+    tmp.rename(out)
+    return out

@@ -1,0 +1,96 @@
+"""Stage B: the frozen public encoder, the router, local router training and online routing."""
+
+from sdk.router._encoder import (
+    EncodedBatch,
+    Encoder,
+    ImageFeatureCache,
+    concat_batches,
+    image_digest,
+)
+from sdk.router._errors import RouterError, RouterMismatchError, RouterShapeError
+from sdk.router._evaluation import (
+    AverageRM,
+    PairLike,
+    PairScores,
+    RandomSelection,
+    RewardScores,
+    RouterSelection,
+    SelectionMethod,
+    SingleRM,
+    Table4,
+    encode_pairs,
+    reward_scores,
+    route_pairs,
+    table4,
+)
+from sdk.router._federated import (
+    AGGREGATORS,
+    Aggregator,
+    DropoutSchedule,
+    FederatedConfig,
+    FederatedRouterTrainer,
+    PlainAggregator,
+    RoundAggregate,
+    RoundStats,
+    RouterClient,
+    SecureAggregator,
+)
+from sdk.router._hashing_encoder import HashingEncoder, HashingEncoderConfig
+from sdk.router._local import (
+    LocalRouterUpdate,
+    LocalTrainingConfig,
+    fedavg_plain,
+    train_router_locally,
+)
+from sdk.router._model import Router, RouterConfig
+from sdk.router._neural_ts import NeuralThompsonRouter, NeuralTSConfig
+from sdk.router._policy import route, soft_weights
+from sdk.router._vlm_encoder import VLMEncoder, VLMEncoderConfig
+
+__all__ = [
+    "AGGREGATORS",
+    "Aggregator",
+    "AverageRM",
+    "DropoutSchedule",
+    "EncodedBatch",
+    "Encoder",
+    "FederatedConfig",
+    "FederatedRouterTrainer",
+    "HashingEncoder",
+    "HashingEncoderConfig",
+    "ImageFeatureCache",
+    "LocalRouterUpdate",
+    "LocalTrainingConfig",
+    "NeuralTSConfig",
+    "NeuralThompsonRouter",
+    "PairLike",
+    "PairScores",
+    "PlainAggregator",
+    "RandomSelection",
+    "RewardScores",
+    "RoundAggregate",
+    "RoundStats",
+    "Router",
+    "RouterClient",
+    "RouterConfig",
+    "RouterError",
+    "RouterMismatchError",
+    "RouterSelection",
+    "RouterShapeError",
+    "SecureAggregator",
+    "SelectionMethod",
+    "SingleRM",
+    "Table4",
+    "VLMEncoder",
+    "VLMEncoderConfig",
+    "concat_batches",
+    "encode_pairs",
+    "fedavg_plain",
+    "image_digest",
+    "reward_scores",
+    "route",
+    "route_pairs",
+    "soft_weights",
+    "table4",
+    "train_router_locally",
+]

@@ -1,0 +1,29 @@
+"""Routing modes over router logits: sparse (argmax) and dense (softmax weights)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from sdk.router._errors import RouterShapeError
+
+__all__ = ["route", "soft_weights"]
+
+
+def _check(logits: Tensor) -> None:
+    if logits.dim() != 2 or logits.shape[1] == 0:
+        raise RouterShapeError(f"logits must be (B, K) with K >= 1, got {tuple(logits.shape)}")
+
+
+def route(logits: Tensor) -> Tensor:
+    """Sparse routing: the one client index per row, LongTensor (B,)."""
+    _check(logits)
+    return logits.argmax(dim=1)
+
+
+def soft_weights(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """Dense mixture weights softmax(logits / temperature), (B, K), rows sum to 1."""
+    _check(logits)
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    return torch.softmax(logits / temperature, dim=1)

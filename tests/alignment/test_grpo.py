@@ -1,0 +1,82 @@
+"""A tiny GRPO run on a real tiny Qwen2.5-VL: the policy moves and metrics are written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from sdk.alignment import (
+    GRPOSettings,
+    InProcessRewardSource,
+    MoRSelection,
+    SelectionRewardFunction,
+    WarmupConfig,
+    align,
+    query_dataset,
+    warmup_cache_key,
+    warmup_policy,
+)
+from sdk.data import load_queries
+from tests.alignment.conftest import make_chooser
+
+
+def _weights(directory: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(directory / "model.safetensors"))
+
+
+def test_warmup_is_cached_and_changes_the_policy(base_policy: Path, data_dir: Path,
+                                                 tmp_path: Path) -> None:
+    queries = load_queries(data_dir / "policy" / "warmup")
+    cfg = WarmupConfig(steps=2, batch_size=4)
+    first = warmup_policy(base_policy, queries, tmp_path, cfg)
+    mtime = (first / "model.safetensors").stat().st_mtime_ns
+    assert warmup_policy(base_policy, queries, tmp_path, cfg) == first  # cache hit
+    assert (first / "model.safetensors").stat().st_mtime_ns == mtime
+    other = warmup_policy(base_policy, queries, tmp_path, WarmupConfig(steps=1, batch_size=4))
+    assert other != first  # the config is part of the key
+    before, after = _weights(base_policy), _weights(first)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_tiny_grpo_run_with_mor_changes_the_policy(base_policy: Path, data_dir: Path,
+                                                   tmp_path: Path) -> None:
+    queries = load_queries(data_dir / "policy" / "train")
+
+    def longer_is_better(images, prompts, responses):  # distinct rewards within a group
+        return [float(len(r)) for r in responses]
+
+    sel = MoRSelection(make_chooser(num_clients=2))
+    fn = SelectionRewardFunction(sel, InProcessRewardSource([longer_is_better] * 2))
+    settings = GRPOSettings(steps=2, prompts_per_step=2, num_generations=2,
+                            max_completion_length=4, warmup_steps=0, learning_rate=1e-2)
+    out = align(base_policy, fn, queries, settings, out_dir=tmp_path / "run")
+    before, after = _weights(base_policy), _weights(out / "policy")
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert changed, "GRPO left every parameter unchanged"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["selection"] == "mor"
+    assert len(metrics["mean_reward_per_call"]) >= 1
+    # The second logged loss produced bandit feedback for that step's routed pairs.
+    feedback = metrics["router_feedback"]
+    assert len(feedback) == 2 and feedback[0][2] is None and feedback[1][2] in (0.0, 1.0)
+    assert feedback[1][3] == 2 * 2
+
+
+def test_cache_key_depends_on_the_data(base_policy: Path, data_dir: Path) -> None:
+    queries = load_queries(data_dir / "policy" / "warmup")
+    cfg = WarmupConfig(steps=2)
+    key = warmup_cache_key(cfg, base_policy, queries)
+    assert key == warmup_cache_key(cfg, base_policy, list(queries))
+    assert key != warmup_cache_key(cfg, base_policy, queries[:-1])
+
+
+def test_query_dataset_is_conversational_with_an_image_column(data_dir: Path) -> None:
+    queries = load_queries(data_dir / "policy" / "train")[:3]
+    ds = query_dataset(queries)
+    assert len(ds) == 3 and set(ds.column_names) == {"prompt", "image", "category"}
+    content = ds[0]["prompt"][0]["content"]
+    assert [p["type"] for p in content] == ["image", "text"]
+    assert content[1]["text"] == queries[0].prompt

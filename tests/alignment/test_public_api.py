@@ -1,0 +1,22 @@
+import sdk.alignment as alignment
+
+
+def test_public_api_is_pinned() -> None:
+    assert sorted(alignment.__all__) == sorted([
+        "JUDGE_DIMENSIONS", "SELECTIONS", "AlignmentError", "ArchitectureMismatchError",
+        "ArmChooser", "AvgRM", "BestSingle", "BrokerRewardSource", "CategoryScore",
+        "CommunicationSetting", "CompletionBatch", "EvalSettings", "FedAvgRM", "GRPOSettings",
+        "InProcessRewardSource", "JudgeError", "LLMJudge", "MoRNoOnline", "MoRSelection",
+        "NeuralTSChooser", "PendingFeedback", "PluralLLMAlpha", "PolicyEvaluation",
+        "RandomSelection", "RewardQueryBroker", "RewardSelection", "RewardShapeError",
+        "RewardSource", "RouterFeedbackCallback", "Routing", "ScoreFn",
+        "SelectionRewardFunction", "StepTimer", "StyleScore", "UnknownSelectionError",
+        "WarmupConfig", "align", "best_of_n_accuracy", "check_lengths", "communication_bytes",
+        "evaluate_policy", "fedavg_state_dicts", "generate_responses", "is_correct",
+        "load_judge_prompt", "loss_feedback", "lora_parameter_count", "make_selection",
+        "message_text", "normalize_answer", "parameter_count", "parse_choice", "query_dataset",
+        "register_selection", "style_scores", "sync_router_update", "warmup_cache_key",
+        "warmup_policy",
+    ])
+    for name in alignment.__all__:
+        assert hasattr(alignment, name), name

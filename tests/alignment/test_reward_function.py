@@ -1,0 +1,65 @@
+import asyncio
+import inspect
+
+import torch
+
+from sdk.alignment import (
+    InProcessRewardSource,
+    MoRSelection,
+    SelectionRewardFunction,
+    message_text,
+)
+from tests.alignment.conftest import grey, make_chooser
+
+
+def client(value: float):
+    def score(images, prompts, responses):
+        assert all(img is not None for img in images)  # the image column reached the scorer
+        return [value + len(r) / 100 for r in responses]
+    return score
+
+
+def trl_kwargs(n: int) -> dict:
+    """What GRPOTrainer passes: conversational prompts/completions and the image column."""
+    prompts = [[{"role": "user", "content": [{"type": "image"},
+                                             {"type": "text", "text": f"question {i}"}]}]
+               for i in range(n)]
+    completions = [[{"role": "assistant", "content": "y" * (i + 1)}] for i in range(n)]
+    return {"prompts": prompts, "completions": completions,
+            "completion_ids": [[1] * (i + 1) for i in range(n)],
+            "image": [grey(10 * i) for i in range(n)], "trainer_state": None}
+
+
+def test_mor_reward_function_one_float_per_completion_routed_to_the_chosen_client() -> None:
+    chooser = make_chooser()
+    with torch.no_grad():  # make client 1 the router's clear favourite
+        chooser.bandit.router.head.bias.copy_(torch.tensor([-50.0, 50.0, -50.0]))
+    source = InProcessRewardSource([client(0.0), client(10.0), client(20.0)])
+    fn = SelectionRewardFunction(MoRSelection(chooser), source)
+    assert inspect.iscoroutinefunction(fn.__call__)
+    rewards = asyncio.run(fn(**trl_kwargs(6)))
+    assert len(rewards) == 6 and all(isinstance(r, float) for r in rewards)
+    assert rewards == [10.0 + (i + 1) / 100 for i in range(6)]
+    assert source.triples == [0, 6, 0] and source.calls == [0, 1, 0]
+    contexts, arms = fn.selection.take_pending()
+    assert arms == [1] * 6 and contexts is not None and contexts.shape[0] == 6
+
+
+def test_mor_groups_a_mixed_batch_by_client() -> None:
+    chooser = make_chooser(num_clients=2)
+    torch.manual_seed(0)
+    source = InProcessRewardSource([client(0.0), client(10.0)])
+    sel = MoRSelection(chooser)
+    fn = SelectionRewardFunction(sel, source)
+    rewards = asyncio.run(fn(**trl_kwargs(8)))
+    _, arms = sel.take_pending()
+    for r, arm, i in zip(rewards, arms, range(8), strict=True):
+        assert r == 10.0 * arm + (i + 1) / 100  # each completion got its own client's score
+    assert source.calls == [int(0 in arms), int(1 in arms)]  # one grouped query per client
+
+
+def test_message_text_reads_both_formats() -> None:
+    assert message_text("plain") == "plain"
+    assert message_text([{"role": "assistant", "content": "hi"}]) == "hi"
+    assert message_text([{"role": "user", "content": [{"type": "image"},
+                                                      {"type": "text", "text": "q"}]}]) == "q"
