@@ -75,6 +75,17 @@ class Encoder(Protocol):
         ...
 
 
+def check_triples(
+    images: Sequence[Image.Image | None], prompts: Sequence[str], responses: Sequence[str]
+) -> None:
+    """Refuse (image, prompt, response) columns of different lengths."""
+    if not len(images) == len(prompts) == len(responses):
+        raise RouterShapeError(
+            f"images, prompts and responses differ in length: "
+            f"{len(images)}, {len(prompts)}, {len(responses)}"
+        )
+
+
 def image_digest(image: Image.Image) -> str:
     """sha256 of an image's mode, size and pixel bytes: the image-feature cache key."""
     h = hashlib.sha256()

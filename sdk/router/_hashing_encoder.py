@@ -17,8 +17,7 @@ from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
-from sdk.router._encoder import EncodedBatch, ImageFeatureCache, image_digest
-from sdk.router._errors import RouterShapeError
+from sdk.router._encoder import EncodedBatch, ImageFeatureCache, check_triples, image_digest
 
 __all__ = ["HashingEncoder", "HashingEncoderConfig"]
 
@@ -99,11 +98,7 @@ class HashingEncoder:
         responses: Sequence[str],
     ) -> EncodedBatch:
         """Encode B triples; sequences are [image tokens, first prompt words, last response words]."""
-        if not len(images) == len(prompts) == len(responses):
-            raise RouterShapeError(
-                f"images, prompts and responses differ in length: "
-                f"{len(images)}, {len(prompts)}, {len(responses)}"
-            )
+        check_triples(images, prompts, responses)
         c = self.config
         rows = []
         for image, prompt, response in zip(images, prompts, responses, strict=True):

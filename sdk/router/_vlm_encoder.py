@@ -21,7 +21,7 @@ from transformers import PreTrainedModel, ProcessorMixin
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from sdk.models import encode_batch, to_rgb
-from sdk.router._encoder import EncodedBatch, ImageFeatureCache, image_digest
+from sdk.router._encoder import EncodedBatch, ImageFeatureCache, check_triples, image_digest
 from sdk.router._errors import RouterShapeError
 
 __all__ = ["VLMEncoder", "VLMEncoderConfig"]
@@ -151,11 +151,7 @@ class VLMEncoder:
         responses: Sequence[str],
     ) -> EncodedBatch:
         """Encode B triples (every triple needs an image) in chunks of ``config.batch_size``."""
-        if not len(images) == len(prompts) == len(responses):
-            raise RouterShapeError(
-                f"images, prompts and responses differ in length: "
-                f"{len(images)}, {len(prompts)}, {len(responses)}"
-            )
+        check_triples(images, prompts, responses)
         if not images:
             raise RouterShapeError("VLMEncoder.encode needs at least one triple")
         rgb = []
