@@ -85,8 +85,11 @@ class RewardService:
             except (UnidentifiedImageError, OSError, ValueError):
                 raise PayloadError(f"image {item.image_sha256[:12]}… is not a readable "
                                    f"image") from None
-        raw = self.scorer.score(images, [i.prompt for i in req.items],
-                                [i.response for i in req.items])
+        try:
+            raw = self.scorer.score(images, [i.prompt for i in req.items],
+                                    [i.response for i in req.items])
+        except ValueError as exc:  # the reward model refuses the input (empty, too long, ...)
+            raise PayloadError(f"cannot score this batch: {exc}") from None
         if len(raw) != len(req.items):
             raise RuntimeError(f"scorer returned {len(raw)} scores for {len(req.items)} items")
         # A non-finite score carries no preference: send the neutral 0 rather than leak NaN.

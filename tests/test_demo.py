@@ -1,20 +1,120 @@
+"""``fedmor demo`` on a cheap config: real client processes, real secure rounds, real REST
+reward queries during GRPO (one run shared by the tests of the three stages)."""
+
 import json
+import sqlite3
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from client_app._router_update import SPEC_ENV, router_update
 from sdk._demo import DemoConfig, run_demo
+from sdk.router import Router
+from sdk.secagg import QuantizationConfig
+from server_app._schemas import RoundInfo
+
+CONFIG = DemoConfig(clients=("detail", "safety"), train_pairs=64, eval_pairs=24, heldout_pairs=8,
+                    rm_steps=40, rm_batch_size=8, router_max_pairs=64, router_rounds=3,
+                    grpo_steps=3, grpo_prompts=4, warmup_steps=20, eval_queries=4)
 
 
-def test_demo_stage_a_shows_the_style_clients_disagree(tmp_path: Path) -> None:
-    config = DemoConfig(clients=("detail", "safety"), train_pairs=64, eval_pairs=24,
-                        heldout_pairs=8, rm_steps=40, rm_batch_size=8)
-    metrics = run_demo(config, tmp_path / "run")
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    run_dir = tmp_path_factory.mktemp("demo") / "run"
+    return run_dir, run_demo(CONFIG, run_dir)
 
+
+def test_demo_stage_a_shows_the_style_clients_disagree(run: tuple[Path, dict[str, Any]]) -> None:
+    run_dir, metrics = run
     stage_a = metrics["stage_a"]
     assert stage_a["architectures"] == {"detail": "qwen2_vl", "safety": "qwen2_5_vl"}
     assert stage_a["own_accuracy"]["detail"] >= 0.75
     assert stage_a["own_accuracy"]["safety"] >= 0.75
     # The detail-focused model prefers long answers: it ranks the safety pairs backwards.
     assert stage_a["cross_accuracy"]["detail"]["safety"] < 0.5
-    assert json.loads((tmp_path / "run" / "metrics.json").read_text()) == metrics
+    assert json.loads((run_dir / "metrics.json").read_text()) == metrics
     for checkpoint in stage_a["checkpoints"].values():
         assert (Path(checkpoint) / "normalizer.json").is_file()
+
+
+def _versions(run_dir: Path) -> dict[int, np.ndarray]:
+    with sqlite3.connect(run_dir / "consortium" / "server" / "server.db") as db:
+        return {v: np.frombuffer(b, dtype="<f4")
+                for v, b in db.execute("SELECT version, blob FROM router_versions")}
+
+
+def test_demo_stage_b_router_is_the_secure_mean_of_the_clients_local_training(
+        run: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    run_dir, metrics = run
+    stage_b = metrics["stage_b"]
+    assert [r["dropouts"] for r in stage_b["rounds"]] == [[]] * CONFIG.router_rounds
+    versions = _versions(run_dir)
+    # Redo each round's local training here, in the clear, from the same base and spec: the
+    # secure aggregate published by the server equals sum_k n_k phi_k / sum_k n_k.
+    monkeypatch.setenv(SPEC_ENV, str(run_dir / "router" / "spec.json"))
+    step = 2.0 ** -QuantizationConfig.fitted(num_clients=2, clip_range=8.0,
+                                             max_weight=1000).scale_bits
+    base = None
+    for r in stage_b["rounds"]:
+        info = RoundInfo.model_construct(round_id=r["round_id"], vector_length=len(versions[1]))
+        ups = [router_update(site, info, base) for site in ("site-0", "site-1")]
+        expected = sum(n * u.astype(np.float64) for u, n in ups) / sum(n for _, n in ups)
+        published = versions[r["router_version"]]
+        # Quantization (one step) plus float rounding: the client processes train with other
+        # thread counts, which reorders sums (measured: max 3e-5 over 10k parameters).
+        assert np.max(np.abs(published - expected)) <= step + 1e-4
+        assert np.median(np.abs(published - expected)) <= step + 1e-6
+        assert np.max(np.abs(published - ups[0][0])) > 1e-3  # not one client's update (~8e-3 off)
+        base = published.copy()
+    final = Router.load(run_dir / "router" / "final")
+    np.testing.assert_array_equal(final.get_flat_params(), versions[max(versions)])
+    # The federated router sends responses to their own client far above chance (1/2).
+    assert stage_b["routing_accuracy"] >= 0.8
+    assert stage_b["id_avg"]["Router+RM"] > stage_b["id_avg"]["Random"]
+    assert stage_b["bytes"]["uplink"] > 0 and stage_b["bytes"]["downlink"] > 0
+
+
+def test_demo_stage_c_every_reward_came_from_a_client_process(
+        run: tuple[Path, dict[str, Any]]) -> None:
+    run_dir, metrics = run
+    stage_c = metrics["stage_c"]
+    assert [s["step"] for s in stage_c["steps"]] == [1, 2, 3]
+    completions = 3 * stage_c["grpo"]["prompts_per_step"] * stage_c["grpo"]["num_generations"]
+    assert sum(stage_c["arm_counts"].values()) == completions
+    # The broker's audit trail in the server's store: the routed queries scored every GRPO
+    # completion but the empty ones (those get -c without a query).
+    with sqlite3.connect(run_dir / "consortium" / "server" / "server.db") as db:
+        queried = [json.loads(d)["items"] for a, d in db.execute("SELECT action, detail FROM audit")
+                   if a == "reward_query"]
+    assert sum(queried) + stage_c["empty_completions"] == completions
+    assert sum(queried) > 0
+    assert stage_c["bytes"]["reward_queries"] > 0
+    assert set(stage_c["results"]) == {"base", "MoR (REST)"}
+    for row in stage_c["results"].values():
+        assert 0.0 <= row["heldout_avg"] <= 1.0
+        assert set(row["per_category"]) == {"color", "count", "table", "text"}
+    base = _tensors(run_dir / "cache")
+    aligned = _tensors(run_dir / "alignment" / "policy")
+    assert base.keys() == aligned.keys()
+    assert any(not torch.equal(base[k], aligned[k]) for k in base)  # GRPO moved the policy
+
+
+def test_demo_run_directory_has_config_metrics_and_plots(
+        run: tuple[Path, dict[str, Any]]) -> None:
+    run_dir, metrics = run
+    assert DemoConfig.model_validate_json((run_dir / "config.json").read_text()) == CONFIG
+    assert set(metrics["communication_bytes"]) == {"router rounds", "reward queries"}
+    assert metrics["plots"] == ["router_accuracy.png", "alignment.png", "communication.png"]
+    for name in metrics["plots"]:
+        assert (run_dir / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert set(metrics["wall_s"]) == {"stage_a", "stage_b", "stage_c", "total"}
+
+
+def _tensors(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the (single) safetensors file under ``directory``."""
+    (path,) = directory.rglob("*.safetensors")
+    return load_file(str(path))

@@ -199,3 +199,21 @@ def test_public_api_is_pinned() -> None:
     for mod in (server_app, client_app):
         for name in mod.__all__:
             assert hasattr(mod, name), name
+
+
+def test_reward_input_the_model_refuses_is_a_422(tmp_path: Path) -> None:
+    from sdk.models import build_tiny_vlm
+    from sdk.reward import ClientScorer, RewardModel, ScoreNormalizer
+
+    model = RewardModel.from_backbone(
+        build_tiny_vlm("qwen2_vl", tmp_path / "vlm", corpus=["a red square", "p", "r"]))
+    scorer = ClientScorer(model, ScoreNormalizer.fit([0.0, 1.0, 2.0]))
+    key = generate_key()
+    png = _png()
+    item = {"image_sha256": hashlib.sha256(png).hexdigest(), "prompt": "p",
+            "image_b64": base64.b64encode(png).decode()}
+    with _client_app(tmp_path, key, scorer) as tc:
+        assert _reward_call(tc, key, [dict(item, response="a red square")]).status_code == 200
+        empty = _reward_call(tc, key, [dict(item, response="")])
+        assert empty.status_code == 422
+        assert "response" in empty.json()["detail"]

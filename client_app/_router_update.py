@@ -1,0 +1,106 @@
+"""The client's real router update: local router training on its own pairs (stage B).
+
+A client app points ``update_source`` at :func:`router_update`. The function reads a
+:class:`RouterUpdateSpec` (JSON) from the path in ``$FEDMOR_ROUTER_SPEC``: the public encoder and
+router configuration shared by the federation, and, per roster name, the client's router index
+and its local pairs directory. The pairs never leave the process; only the trained flat
+parameters phi_k and n_k go into the secure-aggregation round (the ``router_secagg`` kind masks
+``n_k * phi_k`` and ``n_k`` and publishes the weighted mean).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from sdk.router import (
+    EncodedBatch,
+    HashingEncoder,
+    HashingEncoderConfig,
+    LocalTrainingConfig,
+    Router,
+    RouterConfig,
+    encode_pairs,
+    train_router_locally,
+)
+from server_app._schemas import RoundInfo
+
+__all__ = ["SPEC_ENV", "RouterUpdateError", "RouterUpdateSpec", "SiteData", "router_update"]
+
+SPEC_ENV = "FEDMOR_ROUTER_SPEC"
+
+
+class RouterUpdateError(ValueError):
+    """The router-update spec is missing, does not name this client, or mismatches the round.
+
+    A ``ValueError``: the client runner then abandons the round (it becomes a dropout) instead
+    of stopping."""
+
+
+class SiteData(BaseModel):
+    """One client's place in the router (output index) and its local pairs directory."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    index: int = Field(ge=0)
+    pairs_dir: Path
+
+
+class RouterUpdateSpec(BaseModel):
+    """Public federation settings plus each site's private data path (read locally only)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    encoder: HashingEncoderConfig = HashingEncoderConfig()
+    router: RouterConfig = RouterConfig()
+    client_ids: list[str] = Field(min_length=1, description="router outputs, in order")
+    local: LocalTrainingConfig = LocalTrainingConfig()
+    max_pairs: int | None = Field(default=None, ge=1, description="local pairs used per round")
+    sites: dict[str, SiteData] = Field(default_factory=dict, description="roster name -> data")
+
+    def build_router(self) -> Router:
+        """The deterministic initial router (same on every client: seeded by ``router.seed``)."""
+        encoder_id = HashingEncoder(self.encoder).encoder_id
+        return Router(self.router, self.client_ids, encoder_id)
+
+
+# Encoding is the costly part and the pairs do not change between rounds: once per process.
+_CACHE: dict[tuple[str, str], tuple[RouterUpdateSpec, EncodedBatch, int]] = {}
+
+
+def _load(name: str) -> tuple[RouterUpdateSpec, EncodedBatch, int]:
+    path = os.environ.get(SPEC_ENV)
+    if not path:
+        raise RouterUpdateError(f"${SPEC_ENV} is not set: no router-update spec for {name!r}")
+    key = (path, name)
+    if key not in _CACHE:
+        from sdk.data import load_pairs
+
+        spec = RouterUpdateSpec.model_validate_json(Path(path).read_text())
+        site = spec.sites.get(name)
+        if site is None:
+            raise RouterUpdateError(f"router-update spec {path} has no site {name!r} "
+                                    f"(sites: {sorted(spec.sites)})")
+        pairs = load_pairs(site.pairs_dir)[: spec.max_pairs]
+        _CACHE[key] = spec, encode_pairs(HashingEncoder(spec.encoder), pairs), len(pairs)
+    return _CACHE[key]
+
+
+def router_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
+    """(phi_k (P,) float32 after local training from ``base``, n_k = local pairs used).
+
+    ``base`` None (the federation's first round) starts from the seeded initial router.
+    """
+    spec, encoded, n_pairs = _load(name)
+    router = spec.build_router()
+    if router.num_params() != info.vector_length:
+        raise RouterUpdateError(f"round {info.round_id} expects {info.vector_length} parameters, "
+                                f"the spec's router has {router.num_params()}")
+    if base is not None:
+        router.set_flat_params(base)
+    local = spec.local.model_copy(update={"seed": spec.local.seed + info.round_id})
+    update = train_router_locally(router, encoded, spec.sites[name].index, local)
+    return update.params.astype(np.float32), n_pairs
