@@ -7,6 +7,7 @@ from attacks._analytic import (
     analytic_linear_inversion,
     first_linear_layer,
 )
+from attacks._audit import AuditConfig, audit_run_dir
 from attacks._baselines import (
     BASELINE_NAMES,
     align_to_originals,
@@ -52,6 +53,7 @@ from attacks._metrics import (
     ssim_per_image,
 )
 from attacks._plots import plot_reconstruction_grid, plot_roc
+from attacks._remote import RemoteRewardScorer
 from attacks._report import (
     NO_LEAK,
     AuditReport,
@@ -81,6 +83,7 @@ __all__ = [
     "AttackError",
     "AttackInputError",
     "AttackScores",
+    "AuditConfig",
     "AuditReport",
     "CapturedUpdate",
     "InversionCheckpoint",
@@ -91,6 +94,7 @@ __all__ = [
     "MembershipReport",
     "MetricSummary",
     "ReconstructionReport",
+    "RemoteRewardScorer",
     "RocCurve",
     "SSIMParams",
     "Scorer",
@@ -102,6 +106,7 @@ __all__ = [
     "analytic_linear_inversion",
     "as_batch",
     "auc",
+    "audit_run_dir",
     "balance",
     "baseline_guesses",
     "bootstrap_auc_ci",

@@ -23,6 +23,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "sdk.reward._cli",
     "server_app._cli",
     "client_app._cli",
+    "attacks._cli",
 )
 
 

@@ -1,0 +1,70 @@
+"""``fedmor audit RUN_DIR``: the privacy audit of a demo run directory."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``audit`` command to the ``fedmor`` parser."""
+    audit = sub.add_parser(
+        "audit",
+        help="membership inference against a demo run's reward models; writes report.html",
+    )
+    audit.add_argument("run_dir", type=Path, help="demo run directory (reward_models/, data/)")
+    audit.add_argument("--out", type=Path, help="report directory (default: RUN_DIR/audit)")
+    audit.add_argument(
+        "--max-pairs", type=int, default=200, help="members (and as many non-members) per client"
+    )
+    audit.add_argument(
+        "--client",
+        action="append",
+        dest="clients",
+        help="audit only this client (repeatable; default: all)",
+    )
+    audit.add_argument("--seed", type=int, default=0)
+    audit.add_argument(
+        "--client-url",
+        help="also attack this client's live app through "
+        "/v1/reward (needs exactly one --client; pays its query budget)",
+    )
+    audit.add_argument(
+        "--server-key",
+        type=Path,
+        help="the server's Ed25519 identity PEM, to sign --client-url queries",
+    )
+    audit.add_argument("--sender", default="server", help="signer id the client app accepts")
+    audit.set_defaults(handler=_audit)
+
+
+def _audit(args: argparse.Namespace) -> int:
+    # Heavy imports (torch, transformers) only when the command runs.
+    from attacks._audit import AuditConfig, audit_run_dir
+
+    out = args.out or args.run_dir / "audit"
+    cfg = AuditConfig(
+        max_pairs=args.max_pairs,
+        clients=tuple(args.clients) if args.clients else None,
+        seed=args.seed,
+    )
+    live = None
+    if args.client_url:
+        if not args.clients or len(args.clients) != 1 or args.server_key is None:
+            raise ValueError("--client-url needs exactly one --client and --server-key")
+        import httpx
+
+        from attacks._remote import RemoteRewardScorer
+        from server_app import load_private_key
+
+        http = httpx.Client(base_url=args.client_url, timeout=120)
+        key = load_private_key(args.server_key)
+        live = {args.clients[0]: RemoteRewardScorer(http, key, sender=args.sender)}
+    report = audit_run_dir(args.run_dir, out, cfg, live=live)
+    for m in report.memberships:
+        print(f"{m.setting}: {m.verdict}")
+    print(report.notes[0])
+    print(f"wrote {out / 'report.json'} and {out / 'report.html'}")
+    return 0

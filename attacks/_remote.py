@@ -1,0 +1,96 @@
+"""A membership-inference scorer that queries a live client app's ``POST /v1/reward``.
+
+It speaks as the consortium server would (the honest-but-curious party that may query a
+client): every request is signed with the server's Ed25519 key, each image travels once and then
+by hash, and every scored response counts against the app's query budget, exactly as a real
+attacker's queries would (HTTP 429 when the budget runs out).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from attacks._errors import AttackError
+
+__all__ = ["RemoteRewardScorer"]
+
+_PATH = "/v1/reward"
+
+
+class RemoteRewardScorer:
+    """``scorer(pairs) -> margins (n,)`` through ``/v1/reward``: two scored items per pair
+    (chosen, rejected). ``http`` is an ``httpx.Client`` with the app's ``base_url`` (an ASGI
+    test client works too). ``items_sent`` counts what the app's budget was charged."""
+
+    def __init__(
+        self,
+        http: httpx.Client,
+        key: Ed25519PrivateKey,
+        *,
+        sender: str = "server",
+        batch_pairs: int = 64,
+    ) -> None:
+        self._http, self._key, self._sender = http, key, sender
+        self._batch = batch_pairs
+        self._sent: set[str] = set()  # image hashes the app already holds
+        self.items_sent = 0
+
+    def _image(self, image: Any) -> tuple[str, str | None]:
+        buf = io.BytesIO()
+        image.save(buf, format="PNG")
+        data = buf.getvalue()
+        digest = hashlib.sha256(data).hexdigest()
+        if digest in self._sent:
+            return digest, None
+        return digest, base64.b64encode(data).decode("ascii")
+
+    def _post(self, items: list[dict[str, Any]]) -> list[float]:
+        # The signing helpers live with the server app: imported only when a live attack runs.
+        from server_app import sign_headers
+
+        body = json.dumps({"items": items}).encode()
+        headers = sign_headers(
+            self._key, sender=self._sender, method="POST", path=_PATH, body=body
+        ) | {"content-type": "application/json"}
+        resp = self._http.post(_PATH, content=body, headers=headers)
+        if resp.status_code != 200:
+            raise AttackError(f"{_PATH} answered HTTP {resp.status_code}: {resp.text[:300]}")
+        self.items_sent += len(items)
+        scores = [float(s) for s in resp.json()["scores"]]
+        if len(scores) != len(items):
+            raise AttackError(f"{_PATH} returned {len(scores)} scores for {len(items)} items")
+        return scores
+
+    def __call__(self, pairs: Sequence[Any]) -> np.ndarray:
+        """Margins score(x, chosen) - score(x, rejected), shape (len(pairs),)."""
+        out: list[float] = []
+        for start in range(0, len(pairs), self._batch):
+            items: list[dict[str, Any]] = []
+            new: list[str] = []
+            for p in pairs[start : start + self._batch]:
+                digest, b64 = self._image(p.image)
+                for response in (p.chosen, p.rejected):
+                    items.append(
+                        {
+                            "image_sha256": digest,
+                            "image_b64": b64,
+                            "prompt": p.prompt,
+                            "response": response,
+                        }
+                    )
+                    if b64 is not None:
+                        new.append(digest)
+                        b64 = None  # once per request is enough
+            scores = self._post(items)  # (2 * batch,) chosen, rejected interleaved
+            self._sent.update(new)
+            out += [c - r for c, r in zip(scores[0::2], scores[1::2], strict=True)]
+        return np.asarray(out, dtype=np.float64)
