@@ -2,7 +2,7 @@
 PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.fedmor-installed
-DEPS := pyproject.toml
+DEPS := pyproject.toml Makefile
 
 .PHONY: demo test bench lint
 
@@ -11,7 +11,8 @@ $(STAMP): $(DEPS)
 	@$(VENV)/bin/python -m pip install -q --upgrade pip
 	@# torch first and pinned: the CPU build that lies on this machine's disk.
 	@$(VENV)/bin/python -m pip install -q torch==2.13.0
-	@$(VENV)/bin/python -m pip install -q -e '.[dev]'
+	@# compat mode: a .pth to the repo root, so packages and modules added later import too
+	@$(VENV)/bin/python -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	@touch $(STAMP)
 
 demo: $(STAMP)
