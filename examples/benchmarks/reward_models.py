@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--clients", nargs="+", help="override the client list")
     parser.add_argument("--steps", type=int, help="override the training steps per client")
+    parser.add_argument("--architectures", nargs="+", choices=sorted(ARCHITECTURES),
+                        help="override the architectures, cycled over the clients")
     args = parser.parse_args(argv)
     assert set(ARCH_ORDER) <= set(ARCHITECTURES)
 
@@ -57,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
                root / "data")
     config = RewardTrainingConfig(steps=steps, batch_size=32, lr=3e-4, warmup_steps=20,
                                   eval_every=max(steps // 3, 1), seed=args.seed)
-    trained = train_client_reward_models(root / "data", clients, ARCH_ORDER, root / "models",
+    archs_cycle = tuple(args.architectures or ARCH_ORDER)
+    trained = train_client_reward_models(root / "data", clients, archs_cycle, root / "models",
                                          config=config)
     train_wall = time.perf_counter() - start
 
