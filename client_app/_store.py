@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from server_app._auth import record_nonce
+
 __all__ = ["ClientStore"]
 
 _SCHEMA = """
@@ -89,12 +91,7 @@ class ClientStore:
     def use_nonce(self, sender: str, nonce: str, ts: float, *, keep_s: float) -> bool:
         """Record a nonce; False if it was already used (a replay)."""
         with self._lock:
-            self._db.execute("DELETE FROM nonces WHERE ts < ?", (time.time() - keep_s,))
-            try:
-                self._db.execute("INSERT INTO nonces VALUES (?,?,?)", (sender, nonce, ts))
-            except sqlite3.IntegrityError:
-                return False
-            return True
+            return record_nonce(self._db, sender, nonce, ts, keep_s=keep_s)
 
     def round_status(self, round_id: int) -> str | None:
         """This client's view of a round: running, done, abandoned — or None if unseen."""

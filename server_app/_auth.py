@@ -12,6 +12,7 @@ import binascii
 import hashlib
 import os
 import secrets
+import sqlite3
 import time
 from pathlib import Path
 
@@ -32,9 +33,22 @@ __all__ = [
     "load_private_key",
     "parse_public_key",
     "public_key_b64",
+    "record_nonce",
     "sign_headers",
     "verify_signed",
 ]
+
+def record_nonce(db: sqlite3.Connection, sender: str, nonce: str, ts: float, *,
+                 keep_s: float) -> bool:
+    """Record a nonce in ``db``'s ``nonces`` table; False if ``sender`` already used it (a
+    replay). Nonces older than ``keep_s`` are forgotten: the timestamp check refuses them."""
+    db.execute("DELETE FROM nonces WHERE ts < ?", (time.time() - keep_s,))
+    try:
+        db.execute("INSERT INTO nonces VALUES (?,?,?)", (sender, nonce, ts))
+    except sqlite3.IntegrityError:
+        return False
+    return True
+
 
 HEADER_SENDER = "x-fedmor-sender"
 HEADER_TIMESTAMP = "x-fedmor-timestamp"

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from server_app._auth import record_nonce
+
 __all__ = ["ConflictError", "Store"]
 
 _SCHEMA = """
@@ -148,12 +150,7 @@ class Store:
     def use_nonce(self, sender: str, nonce: str, ts: float, *, keep_s: float) -> bool:
         """Record a nonce; False if ``sender`` already used it (a replay)."""
         with self._lock:
-            self._db.execute("DELETE FROM nonces WHERE ts < ?", (time.time() - keep_s,))
-            try:
-                self._db.execute("INSERT INTO nonces VALUES (?,?,?)", (sender, nonce, ts))
-            except sqlite3.IntegrityError:
-                return False
-            return True
+            return record_nonce(self._db, sender, nonce, ts, keep_s=keep_s)
 
     # -- rounds and stage messages -------------------------------------------------------------
     def create_round(self, kind: str, spec: dict[str, Any]) -> int:
