@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from PIL import Image
 
 from sdk.alignment._errors import RewardShapeError
-from sdk.alignment._reward_source import check_lengths
+from sdk.alignment._reward_source import check_client_index, check_lengths
 from sdk.router import image_digest
 
 __all__ = ["BrokerRewardSource", "RewardQueryBroker"]
@@ -78,8 +78,7 @@ class BrokerRewardSource:
     ) -> list[float]:
         """Ask client ``client_ids[client_index]`` through the broker."""
         n = check_lengths(images, prompts, responses)
-        if not 0 <= client_index < len(self.client_ids):
-            raise IndexError(f"client index {client_index} out of range 0..{len(self.client_ids) - 1}")
+        check_client_index(client_index, len(self.client_ids))
         items = [self.make_item(self._encode(i), p, r)
                  for i, p, r in zip(images, prompts, responses, strict=True)]
         scores = [float(s) for s in await self.broker.query(self.client_ids[client_index], items)]

@@ -32,6 +32,12 @@ def check_lengths(images: Sequence[object], prompts: Sequence[str], responses: S
     return len(prompts)
 
 
+def check_client_index(client_index: int, num_clients: int) -> None:
+    """Refuse an index that names no client."""
+    if not 0 <= client_index < num_clients:
+        raise IndexError(f"client index {client_index} out of range 0..{num_clients - 1}")
+
+
 @runtime_checkable
 class RewardSource(Protocol):
     """Scores triples with one client's reward model."""
@@ -80,8 +86,7 @@ class InProcessRewardSource:
     ) -> list[float]:
         """Run scorer ``client_index`` on the triples in a worker thread."""
         n = check_lengths(images, prompts, responses)
-        if not 0 <= client_index < len(self._scorers):
-            raise IndexError(f"client index {client_index} out of range 0..{len(self._scorers) - 1}")
+        check_client_index(client_index, len(self._scorers))
         self.calls[client_index] += 1
         self.triples[client_index] += n
         if n == 0:

@@ -28,7 +28,7 @@ class RouterConfig(BaseModel):
 
     input_dim: int = Field(default=64, ge=1, description="encoder feature size D")
     d_model: int = Field(default=64, ge=1)
-    num_layers: int = Field(default=4, ge=0)
+    num_layers: int = Field(default=4, ge=1)
     num_heads: int = Field(default=4, ge=1)
     dim_feedforward: int = Field(default=128, ge=1)
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)

@@ -124,3 +124,12 @@ def test_same_seed_same_init() -> None:
     assert np.array_equal(
         tiny_router(seed=3).get_flat_params(), tiny_router(seed=3).get_flat_params()
     )
+
+
+def test_router_needs_at_least_one_layer() -> None:
+    import pydantic
+
+    from sdk.router import RouterConfig
+
+    with pytest.raises(pydantic.ValidationError, match="num_layers"):
+        RouterConfig(num_layers=0)
