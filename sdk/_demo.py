@@ -24,6 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sdk._demo_report import plot_run, results_table
+
 __all__ = ["DemoConfig", "register", "run_demo"]
 
 
@@ -283,63 +285,6 @@ def _stage_c(config: DemoConfig, run_dir: Path, cache_dir: Path, consortium: Any
     }
 
 
-def _results_table(stage_c: dict[str, Any]) -> str:
-    cats = list(next(iter(stage_c["results"].values()))["per_category"])
-    head = f"{'policy':<14}" + "".join(f"{c[:9]:>10}" for c in cats) + f"{'ID avg':>10}{'HO avg':>10}"
-    lines = [head, "-" * len(head)]
-    for name, r in stage_c["results"].items():
-        id_avg = float("nan") if r["id_avg"] is None else r["id_avg"]
-        vals = [r["per_category"][c] for c in cats] + [id_avg, r["heldout_avg"]]
-        lines.append(f"{name:<14}" + "".join(f"{v:>10.3f}" for v in vals))
-    return "\n".join(lines)
-
-
-def _plots(metrics: dict[str, Any], out: Path) -> list[str]:
-    """reward/loss over GRPO steps, routing accuracy over rounds, bytes per stage (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    rounds = metrics["stage_b"]["rounds"]
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.plot(range(1, len(rounds) + 1), [r["routing_accuracy"] for r in rounds], marker="o")
-    ax.set(xlabel="secure-aggregation round", ylabel="routing accuracy (eval pairs)",
-           ylim=(0, 1), title="Stage B: federated router")
-    fig.tight_layout()
-    fig.savefig(out / "router_accuracy.png")
-    written.append("router_accuracy.png")
-    stage_c = metrics.get("stage_c")
-    if stage_c:
-        steps = stage_c["steps"]
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.5))
-        a1.plot([e["step"] for e in steps], [e["reward"] for e in steps], label="mean reward")
-        a1.plot([e["step"] for e in steps], [e["loss"] for e in steps], label="GRPO loss")
-        a1.set(xlabel="GRPO step", title="Stage C: routed reward (clients over REST)")
-        a1.legend()
-        last = steps[-1]["step"] if steps else 1
-        for key, label in (("id_avg", "ID avg"), ("heldout_avg", "held-out avg")):
-            ys = [r[key] for r in stage_c["results"].values()]
-            a2.plot([0, last], ys, marker="o", label=label)
-        a2.set(xlabel="GRPO step", ylabel="best-of-3 accuracy", ylim=(0, 1),
-               title="base (step 0) vs aligned")
-        a2.legend()
-        fig.tight_layout()
-        fig.savefig(out / "alignment.png")
-        written.append("alignment.png")
-    comm = metrics["communication_bytes"]
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.bar(list(comm), [v / 1e6 for v in comm.values()])
-    ax.set(ylabel="MB", title="Communication per stage")
-    fig.tight_layout()
-    fig.savefig(out / "communication.png")
-    written.append("communication.png")
-    plt.close("all")
-    return written
-
-
 def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -> dict[str, Any]:
     """Run every stage into ``run_dir``; returns the metrics also written to ``metrics.json``.
 
@@ -429,7 +374,7 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
             metrics["stage_c"] = _stage_c(config, run_dir, cache_dir or run_dir / "cache",
                                           consortium, client_ids, router, spec)
             _say("stage C: results (best-of-3 multiple-choice accuracy per category)")
-            print(_results_table(metrics["stage_c"]), flush=True)
+            print(results_table(metrics["stage_c"]), flush=True)
             walls["stage_c"] = time.perf_counter() - t
 
     b = metrics["stage_b"]["bytes"]
@@ -437,7 +382,7 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
     if "stage_c" in metrics:
         metrics["communication_bytes"]["reward queries"] = \
             metrics["stage_c"]["bytes"]["reward_queries"]
-    metrics["plots"] = _plots(metrics, run_dir / "plots")
+    metrics["plots"] = plot_run(metrics, run_dir / "plots")
 
     metrics["wall_s"] = {k: round(v, 1) for k, v in walls.items()}
     metrics["wall_s"]["total"] = round(time.perf_counter() - start, 1)
