@@ -174,20 +174,6 @@ def _policy(config: DemoConfig, run_dir: Path, cache_dir: Path) -> Path:
                          progress=_say)
 
 
-def _progress(every: int, total: int) -> Any:
-    """A trainer callback printing the GRPO loss and mean routed reward every few steps."""
-    from transformers import TrainerCallback
-
-    class Progress(TrainerCallback):
-        def on_log(self, args: Any, state: Any, control: Any,
-                   logs: dict[str, float] | None = None, **kwargs: Any) -> None:
-            if logs and "loss" in logs and state.global_step % every == 0:
-                _say(f"stage C: GRPO step {state.global_step}/{total} loss {logs['loss']:.4f} "
-                     f"reward {logs.get('reward', float('nan')):.3f}")
-
-    return Progress()
-
-
 class _EmptyIsWorst:
     """A reward source giving an empty completion the lowest score a client can answer (-c)
     without a query: the policy emits one when it samples EOS first, and the clients' reward
@@ -251,11 +237,11 @@ def _stage_c(config: DemoConfig, run_dir: Path, cache_dir: Path, consortium: Any
     grpo = GRPOSettings(steps=config.grpo_steps, prompts_per_step=config.grpo_prompts,
                         num_generations=4, max_completion_length=8, seed=config.seed)
     timer = StepTimer()
-    progress = _progress(max(config.grpo_steps // 10, 1), config.grpo_steps)
     _say(f"stage C: GRPO with MoR, {grpo.steps} steps x {grpo.prompts_per_step} prompts x "
          f"{grpo.num_generations} completions; every reward comes from a client process")
     out = align(policy, reward_fn, load_queries(run_dir / "data" / "policy" / "train"), grpo,
-                out_dir=run_dir / "alignment", callbacks=[timer, progress])
+                out_dir=run_dir / "alignment", callbacks=[timer],
+                progress=lambda line: _say(f"stage C: {line}"))
     with contextlib.suppress(RuntimeError):  # trl's event loop owns the client's connections
         asyncio.run(broker.aclose())
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import torch
 from datasets import Dataset
 from pydantic import BaseModel, ConfigDict, Field
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from sdk.alignment._feedback import RouterFeedbackCallback
@@ -84,12 +85,14 @@ def align(
     *,
     out_dir: str | Path,
     callbacks: Sequence[TrainerCallback] = (),
+    progress: Callable[[str], None] | None = print,
 ) -> Path:
     """Run GRPO from ``policy_dir`` on ``queries``; save the aligned policy to ``out_dir``.
 
     Online strategies (MoR) get a :class:`RouterFeedbackCallback` automatically. Writes
     ``out_dir/policy`` (model + processor) and ``out_dir/metrics.json`` (trl's log history, the
-    reward per call and the router feedback) and returns ``out_dir``.
+    reward per call and the router feedback) and returns ``out_dir``. ``progress`` gets one
+    line (step, loss, mean reward) about every tenth of the run; None keeps it quiet.
     """
     s = settings or GRPOSettings()
     out = Path(out_dir)
@@ -119,6 +122,8 @@ def align(
     )
     feedback = RouterFeedbackCallback(reward_fn.selection)
     all_callbacks: list[TrainerCallback] = [*callbacks]
+    if progress is not None:
+        all_callbacks.append(_Progress(progress, every=max(s.steps // 10, 1), total=s.steps))
     if reward_fn.selection.chooser is not None:
         all_callbacks.append(feedback)
     reward_funcs: list[Any] = [reward_fn]  # trl accepts async callables; its hint predates them
@@ -130,6 +135,8 @@ def align(
         processing_class=bundle.processor,
         callbacks=all_callbacks,
     )
+    # Without tqdm, transformers prints every raw log dict; _Progress says the same in one line.
+    trainer.remove_callback(PrinterCallback)
     trainer.train()
     if trainer.accelerator.is_main_process:
         policy: Any = trainer.accelerator.unwrap_model(trainer.model)
@@ -144,3 +151,16 @@ def align(
         }
         (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
     return out
+
+
+class _Progress(TrainerCallback):
+    """One line of GRPO progress every ``every`` steps."""
+
+    def __init__(self, say: Callable[[str], None], *, every: int, total: int) -> None:
+        self.say, self.every, self.total = say, every, total
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+        if logs and "loss" in logs and state.global_step % self.every == 0:
+            self.say(f"GRPO step {state.global_step}/{self.total} loss {logs['loss']:.4f} "
+                     f"reward {logs.get('reward', float('nan')):.3f}")
