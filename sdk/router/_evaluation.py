@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from sdk.reward import PairLike  # the one definition of a preference pair's shape
 from sdk.router._encoder import EncodedBatch, Encoder, concat_batches
 from sdk.router._errors import RouterMismatchError, RouterShapeError
 from sdk.router._model import Router
@@ -37,23 +38,6 @@ __all__ = [
     "route_pairs",
     "table4",
 ]
-
-
-class PairLike(Protocol):
-    """Anything with an image, a prompt, a chosen and a rejected response."""
-
-    @property
-    def image(self) -> Any:
-        ...
-
-    @property
-    def prompt(self) -> str: ...
-
-    @property
-    def chosen(self) -> str: ...
-
-    @property
-    def rejected(self) -> str: ...
 
 
 class _RewardModel(Protocol):
