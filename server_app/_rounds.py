@@ -91,6 +91,15 @@ class RoundManager:
                 self._fail(round_id, f"could not resume after restart: {exc}")
 
     # -- client traffic ------------------------------------------------------------------------
+    def _participant(self, round_id: int,
+                     client_id: str) -> tuple[dict[str, Any], ServerRound | None, RoundSpec]:
+        """The round's row, live server and spec; refuses a client outside the round."""
+        row, server = self._server(round_id)
+        spec = RoundSpec.model_validate(row["spec"])
+        if client_id not in spec.participants:
+            raise PermissionError(f"client {client_id} is not a participant of round {round_id}")
+        return row, server, spec
+
     def _server(self, round_id: int) -> tuple[dict[str, Any], ServerRound | None]:
         row = self.store.round(round_id)
         if row is None:
@@ -104,11 +113,7 @@ class RoundManager:
         """Accept and commit one stage message; identical retries return the same ack."""
         with self._lock:
             self.tick()
-            row, server = self._server(round_id)
-            spec = RoundSpec.model_validate(row["spec"])
-            if client_id not in spec.participants:
-                raise PermissionError(f"client {client_id} is not a participant of round "
-                                      f"{round_id}")
+            row, server, _ = self._participant(round_id, client_id)
             if self.store.has_message(round_id, stage, client_id):  # a retry: same ack or 409
                 digest, at, _ = self.store.put_message(round_id, stage, client_id, payload)
                 return StageAck(round_id=round_id, stage=stage, client_id=client_id,
@@ -135,11 +140,7 @@ class RoundManager:
         """The server's input for ``client_id``'s ``stage`` (ready once the previous closed)."""
         with self._lock:
             self.tick()
-            row, server = self._server(round_id)
-            spec = RoundSpec.model_validate(row["spec"])
-            if client_id not in spec.participants:
-                raise PermissionError(f"client {client_id} is not a participant of round "
-                                      f"{round_id}")
+            row, server, spec = self._participant(round_id, client_id)
             stages = list(server.stages) if server else self._stages(spec)
             if stage not in stages:
                 raise NotFoundError(f"round {round_id} has no stage {stage!r}")
