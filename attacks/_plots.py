@@ -11,6 +11,7 @@ matplotlib.use("Agg")  # headless: audits run on servers without a display
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 from attacks._errors import AttackInputError
 from attacks._metrics import ArrayLike, Layout, as_nchw
@@ -53,12 +54,7 @@ def plot_roc(
         lin.set_title(f"linear axes (null AUC band [{null_band[0]:.3f}, {null_band[1]:.3f}])")
     lin.legend(loc="lower right", fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return _save(fig, path)
 
 
 def _hwc(img: np.ndarray) -> np.ndarray:
@@ -98,6 +94,11 @@ def plot_reconstruction_grid(
             ax.set_yticks([])
             if i == 0:
                 ax.set_title(name, fontsize=8)
+    return _save(fig, path)
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    """Lay out, write a 100-dpi PNG to ``path`` (creating its folder) and free the figure."""
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
