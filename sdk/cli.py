@@ -21,6 +21,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "sdk._demo",
     "sdk.data._cli",
     "sdk.reward._cli",
+    "sdk.router._cli",
     "server_app._cli",
     "client_app._cli",
     "attacks._cli",

@@ -33,19 +33,17 @@ from sdk.reward import (
     train_client_reward_models,
 )
 from sdk.router import (
-    AGGREGATORS,
     Encoder,
-    FederatedConfig,
-    FederatedRouterTrainer,
     HashingEncoder,
-    LocalTrainingConfig,
     Router,
     RouterClient,
-    RouterConfig,
     Table4,
     VLMEncoder,
+    default_federated_config,
+    load_router_clients,
     reward_scores,
     table4,
+    train_federated_router,
 )
 
 QUICK_CLIENTS = ("diagram", "detail", "safety")
@@ -97,24 +95,14 @@ def _train_router(
     name: str,
     clients: list[RouterClient],
     encoder: Encoder,
-    ids: tuple[str, ...],
     rounds: int,
     seed: int,
 ) -> tuple[Router, list[dict[str, float]], float]:
-    # Label skew (client k only holds label k): each local model drifts to "always me", so local
-    # steps must stay small for FedAvg to keep the discriminative part (see docs/router.md).
-    config = RouterConfig(input_dim=encoder.dim, num_layers=2, seed=seed)
-    router = Router(config, list(ids), encoder.encoder_id)
-    local = LocalTrainingConfig(epochs=1, batch_size=64, lr=3e-4, seed=seed)
-    trainer = FederatedRouterTrainer(
-        router,
-        clients,
-        FederatedConfig(rounds=rounds, local=local, seed=seed),
-        AGGREGATORS[name](),
-        log=_log,
-    )
     start = time.perf_counter()
-    stats = trainer.run()
+    router, stats = train_federated_router(
+        clients, encoder, aggregation=name, config=default_federated_config(rounds, seed),
+        seed=seed, log=_log,
+    )
     wall = time.perf_counter() - start
     rows = [
         {
@@ -174,12 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     encoder = _encoder(args.encoder, root, args.seed)
     _log(f"[bench] encoding {router_pairs} training pairs per client with {encoder.encoder_id}")
     t0 = time.perf_counter()
-    fed_clients = [
-        RouterClient.from_pairs(
-            c, load_pairs(root / "data" / "clients" / c / "train")[:router_pairs], encoder, clients
-        )
-        for c in clients
-    ]
+    fed_clients = load_router_clients(root / "data", clients, encoder,
+                                      pairs_per_client=router_pairs)
     encode_s = time.perf_counter() - t0
     n_rows = sum(c.num_samples for c in fed_clients)
     _log(f"[bench] encoded {n_rows} responses in {encode_s:.1f} s ({n_rows / encode_s:.0f}/s)")
@@ -197,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     walls: dict[str, float] = {}
     for name in ("secure", "plain"):
         router, comm[name], walls[name] = _train_router(
-            name, fed_clients, encoder, clients, rounds, args.seed
+            name, fed_clients, encoder, rounds, args.seed
         )
         tables[name] = table4(router, encoder, id_splits, ho_splits, scores)
         _log(

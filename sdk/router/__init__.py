@@ -45,6 +45,11 @@ from sdk.router._local import (
 from sdk.router._model import Router, RouterConfig
 from sdk.router._neural_ts import NeuralThompsonRouter, NeuralTSConfig
 from sdk.router._policy import route, soft_weights
+from sdk.router._recipe import (
+    default_federated_config,
+    load_router_clients,
+    train_federated_router,
+)
 from sdk.router._vlm_encoder import VLMEncoder, VLMEncoderConfig
 
 __all__ = [
@@ -84,13 +89,16 @@ __all__ = [
     "VLMEncoder",
     "VLMEncoderConfig",
     "concat_batches",
+    "default_federated_config",
     "encode_pairs",
     "fedavg_plain",
     "image_digest",
+    "load_router_clients",
     "reward_scores",
     "route",
     "route_pairs",
     "soft_weights",
     "table4",
+    "train_federated_router",
     "train_router_locally",
 ]

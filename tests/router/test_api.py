@@ -39,14 +39,17 @@ def test_public_api_is_pinned() -> None:
         "VLMEncoder",
         "VLMEncoderConfig",
         "concat_batches",
+        "default_federated_config",
         "encode_pairs",
         "fedavg_plain",
         "image_digest",
+        "load_router_clients",
         "reward_scores",
         "route",
         "route_pairs",
         "soft_weights",
         "table4",
+        "train_federated_router",
         "train_router_locally",
     ]
     for name in sdk.router.__all__:
