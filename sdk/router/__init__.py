@@ -1,5 +1,12 @@
 """Stage B: the frozen public encoder, the router, local router training and online routing."""
 
+from sdk.router._aggregators import (
+    AGGREGATORS,
+    Aggregator,
+    PlainAggregator,
+    RoundAggregate,
+    SecureAggregator,
+)
 from sdk.router._encoder import (
     EncodedBatch,
     Encoder,
@@ -24,16 +31,11 @@ from sdk.router._evaluation import (
     table4,
 )
 from sdk.router._federated import (
-    AGGREGATORS,
-    Aggregator,
     DropoutSchedule,
     FederatedConfig,
     FederatedRouterTrainer,
-    PlainAggregator,
-    RoundAggregate,
     RoundStats,
     RouterClient,
-    SecureAggregator,
 )
 from sdk.router._hashing_encoder import HashingEncoder, HashingEncoderConfig
 from sdk.router._local import (

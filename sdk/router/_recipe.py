@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from sdk.router._aggregators import AGGREGATORS
 from sdk.router._encoder import Encoder
 from sdk.router._federated import (
-    AGGREGATORS,
     FederatedConfig,
     FederatedRouterTrainer,
     RoundStats,

@@ -1,0 +1,248 @@
+"""Aggregation strategies for federated router training, behind one interface.
+
+``SecureAggregator`` drives the sans-IO ``SecAggClient`` / ``SecAggServer`` objects of
+``sdk.secagg`` in memory and counts the bytes of every serialized message; ``PlainAggregator`` is
+the unprotected ``fedavg_plain`` baseline. Both produce ``phi(t+1) = sum_k n_k phi_k / sum_k n_k``
+over the clients that delivered their update.
+
+Secure aggregation sums *deltas*: client k sends ``n_k * (phi_k - phi_t)`` and ``n_k``, and the
+server forms ``phi_t + sum n_k delta_k / sum n_k``, which equals the weighted mean of the phi_k.
+Deltas are small (Adam moves a parameter by about ``lr`` per step, so ``|delta| <= steps * lr``,
+~0.03 for 30 steps at lr 1e-3) while raw parameters are not bounded by 1 (LayerNorm gains start
+at 1), so the fixed-point clip range (``SecAggConfig.clip_range``, per coordinate) holds deltas
+comfortably and its resolution is spent on the values that actually change.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from sdk.router._errors import RouterError
+from sdk.router._local import (
+    LocalRouterUpdate,
+    fedavg_plain,
+)
+from sdk.secagg import (
+    ClientMessage,
+    DPConfig,
+    MaskedInput,
+    Roster,
+    RoundAborted,
+    SecAggClient,
+    SecAggConfig,
+    SecAggServer,
+    ServerMessage,
+    Stage,
+    generate_identities,
+)
+
+__all__ = ["AGGREGATORS", "Aggregator", "PlainAggregator", "RoundAggregate", "SecureAggregator"]
+
+FLOAT_BYTES = 4  # the global model and plain updates travel as float32
+
+
+@dataclass(frozen=True)
+class RoundAggregate:
+    """An aggregator's answer: the new global parameters (None when the round aborted)."""
+
+    params: np.ndarray | None
+    survivors: list[str]
+    dropped: list[str]
+    weight_sum: int
+    bytes_up: int
+    bytes_down: int
+    aborted: str | None = None
+
+
+class Aggregator(ABC):
+    """Turns the sampled clients' updates into the next global router parameters."""
+
+    name: str = "abstract"
+    min_participants: int = 1
+
+    def bind(self, client_ids: Sequence[str], *, rounds: int, sample_rate: float) -> None:
+        """Called once by the trainer before the first round (e.g. to enroll identities)."""
+        self.client_ids = list(client_ids)
+
+    def epsilon(self, rounds_done: int) -> float | None:
+        """Client-level DP epsilon after ``rounds_done`` rounds, or None without DP."""
+        return None
+
+    @abstractmethod
+    def aggregate(
+        self,
+        round_index: int,
+        global_params: np.ndarray,
+        updates: Mapping[str, LocalRouterUpdate],
+        dropouts: Mapping[Stage, Collection[str]],
+    ) -> RoundAggregate:
+        """Aggregate ``updates`` (client id -> phi_k, n_k) of one round, minus the dropouts."""
+
+
+def _lost_before_upload(dropouts: Mapping[Stage, Collection[str]]) -> set[str]:
+    # The plain baseline has a single upload; a client lost at or before the stage where secure
+    # aggregation collects inputs never delivered it.
+    early = (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT_COLLECTION)
+    return {c for s in early for c in dropouts.get(s, ())}
+
+
+class PlainAggregator(Aggregator):
+    """The unprotected FedAvg baseline: the server sees every phi_k (``fedavg_plain``)."""
+
+    name = "plain"
+
+    def aggregate(
+        self,
+        round_index: int,
+        global_params: np.ndarray,
+        updates: Mapping[str, LocalRouterUpdate],
+        dropouts: Mapping[Stage, Collection[str]],
+    ) -> RoundAggregate:
+        """Weighted mean of the delivered updates; bytes = float32 params + an int64 n_k each."""
+        lost = _lost_before_upload(dropouts)
+        alive = [c for c in updates if c not in lost]
+        if not alive:
+            return RoundAggregate(None, [], sorted(updates), 0, 0, 0, aborted="no client delivered")
+        up = sum(updates[c].params.astype("<f4").nbytes + 8 for c in alive)
+        return RoundAggregate(
+            params=fedavg_plain([updates[c] for c in alive]),
+            survivors=alive,
+            dropped=[c for c in updates if c in lost],
+            weight_sum=sum(updates[c].num_samples for c in alive),
+            bytes_up=up,
+            bytes_down=0,
+        )
+
+
+def _wire_size(msg: ServerMessage | ClientMessage) -> int:
+    # The masked vector travels in its binary form (4 bytes per element), the rest as JSON.
+    if isinstance(msg, MaskedInput):
+        return len(msg.to_bytes())
+    return len(msg.model_dump_json())
+
+
+class SecureAggregator(Aggregator):
+    """SecAgg+ over the router deltas, through the real ``SecAggClient`` / ``SecAggServer``.
+
+    ``config.clip_range`` bounds each delta coordinate, ``config.max_weight`` each n_k. With
+    ``config.dp`` every client clips its delta to L2 norm C and adds its share of the noise
+    (DP-FedAvg); weights become uniform (n_k = 1, ``max_weight = 1``) as ``docs/secure-aggregation.md``
+    recommends, and ``dp.rounds`` / ``dp.sample_rate`` are set from the trainer's schedule.
+    """
+
+    name = "secure"
+    min_participants = 2
+
+    def __init__(self, config: SecAggConfig | None = None, *, seed: int = 0) -> None:
+        cfg = config or SecAggConfig(clip_range=1.0, max_weight=10_000)
+        if cfg.dp is not None:
+            cfg = cfg.model_copy(update={"max_weight": 1})
+        self.config = cfg
+        self.seed = seed
+        self._index: dict[str, int] = {}
+        self._keys: dict[int, Ed25519PrivateKey] = {}
+        self._roster = Roster({})
+
+    @property
+    def dp(self) -> DPConfig | None:
+        """The DP settings in force (after ``bind``), or None."""
+        return self.config.dp
+
+    def bind(self, client_ids: Sequence[str], *, rounds: int, sample_rate: float) -> None:
+        """Give every client a long-term identity (the roster is distributed out of band)."""
+        super().bind(client_ids, rounds=rounds, sample_rate=sample_rate)
+        self._index = {c: i for i, c in enumerate(client_ids)}
+        self._keys, self._roster = generate_identities(range(len(client_ids)))
+        if self.config.dp is not None:
+            dp = self.config.dp.model_copy(update={"rounds": rounds, "sample_rate": sample_rate})
+            self.config = self.config.model_copy(update={"dp": dp})
+
+    def epsilon(self, rounds_done: int) -> float | None:
+        """Epsilon from the opacus RDP accountant after ``rounds_done`` rounds."""
+        return (
+            None
+            if self.config.dp is None or rounds_done == 0
+            else self.config.dp.epsilon(rounds_done)
+        )
+
+    def _weight(self, update: LocalRouterUpdate) -> int:
+        if self.config.dp is not None:
+            return 1
+        if not 1 <= update.num_samples <= self.config.max_weight:
+            raise RouterError(
+                f"n_k={update.num_samples} outside [1, max_weight={self.config.max_weight}]: "
+                "raise SecAggConfig.max_weight"
+            )
+        return update.num_samples
+
+    def aggregate(
+        self,
+        round_index: int,
+        global_params: np.ndarray,
+        updates: Mapping[str, LocalRouterUpdate],
+        dropouts: Mapping[Stage, Collection[str]],
+    ) -> RoundAggregate:
+        """One SecAgg+ round in memory; lost messages are the dropouts of ``dropouts``."""
+        if not self._index:
+            raise RouterError("SecureAggregator.bind() must run before aggregate()")
+        ids = {self._index[c]: c for c in updates}
+        rng = np.random.default_rng([self.seed, round_index, 0x5EC])
+        params = self.config.round_params(
+            sorted(ids),
+            int(global_params.shape[0]),
+            round_id=f"router-{round_index}-{rng.integers(2**62):x}",
+            graph_seed=rng.bytes(32),
+        )
+        server = SecAggServer(params, self._roster)
+        clients = {
+            i: SecAggClient(
+                i,
+                self._keys[i],
+                self._roster,
+                (updates[c].params.astype(np.float64) - global_params.astype(np.float64)),
+                self._weight(updates[c]),
+                rng=np.random.default_rng([self.seed, round_index, i]),
+            )
+            for i, c in ids.items()
+        }
+        lost = {s: {self._index[c] for c in cs} for s, cs in dropouts.items()}
+        gone: set[int] = set()
+        up = down = 0
+        try:
+            outbox = server.start()
+            while server.result is None:
+                gone |= lost.get(server.stage, set())
+                for i, msg in outbox.items():
+                    if i in gone:
+                        continue
+                    down += _wire_size(msg)
+                    try:
+                        reply = clients[i].receive(msg)
+                    except RoundAborted:
+                        gone.add(i)  # too few live neighbours: this client stops
+                        continue
+                    up += _wire_size(reply)
+                    server.receive(reply)
+                outbox = server.close_stage()
+        except RoundAborted as exc:
+            return RoundAggregate(None, [], sorted(updates), 0, up, down, aborted=str(exc))
+        res = server.result
+        return RoundAggregate(
+            params=(global_params.astype(np.float64) + res.mean).astype(np.float32),
+            survivors=[ids[i] for i in res.survivors],
+            dropped=[c for c in updates if self._index[c] not in res.survivors],
+            weight_sum=res.weight_sum,
+            bytes_up=up,
+            bytes_down=down,
+        )
+
+
+AGGREGATORS: dict[str, Callable[[], Aggregator]] = {
+    "secure": SecureAggregator,
+    "plain": PlainAggregator,
+}
