@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
 
     clients = tuple(args.clients or (QUICK_CLIENTS if args.quick else FULL_CLIENTS))
     train_pairs, eval_pairs, heldout_pairs = (600, 100, 100) if args.quick else (2000, 200, 200)
-    # Position only jumps above chance after ~300 steps (0.725 at step 300 in one full run).
-    steps = args.steps or (110 if args.quick else 600)
+    # The slowest client, position, reaches 1.0 after ~200 steps (docs/data.md): 2x margin.
+    steps = args.steps or (110 if args.quick else 400)
     root = args.out or Path(tempfile.mkdtemp(prefix="fedmor-rm-bench-"))
     start = time.perf_counter()
 

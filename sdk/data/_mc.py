@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from PIL import Image, ImageDraw
+from PIL import Image, ImageChops, ImageDraw
 
 from sdk.data._category import MultipleChoiceCategory
 from sdk.data._draw import COLORS, blank, draw_shape, draw_text_centered
@@ -39,6 +39,21 @@ def bar_layout(size: int) -> tuple[list[tuple[int, int]], int, int]:
     return columns, baseline, round(size * 0.8)
 
 
+def _light(image: Image.Image) -> Image.Image:
+    """Shade the scene: green fades downwards and blue leftwards, to half at the far edge.
+
+    A tiny vision tower has no absolute position embedding, so on a flat picture a red patch
+    looks the same anywhere and moving a shape leaves every pooled (linear) image feature
+    unchanged; under a multiplicative light the shape's contrast to the floor, and so the pooled
+    features, depend on where it is, as shading does in a photo.
+    """
+    size = image.width
+    ramp = Image.linear_gradient("L").resize((size, size)).point(lambda v: 255 - v // 2)
+    full = Image.new("L", (size, size), 255)
+    across = ramp.transpose(Image.Transpose.ROTATE_90).transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    return ImageChops.multiply(image, Image.merge("RGB", (full, ramp, across)))
+
+
 class DiagramCategory(MultipleChoiceCategory):
     """Bar chart of four fixed-colour bars at fixed places: which bar is tallest?"""
 
@@ -63,28 +78,35 @@ class DiagramCategory(MultipleChoiceCategory):
 
 
 class PositionCategory(MultipleChoiceCategory):
-    """Where is the red shape relative to the blue one? Two large shapes, one clear axis."""
+    """Where is the red shape relative to the blue one?
+
+    The blue reference shape sits at the centre and the red one in one of four zones around it,
+    over a light two-axis gradient (like sky above and ground below in a photo). A tiny vision
+    tower has no absolute position embedding, so on a flat background a red patch looks the same
+    anywhere: a free-floating pair stayed at 0.73 pairwise accuracy after 1500 steps, every error
+    on the wrong axis. The gradient gives each zone its own context, as real scenes do.
+    """
 
     name = "position"
     choices = ("left", "right", "above", "below")
+    # (dx, dy) of the red shape's centre from the image centre, in fractions of the side.
+    _OFFSETS = ((-0.33, 0.0), (0.33, 0.0), (0.0, -0.33), (0.0, 0.33))
 
     def render(self, rng: random.Random, size: int) -> tuple[Image.Image, str, int]:
         relation = rng.randrange(4)
-        side = size * 0.26
-        near, far = rng.uniform(0.04, 0.18) * size, rng.uniform(0.56, 0.72) * size
-        shared = rng.uniform(0.25, 0.5) * size
-        jitter = [shared + rng.uniform(-0.08, 0.08) * size for _ in range(2)]
-        # (red, blue) top-left corners; the red one sits on the "near" side for left/above.
-        first, second = (near, far) if relation in (0, 2) else (far, near)
-        if relation < 2:
-            corners = ((first, jitter[0]), (second, jitter[1]))
-        else:
-            corners = ((jitter[0], first), (jitter[1], second))
-        image = blank(size)
+        half = size * 0.13
+        blue = (size / 2 + rng.uniform(-0.03, 0.03) * size, size / 2 + rng.uniform(-0.03, 0.03) * size)
+        dx, dy = self._OFFSETS[relation]
+        red = (
+            size * (0.5 + dx + rng.uniform(-0.04, 0.04)),
+            size * (0.5 + dy + rng.uniform(-0.04, 0.04)),
+        )
+        image = blank(size, (150, 150, 150))
         draw = ImageDraw.Draw(image)
-        for (x, y), color in zip(corners, ("red", "blue"), strict=True):
-            draw_shape(draw, rng.choice(_SHAPES), (x, y, x + side, y + side), COLORS[color])
-        return image, "Where is the red shape relative to the blue shape?", relation
+        for (x, y), color in zip((red, blue), ("red", "blue"), strict=True):
+            box = (x - half, y - half, x + half, y + half)
+            draw_shape(draw, rng.choice(_SHAPES), box, COLORS[color])
+        return _light(image), "Where is the red shape relative to the blue shape?", relation
 
 
 class PosterCategory(MultipleChoiceCategory):
