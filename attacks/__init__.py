@@ -16,6 +16,9 @@ from attacks._baselines import (
     reconstruction_baselines,
     score_reconstruction,
 )
+from attacks._capture import capture_round, capture_run_dir, pooled_embeddings
+from attacks._captured import CAPTURE_FORMAT, CapturedRouterUpdate, CaptureMeta
+from attacks._captured_attacks import CapturedAttackConfig, attack_captured_update
 from attacks._errors import AttackError, AttackInputError
 from attacks._html import render_html, write_report
 from attacks._inversion import (
@@ -73,9 +76,16 @@ from attacks._roc import (
     roc_curve,
     tpr_at_fpr,
 )
+from attacks._testbed import (
+    PatchImageRouter,
+    overfit_mlp_scores,
+    overfit_reward_model_scores,
+    smooth_images,
+)
 
 __all__ = [
     "BASELINE_NAMES",
+    "CAPTURE_FORMAT",
     "DEFAULT_FPRS",
     "LPIPS_MIN_SIZE",
     "NO_LEAK",
@@ -85,6 +95,9 @@ __all__ = [
     "AttackScores",
     "AuditConfig",
     "AuditReport",
+    "CaptureMeta",
+    "CapturedAttackConfig",
+    "CapturedRouterUpdate",
     "CapturedUpdate",
     "InversionCheckpoint",
     "InversionConfig",
@@ -93,6 +106,7 @@ __all__ = [
     "LossFn",
     "MembershipReport",
     "MetricSummary",
+    "PatchImageRouter",
     "ReconstructionReport",
     "RemoteRewardScorer",
     "RocCurve",
@@ -105,11 +119,14 @@ __all__ = [
     "analytic_linear_candidates",
     "analytic_linear_inversion",
     "as_batch",
+    "attack_captured_update",
     "auc",
     "audit_run_dir",
     "balance",
     "baseline_guesses",
     "bootstrap_auc_ci",
+    "capture_round",
+    "capture_run_dir",
     "compute_update",
     "cosine_per_row",
     "cosine_similarity",
@@ -123,8 +140,11 @@ __all__ = [
     "membership_report",
     "membership_verdict",
     "null_auc_band",
+    "overfit_mlp_scores",
+    "overfit_reward_model_scores",
     "plot_reconstruction_grid",
     "plot_roc",
+    "pooled_embeddings",
     "psnr",
     "psnr_per_image",
     "reconstruction_baselines",
@@ -133,6 +153,7 @@ __all__ = [
     "render_html",
     "roc_curve",
     "score_reconstruction",
+    "smooth_images",
     "ssim",
     "ssim_per_image",
     "threshold_attack",

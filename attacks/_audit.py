@@ -1,25 +1,34 @@
-"""The audit of a demo run directory: membership inference on every client's reward model.
+"""The audit of a demo run directory: membership inference on every client's reward model and
+gradient inversion on the router updates the server sees.
 
 A run directory holds ``reward_models/<client>/`` checkpoints (``RewardModel.from_pretrained``
 plus the fitted ``normalizer.json``) and ``data/clients/<client>/{train,eval}`` in the sdk.data
 layout. For each client the attacker's candidates are its train pairs (members) and its eval
 pairs (non-members); the threshold attack runs on the raw margin and on the normalized, clipped
-margin (what ``/v1/reward`` returns).
+margin (what ``/v1/reward`` returns), and LiRA with shadow models the auditor trains on the
+client's remaining pairs.
+
+Router updates come from captured-update files (attacks._captured): ``router/captured/*.
+safetensors`` in the run directory or files given explicitly; failing both, round 1 is replayed
+from ``router/spec.json`` (attacks._capture.capture_run_dir).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from attacks._audit_lira import lira_reports
+from attacks._captured import CapturedRouterUpdate
+from attacks._captured_attacks import CapturedAttackConfig, attack_captured_update
 from attacks._errors import AttackInputError
 from attacks._html import write_report
 from attacks._membership import Scorer, threshold_attack
-from attacks._report import AuditReport, MembershipReport, membership_report
+from attacks._report import AuditReport, MembershipReport, ReconstructionReport, membership_report
 
 __all__ = ["AuditConfig", "audit_run_dir"]
 
@@ -33,12 +42,24 @@ class AuditConfig(BaseModel):
     clients: tuple[str, ...] | None = Field(default=None, description="None: every client")
     n_boot: int = Field(default=1000, ge=10)
     seed: int = 0
+    shadow_models: int = Field(default=4, ge=0, description="LiRA shadows per client; 0: off")
+    shadow_steps: int | None = Field(
+        default=None, ge=1, description="None: the target's recorded training steps"
+    )
+    shadow_batch_size: int = Field(default=32, ge=1)
+    updates: tuple[Path, ...] = Field(
+        default=(), description="captured-update files; () = RUN_DIR/router/captured/*"
+    )
+    capture: bool = Field(default=True, description="replay round 1 when nothing is captured")
+    inversion: CapturedAttackConfig = CapturedAttackConfig()
 
 
 def _client_dirs(run_dir: Path, clients: tuple[str, ...] | None) -> list[Path]:
     models = run_dir / "reward_models"
     if not models.is_dir():
-        raise AttackInputError(f"{run_dir} has no reward_models/ directory: not a demo run")
+        if clients:
+            raise AttackInputError(f"{run_dir} has no reward_models/ directory for {clients}")
+        return []
     found = sorted(p for p in models.iterdir() if (p / "normalizer.json").is_file())
     if clients is not None:
         missing = sorted(set(clients) - {p.name for p in found})
@@ -60,7 +81,11 @@ def _margins(model: Any, pairs: list[Any]) -> np.ndarray:
 
 
 def _client_reports(
-    ckpt: Path, run_dir: Path, cfg: AuditConfig, live: Scorer[Any] | None
+    ckpt: Path,
+    run_dir: Path,
+    cfg: AuditConfig,
+    live: Scorer[Any] | None,
+    say: Callable[[str], None],
 ) -> list[MembershipReport]:
     # sdk.reward imports torch and transformers: only when an audit runs.
     import torch
@@ -77,8 +102,10 @@ def _client_reports(
         raise AttackInputError(
             f"client {client}: needs train and eval pairs, got {len(train)} / {len(held)}"
         )
-    members = [train[int(i)] for i in np.sort(rng.choice(len(train), n, replace=False))]
-    non_members = [held[int(i)] for i in np.sort(rng.choice(len(held), n, replace=False))]
+    mem_idx = np.sort(rng.choice(len(train), n, replace=False))
+    non_idx = np.sort(rng.choice(len(held), n, replace=False))
+    members = [train[int(i)] for i in mem_idx]
+    non_members = [held[int(i)] for i in non_idx]
     model = RewardModel.from_pretrained(ckpt)
     normalizer = ScoreNormalizer.load(ckpt)
     raw = _margins(model, members + non_members)  # (2n, 2)
@@ -102,7 +129,69 @@ def _client_reports(
         out.append(
             membership_report(attack, setting=f"{client}: {name}", n_boot=cfg.n_boot, seed=cfg.seed)
         )
+        say(f"{client}: threshold attack on {name}: {out[-1].verdict}")
+    if cfg.shadow_models:
+        # Shadows train on pairs from the same distribution that are not candidates, about as
+        # many as the client trained on (the candidates' IN half comes on top).
+        taken, held_taken = set(mem_idx.tolist()), set(non_idx.tolist())
+        rest = [p for i, p in enumerate(train) if i not in taken]
+        rest += [p for i, p in enumerate(held) if i not in held_taken]
+        population = rest[: max(len(train) - n, 0)]
+        recorded = RewardModel.read_checkpoint_config(ckpt).get("training", {}).get("steps")
+        steps = cfg.shadow_steps or int(recorded or 100)
+        say(
+            f"{client}: LiRA with {cfg.shadow_models} shadow models ({steps} steps each on "
+            f"{len(population)} population pairs + half of the {2 * n} candidates)"
+        )
+        out += lira_reports(
+            client,
+            views[:2],
+            members + non_members,
+            population,
+            architecture=model.architecture,
+            n_shadow=cfg.shadow_models,
+            shadow_steps=steps,
+            batch_size=cfg.shadow_batch_size,
+            clip=normalizer.clip,
+            n_boot=cfg.n_boot,
+            seed=cfg.seed,
+            say=lambda m: say(f"{client}: {m}"),
+        )
+        for m in out[-2:]:
+            say(f"{m.setting}: {m.verdict}")
     return out
+
+
+def _update_files(
+    root: Path, out: Path, cfg: AuditConfig, say: Callable[[str], None]
+) -> list[Path]:
+    if cfg.updates:
+        return list(cfg.updates)
+    found = sorted((root / "router" / "captured").glob("*.safetensors"))
+    if found or not cfg.capture or not (root / "router" / "spec.json").is_file():
+        return found
+    from attacks._capture import capture_run_dir
+
+    say(
+        "no captured router update in the run directory: replaying round 1 from "
+        "router/spec.json (the plaintext update of one client, and the secure aggregate)"
+    )
+    return capture_run_dir(root, out / "captured")
+
+
+def _reconstructions(
+    captures: list[tuple[Path, CapturedRouterUpdate]], cfg: AuditConfig, say: Callable[[str], None]
+) -> list[ReconstructionReport]:
+    reports: list[ReconstructionReport] = []
+    for path, captured in captures:
+        say(
+            f"{path.name}: {captured.meta.setting} update of {captured.meta.n_samples} "
+            f"sample(s) from {len(captured.meta.client_indices)} client(s)"
+        )
+        reports += attack_captured_update(
+            captured, name=path.stem, config=cfg.inversion, progress=say
+        )
+    return reports
 
 
 def audit_run_dir(
@@ -111,35 +200,70 @@ def audit_run_dir(
     config: AuditConfig | None = None,
     *,
     live: Mapping[str, Scorer[Any]] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> AuditReport:
-    """Attack every client's reward model of a demo run; write report.json, roc.png and
-    report.html into ``out_dir`` and return the report. ``live`` maps a client name to a
-    scorer of its running app (e.g. :class:`RemoteRewardScorer`), attacked on the same pairs."""
+    """Attack every client's reward model of a demo run and every captured router update;
+    write report.json, roc.png and report.html into ``out_dir`` and return the report.
+    ``live`` maps a client name to a scorer of its running app (e.g.
+    :class:`RemoteRewardScorer`), attacked on the same pairs; ``progress`` gets one line per
+    step of the audit."""
     cfg = config or AuditConfig()
-    root = Path(run_dir)
-    unknown = sorted(set(live or {}) - {p.name for p in _client_dirs(root, cfg.clients)})
+    say = progress or (lambda _m: None)
+    root, out = Path(run_dir), Path(out_dir)
+    ckpts = _client_dirs(root, cfg.clients)
+    # Every capture is read before any attack runs: a bad file fails the audit at once.
+    captures = [(p, CapturedRouterUpdate.load(p)) for p in _update_files(root, out, cfg, say)]
+    if not ckpts and not captures:
+        raise AttackInputError(
+            f"{root} has no reward_models/ checkpoints and no router update "
+            "to attack: not a demo run"
+        )
+    unknown = sorted(set(live or {}) - {p.name for p in ckpts})
     if unknown:
         raise AttackInputError(f"live scorers given for clients not audited: {unknown}")
     memberships: list[MembershipReport] = []
-    for ckpt in _client_dirs(root, cfg.clients):
-        memberships += _client_reports(ckpt, root, cfg, (live or {}).get(ckpt.name))
-    leaks = [m.setting for m in memberships if m.verdict.startswith("leaks")]
-    summary = (
-        f"Membership inference leaks in {len(leaks)} of {len(memberships)} settings: "
-        + "; ".join(leaks)
-        if leaks
-        else f"No measurable membership leak in any of the {len(memberships)} settings."
-    )
+    for ckpt in ckpts:
+        memberships += _client_reports(ckpt, root, cfg, (live or {}).get(ckpt.name), say)
+    reconstructions = _reconstructions(captures, cfg, say)
     report = AuditReport(
         title=f"fedmor privacy audit of {root.name}",
         memberships=memberships,
-        notes=[
-            summary,
-            "Threat model: a query-only attacker holding candidate pairs; members are each "
-            "client's train pairs, non-members its eval pairs, balanced; threshold attack on "
-            "the reward margin R(x, y+) - R(x, y-). Normalization is monotone, so it cannot hide "
-            "a ranking; only clipping ties the extremes.",
-        ],
+        reconstructions=reconstructions,
+        notes=[*_summaries(memberships, reconstructions), *_THREAT_MODEL],
     )
     write_report(report, out_dir)
     return report
+
+
+_THREAT_MODEL = (
+    "Membership inference: a query-only attacker holding candidate pairs; members are each "
+    "client's train pairs, non-members its eval pairs, balanced; threshold attack on the reward "
+    "margin R(x, y+) - R(x, y-), and LiRA calibrated on shadow reward models the auditor trains "
+    "on the client's other pairs. Normalization is monotone, so it cannot hide a ranking; only "
+    "clipping ties the extremes.",
+    "Gradient inversion: an honest-but-curious server that knows the round's starting router, "
+    "the participants and their sample counts. Without secure aggregation it sees one client's "
+    "update; with it, only the weighted mean. Reconstructions are pooled encoder embeddings, "
+    "scored by cosine against the true samples (best match when several) beside the "
+    "dataset-mean and unrelated-sample baselines.",
+)
+
+
+def _summaries(
+    memberships: list[MembershipReport], reconstructions: list[ReconstructionReport]
+) -> list[str]:
+    """One sentence per attack family, listing the settings that leak."""
+    out = []
+    for family, rows in (
+        ("Membership inference", memberships),
+        ("Gradient inversion", reconstructions),
+    ):
+        if not rows:
+            continue
+        names = [f"{r.setting} ({r.attack})" for r in rows if r.verdict.startswith("leaks")]
+        out.append(
+            f"{family} leaks in {len(names)} of {len(rows)} settings: " + "; ".join(names)
+            if names
+            else f"{family}: no measurable leak in any of the {len(rows)} settings."
+        )
+    return out

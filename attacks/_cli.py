@@ -12,7 +12,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``audit`` command to the ``fedmor`` parser."""
     audit = sub.add_parser(
         "audit",
-        help="membership inference against a demo run's reward models; writes report.html",
+        help="membership inference on a demo run's reward models and gradient inversion on "
+        "its router updates; writes report.html",
     )
     audit.add_argument("run_dir", type=Path, help="demo run directory (reward_models/, data/)")
     audit.add_argument("--out", type=Path, help="report directory (default: RUN_DIR/audit)")
@@ -26,6 +27,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="audit only this client (repeatable; default: all)",
     )
     audit.add_argument("--seed", type=int, default=0)
+    audit.add_argument(
+        "--shadow-models",
+        type=int,
+        default=4,
+        help="LiRA shadow reward models per client, trained by the auditor (0: no LiRA)",
+    )
+    audit.add_argument(
+        "--shadow-steps", type=int, help="training steps per shadow (default: the target's)"
+    )
+    audit.add_argument(
+        "--update",
+        action="append",
+        type=Path,
+        dest="updates",
+        help="captured router update file to invert (repeatable; default: "
+        "RUN_DIR/router/captured/*.safetensors, else round 1 replayed from router/spec.json)",
+    )
+    audit.add_argument(
+        "--inversion-steps", type=int, default=300, help="optimization-attack steps per update"
+    )
     audit.add_argument(
         "--client-url",
         help="also attack this client's live app through "
@@ -43,12 +64,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _audit(args: argparse.Namespace) -> int:
     # Heavy imports (torch, transformers) only when the command runs.
     from attacks._audit import AuditConfig, audit_run_dir
+    from attacks._captured_attacks import CapturedAttackConfig
 
     out = args.out or args.run_dir / "audit"
     cfg = AuditConfig(
         max_pairs=args.max_pairs,
         clients=tuple(args.clients) if args.clients else None,
         seed=args.seed,
+        shadow_models=args.shadow_models,
+        shadow_steps=args.shadow_steps,
+        updates=tuple(args.updates or ()),
+        inversion=CapturedAttackConfig(steps=args.inversion_steps, seed=args.seed),
     )
     live = None
     if args.client_url:
@@ -62,9 +88,14 @@ def _audit(args: argparse.Namespace) -> int:
         http = httpx.Client(base_url=args.client_url, timeout=120)
         key = load_private_key(args.server_key)
         live = {args.clients[0]: RemoteRewardScorer(http, key, sender=args.sender)}
-    report = audit_run_dir(args.run_dir, out, cfg, live=live)
+    report = audit_run_dir(
+        args.run_dir, out, cfg, live=live, progress=lambda m: print(f"[audit] {m}", flush=True)
+    )
     for m in report.memberships:
-        print(f"{m.setting}: {m.verdict}")
-    print(report.notes[0])
+        print(f"{m.setting} ({m.attack}): {m.verdict}")
+    for r in report.reconstructions:
+        print(f"{r.setting} ({r.attack}): {r.verdict}")
+    for note in report.notes[: len(report.notes) - 2]:
+        print(note)
     print(f"wrote {out / 'report.json'} and {out / 'report.html'}")
     return 0

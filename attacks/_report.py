@@ -65,6 +65,25 @@ class ReconstructionReport(BaseModel):
         """PSNR for images, cosine for embeddings."""
         return "psnr" if self.target == "image" else "cosine"
 
+    def summary_row(self) -> dict[str, object]:
+        """One compact JSON row: the primary metric with its interval, SSIM, each baseline's
+        figure and interval, and the verdict (benchmarks print these)."""
+        key = self.primary_metric
+
+        def fig(m: MetricSummary) -> dict[str, object]:
+            return {"value": round(m.mean, 4), "ci": [round(m.ci_low, 4), round(m.ci_high, 4)]}
+
+        return {
+            "setting": self.setting,
+            "attack": self.attack,
+            "step": self.step,
+            "metric": key,
+            **fig(self.metrics[key]),
+            "ssim": round(self.metrics["ssim"].mean, 4) if "ssim" in self.metrics else None,
+            "baselines": {name: fig(b[key]) for name, b in self.baselines.items()},
+            "verdict": self.verdict,
+        }
+
 
 class MembershipReport(BaseModel):
     """A membership-inference result with its interval, the null band and the ROC data."""
@@ -83,6 +102,18 @@ class MembershipReport(BaseModel):
     roc: RocCurve
     verdict: str
     figures: list[str] = Field(default_factory=list)
+
+    def summary_row(self) -> dict[str, object]:
+        """One compact JSON row: AUC with its interval, the null band, TPR at low FPR, verdict."""
+        return {
+            "setting": self.setting,
+            "attack": self.attack,
+            "auc": round(self.auc, 4),
+            "auc_ci": [round(c, 4) for c in self.auc_ci],
+            "null_band": [round(c, 4) for c in self.null_band],
+            "tpr_at_fpr": self.tpr_at_fpr,
+            "verdict": self.verdict,
+        }
 
 
 class AuditReport(BaseModel):

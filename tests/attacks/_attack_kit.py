@@ -8,25 +8,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from attacks import Scorer
+from attacks import Scorer, smooth_images
 
-
-def smooth_images(n: int, *, size: int = 16, seed: int = 0) -> torch.Tensor:
-    """(n, 3, size, size) images in [0, 1]: a flat background with three soft colour blobs."""
-    g = torch.Generator().manual_seed(seed)
-    axis = torch.linspace(0, 1, size)
-    yy, xx = torch.meshgrid(axis, axis, indexing="ij")
-    out = torch.empty(n, 3, size, size)
-    for i in range(n):
-        img = (0.5 * torch.rand(3, 1, 1, generator=g)).expand(3, size, size).clone()
-        for _ in range(3):
-            c = torch.rand(2, generator=g)
-            r = 0.1 + 0.25 * torch.rand(1, generator=g)
-            colour = torch.rand(3, 1, 1, generator=g)
-            blob = torch.exp(-((xx - c[0]) ** 2 + (yy - c[1]) ** 2) / (2 * r**2))
-            img = img * (1 - blob) + colour * blob
-        out[i] = img.clamp(0, 1)
-    return out
+__all__ = [
+    "PairData",
+    "Router",
+    "embeddings",
+    "image_model",
+    "router_loss",
+    "smooth_images",
+    "train_reward_scorer",
+]
 
 
 def image_model(seed: int = 1) -> nn.Module:

@@ -1,4 +1,5 @@
-"""``fedmor audit`` on a tiny demo-layout run directory with a real, over-fitted reward model."""
+"""``fedmor audit`` on a tiny demo-layout run directory: membership inference (threshold and
+LiRA) on a real reward model, gradient inversion on captured real router updates."""
 
 from __future__ import annotations
 
@@ -7,16 +8,23 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from fastapi.testclient import TestClient
 
 from attacks import (
+    NO_LEAK,
     AttackError,
     AttackInputError,
     AuditConfig,
     AuditReport,
+    CapturedRouterUpdate,
     RemoteRewardScorer,
     audit_run_dir,
+    capture_round,
+    capture_run_dir,
+    pooled_embeddings,
 )
 from attacks._cli import register
 from client_app import ClientSettings, create_client_app
@@ -28,6 +36,17 @@ from sdk.reward import (
     RewardTrainingConfig,
     pair_texts,
     train_reward_model,
+)
+from sdk.router import (
+    EncodedBatch,
+    HashingEncoder,
+    HashingEncoderConfig,
+    LocalTrainingConfig,
+    Router,
+    RouterConfig,
+    encode_pairs,
+    fedavg_plain,
+    train_router_locally,
 )
 from server_app import generate_key, public_key_b64
 
@@ -73,7 +92,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def test_audit_command_writes_a_consistent_report(run_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "audit"
-    args = _parse(["audit", str(run_dir), "--out", str(out), "--max-pairs", "16"])
+    lira = ["--shadow-models", "2", "--shadow-steps", "10"]
+    args = _parse(["audit", str(run_dir), "--out", str(out), "--max-pairs", "16", *lira])
     assert args.handler(args) == 0
     for name in ("report.json", "report.html", "roc.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
@@ -82,7 +102,10 @@ def test_audit_command_writes_a_consistent_report(run_dir: Path, tmp_path: Path)
     assert settings == [
         f"{CLIENT}: raw scores",
         f"{CLIENT}: normalized, clipped at c=3 (/v1/reward)",
+        f"{CLIENT}: raw scores, LiRA (2 shadow models)",
+        f"{CLIENT}: normalized, clipped at c=3 (/v1/reward), LiRA (2 shadow models)",
     ]
+    assert [m.attack for m in report.memberships] == ["threshold"] * 2 + ["lira"] * 2
     for m in report.memberships:
         assert (m.n_members, m.n_non_members) == (16, 16)
         assert m.auc_ci[0] <= m.auc <= m.auc_ci[1]
@@ -96,7 +119,9 @@ def test_audit_command_writes_a_consistent_report(run_dir: Path, tmp_path: Path)
     assert report.memberships[1].auc == pytest.approx(report.memberships[0].auc, abs=0.15)
     n_leaks = sum(m.verdict.startswith("leaks") for m in report.memberships)
     assert report.notes[0].startswith(
-        f"Membership inference leaks in {n_leaks} of 2" if n_leaks else "No measurable"
+        f"Membership inference leaks in {n_leaks} of 4"
+        if n_leaks
+        else "Membership inference: no measurable"
     )
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and report.memberships[0].verdict[:20] in html
@@ -124,7 +149,10 @@ def test_audit_attacks_a_live_client_app_and_pays_its_budget(run_dir: Path, tmp_
     with TestClient(create_client_app(settings, scorer=scorer)) as http:
         live = RemoteRewardScorer(http, server_key)
         report = audit_run_dir(
-            run_dir, tmp_path / "out", AuditConfig(max_pairs=16), live={CLIENT: live}
+            run_dir,
+            tmp_path / "out",
+            AuditConfig(max_pairs=16, shadow_models=0),
+            live={CLIENT: live},
         )
         assert live.items_sent == 64  # 32 pairs x (chosen, rejected)
         with pytest.raises(AttackError, match="429"):
@@ -143,3 +171,148 @@ def test_live_audit_needs_one_client_and_the_server_key(run_dir: Path, tmp_path:
     args = _parse(["audit", str(run_dir), "--out", str(tmp_path), "--client-url", "http://x"])
     with pytest.raises(ValueError, match="exactly one --client and --server-key"):
         args.handler(args)
+
+
+# ---- gradient inversion on captured router updates ---------------------------------------
+
+
+def _router() -> Router:
+    enc = HashingEncoder(HashingEncoderConfig())
+    cfg = RouterConfig(input_dim=enc.dim, d_model=32, num_layers=1, num_heads=2, dim_feedforward=64)
+    return Router(cfg, ["a", "b", "c"], enc.encoder_id)
+
+
+@pytest.fixture(scope="module")
+def captures(run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two captured updates of real router rounds on the run's pairs (HashingEncoder tokens):
+    one unprotected FedSGD gradient of a single response, and the SecAgg aggregate of 3 clients
+    x 8 responses after 3 local AdamW steps each (batch 8, 3 epochs)."""
+    out = tmp_path_factory.mktemp("captured")
+    enc = HashingEncoder(HashingEncoderConfig())
+    train = load_pairs(run_dir / "data" / "clients" / CLIENT / "train")
+    pool = encode_pairs(enc, load_pairs(run_dir / "data" / "clients" / CLIENT / "eval"))
+    router = _router()
+    # One response through an encoder that yields one embedding per response (a pooled,
+    # [CLS]-style encoder): the router's first linear layer then sees exactly that vector.
+    tokens = encode_pairs(enc, train[:1])
+    single = EncodedBatch(
+        hidden=pooled_embeddings(tokens.hidden[:1], tokens.mask[:1])[:, None],
+        mask=torch.ones(1, 1, dtype=torch.bool),
+    )
+    pooled_pool = EncodedBatch(
+        hidden=pooled_embeddings(pool.hidden, pool.mask)[:, None],
+        mask=torch.ones(len(pool), 1, dtype=torch.bool),
+    )
+    plain = capture_round(
+        router, [single], [0], setting="plaintext", update="gradient", pool=pooled_pool
+    )
+    batches = [encode_pairs(enc, train[4 * k : 4 * k + 4]) for k in range(3)]  # 8 rows each
+    local = LocalTrainingConfig(epochs=3, batch_size=8, lr=1e-3)
+    agg = capture_round(router, batches, [0, 1, 2], setting="aggregate", local=local, pool=pool)
+    return {
+        "plain": plain.save(out / "plaintext-a.safetensors"),
+        "secagg": agg.save(out / "secagg.safetensors"),
+    }
+
+
+def test_captured_update_file_round_trips(captures: dict[str, Path], tmp_path: Path) -> None:
+    back = CapturedRouterUpdate.load(captures["secagg"])
+    assert back.meta.setting == "aggregate"
+    assert back.meta.samples_per_client == [8, 8, 8] and back.meta.local_steps == 3
+    assert back.truth is not None and back.truth.shape == (
+        24,
+        back.before["input_proj.weight"].shape[1],
+    )
+    # A secure aggregate moves every parameter by the clients' mean delta: not all zeros.
+    assert max(float(t.abs().max()) for t in back.delta().values()) > 0
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"not a safetensors file")
+    with pytest.raises(AttackInputError, match="not a safetensors file"):
+        CapturedRouterUpdate.load(bad)
+
+
+def test_audit_command_refuses_a_bad_update_file_before_attacking(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sdk.cli import main
+
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")  # a valid, empty file
+    assert main(["audit", str(run_dir), "--out", str(tmp_path / "o"), "--update", str(bad)]) == 1
+    assert "not fedmor-captured-update-v1" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # refused before any attack ran
+
+
+def test_audit_inverts_captured_updates_and_says_which_leak(
+    run_dir: Path, captures: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "audit"
+    args = _parse(
+        [
+            "audit",
+            str(run_dir),
+            "--out",
+            str(out),
+            "--max-pairs",
+            "16",
+            "--shadow-models",
+            "0",
+            "--inversion-steps",
+            "100",
+            "--update",
+            str(captures["plain"]),
+            "--update",
+            str(captures["secagg"]),
+        ]
+    )
+    assert args.handler(args) == 0
+    report = AuditReport.model_validate(json.loads((out / "report.json").read_text()))
+    rows = {(r.setting.split(":")[0], r.attack): r for r in report.reconstructions}
+    plain_analytic = rows[("plaintext-a", "analytic")]
+    # Unprotected, one sample: the first linear layer gives the embedding back exactly.
+    assert plain_analytic.metrics["cosine"].mean >= 0.99
+    assert plain_analytic.verdict.startswith("leaks")
+    # Secure aggregation of 3 clients x 8 responses after local AdamW steps: both attacks land
+    # within the trivial baselines, and the report says so in words.
+    for attack in ("analytic", "inverting-gradients"):
+        row = rows[("secagg", attack)]
+        best = max(b["cosine"].ci_high for b in row.baselines.values())
+        assert row.metrics["cosine"].mean <= best
+        assert row.verdict.startswith(NO_LEAK)
+    assert any(n.startswith("Gradient inversion leaks in 1 of 4") for n in report.notes)
+    assert "secagg" in (out / "report.html").read_text()
+
+
+def test_capture_run_dir_replays_round_one_as_the_server_publishes_it(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    from client_app._router_update import RouterUpdateSpec, SiteData
+
+    pairs_dir = run_dir / "data" / "clients" / CLIENT / "train"
+    spec = RouterUpdateSpec(
+        encoder=HashingEncoderConfig(),
+        router=_router().config,
+        client_ids=["a", "b", "c"],
+        local=LocalTrainingConfig(epochs=1),
+        max_pairs=4,
+        sites={f"site-{k}": SiteData(index=k, pairs_dir=pairs_dir) for k in (0, 1)},
+    )
+    (tmp_path / "router").mkdir()
+    (tmp_path / "router" / "spec.json").write_text(spec.model_dump_json())
+    plain_path, agg_path = capture_run_dir(tmp_path, tmp_path / "captured")
+    plain, agg = CapturedRouterUpdate.load(plain_path), CapturedRouterUpdate.load(agg_path)
+    assert plain.meta.samples_per_client == [8] and agg.meta.samples_per_client == [8, 8]
+    # What the demo's clients compute in round 1 (client_app._router_update: seed + round id),
+    # averaged in the clear: the secure aggregate must equal it up to fixed-point rounding.
+    encoded = encode_pairs(HashingEncoder(spec.encoder), load_pairs(pairs_dir)[:4])
+    local = spec.local.model_copy(update={"seed": spec.local.seed + 1})
+    updates = [train_router_locally(spec.build_router(), encoded, k, local) for k in (0, 1)]
+    expected = fedavg_plain(updates)
+    got = torch.cat([agg.after[n].reshape(-1) for n, _ in spec.build_router().named_parameters()])
+    assert np.allclose(got.numpy(), expected, atol=1e-5)
+    first = torch.cat(
+        [plain.after[n].reshape(-1) for n, _ in spec.build_router().named_parameters()]
+    )
+    assert np.allclose(first.numpy(), updates[0].params, atol=1e-7)
+    with pytest.raises(AttackInputError, match=r"spec\.json"):
+        capture_run_dir(run_dir, tmp_path / "none")

@@ -96,3 +96,26 @@ def test_balance_and_scorer_checks() -> None:
 
     with pytest.raises(AttackInputError, match="margins"):
         threshold_attack(wrong, [0, 1], [2, 3])
+
+
+def test_normalizing_and_clipping_scores_keeps_the_membership_leak() -> None:
+    """The benchmark's Table 6 finding, pinned: a z-score is monotone and a clip only ties the
+    extremes, so the normalized, clipped margins of an over-fitted model still leak."""
+    import torch
+
+    from attacks import overfit_mlp_scores
+    from sdk.reward import ScoreNormalizer
+
+    pos, neg = overfit_mlp_scores(100, epochs=300)  # (200,) each, first 100 members
+    norm = ScoreNormalizer.fit(torch.cat([pos[:100], neg[:100]]), clip=1.5)
+    aucs = []
+    for p, q in ((pos, neg), (norm.normalize(pos), norm.normalize(neg))):
+        margins = (p - q).double().numpy()
+
+        def scorer(idx: Sequence[int], m: np.ndarray = margins) -> np.ndarray:
+            return m[np.asarray(idx)]
+
+        attack = threshold_attack(scorer, MEMBERS, NON_MEMBERS)
+        aucs.append(membership_report(attack, setting="x", n_boot=200).auc)
+    assert aucs[0] >= 0.75
+    assert aucs[1] >= 0.75 and abs(aucs[1] - aucs[0]) < 0.02

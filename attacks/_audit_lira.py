@@ -1,0 +1,154 @@
+"""LiRA inside the audit: shadow reward models trained by the auditor on the client's own data.
+
+The auditor holds the run's data, so it can do what a strong attacker with data from the same
+distribution does: train ``n_shadow`` reward models of the client's architecture with the same
+recipe (Bradley-Terry, ``shadow_steps`` steps) on the population pairs plus a random half of the
+candidates, and calibrate every candidate's margin against the shadows that did and did not
+train on it (attacks._membership.lira_attack). Shadows are cached by training set, so the raw
+and the normalized view reuse the same models.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from attacks._membership import LiraConfig, lira_attack
+from attacks._report import MembershipReport, membership_report
+
+__all__ = ["lira_reports"]
+
+
+class _Shadows:
+    """Trains (and caches) shadow reward models; margins of the candidates, (2n, 2) raw and
+    normalized with the shadow's own normalizer (a shadow mimics a client end to end)."""
+
+    def __init__(
+        self,
+        pairs: Sequence[Any],
+        architecture: str,
+        steps: int,
+        batch_size: int,
+        clip: float,
+        seed: int,
+        say: Callable[[str], None],
+    ) -> None:
+        self.pairs, self.architecture, self.steps = pairs, architecture, steps
+        self.batch_size, self.clip, self.seed, self.say = batch_size, clip, seed, say
+        self.cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self.candidates: list[int] = []
+        self.planned = 0
+
+    def margins(self, train: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        key = tuple(sorted(train))
+        if key not in self.cache:
+            self.cache[key] = self._train([self.pairs[i] for i in key])
+        return self.cache[key]
+
+    def _train(self, train: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        from sdk.models import build_tiny_vlm
+        from sdk.reward import RewardModel, RewardTrainingConfig, pair_texts, train_reward_model
+
+        s = len(self.cache)
+        start = time.perf_counter()
+        torch.manual_seed(self.seed + s)
+        with tempfile.TemporaryDirectory() as tmp:
+            backbone = build_tiny_vlm(
+                self.architecture,
+                Path(tmp) / "backbone",
+                corpus=pair_texts(train),
+                seed=self.seed + s,
+            )
+            model = RewardModel.from_backbone(backbone)
+            cfg = RewardTrainingConfig(
+                steps=self.steps,
+                batch_size=self.batch_size,
+                seed=self.seed + s,
+                eval_every=0,
+                clip_bound=self.clip,
+            )
+            result = train_reward_model(model, train, [], cfg, progress=False)
+        cand = [self.pairs[i] for i in self.candidates]
+        images, prompts = [p.image for p in cand], [p.prompt for p in cand]
+        raw = torch.stack(
+            [
+                model.score(images, prompts, [p.chosen for p in cand]),
+                model.score(images, prompts, [p.rejected for p in cand]),
+            ],
+            1,
+        ).double()
+        assert result.normalizer is not None  # fit_normalizer is on by default
+        norm = result.normalizer.normalize(raw)
+        self.say(
+            f"shadow model {s + 1}/{self.planned} ({self.architecture}, {len(train)} pairs, "
+            f"{self.steps} steps) trained in {time.perf_counter() - start:.0f} s"
+        )
+        return raw.numpy(), norm.numpy()
+
+
+def lira_reports(
+    client: str,
+    views: Sequence[tuple[str, np.ndarray]],
+    candidates: Sequence[Any],
+    population: Sequence[Any],
+    *,
+    architecture: str,
+    n_shadow: int,
+    shadow_steps: int,
+    batch_size: int,
+    clip: float,
+    n_boot: int,
+    seed: int,
+    say: Callable[[str], None],
+) -> list[MembershipReport]:
+    """LiRA on each view ``(name, target margins (2n, 2))`` of the 2n candidates (first n
+    members); view 0 is raw, every later one normalized and clipped at ``clip``."""
+    pairs = list(candidates) + list(population)
+    n2 = len(candidates)
+    shadows = _Shadows(pairs, architecture, shadow_steps, batch_size, clip, seed, say)
+    shadows.candidates = list(range(n2))
+    shadows.planned = n_shadow
+    cfg = LiraConfig(n_shadow=n_shadow, seed=seed)
+    pop_idx = list(range(n2, len(pairs)))
+    out = []
+    for v, (name, target) in enumerate(views):
+        which = 0 if v == 0 else 1
+
+        def target_scorer(idx: Sequence[int], t: np.ndarray = target) -> np.ndarray:
+            i = np.asarray(idx, dtype=np.int64)
+            return np.asarray(t[i, 0] - t[i, 1])
+
+        def train_shadow(
+            train: Sequence[int], w: int = which
+        ) -> Callable[[Sequence[int]], np.ndarray]:
+            m = shadows.margins(train)[w]
+
+            def score(idx: Sequence[int]) -> np.ndarray:
+                i = np.asarray(idx, dtype=np.int64)
+                return np.asarray(m[i, 0] - m[i, 1])
+
+            return score
+
+        attack = lira_attack(
+            target_scorer,
+            list(range(n2 // 2)),
+            list(range(n2 // 2, n2)),
+            train_shadow,
+            population=pop_idx,
+            config=cfg,
+        )
+        out.append(
+            membership_report(
+                attack,
+                setting=f"{client}: {name}, LiRA ({n_shadow} shadow models)",
+                n_boot=n_boot,
+                seed=seed,
+            )
+        )
+    return out

@@ -1,0 +1,213 @@
+"""Producing captured router updates with the sdk's own code paths (for audits and tests).
+
+:func:`capture_round` trains each client's router with ``sdk.router.train_router_locally`` (the
+client app's code path) or takes one FedSGD gradient, and keeps what the server would see:
+one client's phi_k without secure aggregation, or the weighted mean that ``sdk.secagg``'s
+``simulate_round`` reveals. :func:`capture_run_dir` replays round 1 of a demo run from its
+``router/spec.json`` and the clients' data, so an audit of a run directory needs no change to
+how the demo runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import torch
+
+from attacks._captured import CapturedRouterUpdate, CaptureMeta
+from attacks._errors import AttackInputError
+
+if TYPE_CHECKING:  # sdk.router imports transformers: only when a capture runs
+    from sdk.router import EncodedBatch, LocalTrainingConfig, Router
+    from sdk.secagg import DPConfig
+
+__all__ = ["capture_round", "capture_run_dir", "pooled_embeddings"]
+
+
+def pooled_embeddings(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A sample's embedding as the router's first layer sees it on average: the mean of its
+    real tokens, (B, T, D) -> (B, D)."""
+    w = mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+    return (hidden * w).sum(1) / w.sum(1).clamp_min(1.0)
+
+
+def _pad(batches: Sequence[EncodedBatch], length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    out = []
+    for b in batches:
+        hidden, mask = b.hidden, b.mask
+        extra = length - hidden.shape[1]
+        out.append(
+            (
+                torch.nn.functional.pad(hidden, (0, 0, 0, extra)),
+                torch.nn.functional.pad(mask, (0, extra), value=False),
+            )
+        )
+    return out
+
+
+def capture_round(
+    router: Router,
+    client_batches: Sequence[EncodedBatch],
+    client_indices: Sequence[int],
+    *,
+    setting: Literal["plaintext", "aggregate"],
+    local: LocalTrainingConfig | None = None,
+    update: Literal["gradient", "parameters"] = "parameters",
+    pool: EncodedBatch | None = None,
+    description: str = "",
+    dp: DPConfig | None = None,
+    seed: int = 0,
+) -> CapturedRouterUpdate:
+    """One round as the server sees it. ``client_batches`` are sdk.router ``EncodedBatch``es
+    (one per client, rows = encoded responses); ``local`` a ``LocalTrainingConfig`` for
+    ``update="parameters"``. ``plaintext`` needs exactly one client. With ``dp`` each client
+    clips its delta and adds its share of the noise (sdk.secagg ``clip_and_noise``, calibrated
+    to all clients surviving) before sending."""
+    from sdk.router import LocalTrainingConfig, train_router_locally
+    from sdk.secagg import clip_and_noise, simulate_round
+
+    if len(client_batches) != len(client_indices) or not client_batches:
+        raise AttackInputError("give one batch per client index, at least one")
+    if setting == "plaintext" and len(client_batches) != 1:
+        raise AttackInputError("a plaintext capture is one client's update")
+    cfg = local if local is not None else LocalTrainingConfig()
+    before = router.get_flat_params()
+    tokens = max(int(b.hidden.shape[1]) for b in client_batches)
+    padded = _pad(client_batches, tokens)
+    phis: list[np.ndarray] = []
+    for (hidden, mask), k in zip(padded, client_indices, strict=True):
+        if update == "parameters":
+            phis.append(train_router_locally(router, (hidden, mask), k, cfg).params)
+        else:
+            phis.append(before - _gradient(router, hidden, mask, k))
+    sizes = [int(h.shape[0]) for h, _ in padded]
+    rng = np.random.default_rng(seed)
+    # Deltas, not parameters, go through the masks: they stay inside the clip range
+    # (sdk.router's FederatedRouterTrainer does the same).
+    deltas = [(p - before).astype(np.float64) for p in phis]
+    if dp is not None:
+        deltas = [
+            clip_and_noise(d, dp, min_survivors=len(deltas), max_weight=1, rng=rng) for d in deltas
+        ]
+    if setting == "plaintext":
+        after = before + deltas[0].astype(np.float32)
+    else:
+        after = before + simulate_round(deltas, sizes, rng=rng).mean.astype(np.float32)
+    truth = torch.cat([pooled_embeddings(h, m) for h, m in padded])
+    steps = 1 if update == "gradient" else cfg.epochs * -(-max(sizes) // cfg.batch_size)
+    meta = CaptureMeta(
+        setting=setting,
+        description=description,
+        router=router.config.model_dump(),
+        client_ids=list(router.client_ids),
+        encoder_id=router.encoder_id,
+        client_indices=list(client_indices),
+        samples_per_client=sizes,
+        update=update,
+        local_optimizer="none (one gradient, FedSGD)"
+        if update == "gradient"
+        else f"AdamW lr={cfg.lr} batch={cfg.batch_size} epochs={cfg.epochs}",
+        local_steps=steps,
+        tokens=tokens,
+    )
+    return CapturedRouterUpdate(
+        meta,
+        _unflat(router, before),
+        _unflat(router, after),
+        truth,
+        None if pool is None else pooled_embeddings(pool.hidden, pool.mask),
+    )
+
+
+def _gradient(router: Router, hidden: torch.Tensor, mask: torch.Tensor, k: int) -> np.ndarray:
+    """One client's full-batch BCE gradient against e_k, flat in ``parameters()`` order."""
+    target = torch.zeros(router.num_clients)
+    target[k] = 1.0
+    logits = router(hidden, mask)  # (B, K)
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, target.expand_as(logits))
+    grads = torch.autograd.grad(loss, list(router.parameters()))
+    return torch.cat([g.reshape(-1) for g in grads]).numpy().astype(np.float32)
+
+
+def _unflat(router: torch.nn.Module, flat: np.ndarray) -> dict[str, torch.Tensor]:
+    out, offset = {}, 0
+    for name, p in router.named_parameters():
+        out[name] = torch.from_numpy(flat[offset : offset + p.numel()].copy()).reshape(p.shape)
+        offset += p.numel()
+    return out
+
+
+def capture_run_dir(
+    run_dir: str | Path, out_dir: str | Path, *, round_id: int = 1, pool_pairs: int = 64
+) -> list[Path]:
+    """Replay round ``round_id`` of a demo run (``router/spec.json``, the clients' train pairs)
+    and write two captures into ``out_dir``: ``plaintext-<client>.safetensors`` (what the
+    first client would send with secure aggregation off) and ``secagg-round<r>.safetensors``
+    (the aggregate the server publishes). Round 1 starts from the seeded initial router, so no
+    server state is needed. The baseline pool comes from the clients' eval pairs."""
+    from client_app._router_update import RouterUpdateSpec
+    from sdk.data import load_pairs
+    from sdk.router import HashingEncoder, concat_batches, encode_pairs
+
+    root = Path(run_dir)
+    spec_path = root / "router" / "spec.json"
+    if not spec_path.is_file():
+        raise AttackInputError(f"{root} has no router/spec.json: no router round to capture")
+    spec = RouterUpdateSpec.model_validate(json.loads(spec_path.read_text()))
+    encoder = HashingEncoder(spec.encoder)
+    router = spec.build_router()
+    sites = sorted(spec.sites.values(), key=lambda s: s.index)
+    if not sites:
+        raise AttackInputError(f"{spec_path} names no sites")
+    batches = [
+        encode_pairs(encoder, load_pairs(_local(root, s.pairs_dir))[: spec.max_pairs])
+        for s in sites
+    ]
+    evals = [p for s in sites for p in load_pairs(_local(root, s.pairs_dir).parent / "eval")]
+    rng = np.random.default_rng(round_id)
+    picked = [evals[int(i)] for i in rng.choice(len(evals), min(pool_pairs, len(evals)), False)]
+    pool = concat_batches([encode_pairs(encoder, picked)])
+    local = spec.local.model_copy(update={"seed": spec.local.seed + round_id})
+    out = Path(out_dir)
+    first = spec.client_ids[sites[0].index]
+    plain = capture_round(
+        router,
+        batches[:1],
+        [sites[0].index],
+        setting="plaintext",
+        local=local,
+        pool=pool,
+        seed=round_id,
+        description=f"round {round_id}: client {first}'s phi_k, "
+        "as sent with secure aggregation off",
+    )
+    agg = capture_round(
+        router,
+        batches,
+        [s.index for s in sites],
+        setting="aggregate",
+        local=local,
+        pool=pool,
+        seed=round_id,
+        description=f"round {round_id}: the secure aggregate of {len(sites)} clients",
+    )
+    return [
+        plain.save(out / f"plaintext-{first}.safetensors"),
+        agg.save(out / f"secagg-round{round_id}.safetensors"),
+    ]
+
+
+def _local(root: Path, pairs_dir: Path) -> Path:
+    """A spec's pairs path, or the same path under ``root`` when the run directory moved."""
+    if pairs_dir.is_dir():
+        return pairs_dir
+    parts = pairs_dir.parts
+    if "data" in parts:
+        moved = root.joinpath(*parts[parts.index("data") :])
+        if moved.is_dir():
+            return moved
+    raise AttackInputError(f"pairs directory {pairs_dir} not found (run dir {root})")

@@ -1,0 +1,154 @@
+"""Small differentiable settings in which the attacks are proven to bite (tests, benchmark).
+
+fedmor's default encoders are not differentiable with respect to the image (the HashingEncoder
+hashes pixels; a VLM's vision tower could be, at a cost). To show what the optimization attack
+recovers wherever the encoder IS differentiable, :class:`PatchImageRouter` puts a small ViT-style
+patch encoder in front of a real ``sdk.router.Router``; the update covers the router only, as in
+fedmor. :func:`smooth_images` draws the images it is tested on.
+
+For membership inference, two deliberately over-fitted reward models return raw scores of n
+members then n non-members: a small MLP on random pair features
+(:func:`overfit_mlp_scores`) and a real ``sdk.reward.RewardModel``
+(:func:`overfit_reward_model_scores`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+__all__ = [
+    "PatchImageRouter",
+    "overfit_mlp_scores",
+    "overfit_reward_model_scores",
+    "smooth_images",
+]
+
+
+def smooth_images(n: int, *, size: int = 16, seed: int = 0) -> Tensor:
+    """(n, 3, size, size) images in [0, 1]: a flat background with three soft colour blobs."""
+    g = torch.Generator().manual_seed(seed)
+    axis = torch.linspace(0, 1, size)
+    yy, xx = torch.meshgrid(axis, axis, indexing="ij")
+    out = torch.empty(n, 3, size, size)
+    for i in range(n):
+        img = (0.5 * torch.rand(3, 1, 1, generator=g)).expand(3, size, size).clone()
+        for _ in range(3):
+            c = torch.rand(2, generator=g)
+            r = 0.1 + 0.25 * torch.rand(1, generator=g)
+            colour = torch.rand(3, 1, 1, generator=g)
+            blob = torch.exp(-((xx - c[0]) ** 2 + (yy - c[1]) ** 2) / (2 * r**2))
+            img = img * (1 - blob) + colour * blob
+        out[i] = img.clamp(0, 1)
+    return out
+
+
+class _PatchEncoder(nn.Module):
+    """2x2 patch embedding (a conv), a sigmoid-gated depthwise mix and fixed position
+    embeddings: (B, 3, 16, 16) -> (B, 64, dim)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(1)
+            self.patch = nn.Conv2d(3, dim, 2, stride=2)
+            self.mix = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
+            # Fixed position embeddings, as in a ViT: the Router has none and mean-pools, so
+            # without them the update would not tell the patches' places apart.
+            self.register_buffer("pos", torch.randn(64, dim))
+
+    def forward(self, images: Tensor) -> Tensor:
+        h = self.patch(images)  # (B, dim, 8, 8)
+        h = h + torch.sigmoid(self.mix(h))  # (B, dim, 8, 8)
+        return h.flatten(2).transpose(1, 2) + self.pos  # type: ignore[operator,no-any-return]
+
+
+class PatchImageRouter(nn.Module):
+    """A frozen differentiable patch encoder in front of ``router`` (an ``sdk.router.Router``
+    with ``input_dim`` = the encoder's dim): 16x16 images -> (B, K) routing logits."""
+
+    def __init__(self, router: nn.Module, dim: int) -> None:
+        super().__init__()
+        self.encoder = _PatchEncoder(dim).requires_grad_(False)
+        self.router = router
+
+    def forward(self, images: Tensor) -> Tensor:
+        tokens = self.encoder(images)  # (B, 64, dim)
+        mask = torch.ones(tokens.shape[:2], dtype=torch.bool)
+        # The attack differentiates the update w.r.t. the image (a second derivative): only
+        # the math attention kernel implements that on CPU.
+        with sdpa_kernel(SDPBackend.MATH):
+            return self.router(tokens, mask)  # type: ignore[no-any-return]  # (B, K)
+
+
+def overfit_mlp_scores(n: int, *, epochs: int = 300, dim: int = 16) -> tuple[Tensor, Tensor]:
+    """Raw rewards (2n,) of the chosen and the rejected responses, first n pairs members, of a
+    small MLP reward model trained full batch (Bradley-Terry, Adam, no regularization) on the
+    members. The pairs are random features whose preference is a weak signal plus noise, so
+    separating the training pairs means memorizing them."""
+    g = torch.Generator().manual_seed(0)
+    x, a, b = (torch.randn(2 * n, dim, generator=g) for _ in range(3))
+    w = torch.randn(dim, generator=torch.Generator().manual_seed(99))
+    first = (((a - b) @ w) * 0.1 + torch.randn(2 * n, generator=g) > 0)[:, None]
+    pos = torch.cat([x, torch.where(first, a, b)], 1)  # (2n, 2*dim)
+    neg = torch.cat([x, torch.where(first, b, a)], 1)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(2 * dim, 64), nn.Tanh(), nn.Linear(64, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(epochs):
+        opt.zero_grad()
+        (-nn.functional.logsigmoid(model(pos[:n]) - model(neg[:n])).mean()).backward()
+        opt.step()
+    with torch.no_grad():
+        return model(pos).reshape(-1), model(neg).reshape(-1)
+
+
+def overfit_reward_model_scores(n: int, *, steps: int = 150) -> tuple[Tensor, Tensor]:
+    """The same for a real ``sdk.reward.RewardModel`` (tiny Qwen2.5-VL from config) trained by
+    sdk.reward's Bradley-Terry loop on n synthetic ``position`` pairs (32x32 images), the
+    category it learns slowest, so it mostly memorizes: full batch, lr 3e-3, no weight decay,
+    no gradient clipping."""
+    from sdk.data import SynthConfig, load_pairs, synthesize
+    from sdk.models import build_tiny_vlm
+    from sdk.reward import RewardModel, RewardTrainingConfig, pair_texts, train_reward_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        synth = SynthConfig(
+            seed=0,
+            image_size=32,
+            clients=("position",),
+            heldout=("color",),
+            train_pairs=n,
+            eval_pairs=n,
+            heldout_pairs=1,
+            warmup_queries=0,
+            policy_train_queries=0,
+            policy_eval_queries=0,
+        )
+        synthesize(synth, root / "data")
+        data = root / "data" / "clients" / "position"
+        pairs = load_pairs(data / "train") + load_pairs(data / "eval")
+        backbone = build_tiny_vlm("qwen2_5_vl", root / "bb", corpus=pair_texts(pairs[:n]))
+        model = RewardModel.from_backbone(backbone)
+        cfg = RewardTrainingConfig(
+            steps=steps,
+            batch_size=n,
+            lr=3e-3,
+            warmup_steps=10,
+            weight_decay=0.0,
+            max_grad_norm=None,
+            eval_every=0,
+            fit_normalizer=False,
+        )
+        train_reward_model(model, pairs[:n], [], cfg, progress=False)
+        images, prompts = [p.image for p in pairs], [p.prompt for p in pairs]
+        return (
+            model.score(images, prompts, [p.chosen for p in pairs]),
+            model.score(images, prompts, [p.rejected for p in pairs]),
+        )
