@@ -33,6 +33,7 @@ from server_app._schemas import (
     PendingQuery,
     RewardRequest,
     RoundInfo,
+    StageAck,
     StageBroadcast,
 )
 
@@ -81,14 +82,17 @@ class ClientRunner:
     # -- transport -----------------------------------------------------------------------------
     def request(self, method: str, path: str, payload: Any = None, *, signed: bool = True,
                 attempts: int = 30) -> httpx.Response:
-        """Send one request, retrying connection errors and 5xx/429 with exponential backoff;
-        each attempt is signed afresh (new nonce). Raises ``RunnerError`` on a final 4xx."""
-        body = b"" if payload is None else json.dumps(payload).encode()
+        """Send one request (``payload``: JSON-able, or ``bytes`` sent as an octet-stream body),
+        retrying connection errors and 5xx/429 with exponential backoff; each attempt is signed
+        afresh (new nonce). Raises ``RunnerError`` on a final 4xx."""
+        binary = isinstance(payload, bytes)
+        body = payload if binary else b"" if payload is None else json.dumps(payload).encode()
+        media = "application/octet-stream" if binary else "application/json"
         delay = 0.05
         for attempt in range(attempts):
             if self.stop.is_set():
                 raise RunnerError(499, f"{method} {path}: runner stopping")
-            headers = {"content-type": "application/json"}
+            headers = {"content-type": media}
             if signed:
                 headers |= sign_headers(self.key, sender=self.client_id, method=method,
                                         path=path, body=body)
@@ -151,12 +155,14 @@ class ClientRunner:
                               f"{strangers}")
 
     def _wait_input(self, round_id: int, stage: str) -> StageBroadcast:
+        # Long polling: the server answers as soon as the previous stage closes.
+        wait = self.settings.long_poll_s
+        path = f"/v1/rounds/{round_id}/stages/{stage}" + (f"?wait_s={wait:g}" if wait else "")
         while True:
-            out = StageBroadcast.model_validate(
-                self.request("GET", f"/v1/rounds/{round_id}/stages/{stage}").json())
+            out = StageBroadcast.model_validate(self.request("GET", path).json())
             if out.ready or out.round_status != "open":
                 return out
-            if self.stop.wait(self.settings.poll_interval_s):
+            if self.stop.wait(0 if wait else self.settings.poll_interval_s):
                 raise RunnerError(499, "runner stopping")
 
     def run_round(self, round_id: int) -> str:
@@ -176,33 +182,42 @@ class ClientRunner:
         try:
             self._check_roster(info)
             update, weight = self.update_fn(self.settings.name, info, self._base(info))
+            # A restart mid-round continues from the state saved with the last sent message.
             half = ROUND_KINDS[info.kind].client(spec, client_id=me, key=self.key,
                                                  update=update, weight=weight,
-                                                 state={"sent": sorted(sent)} if sent else None)
+                                                 state=self.store.round_state(round_id))
         except (RoundFailed, ValueError, KeyError) as exc:
-            self.store.set_round(round_id, "abandoned", str(exc))
-            return "abandoned"
+            return self._end(round_id, "abandoned", str(exc))
         self.store.set_round(round_id, "running")
+        wait = self.settings.long_poll_s
+        ahead: StageBroadcast | None = None  # the next stage's input, returned with an ack
         try:
             for stage in info.stages:
-                server_input = self._wait_input(round_id, stage)
+                server_input = ahead if ahead is not None and ahead.ready \
+                    else self._wait_input(round_id, stage)
                 if not server_input.ready:  # the round ended (failed) before our stage
-                    self.store.set_round(round_id, "ended", server_input.round_status)
-                    return "ended"
-                payload = sent.get(stage) or half.message(stage, server_input.payload or {})
-                self.store.put_sent(round_id, stage, payload)
-                self.request("POST", f"/v1/rounds/{round_id}/stages/{stage}",
-                             {"payload": payload})
+                    return self._end(round_id, "ended", server_input.round_status)
+                payload = sent.get(stage)
+                if payload is None:
+                    payload = half.message(stage, server_input.payload or {})
+                    self.store.put_sent(round_id, stage, payload, half.state())
+                query = f"?wait_next_s={wait:g}" if wait else ""
+                ack = StageAck.model_validate(self.request(
+                    "POST", f"/v1/rounds/{round_id}/stages/{stage}{query}",
+                    payload if isinstance(payload, bytes) else {"payload": payload}).json())
+                ahead = ack.next
         except RunnerError as exc:
             if exc.status not in (404, 409):  # 499 (stopping) resumes after restart
                 raise
-            self.store.set_round(round_id, "abandoned", str(exc))  # dropped or round closed
-            return "abandoned"
+            return self._end(round_id, "abandoned", str(exc))  # dropped or round closed
         except (PayloadError, RoundFailed, ValueError) as exc:
-            self.store.set_round(round_id, "abandoned", str(exc))
-            return "abandoned"
-        self.store.set_round(round_id, "done")
-        return "done"
+            return self._end(round_id, "abandoned", str(exc))
+        return self._end(round_id, "done")
+
+    def _end(self, round_id: int, status: str, detail: str = "") -> str:
+        self.store.set_round(round_id, status, detail)
+        self.store.forget_round(round_id)
+        return status
 
     # -- pull-mode reward queries --------------------------------------------------------------
     def answer_pending(self) -> int:

@@ -1,4 +1,9 @@
-"""The client's own SQLite state: enrollment, image cache, query audit log, round progress."""
+"""The client's own SQLite state: enrollment, image cache, query audit log, round progress.
+
+``round_state`` holds each open round's protocol state, round secrets included (the secure
+aggregation keys, the self-mask seed, other members' key shares): the file must be protected like
+the identity key.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from server_app._auth import record_nonce
+from server_app._protocols import StagePayload
 
 __all__ = ["ClientStore"]
 
@@ -23,8 +29,10 @@ CREATE TABLE IF NOT EXISTS nonces (
     sender TEXT NOT NULL, nonce TEXT NOT NULL, ts REAL NOT NULL, PRIMARY KEY (sender, nonce));
 CREATE TABLE IF NOT EXISTS rounds (round_id INTEGER PRIMARY KEY, status TEXT NOT NULL,
     detail TEXT);
+-- payload: JSON text, or a BLOB for a binary stage message
 CREATE TABLE IF NOT EXISTS sent (round_id INTEGER NOT NULL, stage TEXT NOT NULL,
     payload TEXT NOT NULL, PRIMARY KEY (round_id, stage));
+CREATE TABLE IF NOT EXISTS round_state (round_id INTEGER PRIMARY KEY, state TEXT NOT NULL);
 """
 
 
@@ -102,14 +110,46 @@ class ClientStore:
         """Record this client's progress in a round."""
         self._exec("INSERT OR REPLACE INTO rounds VALUES (?,?,?)", (round_id, status, detail))
 
-    def sent(self, round_id: int) -> dict[str, dict[str, Any]]:
+    def sent(self, round_id: int) -> dict[str, StagePayload]:
         """The stage messages already sent in a round (to resend identically after a restart)."""
         with self._lock:
             rows = self._db.execute("SELECT stage, payload FROM sent WHERE round_id=?",
                                     (round_id,)).fetchall()
-        return {r[0]: json.loads(r[1]) for r in rows}
+        return {r[0]: r[1] if isinstance(r[1], bytes) else json.loads(r[1]) for r in rows}
 
-    def put_sent(self, round_id: int, stage: str, payload: dict[str, Any]) -> None:
-        """Remember a message before sending it, so a retry after a crash is identical."""
-        self._exec("INSERT OR IGNORE INTO sent VALUES (?,?,?)",
-                   (round_id, stage, json.dumps(payload)))
+    def round_state(self, round_id: int) -> dict[str, Any] | None:
+        """The protocol state saved with the last message of a round, or None."""
+        value = self._one("SELECT state FROM round_state WHERE round_id=?", (round_id,))
+        return None if value is None else dict(json.loads(value))
+
+    def put_sent(self, round_id: int, stage: str, payload: StagePayload,
+                 state: dict[str, Any]) -> None:
+        """Store a message and the protocol state after producing it, in one durable
+        transaction, before sending it: after a crash the client resends the identical message
+        and continues the round from ``state``."""
+        data = payload if isinstance(payload, bytes) else json.dumps(payload)
+        with self._lock:
+            # FULL for this one commit: the server may act on the message once it is sent, so
+            # its state must survive even a power cut (other writes stay NORMAL).
+            self._db.execute("PRAGMA synchronous=FULL")
+            try:
+                self._db.execute("BEGIN")
+                self._db.execute("INSERT OR IGNORE INTO sent VALUES (?,?,?)",
+                                 (round_id, stage, data))
+                self._db.execute("INSERT OR REPLACE INTO round_state VALUES (?,?)",
+                                 (round_id, json.dumps(state)))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            finally:
+                self._db.execute("PRAGMA synchronous=NORMAL")
+
+    def forget_round(self, round_id: int) -> None:
+        """Drop a round's secrets and sent messages once it is over for this client (only its
+        status stays): secrets live no longer than the round."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM round_state WHERE round_id=?", (round_id,))
+            self._db.execute("DELETE FROM sent WHERE round_id=?", (round_id,))
+            self._db.execute("COMMIT")

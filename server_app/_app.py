@@ -11,12 +11,20 @@ from contextlib import asynccontextmanager, suppress
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Path, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 import server_app._secagg_kind  # noqa: F401  (registers router_secagg)
 from sdk._version import __version__
 from server_app._auth import AuthError, load_or_create_key, public_key_b64
 from server_app._broker import RewardBroker
-from server_app._http import ERROR_RESPONSES, NotFoundError, SizeLimit, authenticate, install_errors
+from server_app._http import (
+    ERROR_RESPONSES,
+    NotFoundError,
+    SizeLimit,
+    authenticate,
+    install_errors,
+    stage_payload,
+)
 from server_app._roster import RosterFile
 from server_app._rounds import RoundManager
 from server_app._schemas import (
@@ -39,6 +47,9 @@ __all__ = ["create_app", "create_app_from_env"]
 
 _log = logging.getLogger("fedmor.server")
 _STAGE = Path(pattern=r"^[a-z_]{1,40}$")
+_STAGE_BODY = {"required": True, "content": {
+    "application/json": {"schema": StageSubmit.model_json_schema()},
+    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
 
 
 def _version_info(row: dict[str, Any]) -> RouterVersionInfo:
@@ -86,9 +97,15 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     install_errors(app)
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
 
+    keys: dict[str, str] = {}  # an enrolled client's key never changes: no store read per request
+
     def key_of(sender: str) -> str | None:
-        client = store.client(sender)
-        return None if client is None else str(client["public_key"])
+        if sender not in keys:
+            client = store.client(sender)
+            if client is None:
+                return None
+            keys[sender] = str(client["public_key"])
+        return keys[sender]
 
     def use_nonce(sender: str, nonce: str, ts: float) -> bool:
         return store.use_nonce(sender, nonce, ts, keep_s=2 * cfg.max_clock_skew_s + 60)
@@ -147,18 +164,28 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         """Status of one round."""
         return rounds.info(round_id)
 
-    @app.post("/v1/rounds/{round_id}/stages/{stage}", response_model=StageAck, tags=["rounds"])
-    def submit(client: Client, round_id: Annotated[int, Path(ge=1, le=2**62)],
-               stage: Annotated[str, _STAGE], body: StageSubmit) -> StageAck:
-        """A client's message for one stage; acknowledged once committed."""
-        return rounds.submit(round_id, stage, client, body.payload)
+    @app.post("/v1/rounds/{round_id}/stages/{stage}", response_model=StageAck, tags=["rounds"],
+              openapi_extra={"requestBody": _STAGE_BODY})
+    async def submit(request: Request, client: Client,
+                     round_id: Annotated[int, Path(ge=1, le=2**62)],
+                     stage: Annotated[str, _STAGE],
+                     wait_next_s: Annotated[float, Query(ge=0, le=30)] = 0.0) -> StageAck:
+        """A client's message for one stage; acknowledged once committed. JSON
+        ``{"payload": {...}}``, or the raw bytes of a bulk message (masked input, plain update)
+        as ``application/octet-stream``. ``wait_next_s`` > 0 also waits (that long at most) for
+        the next stage's input and returns it in ``next``."""
+        payload = stage_payload(request.headers.get("content-type", ""), await request.body())
+        return await run_in_threadpool(rounds.submit, round_id, stage, client, payload,
+                                       wait_next_s)
 
     @app.get("/v1/rounds/{round_id}/stages/{stage}", response_model=StageBroadcast,
              tags=["rounds"])
     def stage_input(client: Client, round_id: Annotated[int, Path(ge=1, le=2**62)],
-                    stage: Annotated[str, _STAGE]) -> StageBroadcast:
-        """The server's input for this client's stage (``ready`` false until available)."""
-        return rounds.broadcast(round_id, stage, client)
+                    stage: Annotated[str, _STAGE],
+                    wait_s: Annotated[float, Query(ge=0, le=30)] = 0.0) -> StageBroadcast:
+        """The server's input for this client's stage (``ready`` false until available);
+        ``wait_s`` > 0 holds the request until it is ready or that time passed."""
+        return rounds.broadcast(round_id, stage, client, wait_s=wait_s)
 
     @app.get("/v1/router/latest", response_model=RouterVersionInfo, tags=["router"])
     def router_latest(_: Caller) -> RouterVersionInfo:

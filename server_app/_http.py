@@ -9,14 +9,18 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server_app._auth import AuthError, SignedRequest, parse_public_key, verify_signed
-from server_app._protocols import PayloadError
+from server_app._protocols import PayloadError, StagePayload
+from server_app._schemas import StageSubmit
 from server_app._store import ConflictError
 
-__all__ = ["ERROR_RESPONSES", "NotFoundError", "SizeLimit", "authenticate", "install_errors"]
+__all__ = ["ERROR_RESPONSES", "NotFoundError", "SizeLimit", "authenticate", "install_errors",
+           "stage_payload"]
 
 
 class NotFoundError(LookupError):
@@ -112,12 +116,36 @@ async def authenticate(request: Request, *, public_key_of: Callable[[str], str |
                        use_nonce: Callable[[str, str, float], bool], max_skew_s: float) -> str:
     """Verify the signed headers of ``request``; returns the sender. Raises ``AuthError``."""
     signed = SignedRequest.from_headers(dict(request.headers))
-    key_text = public_key_of(signed.sender)
-    if key_text is None:
-        raise AuthError(f"unknown sender {signed.sender!r}")
     path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    verify_signed(signed, parse_public_key(key_text), method=request.method, path=path,
-                  body=await request.body(), max_skew_s=max_skew_s)
-    if not use_nonce(signed.sender, signed.nonce, float(signed.timestamp)):
-        raise AuthError(f"nonce {signed.nonce} was already used (replayed request)")
-    return signed.sender
+    body = await request.body()
+
+    def check() -> str:
+        key_text = public_key_of(signed.sender)
+        if key_text is None:
+            raise AuthError(f"unknown sender {signed.sender!r}")
+        verify_signed(signed, parse_public_key(key_text), method=request.method, path=path,
+                      body=body, max_skew_s=max_skew_s)
+        if not use_nonce(signed.sender, signed.nonce, float(signed.timestamp)):
+            raise AuthError(f"nonce {signed.nonce} was already used (replayed request)")
+        return signed.sender
+
+    # Off the event loop: the store lookups may wait behind a large durable write, and hashing a
+    # multi-megabyte body takes milliseconds; other requests keep flowing meanwhile.
+    return await run_in_threadpool(check)
+
+
+def stage_payload(content_type: str, body: bytes) -> StagePayload:
+    """A stage submission's payload, parsed once from the raw body: the bytes themselves for
+    ``application/octet-stream``, else the ``payload`` of a JSON ``StageSubmit``."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "application/octet-stream":
+        if not body:
+            raise PayloadError("empty application/octet-stream body")
+        return body
+    if media not in ("application/json", ""):
+        raise StarletteHTTPException(415, f"content type {media!r} is not accepted: use "
+                                          "application/json or application/octet-stream")
+    try:
+        return StageSubmit.model_validate_json(body).payload
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from None

@@ -1,7 +1,10 @@
 """Round kinds: the server and client halves of each aggregation protocol, behind one interface.
 
-The REST layer only moves JSON payloads between these objects, persists them and enforces
-deadlines. A kind registers itself in ``ROUND_KINDS``; ``rm_fedavg`` (plain weighted averaging,
+The REST layer only moves stage payloads between these objects, persists them and enforces
+deadlines. A payload is a JSON object or, for bulk vectors, raw bytes (an
+``application/octet-stream`` body): a kind chooses per stage, and its server half parses each
+payload once, outside the round lock (``parse``), before absorbing it under the lock
+(``accept``). A kind registers itself in ``ROUND_KINDS``; ``rm_fedavg`` (plain weighted averaging,
 the baseline) lives here, ``router_secagg`` (sdk.secagg SecAgg+) in ``_secagg_kind``.
 """
 
@@ -9,8 +12,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import struct
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -25,9 +29,15 @@ __all__ = [
     "RoundKind",
     "RoundSpec",
     "ServerRound",
+    "StagePayload",
     "decode_vector",
+    "encode_update",
     "encode_vector",
 ]
+
+
+# A stage message on the wire: a JSON object, or the raw bytes of an octet-stream body.
+StagePayload = dict[str, Any] | bytes
 
 
 class PayloadError(ValueError):
@@ -85,8 +95,13 @@ class ServerRound(ABC):
         return {}
 
     @abstractmethod
-    def accept(self, stage: str, client_id: str, payload: dict[str, Any]) -> None:
-        """Validate and absorb one client's message; raise ``PayloadError``."""
+    def parse(self, stage: str, client_id: str, payload: StagePayload) -> object:
+        """Decode and validate one client's message without touching round state (it runs
+        concurrently, outside the round lock); raise ``PayloadError``."""
+
+    @abstractmethod
+    def accept(self, stage: str, client_id: str, parsed: object) -> None:
+        """Absorb a message returned by ``parse``; raise ``PayloadError``."""
 
     @abstractmethod
     def close(self, stage: str) -> dict[str, dict[str, Any]]:
@@ -102,11 +117,12 @@ class ClientRound(ABC):
     """The client half of one round: turns the server's stage input into its stage message."""
 
     @abstractmethod
-    def message(self, stage: str, server_input: dict[str, Any]) -> dict[str, Any]:
+    def message(self, stage: str, server_input: dict[str, Any]) -> StagePayload:
         """The message for ``stage`` given the server's input for it."""
 
     def state(self) -> dict[str, Any]:
-        """JSON state to persist between stages (so the client survives its own restart)."""
+        """JSON state to persist with each sent message, so that a client restarted mid-round
+        continues it (``RoundKind.client(..., state=...)``); it may hold round secrets."""
         return {}
 
 
@@ -131,6 +147,19 @@ class RoundKind(ABC):
 
 
 # -- rm_fedavg: the plain (unmasked) baseline --------------------------------------------------
+_WEIGHT = struct.Struct("<d")
+
+
+class _Update(NamedTuple):
+    weight: float
+    vector: np.ndarray  # (P,) float32
+
+
+def encode_update(vector: np.ndarray, weight: float) -> bytes:
+    """The binary ``rm_fedavg`` message: float64 weight, then the float32 LE vector."""
+    return _WEIGHT.pack(float(weight)) + np.ascontiguousarray(vector, dtype="<f4").tobytes()
+
+
 class _FedAvgServer(ServerRound):
     stages = ("update",)
 
@@ -141,13 +170,29 @@ class _FedAvgServer(ServerRound):
         self._count = 0
         self._result: np.ndarray | None = None
 
-    def accept(self, stage: str, client_id: str, payload: dict[str, Any]) -> None:
-        weight = payload.get("weight")
-        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not weight > 0:
+    def parse(self, stage: str, client_id: str, payload: StagePayload) -> object:
+        length = self.spec.vector_length
+        if isinstance(payload, bytes):
+            if len(payload) != _WEIGHT.size + 4 * length:
+                raise PayloadError(f"stage {stage}: binary update has {len(payload)} bytes, "
+                                   f"expected {_WEIGHT.size + 4 * length} (float64 weight + "
+                                   f"{length} float32)")
+            (weight,) = _WEIGHT.unpack_from(payload)
+            vec = np.frombuffer(payload, dtype="<f4", offset=_WEIGHT.size)
+            if not np.all(np.isfinite(vec)):
+                raise PayloadError(f"stage {stage}: vector contains NaN or infinity")
+        else:
+            weight = payload.get("weight")
+            vec = decode_vector(payload.get("vector"), length)
+        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not weight > 0 \
+                or not np.isfinite(weight):
             raise PayloadError(f"stage {stage}: weight must be a positive number")
-        vec = decode_vector(payload.get("vector"), self.spec.vector_length)
-        self._sum += float(weight) * vec
-        self._weight += float(weight)
+        return _Update(float(weight), vec)
+
+    def accept(self, stage: str, client_id: str, parsed: object) -> None:
+        assert isinstance(parsed, _Update)
+        self._sum += parsed.weight * parsed.vector
+        self._weight += parsed.weight
         self._count += 1
 
     def close(self, stage: str) -> dict[str, dict[str, Any]]:
@@ -165,14 +210,14 @@ class _FedAvgServer(ServerRound):
 
 class _FedAvgClient(ClientRound):
     def __init__(self, update: np.ndarray, weight: float) -> None:
-        self._payload = {"weight": weight, "vector": encode_vector(update)}
+        self._payload = encode_update(update, weight)
 
-    def message(self, stage: str, server_input: dict[str, Any]) -> dict[str, Any]:
+    def message(self, stage: str, server_input: dict[str, Any]) -> StagePayload:
         return self._payload
 
 
 class FedAvgKind(RoundKind):
-    """Plain weighted FedAvg: each client sends (n_k, phi_k) in the clear."""
+    """Plain weighted FedAvg: each client sends (n_k, phi_k) in the clear (binary body)."""
 
     name = "rm_fedavg"
 

@@ -10,9 +10,16 @@ from typing import Any
 import numpy as np
 
 from server_app._http import NotFoundError
-from server_app._protocols import ROUND_KINDS, PayloadError, RoundFailed, RoundSpec, ServerRound
+from server_app._protocols import (
+    ROUND_KINDS,
+    PayloadError,
+    RoundFailed,
+    RoundSpec,
+    ServerRound,
+    StagePayload,
+)
 from server_app._schemas import RoundCreate, RoundInfo, StageAck, StageBroadcast
-from server_app._store import ConflictError, Store
+from server_app._store import ConflictError, Store, payload_record
 
 __all__ = ["RoundManager"]
 
@@ -24,7 +31,9 @@ class RoundManager:
         self.store = store
         self.default_deadline_s = default_deadline_s
         self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)  # a stage closed or a round ended
         self._live: dict[int, ServerRound] = {}
+        self._specs: dict[int, RoundSpec] = {}  # immutable once started: parsed once
         self._recover()
 
     # -- creation and recovery -----------------------------------------------------------------
@@ -80,7 +89,7 @@ class RoundManager:
                 for index in range(int(row["stage_index"]) + 1):
                     stage = server.stages[index]
                     for client_id, payload in self.store.messages(round_id, stage).items():
-                        server.accept(stage, client_id, payload)
+                        server.accept(stage, client_id, server.parse(stage, client_id, payload))
                     if self.store.closure(round_id, stage) is not None:
                         server.close(stage)
                 self._live[round_id] = server
@@ -95,10 +104,15 @@ class RoundManager:
                      client_id: str) -> tuple[dict[str, Any], ServerRound | None, RoundSpec]:
         """The round's row, live server and spec; refuses a client outside the round."""
         row, server = self._server(round_id)
-        spec = RoundSpec.model_validate(row["spec"])
+        spec = self._spec(round_id, row)
         if client_id not in spec.participants:
             raise PermissionError(f"client {client_id} is not a participant of round {round_id}")
         return row, server, spec
+
+    def _spec(self, round_id: int, row: dict[str, Any]) -> RoundSpec:
+        if round_id not in self._specs:
+            self._specs[round_id] = RoundSpec.model_validate(row["spec"])
+        return self._specs[round_id]
 
     def _server(self, round_id: int) -> tuple[dict[str, Any], ServerRound | None]:
         row = self.store.round(round_id)
@@ -108,59 +122,112 @@ class RoundManager:
             raise NotFoundError(f"round {round_id} was never started")
         return row, self._live.get(round_id)
 
-    def submit(self, round_id: int, stage: str, client_id: str,
-               payload: dict[str, Any]) -> StageAck:
-        """Accept and commit one stage message; identical retries return the same ack."""
+    def _admit(self, round_id: int, stage: str, client_id: str,
+               record: tuple[str | bytes, str]) -> ServerRound | StageAck:
+        """Under the lock: the live round if ``client_id`` may send ``stage`` now, or the
+        original ack of an identical retry; otherwise a typed error (404 / 409)."""
+        self.tick()
+        row, server, _ = self._participant(round_id, client_id)
+        if self.store.has_message(round_id, stage, client_id):  # a retry: same ack or 409
+            digest, at, _ = self.store.put_message(round_id, stage, client_id, record)
+            return StageAck(round_id=round_id, stage=stage, client_id=client_id, digest=digest,
+                            stored_at=at)
+        if row["status"] != "open" or server is None:
+            raise ConflictError(f"round {round_id} is {row['status']}")
+        current = server.stages[int(row["stage_index"])]
+        if stage not in server.stages:
+            raise NotFoundError(f"round {round_id} has no stage {stage!r}; stages: "
+                                f"{', '.join(server.stages)}")
+        if stage != current:
+            raise ConflictError(f"round {round_id} is at stage {current}, not {stage}")
+        if client_id not in self._expected(round_id, server, int(row["stage_index"])):
+            raise ConflictError(f"client {client_id} dropped out of round {round_id}")
+        return server
+
+    def submit(self, round_id: int, stage: str, client_id: str, payload: StagePayload,
+               wait_next_s: float = 0.0) -> StageAck:
+        """Accept and commit one stage message; identical retries return the same ack. With
+        ``wait_next_s`` > 0 the ack also carries the next stage's input (``broadcast``), waited
+        for that long at most: one request per stage instead of two.
+
+        Hashing and parsing (megabytes for a masked vector) run outside the lock, so uploads
+        are decoded concurrently; only the state update and the durable insert are serialized.
+        """
+        ack = self._submit(round_id, stage, client_id, payload)
+        following = self.next_stage(round_id, stage) if wait_next_s > 0 else None
+        if following is None:
+            return ack
+        try:
+            nxt = self.broadcast(round_id, following, client_id, wait_s=wait_next_s)
+        except (ConflictError, NotFoundError):  # the message is stored: ack it; a GET explains
+            return ack
+        return ack.model_copy(update={"next": nxt})
+
+    def _submit(self, round_id: int, stage: str, client_id: str,
+                payload: StagePayload) -> StageAck:
+        record = payload_record(payload)
         with self._lock:
-            self.tick()
-            row, server, _ = self._participant(round_id, client_id)
-            if self.store.has_message(round_id, stage, client_id):  # a retry: same ack or 409
-                digest, at, _ = self.store.put_message(round_id, stage, client_id, payload)
-                return StageAck(round_id=round_id, stage=stage, client_id=client_id,
-                                digest=digest, stored_at=at)
-            if row["status"] != "open" or server is None:
-                raise ConflictError(f"round {round_id} is {row['status']}")
-            current = server.stages[int(row["stage_index"])]
-            if stage not in server.stages:
-                raise NotFoundError(f"round {round_id} has no stage {stage!r}; stages: "
-                                    f"{', '.join(server.stages)}")
-            if stage != current:
-                raise ConflictError(f"round {round_id} is at stage {current}, not {stage}")
-            if client_id not in self._expected(round_id, server, int(row["stage_index"])):
-                raise ConflictError(f"client {client_id} dropped out of round {round_id}")
-            server.accept(stage, client_id, payload)
-            digest, at, _ = self.store.put_message(round_id, stage, client_id, payload)
-            expected = self._expected(round_id, server, int(row["stage_index"]))
-            if expected <= self.store.submitted(round_id, stage):
+            admitted = self._admit(round_id, stage, client_id, record)
+        if isinstance(admitted, StageAck):
+            return admitted
+        parsed = admitted.parse(stage, client_id, payload)
+        with self._lock:  # re-check: the stage may have closed (or a twin arrived) meanwhile
+            server = self._admit(round_id, stage, client_id, record)
+            if isinstance(server, StageAck):
+                return server
+            server.accept(stage, client_id, parsed)
+            # Committed before the ack, and before the stage can close: a replay after a crash
+            # sees exactly the messages the live round absorbed.
+            digest, at, _ = self.store.put_message(round_id, stage, client_id, record)
+            index = server.stages.index(stage)  # _admit checked it is the current stage
+            if self._expected(round_id, server, index) <= self.store.submitted(round_id, stage):
                 self._close(round_id)
             return StageAck(round_id=round_id, stage=stage, client_id=client_id, digest=digest,
                             stored_at=at)
 
-    def broadcast(self, round_id: int, stage: str, client_id: str) -> StageBroadcast:
-        """The server's input for ``client_id``'s ``stage`` (ready once the previous closed)."""
+    def broadcast(self, round_id: int, stage: str, client_id: str,
+                  wait_s: float = 0.0) -> StageBroadcast:
+        """The server's input for ``client_id``'s ``stage`` (ready once the previous closed);
+        waits up to ``wait_s`` for it (long polling: the client learns of a close at once)."""
+        deadline = time.monotonic() + wait_s
         with self._lock:
-            self.tick()
-            row, server, spec = self._participant(round_id, client_id)
-            stages = list(server.stages) if server else self._stages(spec)
-            if stage not in stages:
-                raise NotFoundError(f"round {round_id} has no stage {stage!r}")
-            index = stages.index(stage)
-            out = StageBroadcast(round_id=round_id, stage=stage, ready=False,
-                                 round_status=row["status"])
-            if index == 0:
-                payload = server.first_broadcast(client_id) if server else {}
-                return out.model_copy(update={"ready": True, "payload": payload})
-            closed = self.store.closure(round_id, stages[index - 1])
-            if closed is None:
-                return out
-            if client_id not in closed:
-                raise ConflictError(f"client {client_id} dropped out of round {round_id} "
-                                    f"before stage {stage}")
-            return out.model_copy(update={"ready": True, "payload": closed[client_id]})
+            while True:
+                out = self._broadcast(round_id, stage, client_id)
+                left = deadline - time.monotonic()
+                if out.ready or out.round_status != "open" or left <= 0:
+                    return out
+                self._changed.wait(left)
+
+    def next_stage(self, round_id: int, stage: str) -> str | None:
+        """The stage after ``stage`` in this round, or None after the last one."""
+        row, server = self._server(round_id)
+        stages = list(server.stages) if server else self._stages(self._spec(round_id, row))
+        index = stages.index(stage) if stage in stages else len(stages)
+        return stages[index + 1] if index + 1 < len(stages) else None
+
+    def _broadcast(self, round_id: int, stage: str, client_id: str) -> StageBroadcast:
+        self.tick()
+        row, server, spec = self._participant(round_id, client_id)
+        stages = list(server.stages) if server else self._stages(spec)
+        if stage not in stages:
+            raise NotFoundError(f"round {round_id} has no stage {stage!r}")
+        index = stages.index(stage)
+        out = StageBroadcast(round_id=round_id, stage=stage, ready=False,
+                             round_status=row["status"])
+        if index == 0:
+            payload = server.first_broadcast(client_id) if server else {}
+            return out.model_copy(update={"ready": True, "payload": payload})
+        closed = self.store.closure(round_id, stages[index - 1])
+        if closed is None:
+            return out
+        if client_id not in closed:
+            raise ConflictError(f"client {client_id} dropped out of round {round_id} "
+                                f"before stage {stage}")
+        return out.model_copy(update={"ready": True, "payload": closed[client_id]})
 
     # -- stage closing -------------------------------------------------------------------------
     def _expected(self, round_id: int, server: ServerRound, index: int) -> set[str]:
-        spec = RoundSpec.model_validate(self.store.round(round_id)["spec"])  # type: ignore[index]
+        spec = self._spec(round_id, self.store.round(round_id))  # type: ignore[arg-type]
         if index == 0:
             return set(spec.participants)
         closed = self.store.closure(round_id, server.stages[index - 1]) or {}
@@ -173,7 +240,7 @@ class RoundManager:
             for row in self.store.rounds("open"):
                 if not row["spec"]:
                     continue
-                spec = RoundSpec.model_validate(row["spec"])
+                spec = self._spec(int(row["round_id"]), row)
                 if current - float(row["stage_opened_at"]) >= spec.stage_deadline_s:
                     self._close(int(row["round_id"]))
 
@@ -190,23 +257,37 @@ class RoundManager:
         except (RoundFailed, ValueError, RuntimeError) as exc:
             self._fail(round_id, f"stage {stage}: {exc}")
             return
-        self.store.put_closure(round_id, stage, broadcast)
-        self.store.audit("server", "stage_closed", round_id=round_id, stage=stage,
-                         present=sorted(present), dropouts=sorted(missing))
-        if index + 1 < len(server.stages):
-            self.store.update_round(round_id, stage_index=index + 1, stage_opened_at=time.time())
-            return
-        result = np.ascontiguousarray(server.result(), dtype="<f4")
-        version = self.store.add_version(round_id, result.tobytes(), int(result.shape[0]))
-        self.store.update_round(round_id, status="finished", router_version=version,
-                                finished_at=time.time())
-        self.store.audit("server", "round_finished", round_id=round_id, version=version)
-        self._live.pop(round_id, None)
+        last = index + 1 == len(server.stages)
+        result = np.ascontiguousarray(server.result(), dtype="<f4") if last else None
+        with self.store.transaction():  # one commit (one fsync) per close
+            self.store.put_closure(round_id, stage, broadcast)
+            self.store.audit("server", "stage_closed", round_id=round_id, stage=stage,
+                             present=sorted(present), dropouts=sorted(missing))
+            if result is None:
+                self.store.update_round(round_id, stage_index=index + 1,
+                                        stage_opened_at=time.time())
+            else:
+                version = self.store.add_version(round_id, result.tobytes(),
+                                                 int(result.shape[0]))
+                self.store.update_round(round_id, status="finished", router_version=version,
+                                        finished_at=time.time())
+                self.store.audit("server", "round_finished", round_id=round_id, version=version)
+        if last:
+            self._live.pop(round_id, None)
+        self._notify()
 
     def _fail(self, round_id: int, reason: str) -> None:
-        self.store.update_round(round_id, status="failed", error=reason, finished_at=time.time())
-        self.store.audit("server", "round_failed", round_id=round_id, reason=reason)
+        with self.store.transaction():
+            self.store.update_round(round_id, status="failed", error=reason,
+                                    finished_at=time.time())
+            self.store.audit("server", "round_failed", round_id=round_id, reason=reason)
         self._live.pop(round_id, None)
+        self._notify()
+
+    def _notify(self) -> None:
+        """Wake every long-polling ``broadcast``."""
+        with self._lock:
+            self._changed.notify_all()
 
     # -- status --------------------------------------------------------------------------------
     @staticmethod
@@ -214,29 +295,29 @@ class RoundManager:
         return list(ROUND_KINDS[spec.kind].server(spec).stages)
 
     def info(self, round_id: int) -> RoundInfo:
-        """Status of one round."""
-        with self._lock:
-            row, server = self._server(round_id)
-            spec = RoundSpec.model_validate(row["spec"]) if row["spec"] else None
-            if spec is None:
-                raise NotFoundError(f"round {round_id} was never started")
-            stages = list(server.stages) if server else self._stages(spec)
-            dropouts: set[str] = set()
-            expected = set(spec.participants)
-            for stage in stages[: int(row["stage_index"]) + 1]:
-                if self.store.closure(round_id, stage) is None:
-                    break
-                sent = self.store.submitted(round_id, stage)
-                dropouts |= expected - sent
-                expected &= sent
-            return RoundInfo(
-                round_id=round_id, kind=spec.kind, status=row["status"],
-                stage=stages[int(row["stage_index"])] if row["status"] == "open" else None,
-                stages=stages, participants=spec.participants, public_keys=spec.public_keys,
-                dropouts=sorted(dropouts), vector_length=spec.vector_length,
-                stage_deadline_s=spec.stage_deadline_s, params=spec.params, min_clients=spec.min_clients,
-                base_version=spec.base_version, router_version=row["router_version"],
-                error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"])
+        """Status of one round. Reads the store without the round lock, so status polls never
+        queue behind a stage message being committed (one stage close is one transaction)."""
+        row, server = self._server(round_id)
+        spec = self._spec(round_id, row) if row["spec"] else None
+        if spec is None:
+            raise NotFoundError(f"round {round_id} was never started")
+        stages = list(server.stages) if server else self._stages(spec)
+        dropouts: set[str] = set()
+        expected = set(spec.participants)
+        for stage in stages[: int(row["stage_index"]) + 1]:
+            if self.store.closure(round_id, stage) is None:
+                break
+            sent = self.store.submitted(round_id, stage)
+            dropouts |= expected - sent
+            expected &= sent
+        return RoundInfo(
+            round_id=round_id, kind=spec.kind, status=row["status"],
+            stage=stages[int(row["stage_index"])] if row["status"] == "open" else None,
+            stages=stages, participants=spec.participants, public_keys=spec.public_keys,
+            dropouts=sorted(dropouts), vector_length=spec.vector_length,
+            stage_deadline_s=spec.stage_deadline_s, params=spec.params, min_clients=spec.min_clients,
+            base_version=spec.base_version, router_version=row["router_version"],
+            error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"])
 
     def list(self, status: str | None = None) -> list[RoundInfo]:
         """All rounds (that started), oldest first."""

@@ -105,16 +105,6 @@ class StageSubmit(_Wire):
     payload: dict[str, Any]
 
 
-class StageAck(_Wire):
-    """Sent only once the message is committed; identical retries get the same ack."""
-
-    round_id: int
-    stage: str
-    client_id: str
-    digest: str
-    stored_at: float
-
-
 class StageBroadcast(_Wire):
     """The server's input for a client's stage; ``ready`` is false until the previous stage
     closed."""
@@ -124,6 +114,18 @@ class StageBroadcast(_Wire):
     ready: bool
     round_status: str
     payload: dict[str, Any] | None = None
+
+
+class StageAck(_Wire):
+    """Sent only once the message is committed; identical retries get the same ack."""
+
+    round_id: int
+    stage: str
+    client_id: str
+    digest: str
+    stored_at: float
+    next: StageBroadcast | None = Field(
+        default=None, description="with ``wait_next_s``: the next stage's input (saves a GET)")
 
 
 class RouterVersionInfo(_Wire):

@@ -1,7 +1,9 @@
 """``router_secagg``: the sdk.secagg SecAgg+ state machines behind the ``RoundKind`` interface.
 
 Clients are numbered 1..N in participant order; the round roster is built from the enrolled
-Ed25519 identity keys, the same keys that sign every REST request.
+Ed25519 identity keys, the same keys that sign every REST request. The masked input (4 bytes per
+parameter) travels as its compact binary form (``MaskedInput.to_bytes``), every other message as
+JSON. A client's ``state`` is ``SecAggClient.export_state``: it resumes the round after a restart.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import struct
 from typing import Any
 
 import numpy as np
@@ -16,6 +19,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
 from sdk.secagg import (
+    ClientState,
+    MaskedInput,
     QuantizationConfig,
     Roster,
     RoundAborted,
@@ -36,6 +41,7 @@ from server_app._protocols import (
     RoundKind,
     RoundSpec,
     ServerRound,
+    StagePayload,
 )
 
 __all__ = ["SecAggKind"]
@@ -76,10 +82,17 @@ class _Server(ServerRound):
     def first_broadcast(self, client_id: str) -> dict[str, Any]:
         return self._first[self._ids[client_id]].model_dump(mode="json")
 
-    def accept(self, stage: str, client_id: str, payload: dict[str, Any]) -> None:
+    def parse(self, stage: str, client_id: str, payload: StagePayload) -> object:
         try:
-            msg = parse_client_message(json.dumps(payload))
-        except (ValidationError, ValueError) as exc:
+            if isinstance(payload, bytes):
+                if stage != Stage.MASKED_INPUT_COLLECTION.value:
+                    raise PayloadError(f"stage {stage}: expects a JSON message, not a binary body")
+                msg: Any = MaskedInput.from_bytes(payload)
+            else:
+                msg = parse_client_message(json.dumps(payload))
+        except (ValidationError, ValueError, struct.error) as exc:
+            if isinstance(exc, PayloadError):
+                raise
             raise PayloadError(f"stage {stage}: not a secure-aggregation message: "
                                f"{str(exc).splitlines()[0]}") from exc
         if msg.sender != self._ids[client_id]:
@@ -87,8 +100,11 @@ class _Server(ServerRound):
                                f"client's protocol id {self._ids[client_id]}")
         if msg.STAGE.value != stage:
             raise PayloadError(f"stage {stage}: got a {msg.kind} message")
+        return msg
+
+    def accept(self, stage: str, client_id: str, parsed: object) -> None:
         try:
-            self._sm.receive(msg)
+            self._sm.receive(parsed)  # type: ignore[arg-type]
         except SecAggError as exc:
             raise PayloadError(str(exc)) from exc
 
@@ -107,18 +123,30 @@ class _Server(ServerRound):
 
 class _Client(ClientRound):
     def __init__(self, spec: RoundSpec, client_id: str, key: Ed25519PrivateKey,
-                 update: np.ndarray, weight: float) -> None:
+                 update: np.ndarray, weight: float, state: dict[str, Any] | None) -> None:
         index = spec.participants.index(client_id) + 1
         _, roster = _round_params(spec)
-        self._sm = SecAggClient(index, key, roster, np.asarray(update, dtype=np.float64),
-                                int(weight))
+        vector = np.asarray(update, dtype=np.float64)
+        if state:
+            try:
+                saved = ClientState.model_validate_json(json.dumps(state))
+                self._sm = SecAggClient.restore(saved, key, roster, vector, int(weight))
+            except ValueError as exc:  # includes pydantic's ValidationError
+                raise RoundFailed(f"cannot resume from the saved round state: {exc}") from exc
+        else:
+            self._sm = SecAggClient(index, key, roster, vector, int(weight))
 
-    def message(self, stage: str, server_input: dict[str, Any]) -> dict[str, Any]:
+    def message(self, stage: str, server_input: dict[str, Any]) -> StagePayload:
         try:
             msg = parse_server_message(json.dumps(server_input))
-            return self._sm.receive(msg).model_dump(mode="json")
+            reply = self._sm.receive(msg)
         except (ValidationError, SecAggError) as exc:
             raise RoundFailed(f"stage {stage}: {exc}") from exc
+        # The one bulky message goes as raw bytes: no base64, no JSON, parsed once by the server.
+        return reply.to_bytes() if isinstance(reply, MaskedInput) else reply.model_dump(mode="json")
+
+    def state(self) -> dict[str, Any]:
+        return self._sm.export_state().model_dump(mode="json")
 
 
 class SecAggKind(RoundKind):
@@ -135,11 +163,7 @@ class SecAggKind(RoundKind):
 
     def client(self, spec: RoundSpec, *, client_id: str, key: Ed25519PrivateKey,
                update: np.ndarray, weight: float, state: dict[str, Any] | None) -> ClientRound:
-        if state:
-            # The round's X25519 keys and self-mask seed live only in memory: a client that
-            # restarts mid-round cannot continue it (it becomes a dropout, by design).
-            raise RoundFailed("cannot resume a secure-aggregation round after a client restart")
-        return _Client(spec, client_id, key, update, weight)
+        return _Client(spec, client_id, key, update, weight, state)
 
 
 ROUND_KINDS[SecAggKind.name] = SecAggKind()

@@ -1,7 +1,8 @@
 """Benchmark of the REST apps across real processes on 127.0.0.1.
 
 1. A secure router round (SecAgg+, sdk.secagg) over REST with N client processes and a
-   P-parameter update, against a plain (unmasked) FedAvg round over the same REST path.
+   P-parameter update, against a plain (unmasked) FedAvg round over the same REST path: both
+   send their bulk vector as a binary octet-stream body and long-poll for stage inputs.
 2. ``/v1/reward`` (push, through the server's RewardBroker) against in-process scoring of the
    same batches of 16 with a tiny real reward model (sdk.reward ClientScorer): p50/p99 latency.
 3. Bytes on the wire per round and per query, with and without the image cache.
@@ -50,14 +51,27 @@ def round_bytes(db: str, round_id: int) -> int:
     return int(up + down)
 
 
-def timed_round(c: LocalConsortium, kind: str, length: int, n: int) -> tuple[float, int]:
-    t0 = time.perf_counter()
+def cpu_s(c: LocalConsortium) -> float:
+    """CPU seconds used so far by the server and client processes (Linux /proc; else 0)."""
+    total = 0.0
+    for proc in c.procs.values():
+        try:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def timed_round(c: LocalConsortium, kind: str, length: int, n: int) -> tuple[float, int, float]:
+    """(wall seconds, bytes stored and broadcast, CPU seconds of all processes) of one round."""
+    cpu0, t0 = cpu_s(c), time.perf_counter()
     info = c.create_round(kind=kind, vector_length=length, min_clients=max(2, n - 2))
     done = c.wait_round(info["round_id"], timeout_s=600)
     elapsed = time.perf_counter() - t0
     if done["status"] != "finished":
         raise RuntimeError(f"{kind} round failed: {done['error']}")
-    return elapsed, round_bytes(c.server_cfg["db_path"], info["round_id"])
+    return elapsed, round_bytes(c.server_cfg["db_path"], info["round_id"]), cpu_s(c) - cpu0
 
 
 def build_reward_model(root: Path) -> Path:
@@ -104,11 +118,13 @@ def main() -> None:
         plain, secure = [], []
         for r in range(repeats):
             plain.append(timed_round(c, "rm_fedavg", length, n_clients))
-            log(f"plain FedAvg round {r}: {plain[-1][0]:.2f} s, {plain[-1][1]} bytes")
+            log(f"plain FedAvg round {r}: {plain[-1][0]:.2f} s, {plain[-1][1]} bytes, "
+                f"{plain[-1][2]:.2f} CPU-s")
             secure.append(timed_round(c, "router_secagg", length, n_clients))
-            log(f"secure round {r}: {secure[-1][0]:.2f} s, {secure[-1][1]} bytes")
-        plain_s = statistics.median(t for t, _ in plain)
-        secure_s = statistics.median(t for t, _ in secure)
+            log(f"secure round {r}: {secure[-1][0]:.2f} s, {secure[-1][1]} bytes, "
+                f"{secure[-1][2]:.2f} CPU-s")
+        plain_s = statistics.median(t for t, _, _ in plain)
+        secure_s = statistics.median(t for t, _, _ in secure)
 
         # -- reward queries ------------------------------------------------------------------
         site = c.names[0]
@@ -172,6 +188,9 @@ def main() -> None:
         "round_secure_s": secure_s,
         "round_bytes_plain": plain[0][1],
         "round_bytes_secure": secure[0][1],
+        # All processes together (the machine is shared: CPU explains wall-time noise).
+        "round_cpu_s_plain": statistics.median(u for _, _, u in plain),
+        "round_cpu_s_secure": statistics.median(u for _, _, u in secure),
         "reward_in_process_p50_ms": float(np.percentile(mem_lat, 50) * 1000),
         "reward_http_throughput_items_per_s": batch * len(http_lat) / sum(http_lat),
         "reward_in_process_items_per_s": batch * len(mem_lat) / sum(mem_lat),

@@ -6,6 +6,7 @@ or ``simulate_round`` in memory) moves them and calls ``SecAggServer.close_stage
 
 from sdk.secagg._ckks import CKKSAggregator, CKKSConfig, CKKSContext, CKKSUpdate
 from sdk.secagg._client import SecAggClient
+from sdk.secagg._client_state import ClientState
 from sdk.secagg._config import SecAggConfig
 from sdk.secagg._crypto import Roster, generate_identities
 from sdk.secagg._dp import DPConfig, client_noise_std, clip_and_noise
@@ -53,6 +54,7 @@ __all__ = [
     "CKKSContext",
     "CKKSUpdate",
     "ClientMessage",
+    "ClientState",
     "ConfigError",
     "ConsistencyCheckRequest",
     "ConsistencySignature",

@@ -10,6 +10,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from sdk.secagg._client_state import ClientState
 from sdk.secagg._crypto import (
     Roster,
     aead_open,
@@ -98,6 +99,41 @@ class SecAggClient:
         if self._params is None:
             raise RuntimeError("no round parameters received yet")
         return self._params
+
+    def export_state(self) -> ClientState:
+        """Everything needed to continue this round in another process (round secrets
+        included: store it like the identity key)."""
+        return ClientState(
+            client_id=self.client_id, stage=self._tracker.stage, params=self._params,
+            enc_sk=self._enc_sk.private_bytes_raw(), mask_sk=self._mask_sk.private_bytes_raw(),
+            seed=self._seed, keys=list(self._keys.values()), held=dict(self._held),
+            share_keys=dict(self._share_keys), survivors=self._survivors)
+
+    @classmethod
+    def restore(cls, state: ClientState, identity: Ed25519PrivateKey, roster: Roster,
+                update: np.ndarray, weight: int, *, rng: np.random.Generator | None = None,
+                require_dp: DPConfig | None = None) -> SecAggClient:
+        """A client that continues the round ``state`` was exported from. ``update`` and
+        ``weight`` are only used if the masked input was not produced yet."""
+        client = cls(state.client_id, identity, roster, update, weight, rng=rng,
+                     require_dp=require_dp)
+        client._enc_sk = X25519PrivateKey.from_private_bytes(state.enc_sk)
+        client._mask_sk = X25519PrivateKey.from_private_bytes(state.mask_sk)
+        client._keys = {k.sender: k for k in state.keys}
+        own = client._keys.get(client.client_id)
+        if own is not None and (own.enc_pk, own.mask_pk) != (raw_public(client._enc_sk),
+                                                            raw_public(client._mask_sk)):
+            raise ValueError("state's private keys do not match its advertised round keys")
+        client._tracker.stage = state.stage
+        client._params = state.params
+        if state.params is not None:
+            p = state.params
+            client._nbrs = neighbour_graph(p.participants, p.degree, p.graph_seed)[client.client_id]
+        client._seed = state.seed
+        client._held = dict(state.held)
+        client._share_keys = dict(state.share_keys)
+        client._survivors = state.survivors
+        return client
 
     def receive(self, msg: ServerMessage) -> ClientMessage:
         """Process one server message and return the reply to send."""

@@ -1,4 +1,5 @@
-"""One real consortium (a server and five client apps over HTTPS) shared by the apps tests.
+"""One real consortium (a server and five client apps over HTTPS) shared by the apps tests;
+``server``: an in-process server with two enrolled members.
 
 Test files run in name order; the destructive tests (killing processes) live in the last
 file, ``test_apps_rounds.py``, and kill the server / a client only at its end.
@@ -6,10 +7,23 @@ file, ``test_apps_rounds.py``, and kill the server / a client only at its end.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
+from server_app import (
+    ServerSettings,
+    add_to_roster,
+    create_app,
+    generate_key,
+    public_key_b64,
+    sign_headers,
+)
+from server_app._auth import Ed25519PrivateKey
 from server_app._local import LocalConsortium
 
 N_CLIENTS = 5
@@ -23,3 +37,43 @@ def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsor
         c.start()
         c.wait_enrolled()
         yield c
+
+
+class Member:
+    """One enrolled member talking to an in-process server."""
+
+    def __init__(self, tc: TestClient, key: Ed25519PrivateKey, client_id: str) -> None:
+        self.tc, self.key, self.client_id = tc, key, client_id
+
+    def call(self, method: str, path: str, payload: object = None) -> Any:
+        body = b"" if payload is None else json.dumps(payload).encode()
+        headers = sign_headers(self.key, sender=self.client_id, method=method, path=path,
+                               body=body) | {"content-type": "application/json"}
+        return self.tc.request(method, path, content=body, headers=headers)
+
+    def send(self, path: str, body: bytes, *, media: str = "application/octet-stream",
+             signed_body: bytes | None = None) -> Any:
+        """POST raw bytes; ``signed_body`` signs other bytes than those sent (tampering)."""
+        headers = sign_headers(self.key, sender=self.client_id, method="POST", path=path,
+                               body=body if signed_body is None else signed_body)
+        return self.tc.post(path, content=body, headers=headers | {"content-type": media})
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[TestClient, list[Member]]]:
+    keys = [generate_key() for _ in range(2)]
+    roster = tmp_path / "roster.json"
+    tokens = [add_to_roster(roster, name=f"m{i}", public_key=public_key_b64(k))
+              for i, k in enumerate(keys)]
+    cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
+                         roster_file=roster, admin_token="adm")  # type: ignore[arg-type]
+    with TestClient(create_app(cfg)) as tc:
+        members = []
+        for i, (key, token) in enumerate(zip(keys, tokens, strict=True)):
+            body = {"name": f"m{i}", "token": token, "public_key": public_key_b64(key)}
+            first = tc.post("/v1/enroll", json=body)
+            assert first.status_code == 200, first.text
+            again = tc.post("/v1/enroll", json=body)  # an idempotent retry
+            assert again.json()["client_id"] == first.json()["client_id"]
+            members.append(Member(tc, key, first.json()["client_id"]))
+        yield tc, members

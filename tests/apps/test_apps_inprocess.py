@@ -7,7 +7,6 @@ import base64
 import hashlib
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,6 @@ import client_app
 import server_app
 from client_app import ClientSettings, HashScorer, create_client_app
 from server_app import (
-    ServerSettings,
-    add_to_roster,
-    create_app,
     generate_key,
     load_settings,
     public_key_b64,
@@ -31,38 +27,7 @@ from server_app._auth import Ed25519PrivateKey
 from server_app._cli import register
 from server_app._protocols import encode_vector
 
-
-class Member:
-    """One enrolled member talking to an in-process server."""
-
-    def __init__(self, tc: TestClient, key: Ed25519PrivateKey, client_id: str) -> None:
-        self.tc, self.key, self.client_id = tc, key, client_id
-
-    def call(self, method: str, path: str, payload: object = None) -> Any:
-        body = b"" if payload is None else json.dumps(payload).encode()
-        headers = sign_headers(self.key, sender=self.client_id, method=method, path=path,
-                               body=body) | {"content-type": "application/json"}
-        return self.tc.request(method, path, content=body, headers=headers)
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[TestClient, list[Member]]]:
-    keys = [generate_key() for _ in range(2)]
-    roster = tmp_path / "roster.json"
-    tokens = [add_to_roster(roster, name=f"m{i}", public_key=public_key_b64(k))
-              for i, k in enumerate(keys)]
-    cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
-                         roster_file=roster, admin_token="adm")  # type: ignore[arg-type]
-    with TestClient(create_app(cfg)) as tc:
-        members = []
-        for i, (key, token) in enumerate(zip(keys, tokens, strict=True)):
-            body = {"name": f"m{i}", "token": token, "public_key": public_key_b64(key)}
-            first = tc.post("/v1/enroll", json=body)
-            assert first.status_code == 200, first.text
-            again = tc.post("/v1/enroll", json=body)  # an idempotent retry
-            assert again.json()["client_id"] == first.json()["client_id"]
-            members.append(Member(tc, key, first.json()["client_id"]))
-        yield tc, members
+from .conftest import Member
 
 
 def test_token_is_one_time_for_another_key(server: tuple[TestClient, list[Member]],

@@ -150,6 +150,44 @@ def test_listing_rounds_shows_history(consortium: LocalConsortium) -> None:
     assert sum(r["status"] == "finished" for r in rounds) >= 3
 
 
+def _wait_stored(c: LocalConsortium, round_id: int, stage: str, client_id: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with sqlite3.connect(c.server_cfg["db_path"]) as db:
+            if db.execute("SELECT 1 FROM stage_messages WHERE round_id=? AND stage=? AND "
+                          "client_id=?", (round_id, stage, client_id)).fetchone():
+                return
+        time.sleep(0.01)
+    raise TimeoutError(f"{client_id} never sent {stage}")
+
+
+def test_client_sigkilled_between_stages_resumes_the_round(consortium: LocalConsortium) -> None:
+    holdout, victim = consortium.names[0], consortium.names[1]
+    ids = dict(zip(consortium.names, consortium.enrolled(), strict=True))
+    # The holdout is down, so the first stage cannot close: the victim has advertised its
+    # round keys (the server holds them) and waits for the next stage when it is killed.
+    consortium.stop(holdout)
+    info = consortium.create_round(kind="router_secagg", vector_length=LENGTH, min_clients=3,
+                                   stage_deadline_s=60.0)
+    _wait_stored(consortium, info["round_id"], "advertise_keys", ids[victim])
+    consortium.kill(victim)
+    with sqlite3.connect(consortium.client_cfg[victim]["db_path"]) as db:
+        saved = db.execute("SELECT state FROM round_state WHERE round_id=?",
+                           (info["round_id"],)).fetchone()
+    assert saved is not None and json.loads(saved[0])["stage"] == "share_keys"
+    consortium.start_client(victim)
+    consortium.start_client(holdout)
+    done = consortium.wait_round(info["round_id"])
+    # The restarted victim continued with its saved keys: no dropout, and the same aggregate.
+    assert done["status"] == "finished", done["error"]
+    assert done["dropouts"] == []
+    rest = _router(consortium, done["router_version"])
+    assert np.max(np.abs(rest - _in_process(done, consortium.names))) <= 2 * _step()
+    assert np.max(np.abs(rest - _expected(consortium, done, consortium.names))) <= _step()
+    with sqlite3.connect(consortium.client_cfg[victim]["db_path"]) as db:  # secrets are gone
+        assert db.execute("SELECT COUNT(*) FROM round_state").fetchone() == (0,)
+
+
 def test_client_killed_mid_round_round_completes(consortium: LocalConsortium) -> None:
     victim = consortium.names[-1]
     # The victim polls slowly, so it is still waiting for a later stage when we kill it.
