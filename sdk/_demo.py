@@ -18,7 +18,6 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,34 +173,6 @@ def _policy(config: DemoConfig, run_dir: Path, cache_dir: Path) -> Path:
                          progress=_say)
 
 
-class _EmptyIsWorst:
-    """A reward source giving an empty completion the lowest score a client can answer (-c)
-    without a query: the policy emits one when it samples EOS first, and the clients' reward
-    models refuse empty responses (one refusal would stop GRPO)."""
-
-    def __init__(self, source: Any, worst: float) -> None:
-        self.source, self.worst, self.empty = source, worst, 0
-
-    @property
-    def num_clients(self) -> int:
-        """Number of clients K."""
-        return int(self.source.num_clients)
-
-    async def score(self, client_index: int, images: Sequence[Any], prompts: Sequence[str],
-                    responses: Sequence[str]) -> list[float]:
-        """Scores from ``source`` for the non-empty responses, ``worst`` for the others."""
-        keep = [i for i, r in enumerate(responses) if r.strip()]
-        out = [self.worst] * len(responses)
-        self.empty += len(responses) - len(keep)
-        if keep:
-            scores = await self.source.score(client_index, [images[i] for i in keep],
-                                             [prompts[i] for i in keep],
-                                             [responses[i] for i in keep])
-            for i, score in zip(keep, scores, strict=True):
-                out[i] = score
-        return out
-
-
 def _stage_c(config: DemoConfig, run_dir: Path, cache_dir: Path, consortium: Any,
              client_ids: list[str], router: Any, spec: Any) -> dict[str, Any]:
     import asyncio
@@ -209,7 +180,9 @@ def _stage_c(config: DemoConfig, run_dir: Path, cache_dir: Path, consortium: Any
 
     from client_app import ClientSettings
     from sdk.alignment import (
+        ONLINE_ROUTER_CONFIG,
         BrokerRewardSource,
+        EmptyIsWorst,
         EvalSettings,
         GRPOSettings,
         NeuralTSChooser,
@@ -220,7 +193,7 @@ def _stage_c(config: DemoConfig, run_dir: Path, cache_dir: Path, consortium: Any
         make_selection,
     )
     from sdk.data import HELDOUT_CATEGORIES, MULTIPLE_CHOICE_CATEGORIES, load_queries
-    from sdk.router import HashingEncoder, NeuralThompsonRouter, NeuralTSConfig
+    from sdk.router import HashingEncoder, NeuralThompsonRouter
     from server_app import QueryItem, RewardBroker, Store, load_private_key
 
     policy = _policy(config, run_dir, cache_dir)
@@ -228,11 +201,11 @@ def _stage_c(config: DemoConfig, run_dir: Path, cache_dir: Path, consortium: Any
     broker = RewardBroker(Store(consortium.server_cfg["db_path"]),
                           load_private_key(Path(consortium.server_cfg["identity_key"])),
                           verify=consortium.verify, timeout_s=120)
-    chooser = NeuralTSChooser(HashingEncoder(spec.encoder),
-                              NeuralThompsonRouter(router, NeuralTSConfig(seed=config.seed)))
+    online = ONLINE_ROUTER_CONFIG.model_copy(update={"seed": config.seed})
+    chooser = NeuralTSChooser(HashingEncoder(spec.encoder), NeuralThompsonRouter(router, online))
     selection = make_selection("mor", chooser=chooser)
-    source = _EmptyIsWorst(BrokerRewardSource(broker, client_ids, make_item=QueryItem),
-                           worst=-ClientSettings().clip)
+    source = EmptyIsWorst(BrokerRewardSource(broker, client_ids, make_item=QueryItem),
+                          worst=-ClientSettings().clip)
     reward_fn = SelectionRewardFunction(selection, source)
     grpo = GRPOSettings(steps=config.grpo_steps, prompts_per_step=config.grpo_prompts,
                         num_generations=4, max_completion_length=8, seed=config.seed)

@@ -2,13 +2,14 @@
 communication accounting."""
 
 from sdk.alignment._broker_source import BrokerRewardSource, RewardQueryBroker
-from sdk.alignment._chooser import NeuralTSChooser
+from sdk.alignment._chooser import ONLINE_ROUTER_CONFIG, NeuralTSChooser
 from sdk.alignment._communication import (
     CommunicationSetting,
     communication_bytes,
     lora_parameter_count,
     parameter_count,
 )
+from sdk.alignment._empty_source import EmptyIsWorst
 from sdk.alignment._errors import (
     AlignmentError,
     ArchitectureMismatchError,
@@ -25,7 +26,7 @@ from sdk.alignment._evaluation import (
     generate_responses,
     style_scores,
 )
-from sdk.alignment._fedavg import fedavg_state_dicts
+from sdk.alignment._fedavg import fedavg_state_dicts, train_fedavg_reward_model
 from sdk.alignment._feedback import RouterFeedbackCallback, loss_feedback, sync_router_update
 from sdk.alignment._grpo import GRPOSettings, StepTimer, align, query_dataset
 from sdk.alignment._llm_judge import JUDGE_DIMENSIONS, JudgeError, LLMJudge, load_judge_prompt
@@ -58,6 +59,7 @@ from sdk.alignment._warmup import WarmupConfig, warmup_cache_key, warmup_policy
 
 __all__ = [
     "JUDGE_DIMENSIONS",
+    "ONLINE_ROUTER_CONFIG",
     "SELECTIONS",
     "AlignmentError",
     "ArchitectureMismatchError",
@@ -68,6 +70,7 @@ __all__ = [
     "CategoryScore",
     "CommunicationSetting",
     "CompletionBatch",
+    "EmptyIsWorst",
     "EvalSettings",
     "FedAvgRM",
     "GRPOSettings",
@@ -113,6 +116,7 @@ __all__ = [
     "register_selection",
     "style_scores",
     "sync_router_update",
+    "train_fedavg_reward_model",
     "warmup_cache_key",
     "warmup_policy",
 ]

@@ -47,11 +47,14 @@ class EvalSettings(BaseModel):
 
 @dataclass(frozen=True)
 class CategoryScore:
-    """Accuracies of one category: best-of-n sampled and greedy, over ``n`` queries."""
+    """Accuracies of one category over ``n`` queries: best-of-n sampled, greedy, and the mean
+    accuracy of a single sample (``sampled``: less noisy than best-of-n, and unlike it not
+    inflated by a policy that guesses diversely)."""
 
     best_of_n: float
     greedy: float
     n: int
+    sampled: float = float("nan")
 
 
 @dataclass
@@ -60,10 +63,12 @@ class PolicyEvaluation:
 
     categories: dict[str, CategoryScore] = field(default_factory=dict)
 
-    def average(self, names: Sequence[str], *, greedy: bool = False) -> float:
-        """Unweighted mean over the named categories present (NaN when none is)."""
+    def average(self, names: Sequence[str], *, greedy: bool = False,
+                sampled: bool = False) -> float:
+        """Unweighted mean of best-of-n (or ``greedy``, or ``sampled``) accuracy over the named
+        categories present (NaN when none is)."""
         scores = [
-            (c.greedy if greedy else c.best_of_n)
+            (c.greedy if greedy else c.sampled if sampled else c.best_of_n)
             for name, c in self.categories.items()
             if name in names
         ]
@@ -140,6 +145,7 @@ def evaluate_policy(
             best_of_n=best_of_n_accuracy(queries, sampled),
             greedy=best_of_n_accuracy(queries, [greedy]),
             n=len(queries),
+            sampled=sum(best_of_n_accuracy(queries, [r]) for r in sampled) / len(sampled),
         )
     return result
 

@@ -1,4 +1,5 @@
-"""FedAvg of reward-model parameters (the FedAvgRM baseline).
+"""FedAvg of reward-model parameters (the FedAvgRM baseline), and the federated training of
+that one shared model.
 
 Secure aggregation reveals only the sum of ``n_k * theta_k`` and of ``n_k``; this is the same
 average computed in the clear, which is what the server ends up holding.
@@ -7,13 +8,22 @@ average computed in the clear, which is what the server ends up holding.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from sdk.alignment._errors import ArchitectureMismatchError
+from sdk.reward import (
+    ClientScorer,
+    PairLike,
+    RewardModel,
+    RewardTrainingConfig,
+    ScoreNormalizer,
+    train_reward_model,
+)
 
-__all__ = ["fedavg_state_dicts"]
+__all__ = ["fedavg_state_dicts", "train_fedavg_reward_model"]
 
 
 def fedavg_state_dicts(
@@ -54,3 +64,40 @@ def fedavg_state_dicts(
             acc += wk * sd[name].double()
         out[name] = (acc / total).to(t0.dtype)
     return out
+
+
+def train_fedavg_reward_model(
+    backbone_dir: str | Path,
+    client_pairs: Sequence[Sequence[PairLike]],
+    *,
+    rounds: int,
+    config: RewardTrainingConfig | None = None,
+) -> ClientScorer:
+    """The FedAvg-RM baseline's one shared reward model, trained over ``rounds`` FedAvg rounds.
+
+    Each round every client starts from the global parameters, runs ``config.steps`` local
+    Bradley-Terry steps on its own pairs, and the server forms the pair-count-weighted average
+    (:func:`fedavg_state_dicts`: what secure aggregation reveals). The score normalizer is fitted
+    on the union of the clients' training responses, as a client fits its own. Every client
+    must share ``backbone_dir``'s architecture: that is FedAvg's precondition.
+    """
+    if rounds < 1 or not client_pairs or not all(client_pairs):
+        raise ValueError("FedAvg-RM needs rounds >= 1 and at least one pair per client")
+    cfg = config or RewardTrainingConfig(steps=20)
+    local = cfg.model_copy(update={"fit_normalizer": False, "eval_every": 0})
+    model = RewardModel.from_backbone(backbone_dir)
+    for r in range(rounds):
+        start = {name: t.detach().clone() for name, t in model.state_dict().items()}
+        updates = []
+        for k, pairs in enumerate(client_pairs):
+            model.load_state_dict(start)
+            # A distinct seed per (round, client): each local run samples its own batches.
+            seed = cfg.seed + 1000 * r + k
+            train_reward_model(model, pairs, [], local.model_copy(update={"seed": seed}),
+                               progress=False)
+            updates.append({name: t.detach().clone() for name, t in model.state_dict().items()})
+        model.load_state_dict(fedavg_state_dicts(updates, [len(p) for p in client_pairs]))
+    everything = [p for pairs in client_pairs for p in pairs]
+    scores = model.score([p.image for p in everything] * 2, [p.prompt for p in everything] * 2,
+                         [p.chosen for p in everything] + [p.rejected for p in everything])
+    return ClientScorer(model, ScoreNormalizer.fit(scores, clip=cfg.clip_bound))

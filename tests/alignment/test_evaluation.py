@@ -35,10 +35,12 @@ def test_best_of_n_counts_a_query_if_any_sample_is_strictly_right() -> None:
 
 
 def test_averages_split_in_distribution_and_heldout() -> None:
-    ev = PolicyEvaluation({"diagram": CategoryScore(0.5, 0.25, 4), "poster": CategoryScore(1.0, 0.5, 4),
+    ev = PolicyEvaluation({"diagram": CategoryScore(0.5, 0.25, 4, sampled=0.25),
+                           "poster": CategoryScore(1.0, 0.5, 4, sampled=0.75),
                            "color": CategoryScore(0.0, 0.0, 4)})
     assert ev.average(["diagram", "poster"]) == pytest.approx(0.75)
     assert ev.average(["diagram", "poster"], greedy=True) == pytest.approx(0.375)
+    assert ev.average(["diagram", "poster"], sampled=True) == pytest.approx(0.5)
     assert ev.average(["color"]) == 0.0
 
 
@@ -61,3 +63,5 @@ def test_evaluate_policy_runs_on_a_real_tiny_model(base_policy: Path, data_dir: 
     score = ev.categories["color"]
     assert score.n == len(queries)
     assert 0.0 <= score.greedy <= 1.0 and 0.0 <= score.best_of_n <= 1.0
+    # One sample is never right more often than the best of two.
+    assert 0.0 <= score.sampled <= score.best_of_n

@@ -3,9 +3,10 @@ import sdk.alignment as alignment
 
 def test_public_api_is_pinned() -> None:
     assert sorted(alignment.__all__) == sorted([
-        "JUDGE_DIMENSIONS", "SELECTIONS", "AlignmentError", "ArchitectureMismatchError",
+        "JUDGE_DIMENSIONS", "ONLINE_ROUTER_CONFIG", "SELECTIONS", "AlignmentError", "ArchitectureMismatchError",
         "ArmChooser", "AvgRM", "BestSingle", "BrokerRewardSource", "CategoryScore",
-        "CommunicationSetting", "CompletionBatch", "EvalSettings", "FedAvgRM", "GRPOSettings",
+        "CommunicationSetting", "CompletionBatch", "EmptyIsWorst", "EvalSettings", "FedAvgRM",
+        "GRPOSettings",
         "InProcessRewardSource", "JudgeError", "LLMJudge", "MoRNoOnline", "MoRSelection",
         "NeuralTSChooser", "PendingFeedback", "PluralLLMAlpha", "PolicyEvaluation",
         "RandomSelection", "RewardQueryBroker", "RewardSelection", "RewardShapeError",
@@ -15,7 +16,7 @@ def test_public_api_is_pinned() -> None:
         "evaluate_policy", "fedavg_state_dicts", "generate_responses", "is_correct",
         "load_judge_prompt", "loss_feedback", "lora_parameter_count", "make_selection",
         "message_text", "normalize_answer", "parameter_count", "parse_choice", "query_dataset",
-        "register_selection", "style_scores", "sync_router_update", "warmup_cache_key",
+        "register_selection", "style_scores", "sync_router_update", "train_fedavg_reward_model", "warmup_cache_key",
         "warmup_policy",
     ])
     for name in alignment.__all__:
