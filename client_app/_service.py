@@ -34,7 +34,7 @@ class RewardService:
     """Scores batches for authenticated callers; only clipped floats leave."""
 
     def __init__(self, store: ClientStore, scorer: Scorer, *, clip: float, budget: int,
-                 rate_per_minute: int) -> None:
+                 rate_per_minute: int, decoded_images: int = 1024) -> None:
         self.store = store
         self.scorer = scorer
         self.clip = clip
@@ -42,9 +42,18 @@ class RewardService:
         self.rate_per_minute = rate_per_minute
         self._calls: dict[str, collections.deque[float]] = collections.defaultdict(
             collections.deque)
+        # Items scored (or reserved by a batch being scored) per caller: read from the audit log
+        # once, then kept here, so a query costs no scan of the log and two concurrent batches
+        # cannot both pass the budget check.
+        self._used: dict[str, int] = {}
+        # Decoded RGB images by sha256 (LRU): the same images come back in every GRPO step, and
+        # decoding 16 PNGs costs a few ms per batch. Content-addressed, so never stale.
+        self._decoded: collections.OrderedDict[str, Image.Image] = collections.OrderedDict()
+        self._decoded_max = decoded_images
         self._lock = threading.Lock()
 
     def _admit(self, caller: str, n: int) -> None:
+        """Check the rate limit and reserve ``n`` items of the caller's budget."""
         with self._lock:
             now = time.monotonic()
             calls = self._calls[caller]
@@ -53,16 +62,50 @@ class RewardService:
             if len(calls) >= self.rate_per_minute:
                 raise RateLimited(f"rate limit of {self.rate_per_minute} queries per minute "
                                   f"reached for {caller!r}")
-            used = self.store.items_used(caller)
+            if caller not in self._used:
+                self._used[caller] = self.store.items_used(caller)
+            used = self._used[caller]
             if used + n > self.budget:
                 raise RateLimited(f"query budget exhausted for {caller!r}: {used} of "
                                   f"{self.budget} items used, {n} more requested")
             calls.append(now)
+            self._used[caller] = used + n
+
+    def _release(self, caller: str, n: int) -> None:
+        """Give back a reservation whose batch was not scored (nothing was audited)."""
+        with self._lock:
+            self._used[caller] -= n
+
+    def _cached_image(self, sha256: str) -> Image.Image | None:
+        with self._lock:
+            image = self._decoded.get(sha256)
+            if image is not None:
+                self._decoded.move_to_end(sha256)
+            return image
+
+    def _decode(self, sha256: str, data: bytes) -> Image.Image:
+        try:
+            image = Image.open(io.BytesIO(data)).convert("RGB")
+        except (UnidentifiedImageError, OSError, ValueError):
+            raise PayloadError(f"image {sha256[:12]}… is not a readable image") from None
+        with self._lock:
+            self._decoded[sha256] = image
+            while len(self._decoded) > self._decoded_max:
+                self._decoded.popitem(last=False)
+        return image
 
     def score(self, caller: str, req: RewardRequest) -> RewardResponse | MissingImages:
         """Scores for ``req``, or the image hashes the caller must resend."""
         self._admit(caller, len(req.items))
-        missing: list[str] = []
+        try:
+            return self._score(caller, req)
+        except BaseException:
+            self._release(caller, len(req.items))
+            raise
+
+    def _images(self, req: RewardRequest) -> list[Image.Image] | MissingImages:
+        """The batch's decoded images; bytes that arrived are verified and cached first."""
+        raw: dict[str, bytes] = {}
         for item in req.items:
             if item.image_b64 is not None:
                 try:
@@ -72,19 +115,31 @@ class RewardService:
                 if hashlib.sha256(data).hexdigest() != item.image_sha256:
                     raise PayloadError(f"image bytes do not hash to {item.image_sha256}")
                 self.store.put_image(item.image_sha256, data)
-            elif self.store.image(item.image_sha256) is None:
-                missing.append(item.image_sha256)
+                raw[item.image_sha256] = data
+        images: dict[str, Image.Image] = {}
+        missing: set[str] = set()
+        for item in req.items:
+            digest = item.image_sha256
+            if digest in images or digest in missing:
+                continue
+            image = None if digest in raw else self._cached_image(digest)
+            if image is None:
+                blob = raw[digest] if digest in raw else self.store.image(digest)
+                if blob is None:
+                    missing.add(digest)
+                    continue
+                image = self._decode(digest, blob)
+            images[digest] = image
         if missing:
             return MissingImages(detail="unknown image hash(es); resend their bytes",
-                                 missing=sorted(set(missing)))
-        images = []
-        for item in req.items:
-            try:
-                image = Image.open(io.BytesIO(self.store.image(item.image_sha256) or b""))
-                images.append(image.convert("RGB"))
-            except (UnidentifiedImageError, OSError, ValueError):
-                raise PayloadError(f"image {item.image_sha256[:12]}… is not a readable "
-                                   f"image") from None
+                                 missing=sorted(missing))
+        return [images[item.image_sha256] for item in req.items]
+
+    def _score(self, caller: str, req: RewardRequest) -> RewardResponse | MissingImages:
+        images = self._images(req)
+        if isinstance(images, MissingImages):
+            self._release(caller, len(req.items))
+            return images
         try:
             raw = self.scorer.score(images, [i.prompt for i in req.items],
                                     [i.response for i in req.items])

@@ -66,9 +66,9 @@ class RewardBroker:
         """Close the HTTP client."""
         await self._http.aclose()
 
-    def _items(self, client_id: str, items: list[QueryItem],
+    @staticmethod
+    def _items(items: list[QueryItem], cached: set[str],
                force: set[str] | None = None) -> list[dict[str, Any]]:
-        cached = self.store.cached(client_id)
         out = []
         for item in items:
             digest = item.image_sha256
@@ -93,22 +93,36 @@ class RewardBroker:
             raise BrokerError(f"unknown client {client_id}")
         if not items:
             return []
-        self.store.put_images({item.image_sha256: item.image for item in items})
-        push = self.mode == "push" or (self.mode == "auto" and client["reward_url"])
-        if push:
-            if not client["reward_url"]:
-                raise BrokerError(f"client {client_id} enrolled without a reward URL (push mode)")
-            scores = await self._push(client_id, str(client["reward_url"]), items)
-        else:
-            scores = await self._pull(client_id, items)
+        # The fsync'ed bookkeeping (images kept for resends, the audit record) runs beside the
+        # request, not before it: the client's scoring hides it, and it is durable before
+        # ``query`` returns or raises.
+        cached = self.store.cached(client_id, [item.image_sha256 for item in items])
+        record = asyncio.create_task(asyncio.to_thread(self._record, client_id, items))
+        try:
+            push = self.mode == "push" or (self.mode == "auto" and client["reward_url"])
+            if push:
+                if not client["reward_url"]:
+                    raise BrokerError(f"client {client_id} enrolled without a reward URL "
+                                      "(push mode)")
+                scores = await self._push(client_id, str(client["reward_url"]), items,
+                                           cached)
+            else:
+                scores = await self._pull(client_id, items, cached)
+        finally:
+            await record
         self.store.mark_cached(client_id, [i.image_sha256 for i in items])
-        self.store.audit("server", "reward_query", client_id=client_id, items=len(items))
         return scores
 
-    async def _push(self, client_id: str, base_url: str, items: list[QueryItem]) -> list[float]:
+    def _record(self, client_id: str, items: list[QueryItem]) -> None:
+        with self.store.transaction():  # one commit, one fsync
+            self.store.put_images({item.image_sha256: item.image for item in items})
+            self.store.audit("server", "reward_query", client_id=client_id, items=len(items))
+
+    async def _push(self, client_id: str, base_url: str, items: list[QueryItem],
+                    cached: set[str]) -> list[float]:
         force: set[str] = set()
         for _ in range(2):  # at most one resend of the images the client lacks
-            body = json.dumps({"items": self._items(client_id, items, force)}).encode()
+            body = json.dumps({"items": self._items(items, cached, force)}).encode()
             path = "/v1/reward"
             headers = sign_headers(self.key, sender=SERVER_SENDER, method="POST", path=path,
                                    body=body)
@@ -129,10 +143,11 @@ class RewardBroker:
             return self._check(resp.json().get("scores"), len(items), client_id)
         raise BrokerError(f"client {client_id} still lacks images after a resend")
 
-    async def _pull(self, client_id: str, items: list[QueryItem]) -> list[float]:
+    async def _pull(self, client_id: str, items: list[QueryItem],
+                    cached: set[str]) -> list[float]:
         force: set[str] = set()
         for _ in range(2):
-            query_id = self.store.queue_query(client_id, self._items(client_id, items, force))
+            query_id = self.store.queue_query(client_id, self._items(items, cached, force))
             deadline = time.monotonic() + self.timeout_s
             while True:
                 row = self.store.query(query_id)

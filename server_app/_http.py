@@ -20,7 +20,7 @@ from server_app._schemas import StageSubmit
 from server_app._store import ConflictError
 
 __all__ = ["ERROR_RESPONSES", "NotFoundError", "SizeLimit", "authenticate", "install_errors",
-           "stage_payload"]
+           "signature_check", "stage_payload"]
 
 
 class NotFoundError(LookupError):
@@ -112,23 +112,35 @@ def install_errors(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)
 
 
-async def authenticate(request: Request, *, public_key_of: Callable[[str], str | None],
-                       use_nonce: Callable[[str, str, float], bool], max_skew_s: float) -> str:
-    """Verify the signed headers of ``request``; returns the sender. Raises ``AuthError``."""
+async def signature_check(request: Request, *, public_key_of: Callable[[str], str | None],
+                          use_nonce: Callable[[str, str, float], bool],
+                          max_skew_s: float) -> Callable[[], str]:
+    """Read ``request``'s body and auth headers; returns the blocking check (key lookup,
+    signature, nonce), which returns the sender or raises ``AuthError``. An endpoint that does
+    blocking work anyway runs the check first in the same worker thread: one thread hop."""
     signed = SignedRequest.from_headers(dict(request.headers))
     path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     body = await request.body()
+    method = request.method
 
     def check() -> str:
         key_text = public_key_of(signed.sender)
         if key_text is None:
             raise AuthError(f"unknown sender {signed.sender!r}")
-        verify_signed(signed, parse_public_key(key_text), method=request.method, path=path,
+        verify_signed(signed, parse_public_key(key_text), method=method, path=path,
                       body=body, max_skew_s=max_skew_s)
         if not use_nonce(signed.sender, signed.nonce, float(signed.timestamp)):
             raise AuthError(f"nonce {signed.nonce} was already used (replayed request)")
         return signed.sender
 
+    return check
+
+
+async def authenticate(request: Request, *, public_key_of: Callable[[str], str | None],
+                       use_nonce: Callable[[str, str, float], bool], max_skew_s: float) -> str:
+    """Verify the signed headers of ``request``; returns the sender. Raises ``AuthError``."""
+    check = await signature_check(request, public_key_of=public_key_of, use_nonce=use_nonce,
+                                  max_skew_s=max_skew_s)
     # Off the event loop: the store lookups may wait behind a large durable write, and hashing a
     # multi-megabyte body takes milliseconds; other requests keep flowing meanwhile.
     return await run_in_threadpool(check)

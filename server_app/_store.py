@@ -81,6 +81,10 @@ class Store:
         # FULL: an ack must survive a power cut, not only a process kill.
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        # Group commit: stage messages stored with ``defer_commit`` sit in one open transaction
+        # until ``flush`` (or any durable write) commits them all with one fsync.
+        self._pending = False
+        self._depth = 0  # nesting of ``transaction`` blocks
 
     def close(self) -> None:
         """Close the connection."""
@@ -99,22 +103,50 @@ class Store:
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         """Group the writes inside into one commit, so one fsync (a nested block joins the
-        outer one); the other threads wait for the whole block."""
+        outer one; deferred stage messages are committed with it); the other threads wait for
+        the whole block."""
         with self._lock:
-            if self._db.in_transaction:
+            if self._depth:
                 yield
                 return
-            self._db.execute("BEGIN IMMEDIATE")
+            grouped = self._db.in_transaction  # deferred messages are pending: keep them
+            self._db.execute("SAVEPOINT block" if grouped else "BEGIN IMMEDIATE")
+            self._depth += 1
             try:
                 yield
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if grouped:  # undo the block only: the deferred messages stay pending
+                    self._db.execute("ROLLBACK TO block")
+                    self._db.execute("RELEASE block")
+                else:
+                    self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            finally:
+                self._depth -= 1
+            if grouped:
+                self._db.execute("RELEASE block")
+            self._commit()
+
+    def _commit(self) -> None:
+        self._db.execute("COMMIT")
+        self._pending = False
+
+    @property
+    def pending(self) -> bool:
+        """Whether stage messages stored with ``defer_commit`` still wait for their commit."""
+        return self._pending
+
+    def flush(self) -> None:
+        """Commit the deferred stage messages (one fsync for all of them), if any."""
+        with self._lock:
+            if self._pending:
+                self._commit()
 
     def _write(self, sql: str, args: tuple[Any, ...] = ()) -> int:
         with self._lock:
             cur = self._db.execute(sql, args)
+            if self._pending and not self._depth:  # durable on return, as without a group
+                self._commit()
             return int(cur.lastrowid or 0)
 
     # -- roster and clients --------------------------------------------------------------------
@@ -155,16 +187,11 @@ class Store:
             if entry["token_used_at"] is not None:
                 raise PermissionError(f"enrollment token for {name!r} was already used")
             now = time.time()
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+            with self.transaction():
                 self._db.execute("UPDATE roster SET token_used_at=? WHERE name=?", (now, name))
                 self._db.execute(
                     "INSERT INTO clients(client_id, name, public_key, reward_url, enrolled_at) "
                     "VALUES (?,?,?,?,?)", (new_id, name, public_key, reward_url, now))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
             row = self._one("SELECT * FROM clients WHERE client_id=?", (new_id,))
             assert row is not None
             return dict(row), True
@@ -181,6 +208,8 @@ class Store:
     def use_nonce(self, sender: str, nonce: str, ts: float, *, keep_s: float) -> bool:
         """Record a nonce; False if ``sender`` already used it (a replay)."""
         with self._lock:
+            if self._db.in_transaction:  # joins the pending group: committed with it (FULL)
+                return record_nonce(self._db, sender, nonce, ts, keep_s=keep_s)
             # Every request records a nonce, so no fsync for it (NORMAL: it survives a process
             # crash, not a power cut). A request replayed after a power cut changes nothing: a
             # stage message gets its original ack, an answered query a 409, a GET reads.
@@ -219,10 +248,12 @@ class Store:
         self._write(f"UPDATE rounds SET {cols} WHERE round_id=?", (*fields.values(), round_id))
 
     def put_message(self, round_id: int, stage: str, client_id: str,
-                    record: tuple[str | bytes, str]) -> tuple[str, float, bool]:
+                    record: tuple[str | bytes, str], *,
+                    defer_commit: bool = False) -> tuple[str, float, bool]:
         """Store a stage message (``payload_record``'s output) once and commit it; returns
         (digest, stored_at, new). An identical retry returns the original ack; a different
-        payload raises ConflictError."""
+        payload raises ConflictError. With ``defer_commit`` the message joins the open group
+        transaction instead: the caller must ``flush`` before it acknowledges the message."""
         data, digest = record
         with self._lock:
             row = self._one("SELECT digest, stored_at FROM stage_messages WHERE round_id=? AND "
@@ -233,9 +264,16 @@ class Store:
                                         f"for round {round_id} stage {stage}")
                 return digest, float(row["stored_at"]), False
             now = time.time()
-            self._write("INSERT INTO stage_messages(round_id, stage, client_id, payload, digest, "
-                        "stored_at) VALUES (?,?,?,?,?,?)",
-                        (round_id, stage, client_id, data, digest, now))
+            sql = ("INSERT INTO stage_messages(round_id, stage, client_id, payload, digest, "
+                   "stored_at) VALUES (?,?,?,?,?,?)")
+            args = (round_id, stage, client_id, data, digest, now)
+            if not defer_commit:
+                self._write(sql, args)
+                return digest, now, True
+            if not self._db.in_transaction:
+                self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute(sql, args)
+            self._pending = True
             return digest, now, True
 
     def has_message(self, round_id: int, stage: str, client_id: str) -> bool:
@@ -269,7 +307,7 @@ class Store:
 
     def delete_round_state(self, round_id: int) -> None:
         """Forget one round's messages and closures (a clean restart of an open round)."""
-        with self._lock:
+        with self.transaction():
             self._db.execute("DELETE FROM stage_messages WHERE round_id=?", (round_id,))
             self._db.execute("DELETE FROM stage_closures WHERE round_id=?", (round_id,))
 
@@ -302,13 +340,10 @@ class Store:
     # -- reward broker -------------------------------------------------------------------------
     def put_images(self, images: dict[str, bytes]) -> None:
         """Keep images the broker may need to resend (one transaction: one fsync)."""
-        with self._lock:
+        with self.transaction():
             fresh = [(h, d) for h, d in images.items()
                      if self._one("SELECT 1 FROM images WHERE sha256=?", (h,)) is None]
-            if fresh:
-                self._db.execute("BEGIN")
-                self._db.executemany("INSERT OR IGNORE INTO images VALUES (?,?)", fresh)
-                self._db.execute("COMMIT")
+            self._db.executemany("INSERT OR IGNORE INTO images VALUES (?,?)", fresh)
 
     def image(self, sha256: str) -> bytes | None:
         """An image by hash, or None."""
@@ -316,22 +351,26 @@ class Store:
         return None if row is None else bytes(row["data"])
 
     def mark_cached(self, client_id: str, hashes: list[str]) -> None:
-        """Remember that a client holds these images."""
-        with self._lock:
-            self._db.execute("BEGIN")
+        """Remember that a client holds these images (no fsync when it already did)."""
+        with self.transaction():
             self._db.executemany("INSERT OR IGNORE INTO client_images VALUES (?,?)",
                                  [(client_id, h) for h in hashes])
-            self._db.execute("COMMIT")
 
     def forget_cached(self, client_id: str, hashes: list[str]) -> None:
         """The client says it lacks these images after all."""
-        with self._lock:
+        with self.transaction():
             self._db.executemany("DELETE FROM client_images WHERE client_id=? AND sha256=?",
                                  [(client_id, h) for h in hashes])
 
-    def cached(self, client_id: str) -> set[str]:
-        """Hashes of the images a client is known to hold."""
-        rows = self._all("SELECT sha256 FROM client_images WHERE client_id=?", (client_id,))
+    def cached(self, client_id: str, among: list[str] | None = None) -> set[str]:
+        """Hashes of the images a client is known to hold (only those in ``among`` if given:
+        a query looks up its own images, not the client's whole cache)."""
+        if among is None:
+            rows = self._all("SELECT sha256 FROM client_images WHERE client_id=?", (client_id,))
+        else:
+            marks = ",".join("?" * len(among))
+            rows = self._all(f"SELECT sha256 FROM client_images WHERE client_id=? AND sha256 IN "
+                             f"({marks})", (client_id, *among))
         return {r["sha256"] for r in rows}
 
     def queue_query(self, client_id: str, items: list[dict[str, Any]]) -> int:
