@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     clients = QUICK_CLIENTS if args.quick else FULL_CLIENTS
     train_pairs, eval_pairs, heldout_pairs = (600, 100, 100) if args.quick else (2000, 200, 200)
-    router_pairs, rounds = (300, 12) if args.quick else (600, 20)
+    router_pairs, rounds = (300, 12) if args.quick else (600, 30)
     if args.train_pairs:
         train_pairs, eval_pairs, heldout_pairs = args.train_pairs, 20, 20
         router_pairs = min(router_pairs, train_pairs)

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     train.add_argument("--clients", nargs="+", required=True, help="client ids, in head order")
     train.add_argument("--out", type=Path, required=True, help="router checkpoint directory")
     train.add_argument("--aggregation", choices=("secure", "plain"), default="secure")
-    train.add_argument("--rounds", type=int, default=12)
+    train.add_argument("--rounds", type=int, default=30)
     train.add_argument("--layers", type=int, default=2, help="Transformer layers of the router")
     train.add_argument("--pairs-per-client", type=int, default=300)
     _encoder_option(train)

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -72,6 +74,12 @@ class FederatedConfig(BaseModel):
     clients_per_round: int | None = Field(default=None, ge=1)
     fraction: float | None = Field(default=None, gt=0.0, le=1.0)
     local: LocalTrainingConfig = LocalTrainingConfig()
+    # Clients each hold one label, so every round pulls the router towards its own client and
+    # the late rounds swing routing between pairs of similar clients; decaying the local lr over
+    # the rounds damps the swing (docs/router.md).
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    final_lr_fraction: float = Field(default=0.1, gt=0.0, le=1.0,
+                                     description="cosine: last round's lr / local.lr")
     seed: int = 0
 
     @model_validator(mode="after")
@@ -79,6 +87,16 @@ class FederatedConfig(BaseModel):
         if self.clients_per_round is not None and self.fraction is not None:
             raise ValueError("give clients_per_round or fraction, not both")
         return self
+
+    def local_config(self, round_index: int, client_index: int) -> LocalTrainingConfig:
+        """Client ``client_index``'s local settings in round ``round_index`` (lr and seed)."""
+        lr = self.local.lr
+        if self.lr_schedule == "cosine" and self.rounds > 1:
+            progress = min(round_index, self.rounds - 1) / (self.rounds - 1)
+            f = self.final_lr_fraction
+            lr *= f + (1 - f) * 0.5 * (1 + math.cos(math.pi * progress))
+        seed = self.local.seed + 7919 * round_index + 104729 * client_index
+        return self.local.model_copy(update={"lr": lr, "seed": seed})
 
     def per_round(self, num_clients: int) -> int:
         """How many clients each round samples."""
@@ -172,10 +190,7 @@ class FederatedRouterTrainer:
         updates: dict[str, LocalRouterUpdate] = {}
         for c in sampled:
             k = self.router.client_ids.index(c)
-            local = self.config.local.model_copy(
-                update={"seed": self.config.local.seed + 7919 * round_index + 104729 * k}
-            )
-            u = self._by_id[c].local_update(self.router, k, local)
+            u = self._by_id[c].local_update(self.router, k, self.config.local_config(round_index, k))
             if u.params.shape != global_params.shape:
                 raise RouterShapeError(
                     f"update from client {c!r} has shape {u.params.shape}, expected {global_params.shape}"

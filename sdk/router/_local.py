@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from sdk.router._encoder import EncodedBatch, concat_batches
-from sdk.router._errors import RouterShapeError
+from sdk.router._errors import RouterError, RouterShapeError
 from sdk.router._model import Router
 
 __all__ = [
@@ -36,6 +36,10 @@ class LocalTrainingConfig(BaseModel):
     weight_decay: float = Field(default=0.0, ge=0.0)
     max_grad_norm: float | None = Field(default=1.0, gt=0.0)
     seed: int = 0
+    # A client refuses to train (so to contribute) on fewer samples: an update of very few
+    # samples can be inverted even inside a secure aggregate (the SecAgg sum of 3 single-sample
+    # updates was reconstructed at 22.6 dB, docs/attacks.md). Lower it only deliberately.
+    min_samples: int = Field(default=16, ge=1)
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,12 @@ def train_router_locally(
     n = len(batch)
     if n == 0:
         raise RouterShapeError("local router training needs at least one sample")
+    if n < cfg.min_samples:
+        raise RouterError(
+            f"client {client_index} has {n} local samples, fewer than min_samples="
+            f"{cfg.min_samples}: an update of so few samples can be reconstructed from the "
+            "aggregate; add data or lower LocalTrainingConfig.min_samples deliberately"
+        )
 
     local = copy.deepcopy(router)
     local.train()

@@ -49,7 +49,7 @@ def test_local_training_prefers_own_client_and_leaves_input_router_alone() -> No
 
 def test_local_training_is_deterministic_and_accepts_tensor_tuples() -> None:
     router = tiny_router()
-    data = client_responses(ENC, "color", num_pairs=6, seed=1)
+    data = client_responses(ENC, "color", num_pairs=8, seed=1)
     cfg = LocalTrainingConfig(epochs=1, batch_size=4, seed=7)
     a = train_router_locally(router, data, 0, cfg)
     b = train_router_locally(router, (data.hidden, data.mask), 0, cfg)

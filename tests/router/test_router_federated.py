@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -263,6 +265,20 @@ def test_federated_router_routes_two_distinguishable_clients() -> None:
     FederatedRouterTrainer(router, clients, FederatedConfig(rounds=5, local=local), log=None).run()
     assert before <= 0.75
     assert accuracy() >= 0.9
+
+
+def test_cosine_schedule_decays_the_local_lr_over_the_rounds() -> None:
+    local = LocalTrainingConfig(lr=1e-2, seed=5)
+    cosine = FederatedConfig(rounds=5, local=local, lr_schedule="cosine", final_lr_fraction=0.1)
+    lrs = [cosine.local_config(r, 0).lr for r in range(5)]
+    assert lrs[0] == pytest.approx(1e-2) and lrs[-1] == pytest.approx(1e-3)
+    assert all(a > b for a, b in itertools.pairwise(lrs))
+    assert lrs[2] == pytest.approx(0.5 * (1e-2 + 1e-3))  # halfway down the cosine
+    flat = FederatedConfig(rounds=5, local=local)
+    assert {flat.local_config(r, 1).lr for r in range(5)} == {1e-2}
+    # Every (round, client) trains from its own seed, reproducibly.
+    seeds = {cosine.local_config(r, k).seed for r in range(5) for k in range(3)}
+    assert len(seeds) == 15 and cosine.local_config(2, 1).seed == flat.local_config(2, 1).seed
 
 
 def test_federated_names_are_exported() -> None:
