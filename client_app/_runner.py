@@ -35,12 +35,14 @@ from server_app._schemas import (
     RoundInfo,
     StageAck,
     StageBroadcast,
+    Work,
 )
 
 __all__ = ["ClientRunner", "RunnerError", "UpdateFn"]
 
 UpdateFn = Callable[[str, RoundInfo, "np.ndarray | None"], tuple[np.ndarray, int]]
 _RETRYABLE = {408, 425, 429, 500, 502, 503, 504}
+_FINISHED = ("done", "abandoned", "ended")  # local round statuses with nothing left to do
 
 
 class RunnerError(RuntimeError):
@@ -74,6 +76,7 @@ class ClientRunner:
         self.http = httpx.Client(base_url=settings.server_url, verify=_verify(settings),
                                  timeout=settings.request_timeout_s)
         self.bytes_sent = 0
+        self._long_poll_works = True  # until the server answers /v1/work with 404
 
     def close(self) -> None:
         """Close the HTTP client."""
@@ -168,7 +171,7 @@ class ClientRunner:
     def run_round(self, round_id: int) -> str:
         """Take part in one round until it ends for us; returns our local status."""
         status = self.store.round_status(round_id)
-        if status in ("done", "abandoned", "ended"):
+        if status in _FINISHED:
             return status
         info = RoundInfo.model_validate(self.request("GET", f"/v1/rounds/{round_id}").json())
         me = self.client_id
@@ -220,12 +223,13 @@ class ClientRunner:
         return status
 
     # -- pull-mode reward queries --------------------------------------------------------------
-    def answer_pending(self) -> int:
-        """Answer every queued reward query; returns how many were answered."""
+    def answer_pending(self, queries: list[PendingQuery] | None = None) -> int:
+        """Answer ``queries`` (default: every queued one, fetched); returns how many."""
         if self.service is None:
             return 0
-        queries = [PendingQuery.model_validate(q)
-                   for q in self.request("GET", "/v1/reward/pending").json()]
+        if queries is None:
+            queries = [PendingQuery.model_validate(q)
+                       for q in self.request("GET", "/v1/reward/pending").json()]
         for q in queries:
             answer: dict[str, Any]
             try:
@@ -237,8 +241,33 @@ class ClientRunner:
             self.request("POST", f"/v1/reward/answers/{q.query_id}", answer)
         return len(queries)
 
-    def poll_once(self) -> None:
-        """One pass: run every open round we take part in, then answer queued queries."""
+    # -- work discovery ------------------------------------------------------------------------
+    def poll_once(self) -> bool:
+        """One pass: run every open round we take part in, then answer queued queries. Returns
+        whether the next pass may start at once: true after a long poll (the server held it
+        until there was work, or ``long_poll_s`` passed), false when it polled instead."""
+        wait = self.settings.long_poll_s
+        if not (wait and self._long_poll_works):
+            self._poll_lists()
+            return False
+        path = f"/v1/work?wait_s={wait:g}&rounds={str(self.settings.run_rounds).lower()}"
+        try:
+            work = Work.model_validate(self.request("GET", path).json())
+        except RunnerError as exc:
+            if exc.status not in (404, 405):
+                raise
+            self._long_poll_works = False  # a server without /v1/work: poll as before
+            self._poll_lists()
+            return False
+        fresh = [r for r in work.rounds if self.store.round_status(r) not in _FINISHED]
+        for round_id in fresh:
+            self.run_round(round_id)
+        self.answer_pending(work.queries)
+        # Rounds we already ended locally (abandoned, say) stay listed until their stage
+        # closes: do not spin on them.
+        return bool(fresh or work.queries or not work.rounds)
+
+    def _poll_lists(self) -> None:
         if self.settings.run_rounds:
             for info in self.request("GET", "/v1/rounds?status=open").json():
                 if self.client_id in info["participants"]:
@@ -246,10 +275,14 @@ class ClientRunner:
         self.answer_pending()
 
     def run_forever(self) -> None:
-        """Poll until ``self.stop`` is set; transient failures are retried, never fatal."""
+        """Discover work until ``self.stop`` is set (long polling, or every
+        ``poll_interval_s`` against an old server); transient failures are retried, never
+        fatal."""
         stop = self.stop
         while not stop.is_set():
+            again = False
             # A refused or garbled exchange ends this pass only; the next pass retries.
             with contextlib.suppress(RunnerError, httpx.HTTPError, ValueError):
-                self.poll_once()
-            stop.wait(self.settings.poll_interval_s)
+                again = self.poll_once()
+            if not again:
+                stop.wait(self.settings.poll_interval_s)

@@ -48,7 +48,7 @@ class ClientSettings(_EnvOverFile):
     run_rounds: bool = Field(default=True, description="take part in router rounds")
     poll_interval_s: float = Field(default=0.5, gt=0)
     long_poll_s: float = Field(default=2.0, ge=0, le=30, description="how long the server may "
-                               "hold a stage-input request until the stage is ready (0: poll "
-                               "every poll_interval_s)")
+                               "hold a work-discovery (GET /v1/work) or stage-input request "
+                               "until there is something (0: poll every poll_interval_s)")
     retry_max_s: float = Field(default=5.0, gt=0, description="backoff cap")
     request_timeout_s: float = Field(default=60.0, gt=0)

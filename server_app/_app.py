@@ -39,9 +39,11 @@ from server_app._schemas import (
     StageAck,
     StageBroadcast,
     StageSubmit,
+    Work,
 )
 from server_app._settings import ServerSettings
 from server_app._store import ConflictError, Store
+from server_app._work import Signal, find_work
 
 __all__ = ["create_app", "create_app_from_env"]
 
@@ -66,10 +68,11 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     if cfg.roster_file is not None:
         for entry in RosterFile.load(cfg.roster_file).clients:
             store.upsert_roster(entry.name, entry.public_key, entry.token_sha256)
-    rounds = RoundManager(store, default_deadline_s=cfg.stage_deadline_s)
+    work = Signal()  # bumped when a round opens or moves on, or a pull query is queued
+    rounds = RoundManager(store, default_deadline_s=cfg.stage_deadline_s, on_change=work.bump)
     verify: Any = ssl.create_default_context(cafile=str(cfg.tls_ca)) if cfg.tls_ca else True
     broker = RewardBroker(store, key, timeout_s=cfg.reward_timeout_s, poll_s=cfg.reward_poll_s,
-                          verify=verify)
+                          verify=verify, on_queue=work.bump)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -210,6 +213,17 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     def pending(client: Client) -> list[PendingQuery]:
         """Pull mode: this client's queued reward queries."""
         return [PendingQuery.model_validate(q) for q in store.pending_queries(client)]
+
+    @app.get("/v1/work", response_model=Work, tags=["rounds", "reward"])
+    def find(client: Client, wait_s: Annotated[float, Query(ge=0, le=30)] = 0.0,
+             include_rounds: Annotated[bool, Query(alias="rounds")] = True) -> Work:
+        """What this client has to do: open rounds still waiting for its message (unless
+        ``rounds`` is false) and its queued reward queries. ``wait_s`` > 0 holds the request
+        until there is something or that time passed (long polling; then empty lists)."""
+        found = work.wait_for(
+            lambda: find_work(rounds, store, client, include_rounds=include_rounds), wait_s,
+            recheck_s=cfg.work_recheck_s)
+        return found or Work()
 
     @app.post("/v1/reward/answers/{query_id}", response_model=None, tags=["reward"],
               status_code=204)

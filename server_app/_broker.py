@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +52,8 @@ class RewardBroker:
     the client enrolled with a reward URL)."""
 
     def __init__(self, store: Store, key: Ed25519PrivateKey, *, timeout_s: float = 60.0,
-                 poll_s: float = 0.05, verify: Any = True, mode: str = "auto") -> None:
+                 poll_s: float = 0.05, verify: Any = True, mode: str = "auto",
+                 on_queue: Callable[[], None] | None = None) -> None:
         if mode not in ("push", "pull", "auto"):
             raise ValueError(f"broker mode must be push, pull or auto, not {mode!r}")
         self.store = store
@@ -59,6 +61,7 @@ class RewardBroker:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.mode = mode
+        self.on_queue = on_queue  # wakes the client's long-polling ``/v1/work`` (pull mode)
         self.bytes_sent = 0  # request bytes of push queries, for the benchmark
         self._http = httpx.AsyncClient(timeout=timeout_s, verify=verify)
 
@@ -148,6 +151,8 @@ class RewardBroker:
         force: set[str] = set()
         for _ in range(2):
             query_id = self.store.queue_query(client_id, self._items(items, cached, force))
+            if self.on_queue is not None:
+                self.on_queue()
             deadline = time.monotonic() + self.timeout_s
             while True:
                 row = self.store.query(query_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,9 +32,11 @@ _GATHER_S = 0.002
 class RoundManager:
     """Drives the server half of every open round; all methods are thread-safe."""
 
-    def __init__(self, store: Store, *, default_deadline_s: float) -> None:
+    def __init__(self, store: Store, *, default_deadline_s: float,
+                 on_change: Callable[[], None] | None = None) -> None:
         self.store = store
         self.default_deadline_s = default_deadline_s
+        self.on_change = on_change  # also called when a round opens, a stage closes or ends
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)  # a stage closed or a round ended
         self._arrivals = threading.Condition()  # a submission finished storing its message
@@ -82,6 +85,7 @@ class RoundManager:
             self._live[round_id] = server
             self.store.audit("admin", "round_created", round_id=round_id, kind=req.kind,
                              participants=participants)
+            self._notify()  # idle clients long-polling ``/v1/work`` learn of it at once
         return self.info(round_id)
 
     def _recover(self) -> None:
@@ -313,9 +317,31 @@ class RoundManager:
         self._notify()
 
     def _notify(self) -> None:
-        """Wake every long-polling ``broadcast``."""
+        """Wake every long-polling ``broadcast`` (and, through ``on_change``, ``/v1/work``)."""
         with self._lock:
             self._changed.notify_all()
+        if self.on_change is not None:
+            self.on_change()
+
+    def awaiting(self, client_id: str) -> list[int]:
+        """Open rounds whose current stage still waits for ``client_id``'s message: a new
+        round, or one a restarted client must resume. A client that sent the current stage,
+        or dropped out, is not listed (it has nothing to do until the stage closes)."""
+        out = []
+        with self._lock:
+            for row in self.store.rounds("open"):
+                round_id = int(row["round_id"])
+                server = self._live.get(round_id)
+                if not row["spec"] or server is None:
+                    continue
+                if client_id not in self._spec(round_id, row).participants:
+                    continue
+                index = int(row["stage_index"])
+                if self.store.has_message(round_id, server.stages[index], client_id):
+                    continue
+                if client_id in self._expected(round_id, server, index):
+                    out.append(round_id)
+        return out
 
     # -- status --------------------------------------------------------------------------------
     @staticmethod

@@ -23,6 +23,7 @@ __all__ = [
     "StageAck",
     "StageBroadcast",
     "StageSubmit",
+    "Work",
 ]
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
@@ -181,3 +182,11 @@ class MissingImages(_Wire):
 
     detail: str
     missing: list[str]
+
+
+class Work(_Wire):
+    """What a client has to do now (``GET /v1/work``): open rounds that still wait for its
+    message, and its queued (pull-mode) reward queries."""
+
+    rounds: list[int] = Field(default_factory=list)
+    queries: list[PendingQuery] = Field(default_factory=list)

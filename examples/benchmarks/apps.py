@@ -108,8 +108,9 @@ def main() -> None:
     log(f"building a tiny reward model in {root}")
     model_dir = build_reward_model(root)
     with LocalConsortium(root / "consortium", n_clients,
-                         server={"stage_deadline_s": 300.0, "max_request_bytes": 64 * 2**20},
-                         clients={"poll_interval_s": 0.02}) as c:
+                         # Idle clients long-poll GET /v1/work: no fast polling needed.
+                         server={"stage_deadline_s": 300.0, "max_request_bytes": 64 * 2**20}) \
+            as c:
         log(f"starting 1 server + {n_clients} client processes")
         t0 = time.perf_counter()
         c.start()
@@ -128,7 +129,7 @@ def main() -> None:
 
         # -- reward queries ------------------------------------------------------------------
         site = c.names[0]
-        for name in c.names:  # idle clients poll the server: keep them off the CPU
+        for name in c.names:  # one scoring client only: the others' processes leave
             c.stop(name)
         c.start_client(site, reward_model_dir=str(model_dir), run_rounds=False)
         client_id = c.enrolled()[0]

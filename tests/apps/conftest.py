@@ -66,7 +66,9 @@ def server(tmp_path: Path) -> Iterator[tuple[TestClient, list[Member]]]:
     tokens = [add_to_roster(roster, name=f"m{i}", public_key=public_key_b64(k))
               for i, k in enumerate(keys)]
     cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
-                         roster_file=roster, admin_token="adm")  # type: ignore[arg-type]
+                         roster_file=roster, admin_token="adm",  # type: ignore[arg-type]
+                         # Only a bump may wake a held /v1/work here, never the store re-read.
+                         work_recheck_s=30.0)
     with TestClient(create_app(cfg)) as tc:
         members = []
         for i, (key, token) in enumerate(zip(keys, tokens, strict=True)):

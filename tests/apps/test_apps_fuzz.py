@@ -53,7 +53,7 @@ def test_every_endpoint_documented() -> None:
     for path in ("/v1/health", "/v1/enroll", "/v1/rounds", "/v1/rounds/{round_id}",
                  "/v1/rounds/{round_id}/stages/{stage}", "/v1/router/latest",
                  "/v1/router/{version}", "/v1/reward/pending",
-                 "/v1/reward/answers/{query_id}"):
+                 "/v1/reward/answers/{query_id}", "/v1/work"):
         assert path in paths, path
         for op in paths[path].values():
             assert "200" in op["responses"] or "204" in op["responses"]

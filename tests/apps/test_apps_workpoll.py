@@ -1,0 +1,86 @@
+"""Work discovery by long polling (``GET /v1/work``) on an in-process server: a held request
+returns as soon as a round opens or a pull-mode query is queued, and empty after ``wait_s``."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import numpy as np
+from fastapi.testclient import TestClient
+
+from server_app import QueryItem
+from server_app._protocols import encode_vector
+from tests.apps.conftest import Member
+
+ADMIN = {"authorization": "Bearer adm"}
+
+
+def _held(member: Member, path: str) -> tuple[threading.Thread, list[tuple[Any, float]]]:
+    """Start ``GET path`` in a thread; the list gets (response, monotonic time of return)."""
+    out: list[tuple[Any, float]] = []
+    thread = threading.Thread(target=lambda: out.append((member.call("GET", path),
+                                                          time.monotonic())))
+    thread.start()
+    return thread, out
+
+
+def test_long_poll_wakes_on_new_round_and_times_out_empty(
+        server: tuple[TestClient, list[Member]]) -> None:
+    tc, (a, b) = server
+    t0 = time.monotonic()
+    idle = a.call("GET", "/v1/work?wait_s=0.5")
+    assert idle.status_code == 200 and idle.json() == {"rounds": [], "queries": []}
+    assert time.monotonic() - t0 >= 0.5  # held for wait_s, then empty
+
+    thread, woken = _held(a, "/v1/work?wait_s=20")
+    time.sleep(0.3)  # let the request reach its wait
+    created_at = time.monotonic()
+    r = tc.post("/v1/rounds", json={"kind": "rm_fedavg", "vector_length": 2, "min_clients": 2},
+                headers=ADMIN)
+    assert r.status_code == 200, r.text
+    thread.join(timeout=30)
+    (resp, at), = woken
+    assert resp.status_code == 200 and resp.json()["rounds"] == [r.json()["round_id"]]
+    assert at - created_at < 10  # woken by the round, not by the 20 s timeout
+
+    # Once a client sent the current stage it has nothing to do; the other one still has.
+    rid = r.json()["round_id"]
+    msg = {"payload": {"weight": 1, "vector": encode_vector(np.ones(2, np.float32))}}
+    assert a.call("POST", f"/v1/rounds/{rid}/stages/update", msg).status_code == 200
+    assert a.call("GET", "/v1/work").json()["rounds"] == []
+    assert b.call("GET", "/v1/work").json()["rounds"] == [rid]
+    assert b.call("GET", "/v1/work?rounds=false").json()["rounds"] == []
+
+
+def test_pull_query_is_delivered_by_the_long_poll(
+        server: tuple[TestClient, list[Member]]) -> None:
+    tc, (_, b) = server
+    broker = tc.app.state.broker  # type: ignore[attr-defined]  # b has no reward URL: pull
+
+    def answer_when_woken() -> None:
+        resp = b.call("GET", "/v1/work?wait_s=20&rounds=false")
+        for q in resp.json()["queries"]:
+            b.call("POST", f"/v1/reward/answers/{q['query_id']}",
+                   {"scores": [0.25] * len(q["items"])})
+
+    thread = threading.Thread(target=answer_when_woken)
+    thread.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    items = [QueryItem(image=b"\x89PNG-not-decoded-here", prompt="p", response="r")] * 2
+    scores = asyncio.run(broker.query(b.client_id, items))
+    thread.join(timeout=30)
+    assert scores == [0.25, 0.25]
+    assert time.monotonic() - t0 < 10  # answered once queued, not after the 20 s hold
+
+
+def test_work_refuses_bad_wait_and_strangers(server: tuple[TestClient, list[Member]]) -> None:
+    tc, (a, _) = server
+    for bad in ("31", "-1", "soon"):
+        resp = a.call("GET", f"/v1/work?wait_s={bad}")
+        assert resp.status_code == 422 and "wait_s" in resp.json()["detail"], resp.text
+    resp = tc.get("/v1/work")
+    assert resp.status_code == 401 and resp.json()["detail"]
