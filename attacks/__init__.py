@@ -55,6 +55,7 @@ from attacks._metrics import (
     ssim,
     ssim_per_image,
 )
+from attacks._normalization import NORMALIZATION_SETTINGS, normalization_reports
 from attacks._plots import plot_reconstruction_grid, plot_roc
 from attacks._remote import RemoteRewardScorer
 from attacks._report import (
@@ -80,6 +81,7 @@ from attacks._testbed import (
     PatchImageRouter,
     overfit_mlp_scores,
     overfit_reward_model_scores,
+    secure_mean,
     smooth_images,
 )
 
@@ -88,6 +90,7 @@ __all__ = [
     "CAPTURE_FORMAT",
     "DEFAULT_FPRS",
     "LPIPS_MIN_SIZE",
+    "NORMALIZATION_SETTINGS",
     "NO_LEAK",
     "PSNR_CAP_DB",
     "AttackError",
@@ -139,6 +142,7 @@ __all__ = [
     "mean_ci",
     "membership_report",
     "membership_verdict",
+    "normalization_reports",
     "null_auc_band",
     "overfit_mlp_scores",
     "overfit_reward_model_scores",
@@ -153,6 +157,7 @@ __all__ = [
     "render_html",
     "roc_curve",
     "score_reconstruction",
+    "secure_mean",
     "smooth_images",
     "ssim",
     "ssim_per_image",

@@ -252,7 +252,8 @@ _THREAT_MODEL = (
 def _summaries(
     memberships: list[MembershipReport], reconstructions: list[ReconstructionReport]
 ) -> list[str]:
-    """One sentence per attack family, listing the settings that leak."""
+    """One sentence per attack family, listing the settings that leak and those that are
+    inconclusive: an inconclusive setting must not be summarized as "no measurable leak"."""
     out = []
     for family, rows in (
         ("Membership inference", memberships),
@@ -260,10 +261,14 @@ def _summaries(
     ):
         if not rows:
             continue
-        names = [f"{r.setting} ({r.attack})" for r in rows if r.verdict.startswith("leaks")]
+        parts = []
+        for word, label in (("leaks", "leaks"), ("inconclusive", "is inconclusive")):
+            names = [f"{r.setting} ({r.attack})" for r in rows if r.verdict.startswith(word)]
+            if names:
+                parts.append(f"{label} in {len(names)} of {len(rows)} settings: " + "; ".join(names))
         out.append(
-            f"{family} leaks in {len(names)} of {len(rows)} settings: " + "; ".join(names)
-            if names
+            f"{family} " + ". It ".join(parts) + "."
+            if parts
             else f"{family}: no measurable leak in any of the {len(rows)} settings."
         )
     return out

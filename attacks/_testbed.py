@@ -6,6 +6,8 @@ recovers wherever the encoder IS differentiable, :class:`PatchImageRouter` puts 
 patch encoder in front of a real ``sdk.router.Router``; the update covers the router only, as in
 fedmor. :func:`smooth_images` draws the images it is tested on.
 
+:func:`secure_mean` gives what a server learns from a secure-aggregation round of such updates.
+
 For membership inference, two deliberately over-fitted reward models return raw scores of n
 members then n non-members: a small MLP on random pair features
 (:func:`overfit_mlp_scores`) and a real ``sdk.reward.RewardModel``
@@ -15,16 +17,22 @@ members then n non-members: a small MLP on random pair features
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from attacks._errors import AttackInputError
+from attacks._inversion import CapturedUpdate
 
 __all__ = [
     "PatchImageRouter",
     "overfit_mlp_scores",
     "overfit_reward_model_scores",
+    "secure_mean",
     "smooth_images",
 ]
 
@@ -83,6 +91,31 @@ class PatchImageRouter(nn.Module):
         # the math attention kernel implements that on CPU.
         with sdpa_kernel(SDPBackend.MATH):
             return self.router(tokens, mask)  # type: ignore[no-any-return]  # (B, K)
+
+
+def secure_mean(
+    updates: Sequence[CapturedUpdate], sizes: Sequence[int], *, rng: np.random.Generator
+) -> CapturedUpdate:
+    """What the server learns from a secure-aggregation round of ``updates`` (client k trained
+    on ``sizes[k]`` samples): their weighted mean, through sdk.secagg's ``simulate_round``
+    (masked, fixed-point), as one update of the same kind, keyed like the inputs."""
+    from sdk.secagg import simulate_round
+
+    if not updates or len(updates) != len(sizes):
+        raise AttackInputError("give one size per update, at least one update")
+    first = updates[0]
+    if any((u.kind, u.local_steps, u.local_lr) != (first.kind, first.local_steps, first.local_lr)
+           for u in updates):
+        raise AttackInputError("the updates of one round must share kind, steps and lr")
+    names = list(first.tensors)
+    flat = [torch.cat([u.tensors[n].reshape(-1) for n in names]).double().numpy() for u in updates]
+    mean = torch.from_numpy(simulate_round(flat, list(sizes), rng=rng).mean).float()  # (P,)
+    out, offset = {}, 0
+    for n in names:
+        t = first.tensors[n]
+        out[n] = mean[offset : offset + t.numel()].reshape(t.shape)
+        offset += t.numel()
+    return CapturedUpdate(out, first.kind, first.local_steps, first.local_lr)
 
 
 def overfit_mlp_scores(n: int, *, epochs: int = 300, dim: int = 16) -> tuple[Tensor, Tensor]:

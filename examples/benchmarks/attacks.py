@@ -1,14 +1,15 @@
 # ruff: noqa: E402  (the sys.path fix below must run before the imports)
 """The paper's Tables 5 and 6, measured against what actually travels, with CIs and baselines.
 
-Gradient inversion (Table 5) runs on REAL router updates (sdk.router ``Router``,
-``HashingEncoder`` tokens, ``train_router_locally``), captured in the audit's file format
-(attacks.capture_round) and attacked as ``fedmor audit`` does (attacks.attack_captured_update):
-unprotected (one client, one sample), SecAgg with realistic local training (3 clients x 8
-samples, 3 local steps, aggregated by sdk.secagg's ``simulate_round``: the server only sees
-the mean) and DP (sdk.secagg ``clip_and_noise``). The optimization attack on images puts a
-small differentiable patch encoder in front of the same Router (attacks.PatchImageRouter); the
-update covers the router only. The SecAgg sum of 3 SINGLE-sample updates is kept as a caveat.
+Gradient inversion (Table 5) runs on REAL router updates (sdk.router ``Router``, ``HashingEncoder``
+tokens, ``train_router_locally``) captured in the audit's file format (attacks.capture_round) and
+attacked as ``fedmor audit`` does: unprotected (one sample), SecAgg (3 clients x 16 samples, the
+library's minimum, 3 local steps; sdk.secagg ``simulate_round``: the server sees the mean) and DP
+(``clip_and_noise``). A SecAgg round of 3 single-sample clients is refused by default
+(``LocalTrainingConfig.min_samples``); its rows lower the minimum to 1. Images go through a small
+differentiable patch encoder in front of the same Router (attacks.PatchImageRouter; the update
+covers the router only); the realistic images row (3 x 8, the attacker's easier case) runs
+``--realistic-steps`` (quick 100; full 8000, also reported at 1000 and 5000).
 
 Membership inference (Table 6) runs the threshold attack on the reward margin of a deliberately
 over-fitted small torch reward model (an MLP on random pair features, full-batch Bradley-Terry),
@@ -56,16 +57,15 @@ from attacks import (
     capture_round,
     compute_update,
     invert_update,
-    membership_report,
+    normalization_reports,
     overfit_mlp_scores,
     overfit_reward_model_scores,
     plot_reconstruction_grid,
     reconstruction_report,
+    secure_mean,
     smooth_images,
-    threshold_attack,
     write_report,
 )
-from sdk.reward import ScoreNormalizer
 from sdk.router import (
     EncodedBatch,
     HashingEncoder,
@@ -73,13 +73,16 @@ from sdk.router import (
     LocalTrainingConfig,
     Router,
     RouterConfig,
+    RouterError,
 )
-from sdk.secagg import DPConfig, clip_and_noise, simulate_round
+from sdk.secagg import DPConfig, clip_and_noise
 
 CLIENTS = ["a", "b", "c"]
 T0 = time.time()
 DP = DPConfig(clip_norm=1.0, noise_multiplier=1.0)
-REALISTIC = "SecAgg (3 clients x 8 samples, 3 local steps)"
+REALISTIC = "SecAgg (3 clients x 16 samples, 3 local steps)"
+REALISTIC_IMAGES = "SecAgg (3 clients x 8 images, 3 local steps)"
+SINGLES = "SecAgg (3 clients x 1 sample"
 
 
 def log(msg: str) -> None:
@@ -115,25 +118,40 @@ def encoded_samples(n: int, seed: int) -> EncodedBatch:
 
 
 def table5_embeddings(steps: int, rng: np.random.Generator) -> list[dict[str, Any]]:
-    data = encoded_samples(3 + 24 + 64, seed=0)
+    data = encoded_samples(3 + 48 + 64, seed=0)
 
     def rows_of(a: int, b: int) -> EncodedBatch:
         return EncodedBatch(hidden=data.hidden[a:b], mask=data.mask[a:b])
 
-    pool = rows_of(27, 91)
+    pool = rows_of(51, 115)
     router = make_router(32)
-    local = LocalTrainingConfig(epochs=3, batch_size=8, lr=1e-3)  # 8 samples: 3 AdamW steps
+    local = LocalTrainingConfig(epochs=3, batch_size=16, lr=1e-3)  # 16 samples: 3 AdamW steps
+    lowered = local.model_copy(update={"min_samples": 1})  # the deliberately unprotected client
     single = rows_of(0, 1)
-    captures = {
+    singles = [rows_of(k, k + 1) for k in range(3)]
+    rows: list[dict[str, Any]] = []
+    try:  # the library's default: each client refuses to train on fewer than 16 samples
+        captures = {f"{SINGLES}), default": capture_round(
+            router, singles, [0, 1, 2], setting="aggregate", local=local, pool=pool
+        )}
+    except RouterError as err:
+        captures = {}
+        rows.append({"setting": f"{SINGLES}), default", "attack": "library", "value": None,
+                     "step": None, "verdict": f"refused: {err}"})
+        log(f"{SINGLES}), default LocalTrainingConfig: refused ({err})")
+    captures |= {
         "unprotected (1 client, 1 sample, gradient)": capture_round(
             router, [single], [0], setting="plaintext", update="gradient", pool=pool
         ),
-        "unprotected (1 client, 1 sample, train_router_locally)": capture_round(
-            router, [single], [0], setting="plaintext", local=local, pool=pool
+        "unprotected (1 client, 1 sample, train_router_locally, min_samples=1)": capture_round(
+            router, [single], [0], setting="plaintext", local=lowered, pool=pool
+        ),
+        f"{SINGLES}, min_samples=1)": capture_round(
+            router, singles, [0, 1, 2], setting="aggregate", local=lowered, pool=pool
         ),
         REALISTIC: capture_round(
             router,
-            [rows_of(3 + 8 * k, 11 + 8 * k) for k in range(3)],
+            [rows_of(3 + 16 * k, 19 + 16 * k) for k in range(3)],
             [0, 1, 2],
             setting="aggregate",
             local=local,
@@ -145,7 +163,6 @@ def table5_embeddings(steps: int, rng: np.random.Generator) -> list[dict[str, An
         router, [single], [0], setting="plaintext", update="gradient", pool=pool, dp=DP
     )
     cfg = CapturedAttackConfig(steps=steps)
-    rows = []
     for setting, captured in captures.items():
         for rep in attack_captured_update(captured, name=setting, config=cfg):
             rows.append(rep.summary_row())
@@ -157,7 +174,7 @@ def table5_embeddings(steps: int, rng: np.random.Generator) -> list[dict[str, An
 
 
 def table5_images(
-    steps: int, rng: np.random.Generator, out: Path | None
+    steps: int, realistic_steps: int, rng: np.random.Generator, out: Path | None
 ) -> tuple[list[dict[str, Any]], list[ReconstructionReport]]:
     """Inverting gradients per setting; the final-step reports (and, with ``out``, a grid of
     the reconstructions beside the originals and the baselines)."""
@@ -202,35 +219,19 @@ def table5_images(
         reports.append(rep)
         finals[setting] = res.final.reconstruction
 
-    def secagg(
-        updates: list[CapturedUpdate], n: int, kind: UpdateKind, lr: float, steps_: int
-    ) -> CapturedUpdate:
-        flat = [
-            torch.cat([u.tensors[k].reshape(-1) for k in names]).double().numpy() for u in updates
-        ]
-        mean = simulate_round(flat, [n] * len(flat), rng=rng).mean
-        return CapturedUpdate(unflatten(mean, updates[0].tensors), kind, steps_, lr)
-
     grads = [
         compute_update(model, bce, images[k : k + 1], one_hot(k), param_names=names)
         for k in range(3)
     ]
     attack(grads[0], one_hot(0), images[:1], "unprotected (1 client, 1 sample)", None)
-    summed = secagg(grads, 1, UpdateKind.GRADIENT, 0.0, 1)
-    attack(
-        summed, one_hot(0), images[:3], "SecAgg (3 clients x 1 sample), single-image attacker", None
-    )
+    # Refused by the library by default (min_samples 16): what a client that lowers it leaks.
+    summed = secure_mean(grads, [1, 1, 1], rng=rng)
+    lowered = f"{SINGLES}, min_samples lowered to 1)"
+    attack(summed, one_hot(0), images[:3], f"{lowered}, single-image attacker", None)
     labels3 = torch.cat([one_hot(k) for k in range(3)])
-    attack(
-        summed,
-        labels3,
-        images[:3],
-        "SecAgg (3 clients x 1 sample), batch-aware attacker (caveat)",
-        [1, 1, 1],
-    )
+    attack(summed, labels3, images[:3], f"{lowered}, batch-aware attacker", [1, 1, 1])
     # Realistic clients: 8 images each, 3 local SGD steps; the attacker reconstructs all 24,
-    # replaying the 3 steps per client. Each attack step costs ~24x the single-sample one, so
-    # it gets a fifth of the steps (its final match loss is reported).
+    # replaying the 3 steps per client (each attack step costs ~24x a single-sample one).
     labels24 = torch.cat([one_hot(k, 8) for k in range(3)])
     local = [
         compute_update(
@@ -246,12 +247,12 @@ def table5_images(
         for k in range(3)
     ]
     attack(
-        secagg(local, 8, UpdateKind.DELTA, 0.1, 3),
+        secure_mean(local, [8, 8, 8], rng=rng),
         labels24,
         images[3:27],
-        f"{REALISTIC}, batch-aware attacker",
+        f"{REALISTIC_IMAGES}, batch-aware attacker",
         [8, 8, 8],
-        (max(steps // 5, 1),),
+        tuple(sorted({c for c in (1000, 5000) if c < realistic_steps} | {realistic_steps})),
     )
     flat0 = torch.cat([grads[0].tensors[k].reshape(-1) for k in names]).double().numpy()
     noisy = clip_and_noise(flat0, DP, min_survivors=1, max_weight=1, rng=rng)
@@ -292,79 +293,70 @@ def unflatten(vec: np.ndarray, like: Any) -> dict[str, Tensor]:
 
 def table6(raw_pos: Tensor, raw_neg: Tensor, prefix: str = "") -> list[MembershipReport]:
     """The threshold attack on raw, normalized and normalized-clipped margins."""
-    n = raw_pos.shape[0] // 2
-    # mu, sigma from the client's training responses, as sdk.reward does after training.
-    train_scores = torch.cat([raw_pos[:n], raw_neg[:n]])
-    settings = {"unprotected (raw)": None, "Norm": 1e9, "Norm+Clip 1.5": 1.5, "Norm+Clip 2.0": 2.0}
-    out = []
-    for name, clip in settings.items():
-        norm = None if clip is None else ScoreNormalizer.fit(train_scores, clip=clip)
-
-        def scorer(idx: list[int], norm: ScoreNormalizer | None = norm) -> np.ndarray:
-            i = torch.as_tensor(idx)
-            p, q = raw_pos[i], raw_neg[i]
-            if norm is not None:
-                p, q = norm.normalize(p), norm.normalize(q)
-            return (p - q).double().numpy()
-
-        attack = threshold_attack(scorer, list(range(n)), list(range(n, 2 * n)))
-        rep = membership_report(attack, setting=prefix + name)
-        log(
-            f"MIA {rep.setting}: AUC {rep.auc:.3f} [{rep.auc_ci[0]:.3f}, {rep.auc_ci[1]:.3f}] "
-            f"({rep.verdict})"
-        )
-        out.append(rep)
+    out = normalization_reports(raw_pos, raw_neg, prefix=prefix)
+    for rep in out:
+        lo, hi = rep.auc_ci
+        log(f"MIA {rep.setting}: AUC {rep.auc:.3f} [{lo:.3f}, {hi:.3f}] ({rep.verdict})")
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer inversion steps (~3 min idle)")
+    ap.add_argument("--quick", action="store_true", help="fewer inversion steps")
     ap.add_argument(
         "--real-rm",
         action="store_true",
         help="also Table 6 on a real sdk.reward RewardModel (on in full mode)",
     )
+    ap.add_argument(
+        "--realistic-steps", type=int, help="attack steps on the realistic SecAgg images row"
+    )
     ap.add_argument("--out", type=Path, help="also write report.json/report.html and PNGs here")
     args = ap.parse_args()
     torch.set_num_threads(1)
     steps = 500 if args.quick else 2000
+    realistic_steps = args.realistic_steps or (100 if args.quick else 8000)
     rng = np.random.default_rng(0)
     log("Table 5a: analytic and inverting-gradients attacks on captured router updates")
     embeddings = table5_embeddings(steps // 5, rng)
     log(f"Table 5b: inverting-gradients on images through a patch encoder + Router ({steps} steps)")
-    images, inversion_reports = table5_images(steps, rng, args.out)
+    images, inversion_reports = table5_images(steps, realistic_steps, rng, args.out)
     log("Table 6: membership inference on reward scores")
     mia = table6(*overfit_mlp_scores(100, epochs=300))
     real_rm: list[MembershipReport] = []
     if args.real_rm or not args.quick:
         log("Table 6 on a real RewardModel (tiny Qwen2.5-VL, 32 pairs, 150 full-batch steps)")
         real_rm = table6(*overfit_reward_model_scores(32, steps=150), prefix="real RM: ")
-    final = [r for r in images if r["step"] is not None]
 
     def value(rows: list[dict[str, Any]], prefix: str, attack: str = "") -> float:
+        """The figure of the first row of this setting and attack at the last step."""
         return float(
             next(
                 r["value"]
                 for r in rows
                 if r["setting"].startswith(prefix)
                 and attack in r["attack"]
-                and (r["step"] in (None, steps) or REALISTIC in prefix)
+                and r["step"] in (None, steps)
             )
         )
 
     clip15 = next(r for r in mia if r.setting == "Norm+Clip 1.5")
-    realistic = next(r for r in images if r["setting"].startswith(REALISTIC))
+    realistic = [r for r in images if r["setting"].startswith(REALISTIC_IMAGES)][-1]
+    default = [r for r in embeddings if r["setting"] == f"{SINGLES}), default"]
     headline = {
         "analytic_cosine_unprotected": value(
             embeddings, "unprotected (1 client, 1 sample, gradient)", "analytic"
         ),
-        "inversion_psnr_unprotected": value(final, "unprotected"),
+        "inversion_psnr_unprotected": value(images, "unprotected"),
         "inversion_psnr_secagg": realistic["value"],
-        "inversion_psnr_secagg_single_sample_batch_aware": value(
-            final, "SecAgg (3 clients x 1 sample), batch"
+        "inversion_psnr_secagg_steps": realistic["step"],
+        "secagg_single_sample_default": "refused"
+        if default and default[0]["verdict"].startswith("refused")
+        else "accepted",
+        "inversion_psnr_secagg_single_sample_min1_batch_aware": value(
+            images, f"{SINGLES}, min_samples lowered to 1), batch"
         ),
-        "grey_baseline_psnr": float(final[0]["baselines"]["grey"]["value"]),
+        "grey_baseline_psnr": float(images[0]["baselines"]["grey"]["value"]),
         "secagg_best_baseline_psnr_ci_high": max(
             b["ci"][1] for b in realistic["baselines"].values()
         ),

@@ -276,3 +276,23 @@ def test_batch_aware_attacker_fails_on_a_many_sample_multistep_aggregate() -> No
         best_match=True,
     )
     assert rep.verdict.startswith(NO_LEAK), rep.verdict
+
+
+def test_secure_mean_is_the_weighted_mean_the_server_learns() -> None:
+    from attacks import secure_mean
+
+    ups = [
+        CapturedUpdate({"w": torch.full((2, 3), 0.1 * k), "b": torch.tensor([-0.2 * k])},
+                       UpdateKind.DELTA, 3, 0.1)
+        for k in range(3)
+    ]
+    got = secure_mean(ups, [1, 2, 3], rng=np.random.default_rng(0))
+    # sum_k n_k x_k / sum_k n_k, through the masked fixed-point protocol.
+    assert torch.allclose(got.tensors["w"], torch.full((2, 3), 0.8 / 6), atol=1e-5)
+    assert torch.allclose(got.tensors["b"], torch.tensor([-1.6 / 6]), atol=1e-5)
+    assert (got.kind, got.local_steps, got.local_lr) == (UpdateKind.DELTA, 3, 0.1)
+    with pytest.raises(AttackInputError, match="one size per update"):
+        secure_mean(ups, [1, 2], rng=np.random.default_rng(0))
+    mixed = [*ups[:2], CapturedUpdate(dict(ups[2].tensors))]
+    with pytest.raises(AttackInputError, match="share kind"):
+        secure_mean(mixed, [1, 1, 1], rng=np.random.default_rng(0))

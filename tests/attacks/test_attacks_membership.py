@@ -103,19 +103,20 @@ def test_normalizing_and_clipping_scores_keeps_the_membership_leak() -> None:
     extremes, so the normalized, clipped margins of an over-fitted model still leak."""
     import torch
 
-    from attacks import overfit_mlp_scores
-    from sdk.reward import ScoreNormalizer
+    from attacks import AttackInputError, normalization_reports, overfit_mlp_scores
 
     pos, neg = overfit_mlp_scores(100, epochs=300)  # (200,) each, first 100 members
-    norm = ScoreNormalizer.fit(torch.cat([pos[:100], neg[:100]]), clip=1.5)
-    aucs = []
-    for p, q in ((pos, neg), (norm.normalize(pos), norm.normalize(neg))):
-        margins = (p - q).double().numpy()
-
-        def scorer(idx: Sequence[int], m: np.ndarray = margins) -> np.ndarray:
-            return m[np.asarray(idx)]
-
-        attack = threshold_attack(scorer, MEMBERS, NON_MEMBERS)
-        aucs.append(membership_report(attack, setting="x", n_boot=200).auc)
-    assert aucs[0] >= 0.75
-    assert aucs[1] >= 0.75 and abs(aucs[1] - aucs[0]) < 0.02
+    raw, norm, clip15, clip20 = normalization_reports(pos, neg)
+    assert [r.setting for r in (raw, norm, clip15, clip20)] == [
+        "unprotected (raw)", "Norm", "Norm+Clip 1.5", "Norm+Clip 2.0"
+    ]
+    assert raw.auc >= 0.75 and (raw.n_members, raw.n_non_members) == (100, 100)
+    # The unclipped z-score only rescales every margin by 1 / (sigma + eps): the same ranking.
+    assert norm.auc == raw.auc
+    for clipped in (clip15, clip20):
+        assert clipped.auc >= 0.75 and abs(clipped.auc - raw.auc) < 0.02
+        assert clipped.verdict.startswith("leaks")
+    with pytest.raises(AttackInputError, match="two"):
+        normalization_reports(pos, neg[:10])
+    with pytest.raises(AttackInputError, match="two"):
+        normalization_reports(torch.zeros(3), torch.zeros(3))

@@ -103,6 +103,7 @@ def test_public_api_is_pinned() -> None:
             "CAPTURE_FORMAT",
             "DEFAULT_FPRS",
             "LPIPS_MIN_SIZE",
+            "NORMALIZATION_SETTINGS",
             "NO_LEAK",
             "PSNR_CAP_DB",
             "AttackError",
@@ -154,6 +155,7 @@ def test_public_api_is_pinned() -> None:
             "mean_ci",
             "membership_report",
             "membership_verdict",
+            "normalization_reports",
             "null_auc_band",
             "overfit_mlp_scores",
             "overfit_reward_model_scores",
@@ -168,6 +170,7 @@ def test_public_api_is_pinned() -> None:
             "render_html",
             "roc_curve",
             "score_reconstruction",
+            "secure_mean",
             "smooth_images",
             "ssim",
             "ssim_per_image",
@@ -178,3 +181,26 @@ def test_public_api_is_pinned() -> None:
         ]
     )
     assert all(hasattr(attacks, name) for name in attacks.__all__)
+
+
+def test_audit_summary_names_inconclusive_settings() -> None:
+    """Seen on a real demo run: a client whose AUC interval straddled the null band was
+    summarized as "no measurable leak in any of the 6 settings"."""
+    from attacks._audit import _summaries
+
+    rng = np.random.default_rng(3)
+    y = np.repeat([1, 0], 50)
+    leak = membership_report(AttackScores("threshold", y + rng.normal(0, 0.7, 100), y), setting="a")
+    null = membership_report(AttackScores("threshold", rng.normal(0, 1, 100), y), setting="b")
+    assert leak.verdict.startswith("leaks") and not null.verdict.startswith(("leaks", "incon"))
+    unclear = null.model_copy(update={"setting": "c", "verdict": "inconclusive: AUC outside"})
+    assert _summaries([null, unclear], []) == [
+        "Membership inference is inconclusive in 1 of 2 settings: c (threshold)."
+    ]
+    assert _summaries([leak, null, unclear], []) == [
+        "Membership inference leaks in 1 of 3 settings: a (threshold). "
+        "It is inconclusive in 1 of 3 settings: c (threshold)."
+    ]
+    assert _summaries([null], []) == [
+        "Membership inference: no measurable leak in any of the 1 settings."
+    ]
