@@ -210,7 +210,11 @@ def _stage_c(config: DemoConfig, run_dir: Path, cache_dir: Path, consortium: Any
     selection = make_selection("mor", chooser=chooser)
     source = EmptyIsWorst(BrokerRewardSource(broker, client_ids, make_item=QueryItem),
                           worst=-ClientSettings().clip)
-    reward_fn = SelectionRewardFunction(selection, source)
+    # An unparseable answer to a multiple-choice prompt gets the lowest score and reaches no
+    # client: the style clients' prompts otherwise pulled MC answers out of format
+    # (docs/alignment.md, "Format rule").
+    reward_fn = SelectionRewardFunction(selection, source,
+                                        invalid_choice_reward=-ClientSettings().clip)
     grpo = GRPOSettings(steps=config.grpo_steps, prompts_per_step=config.grpo_prompts,
                         learning_rate=config.grpo_lr, num_generations=4,
                         max_completion_length=8, seed=config.seed)

@@ -24,6 +24,7 @@ from sdk.alignment._evaluation import (
     best_of_n_accuracy,
     evaluate_policy,
     generate_responses,
+    option_probabilities,
     style_scores,
 )
 from sdk.alignment._fedavg import fedavg_state_dicts, train_fedavg_reward_model
@@ -110,6 +111,7 @@ __all__ = [
     "make_selection",
     "message_text",
     "normalize_answer",
+    "option_probabilities",
     "parameter_count",
     "parse_choice",
     "query_dataset",

@@ -4,6 +4,11 @@ in-distribution vs held-out averages, and a judge's win rate on open generation.
 Best-of-n rule: a query counts as correct if *any* of ``samples`` responses, drawn with the same
 decoding as GRPO (temperature ``temperature``, ``max_new_tokens``), parses strictly to the right
 option (:func:`~sdk.alignment.parse_choice`). Greedy: the single argmax decode must parse to it.
+
+Expected accuracy (no sampling noise): the policy's teacher-forced probability of answering with
+exactly the right option string followed by EOS (:func:`option_probabilities`), at the sampling
+temperature. A sampled best-of-3 over 50 queries has an SD of ~0.07 per category, more than
+the effects GRPO produces in a short run; the expectation moves only when the policy does.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,6 +34,7 @@ __all__ = [
     "best_of_n_accuracy",
     "evaluate_policy",
     "generate_responses",
+    "option_probabilities",
     "style_scores",
 ]
 
@@ -55,6 +61,13 @@ class CategoryScore:
     greedy: float
     n: int
     sampled: float = float("nan")
+    expected: float = float("nan")
+    """Mean probability that one sample is exactly the right option (:func:`option_probabilities`)."""
+    expected_best_of_n: float = float("nan")
+    """Mean of ``1 - (1 - p)^n`` over queries: best-of-n accuracy without sampling noise."""
+
+
+Metric = Literal["best_of_n", "greedy", "sampled", "expected", "expected_best_of_n"]
 
 
 @dataclass
@@ -63,15 +76,10 @@ class PolicyEvaluation:
 
     categories: dict[str, CategoryScore] = field(default_factory=dict)
 
-    def average(self, names: Sequence[str], *, greedy: bool = False,
-                sampled: bool = False) -> float:
-        """Unweighted mean of best-of-n (or ``greedy``, or ``sampled``) accuracy over the named
-        categories present (NaN when none is)."""
-        scores = [
-            (c.greedy if greedy else c.sampled if sampled else c.best_of_n)
-            for name, c in self.categories.items()
-            if name in names
-        ]
+    def average(self, names: Sequence[str], metric: Metric = "best_of_n") -> float:
+        """Unweighted mean of one :class:`CategoryScore` field over the named categories present
+        (NaN when none is)."""
+        scores = [float(getattr(c, metric)) for name, c in self.categories.items() if name in names]
         return sum(scores) / len(scores) if scores else float("nan")
 
 
@@ -123,12 +131,47 @@ def generate_responses(
     return out
 
 
+def option_probabilities(bundle: VLMBundle, queries: Sequence[Query], *,
+                         temperature: float = 1.0, batch_size: int = 32) -> torch.Tensor:
+    """(n queries, n options): probability that the policy answers query i with exactly option j
+    and then stops (EOS), at ``temperature``, by teacher forcing through the chat template.
+
+    A lower bound of the chance that a sample parses to option j (other spellings, e.g. a
+    different case, also parse) and, in practice, the whole of it for a warmed-up policy.
+    """
+    if not queries or any(len(q.options) != len(queries[0].options) for q in queries):
+        raise ValueError("option_probabilities needs queries with the same number of options")
+    model: Any = bundle.model
+    model.eval()
+    eos = bundle.processor.tokenizer.eos_token_id
+    rows = [(q, option) for q in queries for option in q.options]
+    out: list[torch.Tensor] = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        images, prompts = [q.image for q, _ in chunk], [q.prompt for q, _ in chunk]
+        full = encode_batch(bundle.processor, images, prompts, [o for _, o in chunk],
+                            max_length=bundle.max_length)  # right-padded
+        prompt_len = encode_batch(bundle.processor, images, prompts,
+                                  max_length=bundle.max_length)["attention_mask"].sum(1)  # (B,)
+        with torch.no_grad():
+            logits = model(**full).logits[:, :-1].float() / temperature  # (B, T-1, V)
+        targets = full["input_ids"][:, 1:]  # (B, T-1): token t+1 is predicted at t
+        logp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        answer = torch.arange(1, full["input_ids"].shape[1]).unsqueeze(0) >= prompt_len[:, None]
+        answer &= full["attention_mask"][:, 1:].bool()
+        # Generation stops at the first EOS; the template's tokens after it are not sampled.
+        is_eos = (targets == eos) & answer
+        after_eos = (is_eos.long().cumsum(1) - is_eos.long()) > 0
+        out.append((logp * (answer & ~after_eos)).sum(1).exp())  # (B,)
+    return torch.cat(out).view(len(queries), -1)
+
+
 def evaluate_policy(
     policy: str | Path | VLMBundle,
     queries_by_category: Mapping[str, Sequence[Query]],
     settings: EvalSettings | None = None,
 ) -> PolicyEvaluation:
-    """Best-of-n and greedy accuracy per multiple-choice category."""
+    """Best-of-n, greedy, single-sample and expected accuracy per multiple-choice category."""
     s = settings or EvalSettings()
     bundle = policy if isinstance(policy, VLMBundle) else load_vlm(policy)
     torch.manual_seed(s.seed)
@@ -141,13 +184,24 @@ def evaluate_policy(
             for _ in range(s.samples)
         ]
         greedy = generate_responses(bundle, images, prompts, sample=False, settings=s)
+        probs = option_probabilities(bundle, queries, temperature=s.temperature,
+                                     batch_size=s.batch_size)
+        right = probs[torch.arange(len(queries)), [_answer_index(q) for q in queries]]  # (n,)
         result.categories[name] = CategoryScore(
             best_of_n=best_of_n_accuracy(queries, sampled),
             greedy=best_of_n_accuracy(queries, [greedy]),
             n=len(queries),
             sampled=sum(best_of_n_accuracy(queries, [r]) for r in sampled) / len(sampled),
+            expected=float(right.mean()),
+            expected_best_of_n=float((1 - (1 - right) ** s.samples).mean()),
         )
     return result
+
+
+def _answer_index(query: Query) -> int:
+    if query.answer is None or query.answer not in query.options:
+        raise ValueError(f"query {query.id!r} has no answer among its options")
+    return list(query.options).index(query.answer)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import Any
 from PIL import Image
 
 from sdk.alignment._errors import RewardShapeError
+from sdk.alignment._parsing import parse_choice
 from sdk.alignment._reward_source import RewardSource
 from sdk.alignment._selection import CompletionBatch, RewardSelection
 
@@ -47,11 +48,21 @@ class SelectionRewardFunction:
 
     Wraps a :class:`RewardSelection` (MoR or a baseline) and a :class:`RewardSource`. trl calls
     it once per generation batch on each rank; ``history`` keeps the mean reward per call.
+
+    ``invalid_choice_reward``: when set, a completion of a multiple-choice prompt (a non-empty
+    ``options`` column, see :func:`~sdk.alignment.query_dataset`) that does not parse strictly
+    to one option gets this reward and is sent to no client. Without it, open-generation prompts
+    in the same GRPO run (style clients) taught the policy answers like ``"D......... blue"``
+    that their reward models liked, and the multiple-choice answers followed them out of format
+    (docs/alignment.md). Use the clients' lowest score (``-c`` for normalized clients).
     """
 
-    def __init__(self, selection: RewardSelection, source: RewardSource) -> None:
+    def __init__(self, selection: RewardSelection, source: RewardSource, *,
+                 invalid_choice_reward: float | None = None) -> None:
         self.selection = selection
         self.source = source
+        self.invalid_choice_reward = invalid_choice_reward
+        self.invalid_choices = 0  # completions the format rule scored
         self.history: list[float] = []
         self.__name__ = f"reward_{selection.name}"  # trl logs reward columns under this name
 
@@ -66,16 +77,34 @@ class SelectionRewardFunction:
         n = len(completions)
         if len(prompts) != n:
             raise RewardShapeError(f"{len(prompts)} prompts for {n} completions")
-        batch = CompletionBatch(
-            images=_images(columns, n),
-            prompts=[message_text(p) for p in prompts],
-            responses=[message_text(c) for c in completions],
-        )
-        rewards = await self.selection.rewards(batch, self.source)
-        if len(rewards) != n:
-            raise RewardShapeError(
-                f"selection {self.selection.name!r} returned {len(rewards)} rewards for {n} completions"
-            )
+        images = _images(columns, n)
+        texts = [message_text(p) for p in prompts]
+        responses = [message_text(c) for c in completions]
+        invalid = self._invalid_choices(responses, columns.get("options"), n)
+        keep = [i for i in range(n) if i not in invalid]
+        rewards = [self.invalid_choice_reward or 0.0] * n
+        if keep:
+            batch = CompletionBatch(images=[images[i] for i in keep],
+                                    prompts=[texts[i] for i in keep],
+                                    responses=[responses[i] for i in keep])
+            scored = await self.selection.rewards(batch, self.source)
+            if len(scored) != len(keep):
+                raise RewardShapeError(f"selection {self.selection.name!r} returned "
+                                       f"{len(scored)} rewards for {len(keep)} completions")
+            for i, r in zip(keep, scored, strict=True):
+                rewards[i] = r
         if rewards:
             self.history.append(sum(rewards) / len(rewards))
         return rewards
+
+    def _invalid_choices(self, responses: Sequence[str], options: Sequence[Any] | None,
+                         n: int) -> set[int]:
+        """Indices of multiple-choice completions that name no option (when the rule is on)."""
+        if self.invalid_choice_reward is None or options is None:
+            return set()
+        if len(options) != n:
+            raise RewardShapeError(f"{len(options)} option lists for {n} completions")
+        bad = {i for i, (r, o) in enumerate(zip(responses, options, strict=True))
+               if o and parse_choice(r, o) is None}
+        self.invalid_choices += len(bad)
+        return bad

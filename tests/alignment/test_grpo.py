@@ -76,7 +76,7 @@ def test_cache_key_depends_on_the_data(base_policy: Path, data_dir: Path) -> Non
 def test_query_dataset_is_conversational_with_an_image_column(data_dir: Path) -> None:
     queries = load_queries(data_dir / "policy" / "train")[:3]
     ds = query_dataset(queries)
-    assert len(ds) == 3 and set(ds.column_names) == {"prompt", "image", "category"}
+    assert len(ds) == 3 and set(ds.column_names) == {"prompt", "image", "category", "options"}
     content = ds[0]["prompt"][0]["content"]
     assert [p["type"] for p in content] == ["image", "text"]
     assert content[1]["text"] == queries[0].prompt

@@ -4,6 +4,7 @@ import inspect
 import torch
 
 from sdk.alignment import (
+    BestSingle,
     InProcessRewardSource,
     MoRSelection,
     SelectionRewardFunction,
@@ -63,3 +64,19 @@ def test_message_text_reads_both_formats() -> None:
     assert message_text([{"role": "assistant", "content": "hi"}]) == "hi"
     assert message_text([{"role": "user", "content": [{"type": "image"},
                                                       {"type": "text", "text": "q"}]}]) == "q"
+
+
+def test_invalid_choices_get_the_format_reward_and_reach_no_client() -> None:
+    options = ["A. red", "B. green"]
+    kwargs = trl_kwargs(4)
+    kwargs["completions"] = [[{"role": "assistant", "content": c}]
+                             for c in ("A. red", "D......... blue", "b. green.", "a nice picture")]
+    kwargs["options"] = [options, options, options, []]  # the last prompt is open generation
+    source = InProcessRewardSource([client(0.0)])
+    fn = SelectionRewardFunction(BestSingle(0), source, invalid_choice_reward=-3.0)
+    rewards = asyncio.run(fn(**kwargs))
+    assert rewards == [0.06, -3.0, 0.09, 0.14]  # client 0 scores len/100; the format rule -3
+    assert source.triples == [3] and fn.invalid_choices == 1
+    # Off by default: every completion goes to the selection.
+    plain = SelectionRewardFunction(BestSingle(0), InProcessRewardSource([client(0.0)]))
+    assert asyncio.run(plain(**kwargs))[1] == 0.15
