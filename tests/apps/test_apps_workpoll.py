@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -84,3 +85,29 @@ def test_work_refuses_bad_wait_and_strangers(server: tuple[TestClient, list[Memb
         assert resp.status_code == 422 and "wait_s" in resp.json()["detail"], resp.text
     resp = tc.get("/v1/work")
     assert resp.status_code == 401 and resp.json()["detail"]
+
+
+def test_runner_falls_back_to_polling_against_a_server_without_work(
+        server: tuple[TestClient, list[Member]], tmp_path: Path) -> None:
+    from client_app import ClientRunner, ClientSettings, ClientStore
+
+    tc, (a, b) = server
+    app = tc.app
+    app.router.routes[:] = [  # type: ignore[attr-defined]  # an older server: no /v1/work
+        r for r in app.router.routes if getattr(r, "path", None) != "/v1/work"]  # type: ignore[attr-defined]
+    assert a.call("GET", "/v1/work").status_code == 404
+    store = ClientStore(tmp_path / "a.db")
+    store.put("client_id", a.client_id)
+    runner = ClientRunner(ClientSettings(name="m0", db_path=tmp_path / "a.db"), store=store,
+                          key=a.key)
+    runner.http = tc  # the real app, in process
+    rid = tc.post("/v1/rounds", json={"kind": "rm_fedavg", "vector_length": 2, "min_clients": 2},
+                  headers=ADMIN).json()["round_id"]
+
+    assert runner.poll_once() is False  # polled the round list instead, and ran the round
+    assert runner._long_poll_works is False
+    assert store.round_status(rid) == "done"
+    assert b.call("GET", f"/v1/rounds/{rid}").json()["status"] == "open"  # waits for b only
+    msg = {"payload": {"weight": 1, "vector": encode_vector(np.ones(2, np.float32))}}
+    assert b.call("POST", f"/v1/rounds/{rid}/stages/update", msg).status_code == 200
+    assert b.call("GET", f"/v1/rounds/{rid}").json()["status"] == "finished"
