@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     train.add_argument("--clients", nargs="+", required=True, help="client ids, in head order")
     train.add_argument("--out", type=Path, required=True, help="router checkpoint directory")
     train.add_argument("--aggregation", choices=("secure", "plain"), default="secure")
-    train.add_argument("--rounds", type=int, default=30)
+    train.add_argument("--rounds", type=int, help="default: default_federated_config's")
     train.add_argument("--layers", type=int, default=2, help="Transformer layers of the router")
     train.add_argument("--pairs-per-client", type=int, default=300)
     _encoder_option(train)
@@ -79,7 +79,8 @@ def _train(args: argparse.Namespace) -> int:
                                   pairs_per_client=args.pairs_per_client)
     router, stats = train_federated_router(
         clients, encoder, aggregation=args.aggregation, num_layers=args.layers, seed=args.seed,
-        config=default_federated_config(args.rounds, args.seed),
+        config=default_federated_config(seed=args.seed) if args.rounds is None
+        else default_federated_config(args.rounds, args.seed),
         log=lambda line: print(line, flush=True),
     )
     router.save(args.out)
