@@ -55,7 +55,7 @@ def capture_round(
     client_indices: Sequence[int],
     *,
     setting: Literal["plaintext", "aggregate"],
-    local: LocalTrainingConfig | None = None,
+    local: LocalTrainingConfig | Sequence[LocalTrainingConfig] | None = None,
     update: Literal["gradient", "parameters"] = "parameters",
     pool: EncodedBatch | None = None,
     description: str = "",
@@ -63,10 +63,10 @@ def capture_round(
     seed: int = 0,
 ) -> CapturedRouterUpdate:
     """One round as the server sees it. ``client_batches`` are sdk.router ``EncodedBatch``es
-    (one per client, rows = encoded responses); ``local`` a ``LocalTrainingConfig`` for
-    ``update="parameters"``. ``plaintext`` needs exactly one client. With ``dp`` each client
-    clips its delta and adds its share of the noise (sdk.secagg ``clip_and_noise``, calibrated
-    to all clients surviving) before sending."""
+    (one per client, rows = encoded responses); ``local`` a ``LocalTrainingConfig`` (or one
+    per client) for ``update="parameters"``. ``plaintext`` needs exactly one client. With
+    ``dp`` each client clips its delta and adds its share of the noise (sdk.secagg
+    ``clip_and_noise``, calibrated to all clients surviving) before sending."""
     from sdk.router import LocalTrainingConfig, train_router_locally
     from sdk.secagg import clip_and_noise, simulate_round
 
@@ -74,12 +74,16 @@ def capture_round(
         raise AttackInputError("give one batch per client index, at least one")
     if setting == "plaintext" and len(client_batches) != 1:
         raise AttackInputError("a plaintext capture is one client's update")
-    cfg = local if local is not None else LocalTrainingConfig()
+    configs = list(local) if isinstance(local, Sequence) else [local or LocalTrainingConfig()]
+    if len(configs) == 1:
+        configs *= len(client_batches)
+    if len(configs) != len(client_batches):
+        raise AttackInputError(f"{len(configs)} local configs for {len(client_batches)} clients")
     before = router.get_flat_params()
     tokens = max(int(b.hidden.shape[1]) for b in client_batches)
     padded = _pad(client_batches, tokens)
     phis: list[np.ndarray] = []
-    for (hidden, mask), k in zip(padded, client_indices, strict=True):
+    for (hidden, mask), k, cfg in zip(padded, client_indices, configs, strict=True):
         if update == "parameters":
             phis.append(train_router_locally(router, (hidden, mask), k, cfg).params)
         else:
@@ -171,7 +175,8 @@ def capture_run_dir(
     rng = np.random.default_rng(round_id)
     picked = [evals[int(i)] for i in rng.choice(len(evals), min(pool_pairs, len(evals)), False)]
     pool = concat_batches([encode_pairs(encoder, picked)])
-    local = spec.local.model_copy(update={"seed": spec.local.seed + round_id})
+    # Round ``round_id`` of a fresh demo server is the federation's round ``round_id - 1``.
+    local = [spec.local_config(round_id - 1, s.index) for s in sites]
     out = Path(out_dir)
     first = spec.client_ids[sites[0].index]
     plain = capture_round(
@@ -179,7 +184,7 @@ def capture_run_dir(
         batches[:1],
         [sites[0].index],
         setting="plaintext",
-        local=local,
+        local=local[:1],
         pool=pool,
         seed=round_id,
         description=f"round {round_id}: client {first}'s phi_k, "

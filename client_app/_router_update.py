@@ -18,19 +18,30 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sdk.router import (
     EncodedBatch,
+    FederatedConfig,
     HashingEncoder,
     HashingEncoderConfig,
     LocalTrainingConfig,
     Router,
     RouterConfig,
+    default_federated_config,
     encode_pairs,
     train_router_locally,
 )
 from server_app._schemas import RoundInfo
 
-__all__ = ["SPEC_ENV", "RouterUpdateError", "RouterUpdateSpec", "SiteData", "router_update"]
+__all__ = [
+    "ROUND_PARAM",
+    "SPEC_ENV",
+    "RouterUpdateError",
+    "RouterUpdateSpec",
+    "SiteData",
+    "router_update",
+]
 
 SPEC_ENV = "FEDMOR_ROUTER_SPEC"
+ROUND_PARAM = "router_round"
+"""The round parameter that carries the federation's round index (the lr schedule's clock)."""
 
 
 class RouterUpdateError(ValueError):
@@ -57,7 +68,11 @@ class RouterUpdateSpec(BaseModel):
     encoder: HashingEncoderConfig = HashingEncoderConfig()
     router: RouterConfig = RouterConfig()
     client_ids: list[str] = Field(min_length=1, description="router outputs, in order")
-    local: LocalTrainingConfig = LocalTrainingConfig()
+    federated: FederatedConfig = Field(
+        default_factory=default_federated_config,
+        description="the local recipe and its lr schedule over the rounds (the round index "
+        "comes with each round, as params.router_round)",
+    )
     max_pairs: int | None = Field(default=None, ge=1, description="local pairs used per round")
     sites: dict[str, SiteData] = Field(default_factory=dict, description="roster name -> data")
 
@@ -65,6 +80,10 @@ class RouterUpdateSpec(BaseModel):
         """The deterministic initial router (same on every client: seeded by ``router.seed``)."""
         encoder_id = HashingEncoder(self.encoder).encoder_id
         return Router(self.router, self.client_ids, encoder_id)
+
+    def local_config(self, router_round: int, site_index: int) -> LocalTrainingConfig:
+        """What site ``site_index`` trains with in the federation's round ``router_round``."""
+        return self.federated.local_config(router_round, site_index)
 
 
 # Encoding is the costly part and the pairs do not change between rounds: once per process.
@@ -89,6 +108,15 @@ def _load(name: str) -> tuple[RouterUpdateSpec, EncodedBatch, int]:
     return _CACHE[key]
 
 
+def _router_round(info: RoundInfo) -> int:
+    """The round's place in the federation's schedule (0 when the coordinator gave none)."""
+    value = info.params.get(ROUND_PARAM, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise RouterUpdateError(f"round {info.round_id}: params.{ROUND_PARAM} must be an integer "
+                                f">= 0, got {value!r}")
+    return value
+
+
 def router_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
     """(phi_k (P,) float32 after local training from ``base``, n_k = local pairs used).
 
@@ -101,6 +129,7 @@ def router_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[
                                 f"the spec's router has {router.num_params()}")
     if base is not None:
         router.set_flat_params(base)
-    local = spec.local.model_copy(update={"seed": spec.local.seed + info.round_id})
-    update = train_router_locally(router, encoded, spec.sites[name].index, local)
+    index = spec.sites[name].index
+    update = train_router_locally(router, encoded, index,
+                                  spec.local_config(_router_round(info), index))
     return update.params.astype(np.float32), n_pairs

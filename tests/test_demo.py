@@ -11,14 +11,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from client_app._router_update import SPEC_ENV, router_update
+from client_app._router_update import ROUND_PARAM, SPEC_ENV, router_update
 from sdk._demo import DemoConfig, run_demo
+from sdk.data import HELDOUT_CATEGORIES
 from sdk.router import Router
 from sdk.secagg import QuantizationConfig
 from server_app._schemas import RoundInfo
 
 CONFIG = DemoConfig(clients=("detail", "safety"), train_pairs=64, eval_pairs=24, heldout_pairs=8,
                     rm_steps=40, rm_batch_size=8, router_max_pairs=64, router_rounds=3,
+                    router_epochs=5,
                     grpo_steps=3, grpo_prompts=4, warmup_steps=20, eval_queries=4)
 
 
@@ -59,8 +61,9 @@ def test_demo_stage_b_router_is_the_secure_mean_of_the_clients_local_training(
     step = 2.0 ** -QuantizationConfig.fitted(num_clients=2, clip_range=8.0,
                                              max_weight=1000).scale_bits
     base = None
-    for r in stage_b["rounds"]:
-        info = RoundInfo.model_construct(round_id=r["round_id"], vector_length=len(versions[1]))
+    for index, r in enumerate(stage_b["rounds"]):
+        info = RoundInfo.model_construct(round_id=r["round_id"], vector_length=len(versions[1]),
+                                         params={ROUND_PARAM: index})
         ups = [router_update(site, info, base) for site in ("site-0", "site-1")]
         expected = sum(n * u.astype(np.float64) for u, n in ups) / sum(n for _, n in ups)
         published = versions[r["router_version"]]
@@ -96,7 +99,7 @@ def test_demo_stage_c_every_reward_came_from_a_client_process(
     assert set(stage_c["results"]) == {"base", "MoR (REST)"}
     for row in stage_c["results"].values():
         assert 0.0 <= row["heldout_avg"] <= 1.0
-        assert set(row["per_category"]) == {"color", "count", "table", "text"}
+        assert set(row["per_category"]) == set(HELDOUT_CATEGORIES)
     base = _tensors(run_dir / "cache")
     aligned = _tensors(run_dir / "alignment" / "policy")
     assert base.keys() == aligned.keys()

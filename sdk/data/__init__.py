@@ -12,6 +12,8 @@ from sdk.data._catalog import (
     PREFERENCE_CLIENTS,
     STYLE_CATEGORIES,
     TASK_CLIENTS,
+    UNRELATED_CATEGORIES,
+    VARIANT_CATEGORIES,
     get_category,
 )
 from sdk.data._category import Category, CategoryKind, Item
@@ -30,6 +32,8 @@ __all__ = [
     "PREFERENCE_CLIENTS",
     "STYLE_CATEGORIES",
     "TASK_CLIENTS",
+    "UNRELATED_CATEGORIES",
+    "VARIANT_CATEGORIES",
     "Category",
     "CategoryKind",
     "Item",

@@ -15,6 +15,7 @@ from sdk.data._mc import (
     TextCategory,
 )
 from sdk.data._scenes import DetailCategory, SafetyCategory
+from sdk.data._variants import ChartCategory, RelationCategory, SignCategory
 
 __all__ = [
     "ALL_CATEGORIES",
@@ -25,6 +26,8 @@ __all__ = [
     "PREFERENCE_CLIENTS",
     "STYLE_CATEGORIES",
     "TASK_CLIENTS",
+    "UNRELATED_CATEGORIES",
+    "VARIANT_CATEGORIES",
     "get_category",
 ]
 
@@ -35,7 +38,13 @@ PREFERENCE_CLIENTS: tuple[str, ...] = ("detail", "safety")
 """Preference heterogeneity: two clients that judge the same kind of image differently."""
 
 DEFAULT_CLIENTS: tuple[str, ...] = TASK_CLIENTS + PREFERENCE_CLIENTS
-HELDOUT_CATEGORIES: tuple[str, ...] = ("color", "count", "table", "text")
+VARIANT_CATEGORIES: tuple[str, ...] = ("chart", "sign", "relation")
+"""Held out, near transfer: ``diagram``, ``poster`` and ``position`` asked in other words and looks."""
+
+UNRELATED_CATEGORIES: tuple[str, ...] = ("color", "count", "table", "text")
+"""Held out, far transfer: tasks no client has anything like."""
+
+HELDOUT_CATEGORIES: tuple[str, ...] = VARIANT_CATEGORIES + UNRELATED_CATEGORIES
 """Never given to a client: cross-category generalization."""
 
 STYLE_CATEGORIES: tuple[str, ...] = PREFERENCE_CLIENTS
@@ -50,6 +59,9 @@ _REGISTRY: dict[str, Category] = {
         PositionCategory(),
         DetailCategory(),
         SafetyCategory(),
+        ChartCategory(),
+        SignCategory(),
+        RelationCategory(),
         ColorCategory(),
         CountCategory(),
         TableCategory(),

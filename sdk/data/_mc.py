@@ -15,6 +15,7 @@ from sdk.data._draw import COLORS, blank, draw_shape, draw_text_centered
 
 __all__ = [
     "BAR_COLORS",
+    "SHAPES",
     "ColorCategory",
     "CountCategory",
     "DiagramCategory",
@@ -23,10 +24,15 @@ __all__ = [
     "TableCategory",
     "TextCategory",
     "bar_layout",
+    "draw_bar_chart",
+    "draw_red_blue",
+    "shade",
 ]
 
 BAR_COLORS: tuple[str, ...] = ("red", "green", "blue", "yellow")
-_SHAPES: tuple[str, ...] = ("circle", "square", "triangle")
+SHAPES: tuple[str, ...] = ("circle", "square", "triangle")
+# (dx, dy) of the red shape's centre from the image centre (position tasks), in side fractions.
+RED_OFFSETS = ((-0.33, 0.0), (0.33, 0.0), (0.0, -0.33), (0.0, 0.33))
 
 
 def bar_layout(size: int) -> tuple[list[tuple[int, int]], int, int]:
@@ -39,7 +45,7 @@ def bar_layout(size: int) -> tuple[list[tuple[int, int]], int, int]:
     return columns, baseline, round(size * 0.8)
 
 
-def _light(image: Image.Image) -> Image.Image:
+def shade(image: Image.Image) -> Image.Image:
     """Shade the scene: green fades downwards and blue leftwards, to half at the far edge.
 
     A tiny vision tower has no absolute position embedding, so on a flat picture a red patch
@@ -54,6 +60,49 @@ def _light(image: Image.Image) -> Image.Image:
     return ImageChops.multiply(image, Image.merge("RGB", (full, ramp, across)))
 
 
+def draw_bar_chart(
+    rng: random.Random, image: Image.Image, *, grid: bool
+) -> tuple[Image.Image, int]:
+    """Four fixed-colour bars at fixed places on ``image``, one clearly tallest; its index."""
+    size = image.width
+    columns, baseline, plot = bar_layout(size)
+    tallest = rng.randrange(4)
+    top = rng.uniform(0.65, 1.0)
+    # Every other bar is at least 25% of the plot shorter: a clear winner.
+    heights = [rng.uniform(0.15, top - 0.25) for _ in range(4)]
+    heights[tallest] = top
+    draw = ImageDraw.Draw(image)
+    if grid:
+        for step in range(1, 5):
+            y = baseline - round(plot * step / 4)
+            draw.line((0, y, size - 1, y), fill=(190, 190, 190))
+    for (left, right), height, color in zip(columns, heights, BAR_COLORS, strict=True):
+        draw.rectangle((left, baseline - round(height * plot), right, baseline), fill=COLORS[color])
+    draw.line((0, baseline + 1, size - 1, baseline + 1), fill=COLORS["black"])
+    return image, tallest
+
+
+def draw_red_blue(
+    rng: random.Random, size: int, *, half: float, floor: int
+) -> tuple[Image.Image, int]:
+    """A blue shape at the centre, a red one left/right/above/below it, shaded; the relation."""
+    relation = rng.randrange(4)
+    side = size * half
+    blue = (size / 2 + rng.uniform(-0.03, 0.03) * size, size / 2 + rng.uniform(-0.03, 0.03) * size)
+    dx, dy = RED_OFFSETS[relation]
+    red = (
+        size * (0.5 + dx + rng.uniform(-0.04, 0.04)),
+        size * (0.5 + dy + rng.uniform(-0.04, 0.04)),
+    )
+    image = blank(size, (floor, floor, floor))
+    draw = ImageDraw.Draw(image)
+    for (x, y), color in zip((red, blue), ("red", "blue"), strict=True):
+        draw_shape(
+            draw, rng.choice(SHAPES), (x - side, y - side, x + side, y + side), COLORS[color]
+        )
+    return shade(image), relation
+
+
 class DiagramCategory(MultipleChoiceCategory):
     """Bar chart of four fixed-colour bars at fixed places: which bar is tallest?"""
 
@@ -61,19 +110,7 @@ class DiagramCategory(MultipleChoiceCategory):
     choices = BAR_COLORS
 
     def render(self, rng: random.Random, size: int) -> tuple[Image.Image, str, int]:
-        columns, baseline, plot = bar_layout(size)
-        tallest = rng.randrange(4)
-        top = rng.uniform(0.65, 1.0)
-        # Every other bar is at least 25% of the plot shorter: a clear winner.
-        heights = [rng.uniform(0.15, top - 0.25) for _ in range(4)]
-        heights[tallest] = top
-        image = blank(size)
-        draw = ImageDraw.Draw(image)
-        for (left, right), height, color in zip(columns, heights, BAR_COLORS, strict=True):
-            draw.rectangle(
-                (left, baseline - round(height * plot), right, baseline), fill=COLORS[color]
-            )
-        draw.line((0, baseline + 1, size - 1, baseline + 1), fill=COLORS["black"])
+        image, tallest = draw_bar_chart(rng, blank(size), grid=False)
         return image, "Which bar is tallest?", tallest
 
 
@@ -89,24 +126,10 @@ class PositionCategory(MultipleChoiceCategory):
 
     name = "position"
     choices = ("left", "right", "above", "below")
-    # (dx, dy) of the red shape's centre from the image centre, in fractions of the side.
-    _OFFSETS = ((-0.33, 0.0), (0.33, 0.0), (0.0, -0.33), (0.0, 0.33))
 
     def render(self, rng: random.Random, size: int) -> tuple[Image.Image, str, int]:
-        relation = rng.randrange(4)
-        half = size * 0.13
-        blue = (size / 2 + rng.uniform(-0.03, 0.03) * size, size / 2 + rng.uniform(-0.03, 0.03) * size)
-        dx, dy = self._OFFSETS[relation]
-        red = (
-            size * (0.5 + dx + rng.uniform(-0.04, 0.04)),
-            size * (0.5 + dy + rng.uniform(-0.04, 0.04)),
-        )
-        image = blank(size, (150, 150, 150))
-        draw = ImageDraw.Draw(image)
-        for (x, y), color in zip((red, blue), ("red", "blue"), strict=True):
-            box = (x - half, y - half, x + half, y + half)
-            draw_shape(draw, rng.choice(_SHAPES), box, COLORS[color])
-        return _light(image), "Where is the red shape relative to the blue shape?", relation
+        image, relation = draw_red_blue(rng, size, half=0.13, floor=150)
+        return image, "Where is the red shape relative to the blue shape?", relation
 
 
 class PosterCategory(MultipleChoiceCategory):
@@ -143,7 +166,7 @@ class ColorCategory(MultipleChoiceCategory):
         image = blank(size)
         draw_shape(
             ImageDraw.Draw(image),
-            rng.choice(_SHAPES),
+            rng.choice(SHAPES),
             (x, y, x + side, y + side),
             COLORS[self.choices[color]],
         )

@@ -39,6 +39,7 @@ from sdk.reward import (
 )
 from sdk.router import (
     EncodedBatch,
+    FederatedConfig,
     HashingEncoder,
     HashingEncoderConfig,
     LocalTrainingConfig,
@@ -298,7 +299,7 @@ def test_capture_run_dir_replays_round_one_as_the_server_publishes_it(
         encoder=HashingEncoderConfig(),
         router=_router().config,
         client_ids=["a", "b", "c"],
-        local=LocalTrainingConfig(epochs=1),
+        federated=FederatedConfig(local=LocalTrainingConfig(epochs=1)),
         max_pairs=8,
         sites={f"site-{k}": SiteData(index=k, pairs_dir=pairs_dir) for k in (0, 1)},
     )
@@ -307,11 +308,14 @@ def test_capture_run_dir_replays_round_one_as_the_server_publishes_it(
     plain_path, agg_path = capture_run_dir(tmp_path, tmp_path / "captured")
     plain, agg = CapturedRouterUpdate.load(plain_path), CapturedRouterUpdate.load(agg_path)
     assert plain.meta.samples_per_client == [16] and agg.meta.samples_per_client == [16, 16]
-    # What the demo's clients compute in round 1 (client_app._router_update: seed + round id),
-    # averaged in the clear: the secure aggregate must equal it up to fixed-point rounding.
+    # What the demo's clients compute in their first round (client_app._router_update: the
+    # spec's schedule at round 0, seeded per site), averaged in the clear: the secure aggregate
+    # must equal it up to fixed-point rounding.
     encoded = encode_pairs(HashingEncoder(spec.encoder), load_pairs(pairs_dir)[:8])
-    local = spec.local.model_copy(update={"seed": spec.local.seed + 1})
-    updates = [train_router_locally(spec.build_router(), encoded, k, local) for k in (0, 1)]
+    updates = [
+        train_router_locally(spec.build_router(), encoded, k, spec.local_config(0, k))
+        for k in (0, 1)
+    ]
     expected = fedavg_plain(updates)
     got = torch.cat([agg.after[n].reshape(-1) for n, _ in spec.build_router().named_parameters()])
     assert np.allclose(got.numpy(), expected, atol=1e-5)

@@ -20,7 +20,7 @@ from sdk.data import (
     load_queries,
 )
 from sdk.data._draw import COLORS
-from sdk.data._mc import bar_layout
+from sdk.data._mc import BAR_COLORS, bar_layout
 
 
 def _items(name: str, count: int = 60, seed: int = 0) -> list[Item]:
@@ -88,15 +88,25 @@ def test_held_out_categories_reach_no_client(bench: SynthManifest) -> None:
     )
 
 
-def test_tallest_bar_matches_pixels() -> None:
+@pytest.mark.parametrize("name", ["diagram", "chart"])
+def test_tallest_bar_matches_pixels(name: str) -> None:
     columns, baseline, _ = bar_layout(84)
-    for item in _items("diagram"):
-        pixels = np.asarray(item.image)
+    for item in _items(name):
         heights = [
-            int((pixels[:baseline, (a + b) // 2] != 255).any(axis=1).sum()) for a, b in columns
+            int(_mask(item, color)[:baseline, (a + b) // 2].sum())
+            for (a, b), color in zip(columns, BAR_COLORS, strict=True)
         ]
         assert int(np.argmax(heights)) == _answer_index(item)
         assert sorted(heights)[-1] - sorted(heights)[-2] >= 0.2 * 84 * 0.8 - 2
+
+
+@pytest.mark.parametrize(("variant", "source"), [("chart", "diagram"), ("sign", "poster"),
+                                                 ("relation", "position")])
+def test_variants_ask_their_source_task_in_other_words(variant: str, source: str) -> None:
+    assert variant in HELDOUT_CATEGORIES and source in DEFAULT_CLIENTS
+    new, old = _items(variant, 1)[0], _items(source, 1)[0]
+    assert new.options == old.options
+    assert new.prompt.split(" Options:")[0] != old.prompt.split(" Options:")[0]
 
 
 def test_color_matches_pixels() -> None:
@@ -112,10 +122,11 @@ def _dominant(item: Item, channel: int, margin: int) -> np.ndarray:
     return (pixels[..., channel] - others.max(axis=2)) > margin  # type: ignore[no-any-return]
 
 
-def test_position_matches_centroids() -> None:
-    for item in _items("position"):
+@pytest.mark.parametrize("name", ["position", "relation"])
+def test_position_matches_centroids(name: str) -> None:
+    for item in _items(name):
         red, blue = _dominant(item, 0, 120), _dominant(item, 2, 50)
-        assert red.sum() > 200 and blue.sum() > 200
+        assert red.sum() > 80 and blue.sum() > 80
         (ry, rx), (by, bx) = (np.argwhere(m).mean(axis=0) for m in (red, blue))
         dx, dy = rx - bx, ry - by
         expected = (0 if dx < 0 else 1) if abs(dx) > abs(dy) else (2 if dy < 0 else 3)
@@ -151,7 +162,7 @@ def test_dot_count_matches_connected_components() -> None:
         assert _components(_mask(item, "black", 100)) == _answer_index(item) + 1
 
 
-@pytest.mark.parametrize("name", ["poster", "text"])
+@pytest.mark.parametrize("name", ["poster", "sign", "text"])
 def test_written_word_depends_only_on_the_answer(name: str) -> None:
     """The text sits at a fixed place: its ink pattern identifies the answer exactly."""
     patterns: dict[int, set[bytes]] = {}

@@ -98,6 +98,8 @@ def test_public_api_is_pinned() -> None:
             "PREFERENCE_CLIENTS",
             "STYLE_CATEGORIES",
             "TASK_CLIENTS",
+            "UNRELATED_CATEGORIES",
+            "VARIANT_CATEGORIES",
             "Category",
             "CategoryKind",
             "Item",

@@ -145,7 +145,7 @@ def test_rerun_replaces_and_refuses_unrelated_directories(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("fields", "reason"),
     [
-        ({"clients": ("diagram", "chart")}, "unknown category 'chart'"),
+        ({"clients": ("diagram", "graph")}, "unknown category 'graph'"),
         ({"clients": ("diagram", "color")}, "held-out categories given to clients"),
         ({"clients": ("diagram", "diagram")}, "clients repeats a name"),
         ({"client_train_pairs": {"poster": 5}, "clients": ("diagram",)}, "names non-clients"),
