@@ -5,7 +5,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
@@ -113,7 +113,8 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
         out = await run_in_threadpool(serve)
         if isinstance(out, MissingImages):
             return JSONResponse(out.model_dump(), status_code=409)
-        return out
+        # Serialized once, not validated again against ``response_model`` (which documents it).
+        return Response(out.model_dump_json(), media_type="application/json")
 
     base_openapi = app.openapi
 

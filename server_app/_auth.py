@@ -97,9 +97,10 @@ class SignedRequest:
 
 
 def canonical_message(*, method: str, path: str, body: bytes, timestamp: int, nonce: str,
-                      sender: str) -> bytes:
-    """The exact bytes that are signed for one request."""
-    digest = hashlib.sha256(body).hexdigest()
+                      sender: str, body_sha256: str | None = None) -> bytes:
+    """The exact bytes that are signed for one request (``body_sha256``: the body's hex sha256
+    if the caller already has it)."""
+    digest = hashlib.sha256(body).hexdigest() if body_sha256 is None else body_sha256
     return "\n".join([method.upper(), path, digest, str(timestamp), nonce, sender]).encode()
 
 
@@ -119,7 +120,8 @@ def sign_headers(key: Ed25519PrivateKey, *, sender: str, method: str, path: str,
 
 
 def verify_signed(request: SignedRequest, public_key: Ed25519PublicKey, *, method: str,
-                  path: str, body: bytes, max_skew_s: float, now: float | None = None) -> None:
+                  path: str, body: bytes, max_skew_s: float, now: float | None = None,
+                  body_sha256: str | None = None) -> None:
     """Check the clock skew and the signature; raise ``AuthError`` otherwise.
 
     Nonce reuse is checked by the caller, which owns the nonce store.
@@ -130,7 +132,7 @@ def verify_signed(request: SignedRequest, public_key: Ed25519PublicKey, *, metho
                         f"from the server clock")
     message = canonical_message(method=method, path=path, body=body,
                                 timestamp=request.timestamp, nonce=request.nonce,
-                                sender=request.sender)
+                                sender=request.sender, body_sha256=body_sha256)
     try:
         public_key.verify(request.signature, message)
     except InvalidSignature:

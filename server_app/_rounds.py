@@ -65,26 +65,31 @@ class RoundManager:
         if base is not None and int(base["length"]) != req.vector_length:
             raise PayloadError(f"vector_length {req.vector_length} differs from the current "
                                f"router version's length {base['length']}")
+        failure: Exception | None = None
         with self._lock:
-            round_id = self.store.create_round(req.kind, {})
-            spec = RoundSpec(
-                round_id=round_id, kind=req.kind, participants=participants,
-                public_keys=[clients[p]["public_key"] for p in participants],
-                vector_length=req.vector_length, min_clients=req.min_clients,
-                stage_deadline_s=req.stage_deadline_s or self.default_deadline_s,
-                base_version=None if base is None else int(base["version"]),
-                params=kind.prepare(req.params))
-            try:
-                server = kind.server(spec)
-            except (ValueError, RoundFailed) as exc:
-                self.store.update_round(round_id, status="failed", error=str(exc),
-                                        finished_at=time.time())
-                raise PayloadError(f"cannot start round: {exc}") from exc
-            self.store.update_round(round_id, spec=spec.model_dump_json(),
-                                    stage_opened_at=time.time())
+            with self.store.transaction():  # one commit (one fsync) for the new round
+                round_id = self.store.create_round(req.kind, {})
+                spec = RoundSpec(
+                    round_id=round_id, kind=req.kind, participants=participants,
+                    public_keys=[clients[p]["public_key"] for p in participants],
+                    vector_length=req.vector_length, min_clients=req.min_clients,
+                    stage_deadline_s=req.stage_deadline_s or self.default_deadline_s,
+                    base_version=None if base is None else int(base["version"]),
+                    params=kind.prepare(req.params))
+                try:
+                    server = kind.server(spec)
+                except (ValueError, RoundFailed) as exc:
+                    self.store.update_round(round_id, status="failed", error=str(exc),
+                                            finished_at=time.time())
+                    failure = exc
+                else:
+                    self.store.update_round(round_id, spec=spec.model_dump_json(),
+                                            stage_opened_at=time.time())
+                    self.store.audit("admin", "round_created", round_id=round_id,
+                                     kind=req.kind, participants=participants)
+            if failure is not None:
+                raise PayloadError(f"cannot start round: {failure}") from failure
             self._live[round_id] = server
-            self.store.audit("admin", "round_created", round_id=round_id, kind=req.kind,
-                             participants=participants)
             self._notify()  # idle clients long-polling ``/v1/work`` learn of it at once
         return self.info(round_id)
 
@@ -155,15 +160,17 @@ class RoundManager:
         return server
 
     def submit(self, round_id: int, stage: str, client_id: str, payload: StagePayload,
-               wait_next_s: float = 0.0) -> StageAck:
+               wait_next_s: float = 0.0, *, body_sha256: str | None = None) -> StageAck:
         """Accept and commit one stage message; identical retries return the same ack. With
         ``wait_next_s`` > 0 the ack also carries the next stage's input (``broadcast``), waited
-        for that long at most: one request per stage instead of two.
+        for that long at most: one request per stage instead of two. ``body_sha256``: the hex
+        sha256 of a binary payload, when the caller already hashed it.
 
         Hashing and parsing (megabytes for a masked vector) run outside the lock, so uploads
         are decoded concurrently; only the state update and the durable insert are serialized.
         """
-        ack = self._submit(round_id, stage, client_id, payload)
+        ack = self._submit(round_id, stage, client_id, payload_record(
+            payload, body_sha256=body_sha256), payload)
         self._durable()  # only now may the message be acknowledged
         following = self.next_stage(round_id, stage) if wait_next_s > 0 else None
         if following is None:
@@ -174,9 +181,8 @@ class RoundManager:
             return ack
         return ack.model_copy(update={"next": nxt})
 
-    def _submit(self, round_id: int, stage: str, client_id: str,
+    def _submit(self, round_id: int, stage: str, client_id: str, record: tuple[str | bytes, str],
                 payload: StagePayload) -> StageAck:
-        record = payload_record(payload)
         with self._lock:
             admitted = self._admit(round_id, stage, client_id, record)
         if isinstance(admitted, StageAck):
@@ -306,6 +312,7 @@ class RoundManager:
                 self.store.audit("server", "round_finished", round_id=round_id, version=version)
         if last:
             self._live.pop(round_id, None)
+            self.store.checkpoint_soon()  # the round's megabytes leave the log between rounds
         self._notify()
 
     def _fail(self, round_id: int, reason: str) -> None:
@@ -314,6 +321,7 @@ class RoundManager:
                                     finished_at=time.time())
             self.store.audit("server", "round_failed", round_id=round_id, reason=reason)
         self._live.pop(round_id, None)
+        self.store.checkpoint_soon()
         self._notify()
 
     def _notify(self) -> None:

@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import struct
+import threading
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,8 @@ from server_app._protocols import (
 __all__ = ["SecAggKind"]
 
 _STAGES = tuple(s.value for s in Stage if s not in (Stage.DONE, Stage.ABORTED, Stage.ERROR))
+# After these replies the client can already do part of the masked input's arithmetic.
+_PREPARE_AFTER = (Stage.ADVERTISE_KEYS.value, Stage.SHARE_KEYS.value)
 
 
 def _round_params(spec: RoundSpec) -> tuple[RoundParams, Roster]:
@@ -135,15 +138,31 @@ class _Client(ClientRound):
                 raise RoundFailed(f"cannot resume from the saved round state: {exc}") from exc
         else:
             self._sm = SecAggClient(index, key, roster, vector, int(weight))
+        self._prep: threading.Thread | None = None
 
     def message(self, stage: str, server_input: dict[str, Any]) -> StagePayload:
+        self.wait_prepared()  # the state machine is not to be used by two threads at once
         try:
             msg = parse_server_message(json.dumps(server_input))
             reply = self._sm.receive(msg)
         except (ValidationError, SecAggError) as exc:
             raise RoundFailed(f"stage {stage}: {exc}") from exc
+        if stage in _PREPARE_AFTER:
+            # Mask while the runner persists and sends this reply and waits for the next stage
+            # (mostly asleep on its socket): every client would otherwise mask at once, right
+            # after the share-keys barrier, all on the round's critical path.
+            self._prep = threading.Thread(target=self._sm.prepare_masked_input,
+                                          name="fedmor-secagg-mask", daemon=True)
+            self._prep.start()
         # The one bulky message goes as raw bytes: no base64, no JSON, parsed once by the server.
         return reply.to_bytes() if isinstance(reply, MaskedInput) else reply.model_dump(mode="json")
+
+    def wait_prepared(self) -> None:
+        """Join the background masking started by the last reply, if any (a failure there
+        only means ``message`` masks on request, as without it)."""
+        if self._prep is not None:
+            self._prep.join()
+            self._prep = None
 
     def state(self) -> dict[str, Any]:
         return self._sm.export_state().model_dump(mode="json")

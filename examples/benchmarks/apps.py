@@ -7,6 +7,8 @@
    same batches of 16 with a tiny real reward model (sdk.reward ClientScorer): p50/p99 latency.
 3. Bytes on the wire per round and per query, with and without the image cache.
 
+Both round kinds run one untimed warm-up round first; the timed rounds alternate kinds.
+
 Usage: python examples/benchmarks/apps.py [--quick]; the last stdout line is one JSON object.
 """
 
@@ -116,6 +118,14 @@ def main() -> None:
         c.start()
         c.wait_enrolled()
         log(f"consortium up in {time.perf_counter() - t0:.1f} s")
+        # One untimed round of each kind first: the first round of a fresh consortium pays
+        # one-time costs (lazy imports and first connections in every process, no base router
+        # yet) that took 1-3 s here, and the median of two timed rounds (--quick) would take
+        # half of them in. Both kinds get the same warm-up; its times are reported.
+        warm = {kind: timed_round(c, kind, length, n_clients)[0]
+                for kind in ("rm_fedavg", "router_secagg")}
+        log(f"warm-up rounds (not timed): plain {warm['rm_fedavg']:.2f} s, secure "
+            f"{warm['router_secagg']:.2f} s")
         plain, secure = [], []
         for r in range(repeats):
             plain.append(timed_round(c, "rm_fedavg", length, n_clients))
@@ -187,6 +197,10 @@ def main() -> None:
                    "omp_num_threads": os.environ["OMP_NUM_THREADS"]},
         "round_plain_s": plain_s,
         "round_secure_s": secure_s,
+        "rounds_plain_s": [t for t, _, _ in plain],
+        "rounds_secure_s": [t for t, _, _ in secure],
+        "round_warmup_s": warm,
+        "loadavg": os.getloadavg(),  # the machine is shared: load beside every figure
         "round_bytes_plain": plain[0][1],
         "round_bytes_secure": secure[0][1],
         # All processes together (the machine is shared: CPU explains wall-time noise).

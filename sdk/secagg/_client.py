@@ -87,6 +87,10 @@ class SecAggClient:
         self._held: dict[int, tuple[bytes, bytes]] = {}  # owner -> (b share, key share)
         self._share_keys: dict[int, bytes] = {}  # peer -> AES-GCM key, derived once
         self._survivors: list[int] | None = None
+        # ``prepare_masked_input``'s work: the encoded, self-masked input (P+1,) uint32, then the
+        # same plus the pairwise masks of the neighbours named in the frozenset.
+        self._encoded: np.ndarray | None = None
+        self._premasked: tuple[np.ndarray, frozenset[int]] | None = None
 
     @property
     def stage(self) -> Stage:
@@ -250,18 +254,51 @@ class SecAggClient:
             self._held[s.sender] = (plain[:_SHARE_BYTES], plain[_SHARE_BYTES:])
         if len(self._held) < p.threshold:
             raise RoundAborted(stage=Stage.MASKED_INPUT_COLLECTION, survivors=len(self._held), threshold=p.threshold, reason=f"client {self.client_id} received too few shares")
-        x = self._update
-        if p.dp is not None:
-            x = clip_and_noise(x, p.dp, min_survivors=p.threshold, max_weight=p.quantization.max_weight, rng=self._rng)
-        y = encode_weighted(x, self._weight, p.quantization, self._rng)  # (P+1,) uint32
-        masks = [(self_mask_key(self._seed, p.round_id), 1)]
         # Pairwise masks only with neighbours that shared (the U2 view); they cancel in the sum.
-        for v in sorted(self._held):
-            if v != self.client_id:
-                key = pair_mask_key(self._mask_sk, self._keys[v].mask_pk, p.round_id, self.client_id, v)
-                masks.append((key, 1 if self.client_id < v else -1))
-        apply_masks(y, masks)
+        shared = frozenset(v for v in self._held if v != self.client_id)
+        self.prepare_masked_input()
+        assert self._premasked is not None
+        y, masked_with = self._premasked
+        self._encoded = self._premasked = None  # one use: the next call would reuse rng draws
+        # Every sender was checked against ``self._keys`` above, so ``shared <= masked_with``:
+        # undo the masks of neighbours whose keys arrived but whose shares did not.
+        apply_masks(y, [(self._pair_key(v), -self._pair_sign(v)) for v in sorted(masked_with - shared)])
         return MaskedInput(round_id=p.round_id, sender=self.client_id, masked=y.astype("<u4", copy=False).tobytes())
+
+    def _pair_key(self, v: int) -> bytes:
+        p = self.params
+        return pair_mask_key(self._mask_sk, self._keys[v].mask_pk, p.round_id, self.client_id, v)
+
+    def _pair_sign(self, v: int) -> int:
+        return 1 if self.client_id < v else -1
+
+    def prepare_masked_input(self) -> None:
+        """Do the masked input's arithmetic ahead of the server's request (optional, pure).
+
+        After the advertise-keys reply it encodes the update (DP noise, stochastic rounding) and
+        adds the self mask; after the share-keys reply it also adds the pairwise mask of every
+        neighbour whose round keys this client accepted. The masked-input reply then only undoes
+        the masks of neighbours whose shares never arrived. An app may call this in a background
+        thread while it waits for the next stage (not concurrently with ``receive``), so the
+        round's critical path no longer holds the masking: the reply is the same as without it
+        (the same rng draws in the same order). Elsewhere in the round it does nothing.
+        """
+        stage = self._tracker.stage
+        if self._params is None or stage not in (Stage.SHARE_KEYS, Stage.MASKED_INPUT_COLLECTION):
+            return
+        p = self._params
+        if self._encoded is None and self._premasked is None:
+            x = self._update
+            if p.dp is not None:
+                x = clip_and_noise(x, p.dp, min_survivors=p.threshold, max_weight=p.quantization.max_weight, rng=self._rng)
+            y = encode_weighted(x, self._weight, p.quantization, self._rng)  # (P+1,) uint32
+            apply_masks(y, [(self_mask_key(self._seed, p.round_id), 1)])
+            self._encoded = y
+        if stage is Stage.MASKED_INPUT_COLLECTION and self._encoded is not None:
+            encoded, self._encoded = self._encoded, None
+            nbrs = frozenset(v for v in self._keys if v != self.client_id)
+            apply_masks(encoded, [(self._pair_key(v), self._pair_sign(v)) for v in sorted(nbrs)])
+            self._premasked = (encoded, nbrs)
 
     # ---- stage 3 ---------------------------------------------------------------------------
     def _consistency(self, msg: ConsistencyCheckRequest) -> ConsistencySignature:
