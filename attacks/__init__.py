@@ -55,6 +55,15 @@ from attacks._metrics import (
     ssim,
     ssim_per_image,
 )
+from attacks._mlp_membership import MlpMembership, mlp_membership, protection_summary
+from attacks._mlp_reward import (
+    MlpPairs,
+    MlpRewardConfig,
+    TrainedMlpReward,
+    mlp_shadow_trainer,
+    overfit_mlp_scores,
+    train_mlp_reward,
+)
 from attacks._normalization import NORMALIZATION_SETTINGS, normalization_reports
 from attacks._plots import plot_reconstruction_grid, plot_roc
 from attacks._remote import RemoteRewardScorer
@@ -79,7 +88,6 @@ from attacks._roc import (
 )
 from attacks._testbed import (
     PatchImageRouter,
-    overfit_mlp_scores,
     overfit_reward_model_scores,
     secure_mean,
     smooth_images,
@@ -109,6 +117,9 @@ __all__ = [
     "LossFn",
     "MembershipReport",
     "MetricSummary",
+    "MlpMembership",
+    "MlpPairs",
+    "MlpRewardConfig",
     "PatchImageRouter",
     "ReconstructionReport",
     "RemoteRewardScorer",
@@ -116,6 +127,7 @@ __all__ = [
     "SSIMParams",
     "Scorer",
     "ShadowTrainer",
+    "TrainedMlpReward",
     "UpdateKind",
     "align_to_originals",
     "analytic_attack_on_update",
@@ -142,6 +154,8 @@ __all__ = [
     "mean_ci",
     "membership_report",
     "membership_verdict",
+    "mlp_membership",
+    "mlp_shadow_trainer",
     "normalization_reports",
     "null_auc_band",
     "overfit_mlp_scores",
@@ -149,6 +163,7 @@ __all__ = [
     "plot_reconstruction_grid",
     "plot_roc",
     "pooled_embeddings",
+    "protection_summary",
     "psnr",
     "psnr_per_image",
     "reconstruction_baselines",
@@ -164,5 +179,6 @@ __all__ = [
     "threshold_attack",
     "total_variation",
     "tpr_at_fpr",
+    "train_mlp_reward",
     "write_report",
 ]

@@ -91,7 +91,7 @@ def _client_reports(
     import torch
 
     from sdk.data import load_pairs
-    from sdk.reward import RewardModel, ScoreNormalizer
+    from sdk.reward import DPSettings, RewardModel, ScoreNormalizer
 
     client = ckpt.name
     data = run_dir / "data" / "clients" / client
@@ -137,11 +137,14 @@ def _client_reports(
         rest = [p for i, p in enumerate(train) if i not in taken]
         rest += [p for i, p in enumerate(held) if i not in held_taken]
         population = rest[: max(len(train) - n, 0)]
-        recorded = RewardModel.read_checkpoint_config(ckpt).get("training", {}).get("steps")
-        steps = cfg.shadow_steps or int(recorded or 100)
+        training = RewardModel.read_checkpoint_config(ckpt).get("training") or {}
+        steps = cfg.shadow_steps or int(training.get("steps") or 100)
+        # A DP-trained client is calibrated against shadows trained with its own DP-SGD.
+        dp = DPSettings(**training["dp"]) if training.get("dp") else None
+        private = "" if dp is None else f", record-level DP-SGD at epsilon {dp.target_epsilon:g}"
         say(
             f"{client}: LiRA with {cfg.shadow_models} shadow models ({steps} steps each on "
-            f"{len(population)} population pairs + half of the {2 * n} candidates)"
+            f"{len(population)} population pairs + half of the {2 * n} candidates{private})"
         )
         out += lira_reports(
             client,
@@ -156,6 +159,7 @@ def _client_reports(
             n_boot=cfg.n_boot,
             seed=cfg.seed,
             say=lambda m: say(f"{client}: {m}"),
+            dp=dp,
         )
         for m in out[-2:]:
             say(f"{m.setting}: {m.verdict}")

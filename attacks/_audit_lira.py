@@ -2,10 +2,12 @@
 
 The auditor holds the run's data, so it can do what a strong attacker with data from the same
 distribution does: train ``n_shadow`` reward models of the client's architecture with the same
-recipe (Bradley-Terry, ``shadow_steps`` steps) on the population pairs plus a random half of the
-candidates, and calibrate every candidate's margin against the shadows that did and did not
-train on it (attacks._membership.lira_attack). Shadows are cached by training set, so the raw
-and the normalized view reuse the same models.
+recipe (Bradley-Terry, ``shadow_steps`` steps, and the target's record-level DP-SGD settings
+when its checkpoint recorded them: a DP-trained client must be calibrated against DP-trained
+shadows) on the population pairs plus a random half of the candidates, and calibrate every
+candidate's margin against the shadows that did and did not train on it
+(attacks._membership.lira_attack). Shadows are cached by training set, so the raw and the
+normalized view reuse the same models.
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from attacks._membership import LiraConfig, lira_attack
 from attacks._report import MembershipReport, membership_report
+
+if TYPE_CHECKING:
+    from sdk.reward import DPSettings
 
 __all__ = ["lira_reports"]
 
@@ -38,9 +43,11 @@ class _Shadows:
         clip: float,
         seed: int,
         say: Callable[[str], None],
+        dp: DPSettings | None = None,
     ) -> None:
         self.pairs, self.architecture, self.steps = pairs, architecture, steps
         self.batch_size, self.clip, self.seed, self.say = batch_size, clip, seed, say
+        self.dp = dp
         self.cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         self.candidates: list[int] = []
         self.planned = 0
@@ -72,6 +79,7 @@ class _Shadows:
                 seed=self.seed + s,
                 eval_every=0,
                 clip_bound=self.clip,
+                dp=self.dp,
             )
             result = train_reward_model(model, train, [], cfg, progress=False)
         cand = [self.pairs[i] for i in self.candidates]
@@ -85,9 +93,10 @@ class _Shadows:
         ).double()
         assert result.normalizer is not None  # fit_normalizer is on by default
         norm = result.normalizer.normalize(raw)
+        private = "" if self.dp is None else f", DP-SGD epsilon {result.spent_epsilon:.3g}"
         self.say(
             f"shadow model {s + 1}/{self.planned} ({self.architecture}, {len(train)} pairs, "
-            f"{self.steps} steps) trained in {time.perf_counter() - start:.0f} s"
+            f"{self.steps} steps{private}) trained in {time.perf_counter() - start:.0f} s"
         )
         return raw.numpy(), norm.numpy()
 
@@ -106,12 +115,14 @@ def lira_reports(
     n_boot: int,
     seed: int,
     say: Callable[[str], None],
+    dp: DPSettings | None = None,
 ) -> list[MembershipReport]:
     """LiRA on each view ``(name, target margins (2n, 2))`` of the 2n candidates (first n
-    members); view 0 is raw, every later one normalized and clipped at ``clip``."""
+    members); view 0 is raw, every later one normalized and clipped at ``clip``. ``dp``: the
+    target's record-level DP-SGD settings, which every shadow then trains with too."""
     pairs = list(candidates) + list(population)
     n2 = len(candidates)
-    shadows = _Shadows(pairs, architecture, shadow_steps, batch_size, clip, seed, say)
+    shadows = _Shadows(pairs, architecture, shadow_steps, batch_size, clip, seed, say, dp)
     shadows.candidates = list(range(n2))
     shadows.planned = n_shadow
     cfg = LiraConfig(n_shadow=n_shadow, seed=seed)

@@ -8,10 +8,9 @@ fedmor. :func:`smooth_images` draws the images it is tested on.
 
 :func:`secure_mean` gives what a server learns from a secure-aggregation round of such updates.
 
-For membership inference, two deliberately over-fitted reward models return raw scores of n
-members then n non-members: a small MLP on random pair features
-(:func:`overfit_mlp_scores`) and a real ``sdk.reward.RewardModel``
-(:func:`overfit_reward_model_scores`).
+For membership inference, :func:`overfit_reward_model_scores` returns the raw scores of n members
+then n non-members of a deliberately over-fitted real ``sdk.reward.RewardModel`` (the small MLP
+reward model, plain or DP-trained, lives in attacks._mlp_reward).
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from attacks._inversion import CapturedUpdate
 
 __all__ = [
     "PatchImageRouter",
-    "overfit_mlp_scores",
     "overfit_reward_model_scores",
     "secure_mean",
     "smooth_images",
@@ -116,29 +114,6 @@ def secure_mean(
         out[n] = mean[offset : offset + t.numel()].reshape(t.shape)
         offset += t.numel()
     return CapturedUpdate(out, first.kind, first.local_steps, first.local_lr)
-
-
-def overfit_mlp_scores(n: int, *, epochs: int = 300, dim: int = 16) -> tuple[Tensor, Tensor]:
-    """Raw rewards (2n,) of the chosen and the rejected responses, first n pairs members, of a
-    small MLP reward model trained full batch (Bradley-Terry, Adam, no regularization) on the
-    members. The pairs are random features whose preference is a weak signal plus noise, so
-    separating the training pairs means memorizing them."""
-    g = torch.Generator().manual_seed(0)
-    x, a, b = (torch.randn(2 * n, dim, generator=g) for _ in range(3))
-    w = torch.randn(dim, generator=torch.Generator().manual_seed(99))
-    first = (((a - b) @ w) * 0.1 + torch.randn(2 * n, generator=g) > 0)[:, None]
-    pos = torch.cat([x, torch.where(first, a, b)], 1)  # (2n, 2*dim)
-    neg = torch.cat([x, torch.where(first, b, a)], 1)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(2 * dim, 64), nn.Tanh(), nn.Linear(64, 1))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(epochs):
-        opt.zero_grad()
-        (-nn.functional.logsigmoid(model(pos[:n]) - model(neg[:n])).mean()).backward()
-        opt.step()
-    with torch.no_grad():
-        return model(pos).reshape(-1), model(neg).reshape(-1)
 
 
 def overfit_reward_model_scores(n: int, *, steps: int = 150) -> tuple[Tensor, Tensor]:

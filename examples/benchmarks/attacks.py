@@ -14,8 +14,11 @@ covers the router only); the realistic images row (3 x 8, the attacker's easier 
 Membership inference (Table 6) runs the threshold attack on the reward margin of a deliberately
 over-fitted small torch reward model (an MLP on random pair features, full-batch Bradley-Terry),
 raw scores vs the same scores behind sdk.reward's ``ScoreNormalizer`` ("Norm": clip 1e9) and
-with clipping at c = 1.5 and 2.0 ("Norm+Clip"). ``--real-rm`` (on in full mode) adds the same
-table for a real sdk.reward RewardModel (tiny Qwen2.5-VL) over-fitted on 32 pairs.
+with clipping at c = 1.5 and 2.0 ("Norm+Clip"); then the threshold attack and LiRA on the same
+recipe trained with record-level DP-SGD (sdk.reward's ``PairDPSGD``) at epsilon 1 and 8, beside
+the model's accuracy on its own and on unseen pairs (the price of the defence). ``--real-rm``
+(on in full mode) adds the normalization table for a real sdk.reward RewardModel (tiny
+Qwen2.5-VL) over-fitted on 32 pairs.
 
     .venv/bin/python examples/benchmarks/attacks.py --quick
 """
@@ -48,6 +51,7 @@ from attacks import (
     CapturedUpdate,
     InversionConfig,
     MembershipReport,
+    MlpMembership,
     PatchImageRouter,
     ReconstructionReport,
     UpdateKind,
@@ -57,10 +61,12 @@ from attacks import (
     capture_round,
     compute_update,
     invert_update,
+    mlp_membership,
     normalization_reports,
     overfit_mlp_scores,
     overfit_reward_model_scores,
     plot_reconstruction_grid,
+    protection_summary,
     reconstruction_report,
     secure_mean,
     smooth_images,
@@ -83,6 +89,8 @@ DP = DPConfig(clip_norm=1.0, noise_multiplier=1.0)
 REALISTIC = "SecAgg (3 clients x 16 samples, 3 local steps)"
 REALISTIC_IMAGES = "SecAgg (3 clients x 8 images, 3 local steps)"
 SINGLES = "SecAgg (3 clients x 1 sample"
+MIA_PAIRS = 100  # members (and as many non-members) of the MLP reward model
+DP_EPSILONS = (1.0, 8.0)  # record-level DP-SGD targets; the first is the headline's
 
 
 def log(msg: str) -> None:
@@ -203,6 +211,8 @@ def table5_images(
             loss_fn=bce,
             config=cfg,
             client_sizes=sizes,
+            # Long runs (8000 steps ~ 40+ min): a line per checkpoint as it is reached.
+            progress=lambda s, m: log(f"inversion {setting}: step {s} reached, match {m:.2e}"),
         )
         for cp in res.checkpoints:
             rep = reconstruction_report(
@@ -300,6 +310,38 @@ def table6(raw_pos: Tensor, raw_neg: Tensor, prefix: str = "") -> list[Membershi
     return out
 
 
+def table6_dp(n_shadow: int, quick: bool) -> list[MlpMembership]:
+    """LiRA on the unprotected MLP, then the threshold attack and LiRA on the same recipe
+    trained with record-level DP-SGD at each of ``DP_EPSILONS`` (quick: LiRA on the first
+    only; each DP training takes ~30 s here, one per shadow model too)."""
+    from sdk.reward import DPSettings
+
+    runs = [mlp_membership(MIA_PAIRS, setting="unprotected (raw)", n_shadow=n_shadow)]
+    for i, eps in enumerate(DP_EPSILONS):
+        runs.append(
+            mlp_membership(
+                MIA_PAIRS,
+                setting=f"DP (record-level DP-SGD RM, epsilon {eps:g})",
+                dp=DPSettings(target_epsilon=eps),
+                n_shadow=n_shadow if i == 0 or not quick else 0,
+            )
+        )
+    for run in runs:
+        for rep in run.reports:
+            lo, hi = rep.auc_ci
+            log(
+                f"MIA {rep.setting} ({rep.attack}): AUC {rep.auc:.3f} [{lo:.3f}, {hi:.3f}], "
+                f"TPR at FPR 1% {rep.tpr_at_fpr['0.01']:.2f} ({rep.verdict.split(':')[0]})"
+            )
+        eps = run.target.spent_epsilon
+        log(
+            f"MIA {run.setting}: epsilon spent {'-' if eps is None else f'{eps:.3f}'}, "
+            f"accuracy on own pairs {run.member_accuracy:.2f}, on unseen pairs "
+            f"{run.non_member_accuracy:.2f}"
+        )
+    return runs
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer inversion steps")
@@ -322,11 +364,19 @@ def main() -> int:
     log(f"Table 5b: inverting-gradients on images through a patch encoder + Router ({steps} steps)")
     images, inversion_reports = table5_images(steps, realistic_steps, rng, args.out)
     log("Table 6: membership inference on reward scores")
-    mia = table6(*overfit_mlp_scores(100, epochs=300))
+    mia = table6(*overfit_mlp_scores(MIA_PAIRS, epochs=300))
+    log(f"Table 6, DP: record-level DP-SGD at epsilon {DP_EPSILONS}, threshold and LiRA")
+    dp_runs = table6_dp(4 if args.quick else 8, args.quick)
+    # The unprotected run's threshold attack repeats Table 6's first row (the same model).
+    known = {(r.setting, r.attack) for r in mia}
+    mia += [r for run in dp_runs for r in run.reports if (r.setting, r.attack) not in known]
     real_rm: list[MembershipReport] = []
     if args.real_rm or not args.quick:
         log("Table 6 on a real RewardModel (tiny Qwen2.5-VL, 32 pairs, 150 full-batch steps)")
         real_rm = table6(*overfit_reward_model_scores(32, steps=150), prefix="real RM: ")
+    words = protection_summary(mia + real_rm, dp_runs)
+    for line in words:
+        log(line)
 
     def value(rows: list[dict[str, Any]], prefix: str, attack: str = "") -> float:
         """The figure of the first row of this setting and attack at the last step."""
@@ -341,6 +391,7 @@ def main() -> int:
         )
 
     clip15 = next(r for r in mia if r.setting == "Norm+Clip 1.5")
+    dp_threshold = dp_runs[1].reports[0]
     realistic = [r for r in images if r["setting"].startswith(REALISTIC_IMAGES)][-1]
     default = [r for r in embeddings if r["setting"] == f"{SINGLES}), default"]
     headline = {
@@ -363,6 +414,8 @@ def main() -> int:
         "mia_auc_unprotected": round(mia[0].auc, 4),
         "mia_auc_norm_clip": round(clip15.auc, 4),
         "mia_auc_norm_clip_ci": [round(clip15.auc_ci[0], 4), round(clip15.auc_ci[1], 4)],
+        "mia_auc_dp": round(dp_threshold.auc, 4),
+        "mia_auc_dp_ci": [round(dp_threshold.auc_ci[0], 4), round(dp_threshold.auc_ci[1], 4)],
     }
     if real_rm:
         headline["mia_auc_real_rm_unprotected"] = round(real_rm[0].auc, 4)
@@ -371,11 +424,21 @@ def main() -> int:
         "benchmark": "attacks",
         "quick": args.quick,
         "inversion_steps": steps,
-        "mia_reward_model": "small torch MLP reward model, over-fitted on 100 pairs (a real "
-        "tiny-VLM RewardModel did not reach AUC 0.75: see docs/attacks.md)",
+        "mia_reward_model": "small torch MLP reward model, over-fitted on 100 pairs, and the "
+        "same recipe with record-level DP-SGD (a real tiny-VLM RewardModel did not reach AUC "
+        "0.75: see docs/attacks.md)",
         "table5_embeddings": embeddings,
         "table5_inversion": images,
         "table6_membership": [r.summary_row() for r in mia],
+        "table6_membership_dp": [run.summary_row() for run in dp_runs],
+        "membership_verdicts": words,
+        "secagg_images_by_step": {
+            str(r["step"]): {
+                k: r[k] for k in ("value", "ci", "ssim", "match_loss", "baselines", "verdict")
+            }
+            for r in images
+            if r["setting"].startswith(REALISTIC_IMAGES)
+        },
         "table6_membership_real_rm": [r.summary_row() for r in real_rm],
         "headline": headline,
         "seconds": round(time.time() - T0, 1),
@@ -388,8 +451,10 @@ def main() -> int:
                 memberships=mia + real_rm,
                 notes=[
                     "Gradient inversion on real router updates; membership inference on "
-                    "an over-fitted small torch reward model (and a real RewardModel with "
-                    "--real-rm). Figures at the last step."
+                    "an over-fitted small torch reward model, plain and trained with "
+                    "record-level DP-SGD (and a real RewardModel with --real-rm). Figures at "
+                    "the last step.",
+                    *words,
                 ],
             ),
             args.out,
