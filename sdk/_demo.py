@@ -23,7 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sdk._demo_report import plot_run, results_table
+from sdk._demo_judges import judge_architectures, style_evaluation, train_style_judges
+from sdk._demo_report import plot_run, results_table, style_table
 
 __all__ = ["DemoConfig", "register", "run_demo"]
 
@@ -67,6 +68,16 @@ class DemoConfig(BaseModel):
 
 def _say(message: str) -> None:
     print(f"[demo] {message}", flush=True)
+
+
+def _rm_config(config: DemoConfig) -> Any:
+    """Training of the clients' reward models (and of the held-out style judges)."""
+    from sdk.reward import RewardTrainingConfig
+
+    return RewardTrainingConfig(
+        steps=config.rm_steps, batch_size=config.rm_batch_size, lr=3e-4, warmup_steps=20,
+        eval_every=max(config.rm_steps // 3, 1), seed=config.seed,
+    )
 
 
 def _router_spec(config: DemoConfig, run_dir: Path, sites: list[str]) -> Any:
@@ -206,7 +217,14 @@ def _stage_c(config: DemoConfig, run_dir: Path, cache_dir: Path, consortium: Any
         evaluate_policy,
         make_selection,
     )
-    from sdk.data import HELDOUT_CATEGORIES, MULTIPLE_CHOICE_CATEGORIES, load_queries
+    from sdk.data import (
+        HELDOUT_CATEGORIES,
+        MULTIPLE_CHOICE_CATEGORIES,
+        PREFERENCE_CLIENTS,
+        load_pairs,
+        load_queries,
+    )
+    from sdk.reward import pairwise_accuracy
     from sdk.router import HashingEncoder, NeuralThompsonRouter
     from server_app import QueryItem, RewardBroker, Store, load_private_key
 
@@ -240,19 +258,35 @@ def _stage_c(config: DemoConfig, run_dir: Path, cache_dir: Path, consortium: Any
     id_cats = [c for c in config.clients if c in MULTIPLE_CHOICE_CATEGORIES]
     evals = {c: load_queries(run_dir / "data" / "policy" / "eval" / c)[: config.eval_queries]
              for c in (*id_cats, *HELDOUT_CATEGORIES)}
-    settings = EvalSettings(samples=3, max_new_tokens=8, seed=config.seed)
+    judge_archs = judge_architectures(config.clients, config.architectures,
+                                      [c for c in config.clients if c in PREFERENCE_CLIENTS])
+    _say(f"stage C: training held-out judge reward models {judge_archs} on separate data")
+    judges = train_style_judges(judge_archs, run_dir / "judges", seed=config.seed,
+                                train_pairs=config.train_pairs, config=_rm_config(config))
+    client_evals = {c: load_pairs(run_dir / "data" / "clients" / c / "eval") for c in judges}
+    judge_accuracy = {c: pairwise_accuracy(j, client_evals[c]) for c, j in judges.items()}
+    style_pairs = {c: pairs[: config.eval_queries] for c, pairs in client_evals.items()}
+    settings = EvalSettings(samples=3, max_new_tokens=grpo.max_completion_length,
+                            seed=config.seed)
     rows: dict[str, dict[str, Any]] = {}
     for name, path in (("base", policy), ("MoR (REST)", out / "policy")):
-        _say(f"stage C: evaluating the {name} policy (best-of-3 on {len(evals)} categories)")
+        _say(f"stage C: evaluating the {name} policy (best-of-3 on {len(evals)} categories, "
+             f"held-out judges on {len(judges)} style clients)")
         ev = evaluate_policy(path, evals, settings)
         rows[name] = {"id_avg": ev.average(id_cats) if id_cats else None,
                       "heldout_avg": ev.average(HELDOUT_CATEGORIES),
                       "per_category": {c: s.best_of_n for c, s in ev.categories.items()},
-                      "greedy": {c: s.greedy for c, s in ev.categories.items()}}
+                      "greedy": {c: s.greedy for c, s in ev.categories.items()},
+                      "id_expected": ev.average(id_cats, "expected") if id_cats else None,
+                      "heldout_expected": ev.average(HELDOUT_CATEGORIES, "expected"),
+                      "expected": {c: s.expected for c, s in ev.categories.items()},
+                      "style": style_evaluation(path, judges, style_pairs, settings)}
     log = json.loads((out / "metrics.json").read_text())["log_history"]
     return {
         "grpo": grpo.model_dump(), "eval": settings.model_dump(), "id_categories": id_cats,
         "results": rows,
+        "judges": {c: {"architecture": judge_archs[c], "accuracy_on_client_eval": a}
+                   for c, a in judge_accuracy.items()},
         "steps": [{"step": e["step"], "loss": e["loss"], "reward": e.get("reward")}
                   for e in log if "loss" in e],
         "arm_counts": dict(zip(config.clients, getattr(selection, "arm_counts", []),
@@ -273,7 +307,6 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
     from client_app._router_update import SPEC_ENV
     from sdk.data import HELDOUT_CATEGORIES, SynthConfig, load_pairs, synthesize
     from sdk.reward import (
-        RewardTrainingConfig,
         cross_accuracy,
         format_accuracy_matrix,
         train_client_reward_models,
@@ -293,14 +326,10 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
                     eval_pairs=config.eval_pairs, heldout_pairs=config.heldout_pairs),
         run_dir / "data",
     )
-    rm_config = RewardTrainingConfig(
-        steps=config.rm_steps, batch_size=config.rm_batch_size, lr=3e-4, warmup_steps=20,
-        eval_every=max(config.rm_steps // 3, 1), seed=config.seed,
-    )
     _say("stage A: training one reward model per client")
     trained = train_client_reward_models(
         run_dir / "data", config.clients, config.architectures, run_dir / "reward_models",
-        config=rm_config,
+        config=_rm_config(config),
     )
     splits = {c: load_pairs(run_dir / "data" / "clients" / c / "eval") for c in config.clients}
     splits |= {h: load_pairs(run_dir / "data" / "heldout" / h) for h in HELDOUT_CATEGORIES}
@@ -353,6 +382,10 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
                                           consortium, client_ids, router, spec)
             _say("stage C: results (best-of-3 multiple-choice accuracy per category)")
             print(results_table(metrics["stage_c"]), flush=True)
+            if any(r["style"] for r in metrics["stage_c"]["results"].values()):
+                _say("stage C: style clients, win rate against the rejected answer under a "
+                     "held-out judge reward model (3 samples per prompt)")
+                print(style_table(metrics["stage_c"]), flush=True)
             walls["stage_c"] = time.perf_counter() - t
 
     b = metrics["stage_b"]["bytes"]

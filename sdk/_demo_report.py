@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_run", "results_table"]
+__all__ = ["plot_run", "results_table", "style_table"]
 
 
 def results_table(stage_c: dict[str, Any]) -> str:
@@ -17,6 +17,23 @@ def results_table(stage_c: dict[str, Any]) -> str:
         id_avg = float("nan") if r["id_avg"] is None else r["id_avg"]
         vals = [r["per_category"][c] for c in cats] + [id_avg, r["heldout_avg"]]
         lines.append(f"{name:<14}" + "".join(f"{v:>10.3f}" for v in vals))
+    for name, r in stage_c["results"].items():
+        if r.get("heldout_expected") is not None:
+            id_exp = float("nan") if r["id_expected"] is None else r["id_expected"]
+            lines.append(f"{name:<14} expected (P(right option), no sampling noise): "
+                         f"ID {id_exp:.3f}, held-out {r['heldout_expected']:.3f}")
+    return "\n".join(lines)
+
+
+def style_table(stage_c: dict[str, Any]) -> str:
+    """Per style client: win rate against the rejected answer and mean held-out judge score."""
+    clients = list(next(iter(stage_c["results"].values()))["style"])
+    head = f"{'policy':<14}" + "".join(f"{c[:8] + ' win':>14}{'score':>8}" for c in clients)
+    lines = [head, "-" * len(head)]
+    for name, r in stage_c["results"].items():
+        lines.append(f"{name:<14}" + "".join(
+            f"{r['style'][c]['win_rate']:>14.3f}{r['style'][c]['mean_score']:>8.2f}"
+            for c in clients))
     return "\n".join(lines)
 
 

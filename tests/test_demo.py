@@ -2,6 +2,7 @@
 reward queries during GRPO (one run shared by the tests of the three stages)."""
 
 import json
+import math
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,8 @@ from safetensors.torch import load_file
 
 from client_app._router_update import ROUND_PARAM, SPEC_ENV, router_update
 from sdk._demo import DemoConfig, run_demo
-from sdk.data import HELDOUT_CATEGORIES
-from sdk.router import Router
+from sdk.data import HELDOUT_CATEGORIES, load_pairs
+from sdk.router import Router, image_digest
 from sdk.secagg import QuantizationConfig
 from server_app._schemas import RoundInfo
 
@@ -104,6 +105,30 @@ def test_demo_stage_c_every_reward_came_from_a_client_process(
     aligned = _tensors(run_dir / "alignment" / "policy")
     assert base.keys() == aligned.keys()
     assert any(not torch.equal(base[k], aligned[k]) for k in base)  # GRPO moved the policy
+
+
+def test_demo_style_clients_are_judged_by_held_out_reward_models(
+        run: tuple[Path, dict[str, Any]]) -> None:
+    run_dir, metrics = run
+    stage_c = metrics["stage_c"]
+    # The judges learned the clients' preferences from pairs the clients never had: no image of
+    # the judges' training data is one of the clients' (another synthesis seed).
+    for client, judge in stage_c["judges"].items():
+        assert judge["architecture"] != metrics["stage_a"]["architectures"][client]
+        assert judge["accuracy_on_client_eval"] >= 0.75
+        ours = {image_digest(p.image) for p in load_pairs(run_dir / "data" / "clients" / client
+                                                           / "train")}
+        theirs = {image_digest(p.image) for p in load_pairs(run_dir / "judges" / "data" / "clients"
+                                                             / client / "train")}
+        assert not ours & theirs
+    for row in stage_c["results"].values():
+        assert set(row["style"]) == set(CONFIG.clients)
+        for score in row["style"].values():
+            assert score["n"] == 3 * CONFIG.eval_queries
+            assert 0.0 <= score["win_rate"] <= 1.0
+    # Each policy's answers were judged, not copied: the two policies' scores differ.
+    scores = [r["style"]["detail"]["mean_score"] for r in stage_c["results"].values()]
+    assert all(math.isfinite(v) for v in scores) and scores[0] != scores[1]
 
 
 def test_demo_run_directory_has_config_metrics_and_plots(
