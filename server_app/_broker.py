@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import json
 import math
@@ -41,9 +42,9 @@ class QueryItem:
     prompt: str
     response: str
 
-    @property
+    @functools.cached_property
     def image_sha256(self) -> str:
-        """Content address of the image."""
+        """Content address of the image (hashed once: a query reads it four times)."""
         return hashlib.sha256(self.image).hexdigest()
 
 

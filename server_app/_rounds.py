@@ -43,6 +43,8 @@ class RoundManager:
         self._storing = 0  # admitted submissions still parsing or storing their message
         self._live: dict[int, ServerRound] = {}
         self._specs: dict[int, RoundSpec] = {}  # immutable once started: parsed once
+        # Live rounds' closed-stage broadcasts, decoded once: a closure never changes.
+        self._closures: dict[tuple[int, str], dict[str, Any]] = {}
         self._recover()
 
     # -- creation and recovery -----------------------------------------------------------------
@@ -255,7 +257,7 @@ class RoundManager:
         if index == 0:
             payload = server.first_broadcast(client_id) if server else {}
             return out.model_copy(update={"ready": True, "payload": payload})
-        closed = self.store.closure(round_id, stages[index - 1])
+        closed = self._closure(round_id, stages[index - 1])
         if closed is None:
             return out
         if client_id not in closed:
@@ -264,11 +266,21 @@ class RoundManager:
         return out.model_copy(update={"ready": True, "payload": closed[client_id]})
 
     # -- stage closing -------------------------------------------------------------------------
+    def _closure(self, round_id: int, stage: str) -> dict[str, Any] | None:
+        """``Store.closure`` (read-only; visible once ``_close`` committed), cached while the
+        round is live: every submission and stage input reads one, all clients' JSON at once."""
+        closed = self._closures.get((round_id, stage))
+        if closed is None:
+            closed = self.store.closure(round_id, stage)
+            if closed is not None and round_id in self._live:
+                self._closures[(round_id, stage)] = closed
+        return closed
+
     def _expected(self, round_id: int, server: ServerRound, index: int) -> set[str]:
         spec = self._spec(round_id, self.store.round(round_id))  # type: ignore[arg-type]
         if index == 0:
             return set(spec.participants)
-        closed = self.store.closure(round_id, server.stages[index - 1]) or {}
+        closed = self._closure(round_id, server.stages[index - 1]) or {}
         return set(closed) if closed else self.store.submitted(round_id, server.stages[index - 1])
 
     def tick(self, now: float | None = None) -> None:
@@ -311,7 +323,7 @@ class RoundManager:
                                         finished_at=time.time())
                 self.store.audit("server", "round_finished", round_id=round_id, version=version)
         if last:
-            self._live.pop(round_id, None)
+            self._forget(round_id)
             self.store.checkpoint_soon()  # the round's megabytes leave the log between rounds
         self._notify()
 
@@ -320,9 +332,14 @@ class RoundManager:
             self.store.update_round(round_id, status="failed", error=reason,
                                     finished_at=time.time())
             self.store.audit("server", "round_failed", round_id=round_id, reason=reason)
-        self._live.pop(round_id, None)
+        self._forget(round_id)
         self.store.checkpoint_soon()
         self._notify()
+
+    def _forget(self, round_id: int) -> None:
+        self._live.pop(round_id, None)  # an ended round: its closures stay in the store
+        for key in [k for k in list(self._closures) if k[0] == round_id]:  # ``info`` may add
+            self._closures.pop(key, None)
 
     def _notify(self) -> None:
         """Wake every long-polling ``broadcast`` (and, through ``on_change``, ``/v1/work``)."""
@@ -367,7 +384,7 @@ class RoundManager:
         dropouts: set[str] = set()
         expected = set(spec.participants)
         for stage in stages[: int(row["stage_index"]) + 1]:
-            if self.store.closure(round_id, stage) is None:
+            if self._closure(round_id, stage) is None:
                 break
             sent = self.store.submitted(round_id, stage)
             dropouts |= expected - sent

@@ -129,7 +129,11 @@ class _Client(ClientRound):
                  update: np.ndarray, weight: float, state: dict[str, Any] | None) -> None:
         index = spec.participants.index(client_id) + 1
         _, roster = _round_params(spec)
-        vector = np.asarray(update, dtype=np.float64)
+        vector = np.asarray(update)
+        if vector.dtype not in (np.float32, np.float64):
+            vector = vector.astype(np.float64)
+        # A float32 update stays as it is: the encoder widens it block by block, exactly, so a
+        # float64 copy (8 bytes a parameter) would only cost time and memory.
         if state:
             try:
                 saved = ClientState.model_validate_json(json.dumps(state))

@@ -92,7 +92,8 @@ def encode_weighted(update: np.ndarray, weight: int, cfg: QuantizationConfig, rn
     for start in range(0, n, block):
         m = min(block, n - start)
         v, u = buf[:m], dither[:m]
-        np.clip(update[start : start + m], -cfg.clip_range, cfg.clip_range, out=v)
+        v[:] = update[start : start + m]  # widened first: a float32 update encodes exactly
+        np.clip(v, -cfg.clip_range, cfg.clip_range, out=v)  # like its float64 copy would
         v *= factor
         rng.random(out=u)
         v += u  # stochastic rounding: E[floor(v + u)] = v

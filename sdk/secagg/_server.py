@@ -68,6 +68,10 @@ class SecAggServer:
         self._shares: dict[int, list[EncryptedShare]] = {}  # recipient -> ciphertexts
         self._u2: set[int] = set()
         self._masked: dict[int, MaskedInput] = {}
+        # Ring sum (P+1,) uint32 of the masked inputs, added as each one is accepted: every one
+        # in the inbox is kept when the stage closes (or the round aborts), so unmasking starts
+        # from the finished sum instead of adding N vectors on the round's critical path.
+        self._masked_sum: np.ndarray | None = None
         self._signatures: dict[int, bytes] = {}
         self._last: dict[int, ClientMessage] = {}
         self.result: AggregateResult | None = None
@@ -96,6 +100,10 @@ class SecAggServer:
         if sender in self._inbox:
             raise ProtocolViolation(party=party, stage=stage, reason="duplicate message")
         self._check(msg, party, stage)
+        if isinstance(msg, MaskedInput):
+            if self._masked_sum is None:
+                self._masked_sum = np.zeros(self.params.vector_length + 1, dtype=np.uint32)
+            np.add(self._masked_sum, msg.vector(), out=self._masked_sum)
         self._inbox[sender] = msg
 
     def _expected(self) -> set[int]:
@@ -206,9 +214,8 @@ class SecAggServer:
         for v, raw in mask_keys.items():
             if raw_public(X25519PrivateKey.from_private_bytes(raw)) != self._keys[v].mask_pk:
                 raise RoundAborted(stage=Stage.UNMASKING, survivors=len(responses), threshold=p.threshold, reason=f"mask key of client {v} reconstructs wrongly (bad shares)")
-        total = np.zeros(p.vector_length + 1, dtype=np.uint32)  # (P+1,)
-        for u in survivors:
-            np.add(total, self._masked[u].vector(), out=total)
+        assert self._masked_sum is not None  # the masked stage closed with survivors
+        total, self._masked_sum = self._masked_sum, None  # (P+1,), sum over ``survivors``
         masks = [(self_mask_key(b_seeds[u], p.round_id), -1) for u in survivors]
         # Survivor u added sign(u, v) * PRG(s_uv) for each dropped neighbour v; remove it.
         for v in dropped:

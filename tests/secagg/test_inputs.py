@@ -86,3 +86,12 @@ def test_messages_round_trip_json_and_binary() -> None:
         blob = r.to_bytes()
         assert MaskedInput.from_bytes(blob) == r
         assert len(blob) - 4 * 6 < 16  # 4 bytes per element plus a tiny header
+
+
+def test_float32_update_encodes_like_its_float64_copy() -> None:
+    # 0.1 has no exact float32 form: clipping in float32 would move the bound and the encoding.
+    cfg = QuantizationConfig(clip_range=0.1, scale_bits=26, max_weight=10)
+    x = np.random.default_rng(0).uniform(-0.3, 0.3, 50_000).astype(np.float32)
+    narrow = encode_weighted(x, 7, cfg, np.random.default_rng(5), block=4096)
+    wide = encode_weighted(x.astype(np.float64), 7, cfg, np.random.default_rng(5))
+    assert np.array_equal(narrow, wide)

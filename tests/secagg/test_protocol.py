@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import sdk.secagg as secagg
 from sdk.secagg import (
     AggregateResult,
+    ProtocolViolation,
     QuantizationConfig,
     RoundAborted,
     SecAggConfig,
@@ -114,3 +115,23 @@ _PUBLIC = ["AdvertiseKeysRequest", "AdvertisedKeys", "AggregateResult", "Attack"
 def test_public_api_is_pinned() -> None:
     assert secagg.__all__ == sorted(_PUBLIC)
     assert all(hasattr(secagg, name) for name in secagg.__all__)
+
+
+def test_refused_masked_inputs_stay_out_of_the_aggregate() -> None:
+    from .conftest import Harness
+
+    h = Harness(n=4, dim=32)
+    h.step()
+    h.step()
+    replies = h.deliver(skip=frozenset({3}))  # the server sums each input as it accepts it
+    forged = replies[0].model_copy(update={"masked": bytes(len(replies[0].masked))})
+    with pytest.raises(ProtocolViolation, match="duplicate"):
+        h.server.receive(forged)  # a second input from client 0
+    late = h.clients[3].receive(h.outbox[3])
+    with pytest.raises(ProtocolViolation, match="bytes"):
+        h.server.receive(late.model_copy(update={"masked": late.masked[:-4]}))
+    h.server.receive(late)
+    h.outbox = h.server.close_stage()
+    while h.server.result is None:
+        h.step()
+    _check(h.server.result, h.updates, h.weights, h.server.params.quantization)
