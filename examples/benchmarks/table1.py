@@ -4,20 +4,24 @@ Every method runs through the same path: a reward-selection strategy (sdk.alignm
 RewardSource, inside trl's GRPOTrainer, from the same cached supervised warm-up, then the same
 evaluation (best-of-3 sampled accuracy per category, greedy beside it).
 
-Clients are *simulated*: client k's reward model is replaced by an exact judge of its own task
-(+1 strictly right, 0 wrong option, -1 unparseable) that answers out-of-domain questions with a
-consistent pseudo-random preference, on a client-specific raw scale (scale, offset). Normalized
-clients divide by mu_k, sigma_k measured on a calibration set (sdk.reward.ScoreNormalizer);
-``mor_no_norm`` uses the raw scales. The router is trained federated-style (local training per
-client on its pairs, FedAvg) over the hashing encoder, then updated online (Neural TS).
+The three task clients are *simulated* (``_table1_clients.py``): client k's reward model is an
+exact judge of its own task on a client-specific raw scale (``--raw-scales``); normalized
+clients divide by mu_k, sigma_k measured on a calibration set, ``mor_no_norm`` uses the raw
+scales. The router is trained federated-style (local training per client on its pairs, FedAvg)
+over the hashing encoder, then updated online (Neural TS).
 Reward queries run in-process (``reward_path``). FedAvg-RM cannot average simulated judges, so
-its row uses one *real* tiny reward model (qwen2_vl) trained by FedAvg rounds over the three
-clients' preference pairs; its pairwise accuracy per category is reported beside it.
+its row uses one *real* tiny reward model (qwen2_vl) trained by FedAvg rounds over every
+client's preference pairs; its pairwise accuracy per category is reported beside it.
 
-``routed_step_overhead_ratio``: the same MoR GRPO step with rewards from three real (untrained)
-tiny reward models of the demo's architectures, routed over REST through a real server and three
-client processes (server_app's LocalConsortium and RewardBroker), against the same models scored
-in-process; median step time of the REST run over that of the in-process run.
+The two style clients (``detail``, ``safety``; ``--no-style`` leaves them out) have no exact
+judge: they are real tiny reward models trained as in the demo's stage A, and each policy is
+judged on their eval pairs by held-out judge reward models (another seed, another architecture):
+win rate against the rejected answer and mean judge score (``_table1_style.py``). With them, an
+unparseable answer to a multiple-choice prompt gets the lowest score and reaches no client, as
+in the demo (docs/alignment.md, "Format rule").
+
+``routed_step_overhead_ratio``: the same MoR GRPO step over REST vs in-process
+(``_table1_overhead.py``); median step time of the REST run over that of the in-process run.
 
     .venv/bin/python examples/benchmarks/table1.py --quick
 """
@@ -25,13 +29,8 @@ in-process; median step time of the REST run over that of the in-process run.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import functools
-import hashlib
 import json
-import os
-import shutil
 import statistics
 import tempfile
 import time
@@ -40,11 +39,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from PIL import Image
+from _table1_clients import RAW_SCALES, build_clients
+from _table1_overhead import routed_step_overhead
+from _table1_style import StyleClients, prepare_style_clients
 
 from sdk.alignment import (
     ONLINE_ROUTER_CONFIG,
-    BrokerRewardSource,
     EmptyIsWorst,
     EvalSettings,
     GRPOSettings,
@@ -57,176 +57,78 @@ from sdk.alignment import (
     align,
     evaluate_policy,
     make_selection,
-    parse_choice,
     train_fedavg_reward_model,
     warmup_policy,
 )
 from sdk.data import (
     HELDOUT_CATEGORIES,
     TASK_CLIENTS,
-    Query,
     SynthConfig,
     load_pairs,
     load_queries,
     synthesize,
 )
 from sdk.models import build_tiny_vlm
-from sdk.reward import ClientScorer, RewardModel, RewardTrainingConfig, ScoreNormalizer
+from sdk.reward import ClientScorer, RewardTrainingConfig
 from sdk.router import (
     HashingEncoder,
-    LocalTrainingConfig,
     NeuralThompsonRouter,
     Router,
     RouterConfig,
+    default_federated_config,
     fedavg_plain,
     image_digest,
     train_router_locally,
 )
-
-RAW_SCALES = ((1.0, 0.0), (4.0, 3.0), (0.5, -2.0))  # (scale, offset) of each client's raw score
-RM_ARCHITECTURES = ("qwen2_vl", "qwen2_5_vl", "llava_onevision")  # as in the demo
 
 
 def say(message: str) -> None:
     print(message, flush=True)
 
 
-class SimulatedClient:
-    """An exact judge of one task on a raw scale; pseudo-random outside its task."""
-
-    def __init__(self, category: str, answers: dict[str, Query], scale: float, offset: float,
-                 normalizer: ScoreNormalizer | None = None) -> None:
-        self.category, self.answers = category, answers
-        self.scale, self.offset, self.normalizer = scale, offset, normalizer
-
-    def raw(self, image: Image.Image | None, response: str) -> float:
-        q = self.answers.get(image_digest(image)) if image is not None else None
-        if q is not None and q.category == self.category:
-            index = parse_choice(response, q.options)
-            base = -1.0 if index is None else 1.0 if q.options[index] == q.answer else 0.0
-        else:  # an RM asked outside its domain: arbitrary but consistent preferences
-            digest = hashlib.sha256(f"{self.category}|{response}".encode()).digest()
-            base = digest[0] / 127.5 - 1.0
-        return self.scale * base + self.offset
-
-    def __call__(self, images: Sequence[Image.Image | None], prompts: Sequence[str],
-                 responses: Sequence[str]) -> list[float]:
-        raw = torch.tensor([self.raw(i, r) for i, r in zip(images, responses, strict=True)])
-        if self.normalizer is not None:
-            raw = self.normalizer.normalize(raw)
-        return [float(x) for x in raw]
+def router_config(encoder: HashingEncoder) -> RouterConfig:
+    """The demo's router (sdk/_demo_config.py): 2 layers, d_model 64."""
+    return RouterConfig(input_dim=encoder.dim, d_model=64, num_layers=2, num_heads=4,
+                        dim_feedforward=128)
 
 
-def build_clients(answers: dict[str, Query], calibration: Sequence[Query],
-                  normalize: bool) -> list[SimulatedClient]:
-    clients = []
-    for category, (scale, offset) in zip(TASK_CLIENTS, RAW_SCALES, strict=True):
-        client = SimulatedClient(category, answers, scale, offset)
-        if normalize:  # mu, sigma over the options and a junk answer of calibration queries
-            raw = [client.raw(q.image, r) for q in calibration for r in (*q.options, "junk")]
-            client.normalizer = ScoreNormalizer.fit(raw)
-        clients.append(client)
-    return clients
-
-
-def train_router(data: Path, encoder: HashingEncoder, rounds: int, epochs: int) -> Router:
-    router = Router(RouterConfig(input_dim=encoder.dim, d_model=32, num_layers=1, num_heads=2,
-                                 dim_feedforward=64), list(TASK_CLIENTS), encoder.encoder_id)
+def train_router(pair_dirs: dict[str, Path], encoder: HashingEncoder, rounds: int,
+                 epochs: int, max_pairs: int = 300) -> Router:
+    """The library's federated recipe (``default_federated_config``: lr 3e-3 decayed by a
+    cosine over the rounds) with ``epochs`` local epochs, every client in every round."""
+    router = Router(router_config(encoder), list(pair_dirs), encoder.encoder_id)
     encoded = []
-    for category in TASK_CLIENTS:
-        pairs = load_pairs(data / "clients" / category / "train")
+    for pair_dir in pair_dirs.values():
+        pairs = load_pairs(pair_dir)[:max_pairs]
         images = [p.image for p in pairs] * 2
         prompts = [p.prompt for p in pairs] * 2
         responses = [p.chosen for p in pairs] + [p.rejected for p in pairs]
         encoded.append(encoder.encode(images, prompts, responses))
+    recipe = default_federated_config(rounds=rounds)
     for r in range(rounds):
-        updates = [train_router_locally(router, batch, k, LocalTrainingConfig(epochs=epochs, lr=3e-3, seed=r))
-                   for k, batch in enumerate(encoded)]
+        updates = [train_router_locally(router, batch, k, recipe.local_config(r, k).model_copy(
+            update={"epochs": epochs})) for k, batch in enumerate(encoded)]
         router.set_flat_params(fedavg_plain(updates))
     return router
 
 
-def fedavg_reward_model(data: Path, quick: bool) -> tuple[ClientScorer, dict[str, float]]:
-    """The FedAvg-RM baseline's shared model and its pairwise accuracy per task category."""
-    pairs = [load_pairs(data / "clients" / c / "train") for c in TASK_CLIENTS]
-    backbone = build_tiny_vlm("qwen2_vl", data.parent / "fedavg-backbone",
+def fedavg_reward_model(pair_dirs: dict[str, Path], out: Path,
+                        quick: bool) -> tuple[ClientScorer, dict[str, float]]:
+    """The FedAvg-RM baseline's shared model and its pairwise accuracy per client."""
+    pairs = [load_pairs(d) for d in pair_dirs.values()]
+    backbone = build_tiny_vlm("qwen2_vl", out / f"fedavg-backbone-{len(pairs)}",
                               corpus=[p.prompt for ps in pairs for p in ps]
                               + [r for ps in pairs for p in ps for r in (p.chosen, p.rejected)])
     config = RewardTrainingConfig(steps=15 if quick else 60, batch_size=16, warmup_steps=5)
     scorer = train_fedavg_reward_model(backbone, pairs, rounds=3 if quick else 5, config=config)
     accuracy = {}
-    for c in TASK_CLIENTS:
-        ev = load_pairs(data / "clients" / c / "eval")
+    for c, pair_dir in pair_dirs.items():
+        ev = load_pairs(pair_dir.parent / "eval")
         args = [p.image for p in ev], [p.prompt for p in ev]
         chosen, rejected = scorer.score(*args, [p.chosen for p in ev]), \
             scorer.score(*args, [p.rejected for p in ev])
         accuracy[c] = statistics.fmean(float(a > b) for a, b in zip(chosen, rejected, strict=True))
     return scorer, accuracy
-
-
-def tiny_reward_models(out: Path, queries: Sequence[Query]) -> list[Path]:
-    """Three untrained tiny reward-model checkpoints (the step cost is what is measured)."""
-    corpus = [q.prompt for q in queries] + [o for q in queries for o in q.options]
-    dirs = []
-    for arch in RM_ARCHITECTURES:
-        rm_dir = out / f"rm-{arch}"
-        if not (rm_dir / "normalizer.json").is_file():
-            model = RewardModel.from_backbone(build_tiny_vlm(arch, out / f"vlm-{arch}",
-                                                             corpus=corpus))
-            model.save_pretrained(rm_dir)
-            q = queries[:20]
-            raw = model.score([x.image for x in q], [x.prompt for x in q], [x.options[0] for x in q])
-            ScoreNormalizer.fit(raw).save(rm_dir)
-        dirs.append(rm_dir)
-    return dirs
-
-
-def routed_step_overhead(policy: Path, queries: Sequence[Query], grpo: GRPOSettings,
-                         chooser: Callable[[int], NeuralTSChooser], out: Path,
-                         steps: int) -> dict[str, Any]:
-    """Median GRPO step time with MoR rewards over REST vs in-process, same reward models."""
-    from server_app import QueryItem, RewardBroker, Store, load_private_key
-    from server_app._local import LocalConsortium
-
-    rm_dirs = tiny_reward_models(out / "overhead", queries)
-    settings = grpo.model_copy(update={"steps": steps})
-
-    def step_times(source: Any, name: str) -> list[float]:
-        fn = SelectionRewardFunction(make_selection("mor", chooser=chooser(0)),
-                                     EmptyIsWorst(source, worst=-3.0))
-        timer = StepTimer()
-        align(policy, fn, queries, settings, out_dir=out / "overhead" / name, callbacks=[timer],
-              progress=None)
-        return timer.durations[2:]  # the first steps include lazy initialisation
-
-    in_process = step_times(
-        InProcessRewardSource([ClientScorer.from_pretrained(d).score for d in rm_dirs]), "local")
-    # A fresh consortium: a roster or server store left by an earlier run holds stale clients.
-    shutil.rmtree(out / "overhead" / "consortium", ignore_errors=True)
-    consortium = LocalConsortium(out / "overhead" / "consortium", len(rm_dirs))
-    for site, rm_dir in zip(consortium.names, rm_dirs, strict=True):
-        consortium.client_cfg[site]["reward_model_dir"] = str(rm_dir)
-    previous = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = "1"  # the client processes, like this one, use one thread
-    try:
-        with consortium:
-            consortium.start()
-            ids = consortium.wait_enrolled()
-            broker = RewardBroker(Store(consortium.server_cfg["db_path"]),
-                                  load_private_key(Path(consortium.server_cfg["identity_key"])),
-                                  verify=consortium.verify, timeout_s=120)
-            rest = step_times(BrokerRewardSource(broker, ids, make_item=QueryItem), "rest")
-            with contextlib.suppress(RuntimeError):  # trl's loop owns the broker's connections
-                asyncio.run(broker.aclose())
-    finally:
-        if previous is None:
-            del os.environ["OMP_NUM_THREADS"]
-        else:
-            os.environ["OMP_NUM_THREADS"] = previous
-    return {"ratio": statistics.median(rest) / statistics.median(in_process),
-            "median_step_s": {"in_process": statistics.median(in_process),
-                              "rest": statistics.median(rest)},
-            "steps_timed": len(rest), "reward_bytes": broker.bytes_sent}
 
 
 def mean_std(values: Sequence[float]) -> dict[str, float]:
@@ -241,6 +143,20 @@ def main() -> None:
     parser.add_argument("--overhead-steps", type=int, default=None,
                         help="GRPO steps per path for the REST overhead (default 8 quick, 20)")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "fedmor-table1")
+    parser.add_argument("--methods", default=None,
+                        help="comma-separated subset of the methods (default: all); the base "
+                        "row is always evaluated")
+    parser.add_argument("--raw-scales", choices=sorted(RAW_SCALES), default="mixed",
+                        help="the task clients' raw score scales (what mor_no_norm sees; "
+                        "default: as different as the style clients' real reward models)")
+    parser.add_argument("--router-rounds", type=int, default=30,
+                        help="FedAvg rounds of the offline router (fewer: a weaker router)")
+    parser.add_argument("--router-epochs", type=int, default=1,
+                        help="local epochs per router round")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="GRPO steps per run (default 150 quick, 200)")
+    parser.add_argument("--style", action=argparse.BooleanOptionalAction, default=True,
+                        help="add the style clients (real reward models, held-out judges)")
     args = parser.parse_args()
     # One intra-op thread: on a shared 2-core machine OpenMP spin-waiting made a tiny-model
     # step ~10x slower with 2 threads (measured 1.06 s vs 0.12 s fwd+bwd, batch 16).
@@ -250,7 +166,7 @@ def main() -> None:
     # Quick: 150 steps of 8 prompts. At 40 of 4, MoR and PluralLLM-alpha tied on ID expected
     # accuracy over 3 GRPO seeds (0.747-0.774 vs 0.746-0.757); at 150 of 8 MoR led by 0.018 and
     # 0.050 (0.864, 0.882 vs 0.846, 0.832; base 0.717) in 2 seeds (docs/alignment.md, "Session 4").
-    grpo = GRPOSettings(steps=150 if quick else 200, prompts_per_step=8,
+    grpo = GRPOSettings(steps=args.steps or (150 if quick else 200), prompts_per_step=8,
                         num_generations=4, max_completion_length=8)
     evals = EvalSettings(samples=3, max_new_tokens=8)
     # 1600 steps: on the 10-category warm-up split, 600 left the answer format unlearned (P(any
@@ -292,51 +208,83 @@ def main() -> None:
     say("supervised warm-up (cached) ...")
     policy = warmup_policy(base, warm_queries, args.out / "cache", warm_cfg, progress=say)
 
-    say("training the router (local training + FedAvg, 10 rounds of 10 local epochs) ...")
-    encoder = HashingEncoder()
-    router_state = train_router(data, encoder, rounds=10, epochs=10).state_dict()
+    scales = RAW_SCALES[args.raw_scales]
+    normalized: list[Any] = build_clients(answers, grpo_queries[:60], normalize=True,
+                                          scales=scales)
+    raw: list[Any] = build_clients(answers, grpo_queries[:60], normalize=False, scales=scales)
+    pair_dirs = {c: data / "clients" / c / "train" for c in TASK_CLIENTS}
+    # (image, prompt, response, client) triples that must route to ``client``. The GRPO queries
+    # are stored category by category (the first 200 are all `diagram`, which once hid a router
+    # that sent everything to client 0), hence a strided sample.
+    probe = [(q.image, q.prompt, q.options[0], q.category)
+             for q in grpo_queries[::max(1, len(grpo_queries) // 300)]]
+    style: StyleClients | None = None
+    if args.style:
+        style = prepare_style_clients(args.out, grpo_queries=400, eval_pairs=eval_per_category,
+                                      say=say)
+        normalized += style.normalized
+        raw += style.raw
+        pair_dirs |= {c: style.data / "clients" / c / "train" for c in style.names}
+        probe += [(p.image, p.prompt, p.chosen, p.category)
+                  for c in style.names for p in style.eval_pairs[c][:50]]
+        grpo_queries = grpo_queries + style.queries
+    clients = tuple(pair_dirs)
+    # Style clients' real reward models cannot score an empty answer (EmptyIsWorst); the
+    # format rule keeps their open prompts from pulling multiple-choice answers out of format.
+    worst = -3.0 if style else None
 
-    say("FedAvg-RM: one real tiny reward model trained by FedAvg rounds over the clients' pairs")
-    fedavg_scorer, fedavg_accuracy = fedavg_reward_model(data, quick)
-    fedavg_source = EmptyIsWorst(InProcessRewardSource([fedavg_scorer.score]),
-                                 worst=-fedavg_scorer.clip)
-    say(f"FedAvg-RM pairwise accuracy: {fedavg_accuracy}")
-    normalized = build_clients(answers, grpo_queries[:60], normalize=True)
-    raw = build_clients(answers, grpo_queries[:60], normalize=False)
+    say(f"training the router on {len(clients)} clients (local training + FedAvg, "
+        f"{args.router_rounds} rounds of {args.router_epochs} local epochs) ...")
+    encoder = HashingEncoder()
+    router_state = train_router(pair_dirs, encoder, rounds=args.router_rounds,
+                                epochs=args.router_epochs).state_dict()
+
+    fedavg_accuracy: dict[str, float] = {}
+
+    @functools.cache
+    def fedavg_source() -> EmptyIsWorst:
+        say("FedAvg-RM: one real tiny reward model trained by FedAvg rounds over the clients' "
+            "pairs")
+        scorer, accuracy = fedavg_reward_model(pair_dirs, args.out, quick)
+        fedavg_accuracy.update(accuracy)
+        say(f"FedAvg-RM pairwise accuracy: {accuracy}")
+        return EmptyIsWorst(InProcessRewardSource([scorer.score]), worst=-scorer.clip)
 
     def chooser(seed: int) -> NeuralTSChooser:
-        router = Router(RouterConfig(input_dim=encoder.dim, d_model=32, num_layers=1,
-                                     num_heads=2, dim_feedforward=64),
-                        list(TASK_CLIENTS), encoder.encoder_id)
+        router = Router(router_config(encoder), list(clients), encoder.encoder_id)
         router.load_state_dict(router_state)
         return NeuralTSChooser(encoder, NeuralThompsonRouter(
             router, ONLINE_ROUTER_CONFIG.model_copy(update={"seed": seed})))
 
-    # A sample of every category: the GRPO queries are stored category by category (the first
-    # 200 are all `diagram`, which once hid a router that sent everything to client 0).
-    probe = grpo_queries[::max(1, len(grpo_queries) // 300)]
-    routed = chooser(0).choose([q.image for q in probe], [q.prompt for q in probe],
-                               [q.options[0] for q in probe], explore=False).arms
-    explored = chooser(0).choose([q.image for q in probe], [q.prompt for q in probe],
-                                 [q.options[0] for q in probe], explore=True).arms
-    router_accuracy, explore_accuracy = (statistics.fmean(
-        float(TASK_CLIENTS[a] == q.category) for a, q in zip(arms, probe, strict=True))
-        for arms in (routed, explored))
-    say(f"router sends {router_accuracy:.1%} of GRPO completions to their task's client "
+    def routing_accuracy(router: Any, explore: bool) -> float:
+        images, prompts, responses, owners = zip(*probe, strict=True)
+        arms = router.choose(images, prompts, responses, explore=explore).arms
+        return statistics.fmean(float(clients[a] == c) for a, c in zip(arms, owners, strict=True))
+
+    router_accuracy = routing_accuracy(chooser(0), explore=False)
+    explore_accuracy = routing_accuracy(chooser(0), explore=True)
+    say(f"router sends {router_accuracy:.1%} of probe completions to their own client "
         f"({explore_accuracy:.1%} with Thompson exploration)")
 
-    methods: dict[str, Callable[[int], tuple[RewardSelection, list[SimulatedClient]]]] = {
+    methods: dict[str, Callable[[int], tuple[RewardSelection, Any]]] = {
         "mor": lambda s: (make_selection("mor", chooser=chooser(s)), normalized),
         "mor_no_online": lambda s: (make_selection("mor_no_online", chooser=chooser(s)), normalized),
         "mor_no_norm": lambda s: (make_selection("mor", chooser=chooser(s)), raw),
         "random": lambda s: (make_selection("random", seed=s), normalized),
         "avg_rm": lambda s: (make_selection("avg_rm"), normalized),
         "plurallm_alpha": lambda s: (make_selection("plurallm_alpha", alpha=1.0), normalized),
-        "fedavg_rm": lambda s: (make_selection("fedavg_rm", averaged=fedavg_source), normalized),
+        "fedavg_rm": lambda s: (make_selection("fedavg_rm", averaged=fedavg_source()),
+                                normalized),
     }
-    for k, c in enumerate(TASK_CLIENTS):
+    for k, c in enumerate(clients):
         methods[f"best_single_{c}"] = functools.partial(
             lambda s, k: (make_selection("best_single", client=k), normalized), k=k)
+    if args.methods:
+        wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
+        unknown = sorted(set(wanted) - set(methods))
+        if unknown:
+            parser.error(f"unknown methods {unknown}; choose from {sorted(methods)}")
+        methods = {m: methods[m] for m in wanted}
 
     def evaluate(path: Path, seed: int) -> dict[str, Any]:
         ev = evaluate_policy(path, eval_sets, evals.model_copy(update={"seed": seed}))
@@ -346,7 +294,9 @@ def main() -> None:
                 "id_expected": ev.average(TASK_CLIENTS, "expected"),
                 "heldout_expected": ev.average(HELDOUT_CATEGORIES, "expected"),
                 "per_category": {c: s.best_of_n for c, s in ev.categories.items()},
-                "per_category_expected": {c: s.expected for c, s in ev.categories.items()}}
+                "per_category_expected": {c: s.expected for c, s in ev.categories.items()},
+                **(style.evaluate(path, evals.model_copy(update={"seed": seed}))
+                   if style else {})}
 
     rows: dict[str, list[dict[str, Any]]] = {"base": []}
     step_times: dict[str, list[float]] = {}
@@ -355,57 +305,91 @@ def main() -> None:
         with (args.out / "rows.jsonl").open("a") as f:
             f.write(json.dumps({"seed": seed, "method": "base", **rows["base"][-1]}) + "\n")
         say(f"seed {seed} base: id {rows['base'][-1]['id']:.3f} "
-            f"heldout {rows['base'][-1]['heldout']:.3f}")
+            f"heldout {rows['base'][-1]['heldout']:.3f}"
+            + (f" style win {rows['base'][-1]['style_win']:.3f}" if style else ""))
         for name, make in methods.items():
-            selection, clients = make(seed)
-            fn = SelectionRewardFunction(selection, InProcessRewardSource(clients))
+            selection, scorers = make(seed)
+            source: Any = InProcessRewardSource(scorers)
+            if worst is not None:
+                source = EmptyIsWorst(source, worst=worst)
+            fn = SelectionRewardFunction(selection, source, invalid_choice_reward=worst)
             timer = StepTimer()
             run_dir = align(policy, fn, grpo_queries, grpo.model_copy(update={"seed": seed}),
                             out_dir=args.out / "runs" / f"{name}-{seed}", callbacks=[timer])
             step_times.setdefault(name, []).extend(timer.durations[1:])
             rows.setdefault(name, []).append(evaluate(run_dir / "policy", seed))
             r = rows[name][-1]
+            if selection.chooser is not None:  # where the online updates left the router
+                r["router_accuracy_after"] = routing_accuracy(selection.chooser, explore=False)
             with (args.out / "rows.jsonl").open("a") as f:  # partial results survive a stop
                 f.write(json.dumps({"seed": seed, "method": name, **r}) + "\n")
             say(f"seed {seed} {name}: id {r['id']:.3f} heldout {r['heldout']:.3f} "
-                f"(greedy id {r['id_greedy']:.3f}) [{time.perf_counter() - t0:.0f}s]")
+                f"(greedy id {r['id_greedy']:.3f})"
+                + (f" style win {r['style_win']:.3f}" if style else "")
+                + f" [{time.perf_counter() - t0:.0f}s]")
 
-    say("routed step overhead: the same MoR GRPO step over REST vs in-process ...")
-    overhead = routed_step_overhead(policy, grpo_queries, grpo, chooser, args.out,
-                                    args.overhead_steps or (8 if quick else 20))
-    say(f"routed step overhead {overhead['ratio']:.2f}x {overhead['median_step_s']}")
+    overhead_steps = args.overhead_steps if args.overhead_steps is not None else (
+        8 if quick else 20)
+    overhead: dict[str, Any] = {"ratio": None}
+    if overhead_steps > 0:
+        say("routed step overhead: the same MoR GRPO step over REST vs in-process ...")
+        overhead = routed_step_overhead(policy, grpo_queries, grpo, chooser, args.out,
+                                        overhead_steps)
+        say(f"routed step overhead {overhead['ratio']:.2f}x {overhead['median_step_s']}")
 
-    columns = ("id", "heldout", "id_greedy", "id_sampled", "id_expected", "heldout_expected")
+    columns = ["id", "heldout", "id_greedy", "id_sampled", "id_expected", "heldout_expected"]
+    shown = ["id", "heldout", "id_expected", "heldout_expected"]
+    if style:
+        columns += ["style_win", *(f"{c}_win" for c in style.names)]
+        shown.append("style_win")
+        for rs in rows.values():
+            for r in rs:
+                r.update({f"{c}_win": v["win_rate"] for c, v in r["style"].items()})
     table = {name: {col: mean_std([r[col] for r in rs]) for col in columns}
              for name, rs in rows.items()}
-    say(f"{'method':<28}{'ID best-of-3':>16}{'held-out':>16}{'ID expected':>16}{'held-out':>16}")
+    say(f"{'method':<28}{'ID best-of-3':>16}{'held-out':>16}{'ID expected':>16}{'held-out':>16}"
+        + (f"{'style win':>16}" if style else ""))
     for name, cols in table.items():
-        say(f"{name:<28}" + "".join(f"{cols[c]['mean']:>9.3f}±{cols[c]['std']:.3f}" for c in
-                                    ("id", "heldout", "id_expected", "heldout_expected")))
+        say(f"{name:<28}" + "".join(f"{cols[c]['mean']:>9.3f}±{cols[c]['std']:.3f}"
+                                    for c in shown))
     baselines = [n for n in table if n not in ("base", "mor", "mor_no_online", "mor_no_norm")]
-    best = max(baselines, key=lambda n: table[n]["id"]["mean"])
+    best = max(baselines, key=lambda n: table[n]["id"]["mean"], default=None)
+
+    def mean(name: str | None, col: str = "id") -> float | None:
+        """A column's mean over seeds; None when ``--methods`` left the row out."""
+        return table[name][col]["mean"] if name in table else None
+
     headline = {
-        "base_id_avg": table["base"]["id"]["mean"],
-        "mor_id_avg": table["mor"]["id"]["mean"],
-        "best_baseline_id_avg": table[best]["id"]["mean"],
+        "base_id_avg": mean("base"),
+        "mor_id_avg": mean("mor"),
+        "best_baseline_id_avg": mean(best),
         "best_baseline_name": best,
-        "mor_heldout_avg": table["mor"]["heldout"]["mean"],
-        "best_baseline_heldout_avg": max(table[n]["heldout"]["mean"] for n in baselines),
-        "no_online_id_avg": table["mor_no_online"]["id"]["mean"],
-        "no_norm_id_avg": table["mor_no_norm"]["id"]["mean"],
+        "mor_heldout_avg": mean("mor", "heldout"),
+        "best_baseline_heldout_avg": max((table[n]["heldout"]["mean"] for n in baselines),
+                                         default=None),
+        "no_online_id_avg": mean("mor_no_online"),
+        "no_norm_id_avg": mean("mor_no_norm"),
         # The same comparison without sampling noise: mean P(right option) (option_probabilities).
-        "base_id_expected": table["base"]["id_expected"]["mean"],
-        "mor_id_expected": table["mor"]["id_expected"]["mean"],
-        "best_baseline_id_expected": max(table[n]["id_expected"]["mean"] for n in baselines),
-        "routed_step_overhead_ratio": round(overhead["ratio"], 3),
+        "base_id_expected": mean("base", "id_expected"),
+        "mor_id_expected": mean("mor", "id_expected"),
+        "best_baseline_id_expected": max((table[n]["id_expected"]["mean"] for n in baselines),
+                                         default=None),
+        "base_style_win": mean("base", "style_win") if style else None,
+        "mor_style_win": mean("mor", "style_win") if style else None,
+        "best_baseline_style_win": max((table[n]["style_win"]["mean"] for n in baselines),
+                                       default=None) if style else None,
+        "routed_step_overhead_ratio": (round(overhead["ratio"], 3)
+                                       if overhead["ratio"] is not None else None),
         "seeds": seeds,
     }
     print(json.dumps({
         "headline": headline,
         "reward_path": "in-process",
         "routed_step_overhead": overhead,
-        "clients": "simulated exact task judges with raw scales " + str(RAW_SCALES),
+        "clients": f"simulated exact task judges with raw scales {args.raw_scales} {scales}",
+        "router_rounds": args.router_rounds, "router_epochs": args.router_epochs,
         "fedavg_rm_pairwise_accuracy": fedavg_accuracy,
+        "style_clients": style.accuracy if style else None,
         "router_accuracy": router_accuracy, "router_accuracy_explore": explore_accuracy,
         "online_router": ONLINE_ROUTER_CONFIG.model_dump(),
         "grpo": grpo.model_dump(), "warmup": warm_cfg.model_dump(),

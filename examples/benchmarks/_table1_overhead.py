@@ -1,0 +1,102 @@
+"""Table 1's step-time overhead of routed rewards over REST against the same rewards in-process.
+
+The same MoR GRPO step with rewards from three real (untrained) tiny reward models of the demo's
+architectures, routed over REST through a real server and three client processes (server_app's
+LocalConsortium and RewardBroker), against the same models scored in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import statistics
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sdk.alignment import (
+    BrokerRewardSource,
+    EmptyIsWorst,
+    GRPOSettings,
+    InProcessRewardSource,
+    NeuralTSChooser,
+    SelectionRewardFunction,
+    StepTimer,
+    align,
+    make_selection,
+)
+from sdk.data import Query
+from sdk.models import build_tiny_vlm
+from sdk.reward import ClientScorer, RewardModel, ScoreNormalizer
+
+__all__ = ["routed_step_overhead"]
+
+RM_ARCHITECTURES = ("qwen2_vl", "qwen2_5_vl", "llava_onevision")  # as in the demo
+
+
+def tiny_reward_models(out: Path, queries: Sequence[Query]) -> list[Path]:
+    """Three untrained tiny reward-model checkpoints (the step cost is what is measured)."""
+    corpus = [q.prompt for q in queries] + [o for q in queries for o in q.options]
+    dirs = []
+    for arch in RM_ARCHITECTURES:
+        rm_dir = out / f"rm-{arch}"
+        if not (rm_dir / "normalizer.json").is_file():
+            model = RewardModel.from_backbone(build_tiny_vlm(arch, out / f"vlm-{arch}",
+                                                             corpus=corpus))
+            model.save_pretrained(rm_dir)
+            q = queries[:20]
+            raw = model.score([x.image for x in q], [x.prompt for x in q], [x.options[0] for x in q])
+            ScoreNormalizer.fit(raw).save(rm_dir)
+        dirs.append(rm_dir)
+    return dirs
+
+
+def routed_step_overhead(policy: Path, queries: Sequence[Query], grpo: GRPOSettings,
+                         chooser: Callable[[int], NeuralTSChooser], out: Path,
+                         steps: int) -> dict[str, Any]:
+    """Median GRPO step time with MoR rewards over REST vs in-process, same reward models."""
+    from server_app import QueryItem, RewardBroker, Store, load_private_key
+    from server_app._local import LocalConsortium
+
+    rm_dirs = tiny_reward_models(out / "overhead", queries)
+    settings = grpo.model_copy(update={"steps": steps})
+
+    def step_times(source: Any, name: str) -> list[float]:
+        fn = SelectionRewardFunction(make_selection("mor", chooser=chooser(0)),
+                                     EmptyIsWorst(source, worst=-3.0))
+        timer = StepTimer()
+        align(policy, fn, queries, settings, out_dir=out / "overhead" / name, callbacks=[timer],
+              progress=None)
+        return timer.durations[2:]  # the first steps include lazy initialisation
+
+    in_process = step_times(
+        InProcessRewardSource([ClientScorer.from_pretrained(d).score for d in rm_dirs]), "local")
+    # A fresh consortium: a roster or server store left by an earlier run holds stale clients.
+    shutil.rmtree(out / "overhead" / "consortium", ignore_errors=True)
+    consortium = LocalConsortium(out / "overhead" / "consortium", len(rm_dirs))
+    for site, rm_dir in zip(consortium.names, rm_dirs, strict=True):
+        consortium.client_cfg[site]["reward_model_dir"] = str(rm_dir)
+    previous = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"  # the client processes, like this one, use one thread
+    try:
+        with consortium:
+            consortium.start()
+            ids = consortium.wait_enrolled()
+            broker = RewardBroker(Store(consortium.server_cfg["db_path"]),
+                                  load_private_key(Path(consortium.server_cfg["identity_key"])),
+                                  verify=consortium.verify, timeout_s=120)
+            rest = step_times(BrokerRewardSource(broker, ids, make_item=QueryItem), "rest")
+            with contextlib.suppress(RuntimeError):  # trl's loop owns the broker's connections
+                asyncio.run(broker.aclose())
+    finally:
+        if previous is None:
+            del os.environ["OMP_NUM_THREADS"]
+        else:
+            os.environ["OMP_NUM_THREADS"] = previous
+    return {"ratio": statistics.median(rest) / statistics.median(in_process),
+            "median_step_s": {"in_process": statistics.median(in_process),
+                              "rest": statistics.median(rest)},
+            "steps_timed": len(rest), "reward_bytes": broker.bytes_sent}
+
