@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from _table1_clients import RAW_SCALES, build_clients
 from _table1_overhead import routed_step_overhead
+from _table1_setup import WARMUP, prepare_task_benchmark
 from _table1_style import StyleClients, prepare_style_clients
 
 from sdk.alignment import (
@@ -53,20 +54,15 @@ from sdk.alignment import (
     RewardSelection,
     SelectionRewardFunction,
     StepTimer,
-    WarmupConfig,
     align,
     evaluate_policy,
     make_selection,
     train_fedavg_reward_model,
-    warmup_policy,
 )
 from sdk.data import (
     HELDOUT_CATEGORIES,
     TASK_CLIENTS,
-    SynthConfig,
     load_pairs,
-    load_queries,
-    synthesize,
 )
 from sdk.models import build_tiny_vlm
 from sdk.reward import ClientScorer, RewardTrainingConfig
@@ -77,7 +73,6 @@ from sdk.router import (
     RouterConfig,
     default_federated_config,
     fedavg_plain,
-    image_digest,
     train_router_locally,
 )
 
@@ -169,44 +164,13 @@ def main() -> None:
     grpo = GRPOSettings(steps=args.steps or (150 if quick else 200), prompts_per_step=8,
                         num_generations=4, max_completion_length=8)
     evals = EvalSettings(samples=3, max_new_tokens=8)
-    # 1600 steps: on the 10-category warm-up split, 600 left the answer format unlearned (P(any
-    # option) 0.25 on some categories; poster P(right) 0.09, position 0.18); at 1600 one run
-    # gave diagram 0.92, poster 0.43, position 0.98 (docs/alignment.md, "Session 4").
-    warm_cfg = WarmupConfig(steps=1600, batch_size=16)
     # Best-of-3 on n queries has a sampling SD of ~sqrt(0.6 * 0.4 / n) per category: 0.07 at
     # n = 50 (the same base policy measured 0.605-0.661 ID over three eval seeds at n = 60).
     eval_per_category = 24 if quick else 100
-    args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-
-    data = args.out / "data"
-    # 300 pairs per client: with 64 the router sent 32% of completions to the wrong client
-    # (router.py reaches 100% with 300), and a wrong client's consistent out-of-domain
-    # preferences pulled every category below the base (docs/alignment.md).
-    synth = SynthConfig(clients=TASK_CLIENTS, train_pairs=300, eval_pairs=8, heldout_pairs=8,
-                        warmup_queries=400, policy_train_queries=8,
-                        policy_eval_queries=eval_per_category)
-    if not (data / "manifest.json").is_file():
-        say("synthesizing the benchmark ...")
-        synthesize(synth, data)
-    grpo_data = args.out / "grpo-data"  # another seed: answered queries the policy never saw
-    if not (grpo_data / "manifest.json").is_file():
-        synthesize(synth.model_copy(update={"seed": 1000}), grpo_data)
-    warm_queries = load_queries(data / "policy" / "warmup")
-    grpo_queries = [q for q in load_queries(grpo_data / "policy" / "warmup")
-                    if q.category in TASK_CLIENTS]
-    answers = {image_digest(q.image): q for q in grpo_queries}
-    eval_sets = {c: load_queries(data / "policy" / "eval" / c)
-                 for c in (*TASK_CLIENTS, *HELDOUT_CATEGORIES)}
-    say(f"{len(warm_queries)} warm-up, {len(grpo_queries)} GRPO queries, "
-        f"{sum(map(len, eval_sets.values()))} eval queries")
-
-    base = args.out / "base"
-    if not (base / "config.json").is_file():
-        corpus = [q.prompt for q in warm_queries] + [str(q.answer) for q in warm_queries]
-        build_tiny_vlm("qwen2_5_vl", base, corpus=corpus)
-    say("supervised warm-up (cached) ...")
-    policy = warmup_policy(base, warm_queries, args.out / "cache", warm_cfg, progress=say)
+    bench = prepare_task_benchmark(args.out, eval_per_category=eval_per_category, say=say)
+    data, policy, answers, eval_sets = bench.data, bench.policy, bench.answers, bench.eval_sets
+    grpo_queries = bench.grpo_queries
 
     scales = RAW_SCALES[args.raw_scales]
     normalized: list[Any] = build_clients(answers, grpo_queries[:60], normalize=True,
@@ -392,7 +356,7 @@ def main() -> None:
         "style_clients": style.accuracy if style else None,
         "router_accuracy": router_accuracy, "router_accuracy_explore": explore_accuracy,
         "online_router": ONLINE_ROUTER_CONFIG.model_dump(),
-        "grpo": grpo.model_dump(), "warmup": warm_cfg.model_dump(),
+        "grpo": grpo.model_dump(), "warmup": WARMUP.model_dump(),
         "eval": evals.model_dump(), "eval_queries_per_category": eval_per_category,
         "table": table, "runs": rows,
         "mean_step_seconds": {n: statistics.fmean(v) for n, v in step_times.items() if v},

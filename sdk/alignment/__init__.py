@@ -55,6 +55,7 @@ from sdk.alignment._selection import (
     Routing,
     make_selection,
     register_selection,
+    routed_scores,
 )
 from sdk.alignment._warmup import WarmupConfig, warmup_cache_key, warmup_policy
 
@@ -116,6 +117,7 @@ __all__ = [
     "parse_choice",
     "query_dataset",
     "register_selection",
+    "routed_scores",
     "style_scores",
     "sync_router_update",
     "train_fedavg_reward_model",

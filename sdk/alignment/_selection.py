@@ -38,6 +38,7 @@ __all__ = [
     "Routing",
     "make_selection",
     "register_selection",
+    "routed_scores",
 ]
 
 
@@ -172,10 +173,11 @@ def make_selection(name: str, **kwargs: Any) -> RewardSelection:
     return cls(**kwargs)
 
 
-async def _routed_scores(
+async def routed_scores(
     batch: CompletionBatch, arms: Sequence[int], source: RewardSource
 ) -> list[float]:
-    """Group completions by client, query those clients concurrently, scatter back."""
+    """One score per completion from client ``arms[i]``: completions are grouped by client and
+    the clients queried concurrently (the building block of routed strategies)."""
     if len(arms) != len(batch):
         raise RewardShapeError(f"{len(arms)} arms for {len(batch)} completions")
     groups: dict[int, list[int]] = {}
@@ -235,7 +237,7 @@ class MoRSelection(RewardSelection):
             self.arm_counts[arm] += 1
         if self.online:
             self._pending.add(routing)
-        return await _routed_scores(batch, routing.arms, source)
+        return await routed_scores(batch, routing.arms, source)
 
     def take_pending(self) -> tuple[Tensor | None, list[int]]:
         """Routed pairs since the last feedback."""
@@ -272,7 +274,7 @@ class RandomSelection(RewardSelection):
     async def rewards(self, batch: CompletionBatch, source: RewardSource) -> list[float]:
         """Random routing, then the same grouped query as MoR."""
         arms = [self._rng.randrange(source.num_clients) for _ in range(len(batch))]
-        return await _routed_scores(batch, arms, source)
+        return await routed_scores(batch, arms, source)
 
 
 @register_selection("avg_rm")

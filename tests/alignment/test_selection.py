@@ -20,6 +20,7 @@ from sdk.alignment import (
     fedavg_state_dicts,
     make_selection,
     register_selection,
+    routed_scores,
 )
 from tests.alignment.conftest import grey, make_chooser
 
@@ -70,6 +71,15 @@ def test_random_selection_uses_several_clients_and_one_score_each() -> None:
     rewards = run(RandomSelection(seed=3), batch(30), source)
     assert len(rewards) == 30 and set(rewards) == {0.0, 1.0, 2.0}
     assert sum(source.triples) == 30  # each completion scored exactly once
+
+
+def test_routed_scores_asks_each_completion_s_client_once_and_keeps_order() -> None:
+    source = InProcessRewardSource([constant(1.0), constant(2.0), length_scorer])
+    scores = asyncio.run(routed_scores(batch(5), [2, 0, 2, 1, 0], source))
+    assert scores == [1.0, 1.0, 3.0, 2.0, 1.0]
+    assert source.triples == [2, 1, 2]  # one grouped query per client, one score each
+    with pytest.raises(RewardShapeError, match="2 arms for 5 completions"):
+        asyncio.run(routed_scores(batch(5), [0, 1], source))
 
 
 def test_plurallm_weights_favour_the_under_aligned_group() -> None:
