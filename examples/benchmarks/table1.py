@@ -150,6 +150,8 @@ def main() -> None:
                         help="local epochs per router round")
     parser.add_argument("--steps", type=int, default=None,
                         help="GRPO steps per run (default 150 quick, 200)")
+    parser.add_argument("--scale-rewards", choices=("none", "group", "batch"), default=None,
+                        help="GRPO advantage scaling (default: GRPOSettings')")
     parser.add_argument("--style", action=argparse.BooleanOptionalAction, default=True,
                         help="add the style clients (real reward models, held-out judges)")
     args = parser.parse_args()
@@ -162,7 +164,8 @@ def main() -> None:
     # accuracy over 3 GRPO seeds (0.747-0.774 vs 0.746-0.757); at 150 of 8 MoR led by 0.018 and
     # 0.050 (0.864, 0.882 vs 0.846, 0.832; base 0.717) in 2 seeds (docs/alignment.md, "Session 4").
     grpo = GRPOSettings(steps=args.steps or (150 if quick else 200), prompts_per_step=8,
-                        num_generations=4, max_completion_length=8)
+                        num_generations=4, max_completion_length=8,
+                        **({"scale_rewards": args.scale_rewards} if args.scale_rewards else {}))
     evals = EvalSettings(samples=3, max_new_tokens=8)
     # Best-of-3 on n queries has a sampling SD of ~sqrt(0.6 * 0.4 / n) per category: 0.07 at
     # n = 50 (the same base policy measured 0.605-0.661 ID over three eval seeds at n = 60).
