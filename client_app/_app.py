@@ -74,10 +74,19 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     app.add_exception_handler(RateLimited, _rate_limited)
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
 
+    server_key: list[str] = []  # learned at enrollment, then fixed: no store read per query
+
     def key_of(sender: str) -> str | None:
         if sender != SERVER_SENDER:
             return None
-        return cfg.server_public_key or store.get("server_public_key")
+        if cfg.server_public_key:
+            return cfg.server_public_key
+        if not server_key:
+            learned = store.get("server_public_key")
+            if learned is None:
+                return None
+            server_key.append(learned)
+        return server_key[0]
 
     def use_nonce(sender: str, nonce: str, ts: float) -> bool:
         return store.use_nonce(sender, nonce, ts, keep_s=2 * cfg.max_clock_skew_s + 60)

@@ -26,6 +26,7 @@ __all__ = [
     "HEADER_SIGNATURE",
     "HEADER_TIMESTAMP",
     "AuthError",
+    "PurgeClock",
     "SignedRequest",
     "canonical_message",
     "generate_key",
@@ -39,15 +40,36 @@ __all__ = [
 ]
 
 def record_nonce(db: sqlite3.Connection, sender: str, nonce: str, ts: float, *,
-                 keep_s: float) -> bool:
+                 keep_s: float, purge: bool = True) -> bool:
     """Record a nonce in ``db``'s ``nonces`` table; False if ``sender`` already used it (a
-    replay). Nonces older than ``keep_s`` are forgotten: the timestamp check refuses them."""
-    db.execute("DELETE FROM nonces WHERE ts < ?", (time.time() - keep_s,))
+    replay). With ``purge``, nonces older than ``keep_s`` are forgotten first: the timestamp
+    check refuses their requests anyway, so keeping one a little longer changes nothing."""
+    if purge:
+        db.execute("DELETE FROM nonces WHERE ts < ?", (time.time() - keep_s,))
     try:
         db.execute("INSERT INTO nonces VALUES (?,?,?)", (sender, nonce, ts))
     except sqlite3.IntegrityError:
         return False
     return True
+
+
+class PurgeClock:
+    """When a store purges expired nonces: at most every ``every_s`` seconds, not on every
+    request. The purge scans the whole table (no index on ``ts``: one would cost a page write
+    per request), and a busy window holds thousands of nonces."""
+
+    def __init__(self, every_s: float = 1.0) -> None:
+        self.every_s = every_s
+        self._last = -float("inf")
+
+    def due(self) -> bool:
+        """True (and the clock restarts) when the last purge is ``every_s`` old; callers hold
+        their store's lock."""
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            return False
+        self._last = now
+        return True
 
 
 HEADER_SENDER = "x-fedmor-sender"

@@ -65,6 +65,8 @@ class RewardBroker:
         self.on_queue = on_queue  # wakes the client's long-polling ``/v1/work`` (pull mode)
         self.bytes_sent = 0  # request bytes of push queries, for the benchmark
         self._http = httpx.AsyncClient(timeout=timeout_s, verify=verify)
+        # Enrolled clients' rows, read once: enrollment never rewrites one (a retry returns it).
+        self._clients: dict[str, dict[str, Any]] = {}
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
@@ -92,16 +94,19 @@ class RewardBroker:
 
     async def query(self, client_id: str, items: list[QueryItem]) -> list[float]:
         """Scores of ``items`` from ``client_id`` (normalized and clipped by the client)."""
-        client = self.store.client(client_id)
+        client = self._clients.get(client_id) or self.store.client(client_id)
         if client is None:
             raise BrokerError(f"unknown client {client_id}")
+        self._clients[client_id] = client
         if not items:
             return []
         # The fsync'ed bookkeeping (images kept for resends, the audit record) runs beside the
         # request, not before it: the client's scoring hides it, and it is durable before
         # ``query`` returns or raises.
         cached = self.store.cached(client_id, [item.image_sha256 for item in items])
-        record = asyncio.create_task(asyncio.to_thread(self._record, client_id, items))
+        # An image the client holds was stored here before it was marked: only new ones go in.
+        new = [item for item in items if item.image_sha256 not in cached]
+        record = asyncio.create_task(asyncio.to_thread(self._record, client_id, len(items), new))
         try:
             push = self.mode == "push" or (self.mode == "auto" and client["reward_url"])
             if push:
@@ -114,13 +119,18 @@ class RewardBroker:
                 scores = await self._pull(client_id, items, cached)
         finally:
             await record
-        self.store.mark_cached(client_id, [i.image_sha256 for i in items])
+        # The new images, and any the client said it lacked (``_push``/``_pull`` took those
+        # out of ``cached``): no write (and no lock) when it held every image already.
+        sent = sorted({item.image_sha256 for item in items} - cached)
+        if sent:
+            self.store.mark_cached(client_id, sent)
         return scores
 
-    def _record(self, client_id: str, items: list[QueryItem]) -> None:
+    def _record(self, client_id: str, n_items: int, new: list[QueryItem]) -> None:
         with self.store.transaction():  # one commit, one fsync
-            self.store.put_images({item.image_sha256: item.image for item in items})
-            self.store.audit("server", "reward_query", client_id=client_id, items=len(items))
+            if new:
+                self.store.put_images({item.image_sha256: item.image for item in new})
+            self.store.audit("server", "reward_query", client_id=client_id, items=n_items)
 
     async def _push(self, client_id: str, base_url: str, items: list[QueryItem],
                     cached: set[str]) -> list[float]:
@@ -140,6 +150,7 @@ class RewardBroker:
             if resp.status_code == 409 and "missing" in resp.json():
                 force = set(resp.json()["missing"])
                 self.store.forget_cached(client_id, sorted(force))
+                cached -= force
                 continue
             if resp.status_code != 200:
                 raise BrokerError(f"client {client_id} answered {resp.status_code}: "
@@ -171,6 +182,7 @@ class RewardBroker:
             if isinstance(answer, dict) and answer.get("missing"):
                 force = set(answer["missing"])
                 self.store.forget_cached(client_id, sorted(force))
+                cached -= force
                 continue
             return self._check(answer, len(items), client_id)
         raise BrokerError(f"client {client_id} still lacks images after a resend")

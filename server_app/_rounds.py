@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from server_app._http import NotFoundError
+from server_app._lookup import RoundLookup, started
 from server_app._protocols import (
     ROUND_KINDS,
     PayloadError,
@@ -41,10 +42,8 @@ class RoundManager:
         self._changed = threading.Condition(self._lock)  # a stage closed or a round ended
         self._arrivals = threading.Condition()  # a submission finished storing its message
         self._storing = 0  # admitted submissions still parsing or storing their message
-        self._live: dict[int, ServerRound] = {}
-        self._specs: dict[int, RoundSpec] = {}  # immutable once started: parsed once
-        # Live rounds' closed-stage broadcasts, decoded once: a closure never changes.
-        self._closures: dict[tuple[int, str], dict[str, Any]] = {}
+        self._rounds = RoundLookup(store)
+        self._live = self._rounds.live
         self._recover()
 
     # -- creation and recovery -----------------------------------------------------------------
@@ -120,24 +119,11 @@ class RoundManager:
     def _participant(self, round_id: int,
                      client_id: str) -> tuple[dict[str, Any], ServerRound | None, RoundSpec]:
         """The round's row, live server and spec; refuses a client outside the round."""
-        row, server = self._server(round_id)
-        spec = self._spec(round_id, row)
+        row, server = self._rounds.server(round_id)
+        spec = self._rounds.spec(round_id, row)
         if client_id not in spec.participants:
             raise PermissionError(f"client {client_id} is not a participant of round {round_id}")
         return row, server, spec
-
-    def _spec(self, round_id: int, row: dict[str, Any]) -> RoundSpec:
-        if round_id not in self._specs:
-            self._specs[round_id] = RoundSpec.model_validate(row["spec"])
-        return self._specs[round_id]
-
-    def _server(self, round_id: int) -> tuple[dict[str, Any], ServerRound | None]:
-        row = self.store.round(round_id)
-        if row is None:
-            raise NotFoundError(f"round {round_id} does not exist")
-        if not row["spec"]:
-            raise NotFoundError(f"round {round_id} was never started")
-        return row, self._live.get(round_id)
 
     def _admit(self, round_id: int, stage: str, client_id: str,
                record: tuple[str | bytes, str]) -> ServerRound | StageAck:
@@ -240,15 +226,15 @@ class RoundManager:
 
     def next_stage(self, round_id: int, stage: str) -> str | None:
         """The stage after ``stage`` in this round, or None after the last one."""
-        row, server = self._server(round_id)
-        stages = list(server.stages) if server else self._stages(self._spec(round_id, row))
+        row, _ = self._rounds.server(round_id)
+        stages = self._rounds.stages(round_id, row)
         index = stages.index(stage) if stage in stages else len(stages)
         return stages[index + 1] if index + 1 < len(stages) else None
 
     def _broadcast(self, round_id: int, stage: str, client_id: str) -> StageBroadcast:
         self.tick()
-        row, server, spec = self._participant(round_id, client_id)
-        stages = list(server.stages) if server else self._stages(spec)
+        row, server, _ = self._participant(round_id, client_id)
+        stages = self._rounds.stages(round_id, row)
         if stage not in stages:
             raise NotFoundError(f"round {round_id} has no stage {stage!r}")
         index = stages.index(stage)
@@ -257,7 +243,7 @@ class RoundManager:
         if index == 0:
             payload = server.first_broadcast(client_id) if server else {}
             return out.model_copy(update={"ready": True, "payload": payload})
-        closed = self._closure(round_id, stages[index - 1])
+        closed = self._rounds.closure(round_id, stages[index - 1])
         if closed is None:
             return out
         if client_id not in closed:
@@ -266,36 +252,25 @@ class RoundManager:
         return out.model_copy(update={"ready": True, "payload": closed[client_id]})
 
     # -- stage closing -------------------------------------------------------------------------
-    def _closure(self, round_id: int, stage: str) -> dict[str, Any] | None:
-        """``Store.closure`` (read-only; visible once ``_close`` committed), cached while the
-        round is live: every submission and stage input reads one, all clients' JSON at once."""
-        closed = self._closures.get((round_id, stage))
-        if closed is None:
-            closed = self.store.closure(round_id, stage)
-            if closed is not None and round_id in self._live:
-                self._closures[(round_id, stage)] = closed
-        return closed
-
     def _expected(self, round_id: int, server: ServerRound, index: int) -> set[str]:
-        spec = self._spec(round_id, self.store.round(round_id))  # type: ignore[arg-type]
         if index == 0:
-            return set(spec.participants)
-        closed = self._closure(round_id, server.stages[index - 1]) or {}
+            return set(self._rounds.spec(round_id).participants)
+        closed = self._rounds.closure(round_id, server.stages[index - 1]) or {}
         return set(closed) if closed else self.store.submitted(round_id, server.stages[index - 1])
 
     def tick(self, now: float | None = None) -> None:
         """Close every stage whose deadline passed (called lazily and by a background task)."""
         current = time.time() if now is None else now
         with self._lock:
-            for row in self.store.rounds("open"):
-                if not row["spec"]:
+            for row in self.store.round_rows("open"):
+                if not started(row):
                     continue
-                spec = self._spec(int(row["round_id"]), row)
+                spec = self._rounds.spec(int(row["round_id"]), row)
                 if current - float(row["stage_opened_at"]) >= spec.stage_deadline_s:
                     self._close(int(row["round_id"]))
 
     def _close(self, round_id: int) -> None:
-        row, server = self._server(round_id)
+        row, server = self._rounds.server(round_id)
         if server is None:
             return
         index = int(row["stage_index"])
@@ -337,9 +312,7 @@ class RoundManager:
         self._notify()
 
     def _forget(self, round_id: int) -> None:
-        self._live.pop(round_id, None)  # an ended round: its closures stay in the store
-        for key in [k for k in list(self._closures) if k[0] == round_id]:  # ``info`` may add
-            self._closures.pop(key, None)
+        self._rounds.forget(round_id)  # an ended round: its closures stay in the store
 
     def _notify(self) -> None:
         """Wake every long-polling ``broadcast`` (and, through ``on_change``, ``/v1/work``)."""
@@ -354,12 +327,12 @@ class RoundManager:
         or dropped out, is not listed (it has nothing to do until the stage closes)."""
         out = []
         with self._lock:
-            for row in self.store.rounds("open"):
+            for row in self.store.round_rows("open"):
                 round_id = int(row["round_id"])
                 server = self._live.get(round_id)
-                if not row["spec"] or server is None:
+                if not started(row) or server is None:
                     continue
-                if client_id not in self._spec(round_id, row).participants:
+                if client_id not in self._rounds.spec(round_id, row).participants:
                     continue
                 index = int(row["stage_index"])
                 if self.store.has_message(round_id, server.stages[index], client_id):
@@ -369,22 +342,16 @@ class RoundManager:
         return out
 
     # -- status --------------------------------------------------------------------------------
-    @staticmethod
-    def _stages(spec: RoundSpec) -> list[str]:
-        return list(ROUND_KINDS[spec.kind].server(spec).stages)
-
     def info(self, round_id: int) -> RoundInfo:
         """Status of one round. Reads the store without the round lock, so status polls never
         queue behind a stage message being committed (one stage close is one transaction)."""
-        row, server = self._server(round_id)
-        spec = self._spec(round_id, row) if row["spec"] else None
-        if spec is None:
-            raise NotFoundError(f"round {round_id} was never started")
-        stages = list(server.stages) if server else self._stages(spec)
+        row, _ = self._rounds.server(round_id)
+        spec = self._rounds.spec(round_id, row)
+        stages = self._rounds.stages(round_id, row)
         dropouts: set[str] = set()
         expected = set(spec.participants)
         for stage in stages[: int(row["stage_index"]) + 1]:
-            if self._closure(round_id, stage) is None:
+            if self._rounds.closure(round_id, stage) is None:
                 break
             sent = self.store.submitted(round_id, stage)
             dropouts |= expected - sent
@@ -400,4 +367,5 @@ class RoundManager:
 
     def list(self, status: str | None = None) -> list[RoundInfo]:
         """All rounds (that started), oldest first."""
-        return [self.info(int(r["round_id"])) for r in self.store.rounds(status) if r["spec"]]
+        return [self.info(int(r["round_id"])) for r in self.store.round_rows(status)
+                if started(r)]

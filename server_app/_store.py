@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from server_app._auth import record_nonce
+from server_app._auth import PurgeClock, record_nonce
 from server_app._protocols import StagePayload
 from server_app._wal import WalCheckpointer
 
@@ -24,8 +24,11 @@ CREATE TABLE IF NOT EXISTS roster (
 CREATE TABLE IF NOT EXISTS clients (
     client_id TEXT PRIMARY KEY, name TEXT UNIQUE NOT NULL, public_key TEXT NOT NULL,
     reward_url TEXT, enrolled_at REAL NOT NULL);
+-- WITHOUT ROWID: one b-tree, so recording a nonce writes one page, not two (pages are
+-- 64 KB here, and every request records one)
 CREATE TABLE IF NOT EXISTS nonces (
-    sender TEXT NOT NULL, nonce TEXT NOT NULL, ts REAL NOT NULL, PRIMARY KEY (sender, nonce));
+    sender TEXT NOT NULL, nonce TEXT NOT NULL, ts REAL NOT NULL, PRIMARY KEY (sender, nonce))
+    WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rounds (
     round_id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, spec TEXT NOT NULL,
     status TEXT NOT NULL, stage_index INTEGER NOT NULL, stage_opened_at REAL NOT NULL,
@@ -41,8 +44,10 @@ CREATE TABLE IF NOT EXISTS stage_closures (
 CREATE TABLE IF NOT EXISTS router_versions (
     version INTEGER PRIMARY KEY AUTOINCREMENT, round_id INTEGER, sha256 TEXT NOT NULL,
     length INTEGER NOT NULL, blob BLOB NOT NULL, created_at REAL NOT NULL);
+-- no AUTOINCREMENT (rows are never deleted, so ids still only grow): it cost a write of
+-- the sqlite_sequence page with every record
 CREATE TABLE IF NOT EXISTS audit (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, actor TEXT NOT NULL,
+    id INTEGER PRIMARY KEY, ts REAL NOT NULL, actor TEXT NOT NULL,
     action TEXT NOT NULL, detail TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS images (sha256 TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS client_images (
@@ -70,6 +75,10 @@ def payload_record(payload: StagePayload, *,
     return data, hashlib.sha256(data if isinstance(data, bytes) else data.encode()).hexdigest()
 
 
+def _decoded(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "spec": json.loads(row["spec"])}
+
+
 class Store:
     """Thread-safe access to one SQLite file; one connection guarded by a lock."""
 
@@ -95,6 +104,7 @@ class Store:
         # until ``flush`` (or any durable write) commits them all with one fsync.
         self._pending = False
         self._depth = 0  # nesting of ``transaction`` blocks
+        self._nonce_purge = PurgeClock()
 
     def close(self) -> None:
         """Close the connection."""
@@ -227,14 +237,15 @@ class Store:
     def use_nonce(self, sender: str, nonce: str, ts: float, *, keep_s: float) -> bool:
         """Record a nonce; False if ``sender`` already used it (a replay)."""
         with self._lock:
+            purge = self._nonce_purge.due()
             if self._db.in_transaction:  # joins the pending group: committed with it (FULL)
-                return record_nonce(self._db, sender, nonce, ts, keep_s=keep_s)
+                return record_nonce(self._db, sender, nonce, ts, keep_s=keep_s, purge=purge)
             # Every request records a nonce, so no fsync for it (NORMAL: it survives a process
             # crash, not a power cut). A request replayed after a power cut changes nothing: a
             # stage message gets its original ack, an answered query a 409, a GET reads.
             self._db.execute("PRAGMA synchronous=NORMAL")
             try:
-                return record_nonce(self._db, sender, nonce, ts, keep_s=keep_s)
+                return record_nonce(self._db, sender, nonce, ts, keep_s=keep_s, purge=purge)
             finally:
                 self._db.execute("PRAGMA synchronous=FULL")
                 self.checkpoints.committed()
@@ -249,18 +260,25 @@ class Store:
 
     def round(self, round_id: int) -> dict[str, Any] | None:
         """One round row (``spec`` decoded), or None."""
-        row = self._one("SELECT * FROM rounds WHERE round_id=?", (round_id,))
-        if row is None:
-            return None
-        out = dict(row)
-        out["spec"] = json.loads(out["spec"])
-        return out
+        row = self.round_row(round_id)
+        return None if row is None else _decoded(row)
 
     def rounds(self, status: str | None = None) -> list[dict[str, Any]]:
         """All rounds, optionally with one status, oldest first."""
-        ids = self._all("SELECT round_id FROM rounds WHERE ?1 IS NULL OR status=?1 "
-                        "ORDER BY round_id", (status,))
-        return [r for r in (self.round(int(i["round_id"])) for i in ids) if r is not None]
+        return [_decoded(r) for r in self.round_rows(status)]
+
+    def round_row(self, round_id: int) -> dict[str, Any] | None:
+        """One round row with ``spec`` as stored (JSON text, ``"{}"`` until the round started),
+        or None: the per-request form, since a spec never changes once written and its
+        decoded form is kept by whoever needs it (decoding it ~600 times a round showed up)."""
+        row = self._one("SELECT * FROM rounds WHERE round_id=?", (round_id,))
+        return None if row is None else dict(row)
+
+    def round_rows(self, status: str | None = None) -> list[dict[str, Any]]:
+        """``round_row`` of all rounds (optionally with one status), oldest first, in one
+        query."""
+        return [dict(r) for r in self._all("SELECT * FROM rounds WHERE ?1 IS NULL OR status=?1 "
+                                           "ORDER BY round_id", (status,))]
 
     def update_round(self, round_id: int, **fields: Any) -> None:
         """Set some columns of a round."""

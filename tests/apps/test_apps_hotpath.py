@@ -1,10 +1,14 @@
 """Work the request paths no longer repeat: a query's image digests, a closed stage's decoded
-broadcast, a float64 copy of a float32 update; and the async HTTP client's sniffio."""
+broadcast, a round's decoded spec, a float64 copy of a float32 update, a scan of the nonces on
+every request, the broker's writes for images a client already holds; and the async HTTP
+client's sniffio."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +93,7 @@ def test_closed_stage_is_decoded_once_while_live_and_forgotten_at_the_end(
     # submission and stage input of the next stage needed it.
     assert sorted(reads) == sorted(stages[:-1])
     assert rounds.info(rid).status == "finished"
-    assert not [k for k in rounds._closures if k[0] == rid]  # nothing kept after the end
+    assert not [k for k in rounds._rounds.closures if k[0] == rid]  # nothing kept after the end
     fresh = Store(tmp_path / "s.db")  # and the store still answers for the finished round
     assert fresh.closure(rid, stages[0]) == closure(rid, stages[0])
 
@@ -100,3 +104,164 @@ def test_secure_client_half_keeps_a_float32_update_without_a_copy(tmp_path: Path
     half = next(iter(halves.values()))
     kept = half._sm._update  # type: ignore[attr-defined]
     assert kept.dtype == np.float32 and np.shares_memory(kept, update)
+
+
+def test_stage_requests_decode_each_round_spec_once(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    rounds, store, rid, halves = _secure_round(tmp_path, np.zeros(4))
+    decodes: list[str] = []
+    parse = RoundSpec.model_validate_json
+
+    def counting(data: Any, **kw: Any) -> RoundSpec:
+        decodes.append(data)
+        return parse(data, **kw)
+
+    def refuse(*args: Any, **kw: Any) -> None:
+        raise AssertionError("the request path decoded a round row's spec")
+
+    monkeypatch.setattr(RoundSpec, "model_validate_json", counting)
+    monkeypatch.setattr(store, "round", refuse)  # the decoding reads: never per request
+    monkeypatch.setattr(store, "rounds", refuse)
+    rounds._rounds._specs.clear()  # as after a restart: the first request decodes it
+    stages = list(rounds.info(rid).stages)
+    for stage in stages:
+        for client, half in halves.items():
+            inp = rounds.broadcast(rid, stage, client)
+            rounds.submit(rid, stage, client, half.message(stage, inp.payload or {}),
+                          wait_next_s=0.01)
+            rounds.awaiting(client)  # the work poll's path too
+            rounds.tick()
+    assert rounds.info(rid).status == "finished"
+    assert len(decodes) == 1  # ~600 decodes per secure round before (every lookup)
+
+
+@pytest.mark.parametrize("kind", ["server", "client"])
+def test_nonce_purge_is_throttled_and_replays_are_still_refused(
+        tmp_path: Path, kind: str) -> None:
+    from client_app._store import ClientStore
+
+    store: Any = Store(tmp_path / "s.db") if kind == "server" else ClientStore(tmp_path / "c.db")
+    db = store._db
+    now = time.time()
+    assert store.use_nonce("a", "expired1", now - 10_000, keep_s=60)
+    db.execute("UPDATE nonces SET ts=? WHERE nonce='expired1'", (now - 10_000,))
+    assert store.use_nonce("a", "fresh001", now, keep_s=60)
+    # Not purged yet: a purge scans the table, so it runs at most every ``every_s`` seconds.
+    assert {r[0] for r in db.execute("SELECT nonce FROM nonces")} == {"expired1", "fresh001"}
+    assert not store.use_nonce("a", "fresh001", now, keep_s=60)  # a replay: refused
+    store._nonce_purge._last -= store._nonce_purge.every_s  # the next purge is due
+    assert store.use_nonce("b", "fresh001", now, keep_s=60)  # another sender's same nonce
+    assert {r[0] for r in db.execute("SELECT nonce FROM nonces")} == {"fresh001"}
+    assert not store.use_nonce("a", "fresh001", now, keep_s=60)
+    # One b-tree per nonce table (a rowid table plus its key index wrote two pages each time).
+    sql = db.execute("SELECT sql FROM sqlite_master WHERE name='nonces'").fetchone()[0]
+    assert "WITHOUT ROWID" in sql
+
+
+def test_broker_stores_and_marks_only_new_images(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    store = Store(tmp_path / "s.db")
+    key = generate_key()
+    store.upsert_roster("m0", public_key_b64(key), hashlib.sha256(b"token-m0").hexdigest())
+    store.enroll(name="m0", token="token-m0", public_key=public_key_b64(key),
+                 reward_url="http://127.0.0.1:9", new_id="c-m0")
+    broker = broker_module.RewardBroker(store, generate_key(), mode="push")
+    calls: dict[str, list[Any]] = {"client": [], "put_images": [], "mark_cached": []}
+    for name in calls:
+        real = getattr(store, name)
+
+        def spy(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            calls[_name].append(args)
+            return _real(*args)
+
+        monkeypatch.setattr(store, name, spy)
+
+    async def push(client_id: str, url: str, items: list[QueryItem],
+                   cached: set[str]) -> list[float]:
+        return [0.0] * len(items)
+
+    monkeypatch.setattr(broker, "_push", push)
+    a, b = (QueryItem(image=bytes([i]) * 10, prompt="p", response="r") for i in range(2))
+
+    async def run() -> None:
+        await broker.query("c-m0", [a])
+        await broker.query("c-m0", [a, b])
+        await broker.query("c-m0", [b, a])
+        await broker.aclose()
+
+    asyncio.run(run())
+    assert [sorted(imgs) for (imgs,) in calls["put_images"]] == [[a.image_sha256],
+                                                                  [b.image_sha256]]
+    assert [h for _, h in calls["mark_cached"]] == [[a.image_sha256], [b.image_sha256]]
+    assert len(calls["client"]) == 1  # an enrolled client's row never changes
+    # Every query is still audited, cached images or not; and both images are kept.
+    assert [r["action"] for r in store.audit_log()].count("reward_query") == 3
+    assert store.image(a.image_sha256) == a.image and store.image(b.image_sha256) == b.image
+
+
+def test_client_app_reads_the_learned_server_key_once(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastapi.testclient import TestClient
+
+    from client_app import ClientSettings, HashScorer, create_client_app
+    from client_app._store import ClientStore
+    from server_app import sign_headers
+
+    key = generate_key()
+    first = ClientStore(tmp_path / "c.db")  # as enrollment leaves it: the key is in the store
+    first.put("server_public_key", public_key_b64(key))
+    first.close()
+    app = create_client_app(ClientSettings(db_path=tmp_path / "c.db",
+                                           identity_key=tmp_path / "c.pem"), HashScorer())
+    reads: list[str] = []
+    get = app.state.store.get
+    monkeypatch.setattr(app.state.store, "get", lambda k: reads.append(k) or get(k))
+    image = b"\x89PNG not really"
+    item = {"image_sha256": hashlib.sha256(image).hexdigest(), "prompt": "p", "response": "r"}
+    with TestClient(app) as tc:
+        for _ in range(3):
+            body = json.dumps({"items": [item]}).encode()
+            headers = sign_headers(key, sender="server", method="POST", path="/v1/reward",
+                                   body=body)
+            resp = tc.post("/v1/reward", content=body, headers=headers)
+            assert resp.status_code == 409  # authenticated (the image is simply unknown)
+        forged = sign_headers(generate_key(), sender="server", method="POST",
+                              path="/v1/reward", body=body)
+        assert tc.post("/v1/reward", content=body, headers=forged).status_code == 403
+    assert reads.count("server_public_key") == 1
+
+
+def test_broker_marks_an_image_the_client_lost_again_after_the_resend(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    import httpx
+
+    store = Store(tmp_path / "s.db")
+    key = generate_key()
+    store.upsert_roster("m0", public_key_b64(key), hashlib.sha256(b"token-m0").hexdigest())
+    store.enroll(name="m0", token="token-m0", public_key=public_key_b64(key),
+                 reward_url="http://127.0.0.1:9", new_id="c-m0")
+    broker = broker_module.RewardBroker(store, generate_key(), mode="push")
+    item = QueryItem(image=b"image bytes", prompt="p", response="r")
+    bodies: list[dict[str, Any]] = []
+
+    async def post(url: str, *, content: bytes, headers: dict[str, str]) -> httpx.Response:
+        bodies.append(json.loads(content))
+        if len(bodies) == 2:  # the client lost its cache: it asks for the image again
+            return httpx.Response(409, json={"detail": "resend", "missing": [item.image_sha256]})
+        return httpx.Response(200, json={"scores": [0.5], "query_sha256": "0" * 64})
+
+    monkeypatch.setattr(broker._http, "post", post)
+
+    async def run() -> list[list[float]]:
+        out = [await broker.query("c-m0", [item]) for _ in range(3)]
+        await broker.aclose()
+        return out
+
+    assert asyncio.run(run()) == [[0.5]] * 3
+    sent = [b["items"][0]["image_b64"] is not None for b in bodies]
+    assert sent == [True, False, True, False]  # sent, cached, resent on request, cached again
+    assert store.cached("c-m0") == {item.image_sha256}
