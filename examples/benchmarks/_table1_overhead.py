@@ -1,8 +1,9 @@
 """Table 1's step-time overhead of routed rewards over REST against the same rewards in-process.
 
-The same MoR GRPO step with rewards from three real (untrained) tiny reward models of the demo's
-architectures, routed over REST through a real server and three client processes (server_app's
-LocalConsortium and RewardBroker), against the same models scored in-process.
+The same MoR GRPO step with rewards from real (untrained) tiny reward models of the demo's
+architectures, one per client, routed over REST through a real server and one client process
+per client (server_app's LocalConsortium and RewardBroker), against the same models scored
+in-process.
 """
 
 from __future__ import annotations
@@ -36,18 +37,21 @@ __all__ = ["routed_step_overhead"]
 RM_ARCHITECTURES = ("qwen2_vl", "qwen2_5_vl", "llava_onevision")  # as in the demo
 
 
-def tiny_reward_models(out: Path, queries: Sequence[Query]) -> list[Path]:
-    """Three untrained tiny reward-model checkpoints (the step cost is what is measured)."""
+def tiny_reward_models(out: Path, queries: Sequence[Query], count: int) -> list[Path]:
+    """``count`` untrained tiny reward-model checkpoints, the demo's architectures in turn
+    (the step cost is what is measured)."""
     corpus = [q.prompt for q in queries] + [o for q in queries for o in q.options]
     dirs = []
-    for arch in RM_ARCHITECTURES:
-        rm_dir = out / f"rm-{arch}"
+    for k in range(count):
+        arch = RM_ARCHITECTURES[k % len(RM_ARCHITECTURES)]
+        rm_dir = out / f"rm-{k}-{arch}"
         if not (rm_dir / "normalizer.json").is_file():
-            model = RewardModel.from_backbone(build_tiny_vlm(arch, out / f"vlm-{arch}",
+            model = RewardModel.from_backbone(build_tiny_vlm(arch, out / f"vlm-{k}-{arch}",
                                                              corpus=corpus))
             model.save_pretrained(rm_dir)
             q = queries[:20]
-            raw = model.score([x.image for x in q], [x.prompt for x in q], [x.options[0] for x in q])
+            raw = model.score([x.image for x in q], [x.prompt for x in q],
+                              [x.options[0] if x.options else "yes" for x in q])
             ScoreNormalizer.fit(raw).save(rm_dir)
         dirs.append(rm_dir)
     return dirs
@@ -60,7 +64,8 @@ def routed_step_overhead(policy: Path, queries: Sequence[Query], grpo: GRPOSetti
     from server_app import QueryItem, RewardBroker, Store, load_private_key
     from server_app._local import LocalConsortium
 
-    rm_dirs = tiny_reward_models(out / "overhead", queries)
+    # One reward model and, over REST, one client process per arm of the router.
+    rm_dirs = tiny_reward_models(out / "overhead", queries, chooser(0).num_arms)
     settings = grpo.model_copy(update={"steps": steps})
 
     def step_times(source: Any, name: str) -> list[float]:
