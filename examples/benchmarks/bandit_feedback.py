@@ -61,14 +61,13 @@ class MixedRouting(RewardSelection):
 
     async def rewards(self, batch: CompletionBatch, source: RewardSource) -> list[float]:
         p = self.rng.random()
-        arms = []
+        owners = []
         for image in batch.images:
             assert image is not None  # every task query has an image
-            own = TASK_CLIENTS.index(self.answers[image_digest(image)].category)
-            others = [k for k in range(len(TASK_CLIENTS)) if k != own]
-            arms.append(own if self.rng.random() < p else self.rng.choice(others))
-        owners = [TASK_CLIENTS.index(self.answers[image_digest(i)].category)
-                  for i in batch.images if i is not None]
+            owners.append(TASK_CLIENTS.index(self.answers[image_digest(image)].category))
+        arms = [own if self.rng.random() < p
+                else self.rng.choice([k for k in range(len(TASK_CLIENTS)) if k != own])
+                for own in owners]
         self.right.append(statistics.fmean(a == o for a, o in zip(arms, owners, strict=True)))
         return await routed_scores(batch, arms, source)
 

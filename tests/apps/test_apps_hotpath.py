@@ -158,16 +158,21 @@ def test_nonce_purge_is_throttled_and_replays_are_still_refused(
     assert "WITHOUT ROWID" in sql
 
 
-def test_broker_stores_and_marks_only_new_images(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    import asyncio
-
+def _enrolled_broker(tmp_path: Path) -> tuple[Store, Any]:
+    """A store with one enrolled push client ``c-m0`` and a push-mode broker over it."""
     store = Store(tmp_path / "s.db")
     key = generate_key()
     store.upsert_roster("m0", public_key_b64(key), hashlib.sha256(b"token-m0").hexdigest())
     store.enroll(name="m0", token="token-m0", public_key=public_key_b64(key),
                  reward_url="http://127.0.0.1:9", new_id="c-m0")
-    broker = broker_module.RewardBroker(store, generate_key(), mode="push")
+    return store, broker_module.RewardBroker(store, generate_key(), mode="push")
+
+
+def test_broker_stores_and_marks_only_new_images(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    store, broker = _enrolled_broker(tmp_path)
     calls: dict[str, list[Any]] = {"client": [], "put_images": [], "mark_cached": []}
     for name in calls:
         real = getattr(store, name)
@@ -239,12 +244,7 @@ def test_broker_marks_an_image_the_client_lost_again_after_the_resend(
 
     import httpx
 
-    store = Store(tmp_path / "s.db")
-    key = generate_key()
-    store.upsert_roster("m0", public_key_b64(key), hashlib.sha256(b"token-m0").hexdigest())
-    store.enroll(name="m0", token="token-m0", public_key=public_key_b64(key),
-                 reward_url="http://127.0.0.1:9", new_id="c-m0")
-    broker = broker_module.RewardBroker(store, generate_key(), mode="push")
+    store, broker = _enrolled_broker(tmp_path)
     item = QueryItem(image=b"image bytes", prompt="p", response="r")
     bodies: list[dict[str, Any]] = []
 
