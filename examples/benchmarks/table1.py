@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from _table1_clients import RAW_SCALES, build_clients
 from _table1_overhead import routed_step_overhead
+from _table1_rows import RowLog, SettingsMismatch
 from _table1_setup import WARMUP, prepare_task_benchmark
 from _table1_style import StyleClients, prepare_style_clients
 
@@ -160,7 +161,19 @@ def main() -> None:
                         "answer and of an empty answer")
     parser.add_argument("--style", action=argparse.BooleanOptionalAction, default=True,
                         help="add the style clients (real reward models, held-out judges)")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse the (seed, method) rows already in OUT/rows.jsonl when they "
+                        "were made with the same settings")
     args = parser.parse_args()
+    # What a saved row depends on; --seeds, --methods and --overhead-steps only choose which run.
+    settings = {k: v for k, v in vars(args).items()
+                if k not in ("out", "resume", "seeds", "methods", "overhead_steps")}
+    try:
+        log = RowLog(args.out, settings, resume=args.resume)
+    except SettingsMismatch as e:
+        parser.error(str(e))
+    if len(log):
+        say(f"resuming: {len(log)} saved rows in {log.path}")
     # One intra-op thread: on a shared 2-core machine OpenMP spin-waiting made a tiny-model
     # step ~10x slower with 2 threads (measured 1.06 s vs 0.12 s fwd+bwd, batch 16).
     torch.set_num_threads(1)
@@ -271,31 +284,42 @@ def main() -> None:
                 **(style.evaluate(path, evals.model_copy(update={"seed": seed}))
                    if style else {})}
 
+    def run_method(name: str, make: Callable[[int], tuple[RewardSelection, Any]],
+                   seed: int) -> dict[str, Any]:
+        """One GRPO run from the warm-up policy, evaluated."""
+        selection, scorers = make(seed)
+        source: Any = InProcessRewardSource(scorers)
+        if worst is not None:
+            source = EmptyIsWorst(source, worst=worst)
+        fn = SelectionRewardFunction(selection, source, invalid_choice_reward=worst)
+        timer = StepTimer()
+        run_dir = align(policy, fn, grpo_queries, grpo.model_copy(update={"seed": seed}),
+                        out_dir=args.out / "runs" / f"{name}-{seed}", callbacks=[timer])
+        r = evaluate(run_dir / "policy", seed)
+        r["mean_step_s"] = statistics.fmean(timer.durations[1:]) if timer.durations[1:] else None
+        if selection.chooser is not None:  # where the online updates left the router
+            r["router_accuracy_after"] = routing_accuracy(selection.chooser, explore=False)
+        if name == "fedavg_rm":
+            r["fedavg_pairwise_accuracy"] = dict(fedavg_accuracy)
+        return r
+
     rows: dict[str, list[dict[str, Any]]] = {"base": []}
-    step_times: dict[str, list[float]] = {}
     for seed in range(seeds):
-        rows["base"].append(evaluate(policy, seed))
-        with (args.out / "rows.jsonl").open("a") as f:
-            f.write(json.dumps({"seed": seed, "method": "base", **rows["base"][-1]}) + "\n")
-        say(f"seed {seed} base: id {rows['base'][-1]['id']:.3f} "
-            f"heldout {rows['base'][-1]['heldout']:.3f}"
-            + (f" style win {rows['base'][-1]['style_win']:.3f}" if style else ""))
+        base = log.get(seed, "base")
+        if base is None:
+            base = evaluate(policy, seed)
+            log.add(seed, "base", base)
+        rows["base"].append(base)
+        say(f"seed {seed} base: id {base['id']:.3f} heldout {base['heldout']:.3f}"
+            + (f" style win {base['style_win']:.3f}" if style else ""))
         for name, make in methods.items():
-            selection, scorers = make(seed)
-            source: Any = InProcessRewardSource(scorers)
-            if worst is not None:
-                source = EmptyIsWorst(source, worst=worst)
-            fn = SelectionRewardFunction(selection, source, invalid_choice_reward=worst)
-            timer = StepTimer()
-            run_dir = align(policy, fn, grpo_queries, grpo.model_copy(update={"seed": seed}),
-                            out_dir=args.out / "runs" / f"{name}-{seed}", callbacks=[timer])
-            step_times.setdefault(name, []).extend(timer.durations[1:])
-            rows.setdefault(name, []).append(evaluate(run_dir / "policy", seed))
-            r = rows[name][-1]
-            if selection.chooser is not None:  # where the online updates left the router
-                r["router_accuracy_after"] = routing_accuracy(selection.chooser, explore=False)
-            with (args.out / "rows.jsonl").open("a") as f:  # partial results survive a stop
-                f.write(json.dumps({"seed": seed, "method": name, **r}) + "\n")
+            r = log.get(seed, name)
+            if r is None:
+                r = run_method(name, make, seed)
+                log.add(seed, name, r)
+            elif "fedavg_pairwise_accuracy" in r:
+                fedavg_accuracy.update(r["fedavg_pairwise_accuracy"])
+            rows.setdefault(name, []).append(r)
             say(f"seed {seed} {name}: id {r['id']:.3f} heldout {r['heldout']:.3f} "
                 f"(greedy id {r['id_greedy']:.3f})"
                 + (f" style win {r['style_win']:.3f}" if style else "")
@@ -368,7 +392,9 @@ def main() -> None:
         "grpo": grpo.model_dump(), "warmup": WARMUP.model_dump(),
         "eval": evals.model_dump(), "eval_queries_per_category": eval_per_category,
         "table": table, "runs": rows,
-        "mean_step_seconds": {n: statistics.fmean(v) for n, v in step_times.items() if v},
+        "mean_step_seconds": {n: statistics.fmean(r["mean_step_s"] for r in rs)
+                              for n, rs in rows.items()
+                              if n != "base" and all(r.get("mean_step_s") for r in rs)},
         "wall_seconds": round(time.perf_counter() - t0, 1),
     }))
 

@@ -1,0 +1,58 @@
+"""Table 1's result rows, one JSON line per (seed, method), so a long run can be resumed.
+
+A full run is about 95 minutes on 2 cores. Each finished row is appended to ``rows.jsonl``
+at once; ``--resume`` reuses those rows instead of re-running them, but only when the run's
+settings (``settings.json``, written beside them) are the ones the rows were made with.
+Without ``--resume`` an earlier ``rows.jsonl`` is kept under a new name, never appended to.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+
+class SettingsMismatch(ValueError):
+    """``--resume`` on rows made with other settings."""
+
+
+class RowLog:
+    """Rows by (seed, method), persisted line by line in ``out/rows.jsonl``."""
+
+    def __init__(self, out: Path, settings: dict[str, Any], resume: bool) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        self.path = out / "rows.jsonl"
+        settings_path = out / "settings.json"
+        self._rows: dict[tuple[int, str], dict[str, Any]] = {}
+        if resume and self.path.exists():
+            if not settings_path.exists():
+                raise SettingsMismatch(f"{settings_path} is missing: cannot tell which settings "
+                                       f"the rows in {self.path} were made with")
+            before = json.loads(settings_path.read_text())
+            changed = {k: (before.get(k), v) for k, v in settings.items() if before.get(k) != v}
+            if changed:
+                raise SettingsMismatch(
+                    "--resume with other settings than the saved rows' (setting: (saved, now)): "
+                    f"{changed}; drop --resume or use another --out")
+            for line in self.path.read_text().splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    self._rows[(row.pop("seed"), row.pop("method"))] = row
+        elif self.path.exists():
+            self.path.rename(out / f"rows-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+        settings_path.write_text(json.dumps(settings, indent=2, sort_keys=True))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def get(self, seed: int, method: str) -> dict[str, Any] | None:
+        """The saved row, or None when it still has to be run."""
+        row = self._rows.get((seed, method))
+        return dict(row) if row is not None else None
+
+    def add(self, seed: int, method: str, row: dict[str, Any]) -> None:
+        self._rows[(seed, method)] = dict(row)
+        with self.path.open("a") as f:
+            f.write(json.dumps({"seed": seed, "method": method, **row}) + "\n")

@@ -1,0 +1,44 @@
+"""Table 1's resumable row log (examples/benchmarks/_table1_rows.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "benchmarks"))
+from _table1_rows import RowLog, SettingsMismatch
+
+SETTINGS = {"quick": False, "invalid_choice_reward": -1.6, "style": True}
+
+
+def test_resume_reuses_saved_rows(tmp_path: Path) -> None:
+    log = RowLog(tmp_path, SETTINGS, resume=False)
+    log.add(0, "mor", {"id": 0.9})
+    log.add(0, "base", {"id": 0.8})
+    again = RowLog(tmp_path, SETTINGS, resume=True)
+    assert len(again) == 2
+    assert again.get(0, "mor") == {"id": 0.9}
+    assert again.get(1, "mor") is None
+    again.add(1, "mor", {"id": 0.95})
+    lines = [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [(x["seed"], x["method"]) for x in lines] == [(0, "mor"), (0, "base"), (1, "mor")]
+
+
+def test_resume_refuses_other_settings(tmp_path: Path) -> None:
+    RowLog(tmp_path, SETTINGS, resume=False).add(0, "mor", {"id": 0.9})
+    with pytest.raises(SettingsMismatch, match="invalid_choice_reward"):
+        RowLog(tmp_path, {**SETTINGS, "invalid_choice_reward": -3.0}, resume=True)
+    (tmp_path / "settings.json").unlink()
+    with pytest.raises(SettingsMismatch, match="missing"):
+        RowLog(tmp_path, SETTINGS, resume=True)
+
+
+def test_fresh_run_keeps_earlier_rows_aside(tmp_path: Path) -> None:
+    RowLog(tmp_path, SETTINGS, resume=False).add(0, "mor", {"id": 0.9})
+    fresh = RowLog(tmp_path, {**SETTINGS, "style": False}, resume=False)
+    assert len(fresh) == 0 and fresh.get(0, "mor") is None
+    kept = list(tmp_path.glob("rows-*.jsonl"))
+    assert len(kept) == 1 and json.loads(kept[0].read_text())["id"] == 0.9
