@@ -92,14 +92,22 @@ def make_pki(directory: Path) -> tuple[Path, Path, Path]:
 
 
 def wait_healthy(url: str, *, verify: Any, proc: subprocess.Popen[bytes] | None = None,
-                 timeout_s: float = 120.0) -> None:
-    """Poll ``url``/v1/health until it answers 200; raise if the process died or time ran out."""
+                 timeout_s: float = 120.0, client: httpx.Client | None = None) -> None:
+    """Poll ``url``/v1/health until it answers 200; raise if the process died or time ran out.
+
+    One ``client`` serves every poll: a new one per poll built a TLS context each time (about
+    80 ms of CPU here), which kept a core busy while the processes it waited for started.
+    """
+    if client is None:
+        with httpx.Client(verify=verify, timeout=2) as probe:
+            wait_healthy(url, verify=verify, proc=proc, timeout_s=timeout_s, client=probe)
+        return
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"process for {url} exited with {proc.returncode}")
         try:
-            if httpx.get(f"{url}/v1/health", verify=verify, timeout=2).status_code == 200:
+            if client.get(f"{url}/v1/health").status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -144,6 +152,7 @@ class LocalConsortium:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.admin = httpx.Client(base_url=self.server_url, verify=self.verify, timeout=30,
                                   headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
+        self._probe = httpx.Client(verify=self.verify, timeout=2)  # health polls
 
     def _tls(self, ca_field: str) -> dict[str, Any]:
         if self.pki is None:
@@ -163,14 +172,14 @@ class LocalConsortium:
     def start_server(self) -> None:
         """Start (or restart) the server and wait until it is healthy."""
         proc = self._spawn("server", "server_app", self.server_cfg)
-        wait_healthy(self.server_url, verify=self.verify, proc=proc)
+        wait_healthy(self.server_url, verify=self.verify, proc=proc, client=self._probe)
 
     def start_client(self, name: str, wait: bool = True, **overrides: Any) -> None:
         """Start one client app (it enrolls and runs rounds in the background)."""
         cfg = {**self.client_cfg[name], **overrides}
         proc = self._spawn(name, "client_app", cfg)
         if wait:
-            wait_healthy(cfg["public_url"], verify=self.verify, proc=proc)
+            wait_healthy(cfg["public_url"], verify=self.verify, proc=proc, client=self._probe)
 
     def start(self) -> LocalConsortium:
         """Start the server and every client; wait until all clients are enrolled."""
@@ -179,7 +188,7 @@ class LocalConsortium:
             self.start_client(name, wait=False)
         for name in self.names:
             wait_healthy(self.client_cfg[name]["public_url"], verify=self.verify,
-                         proc=self.procs[name])
+                         proc=self.procs[name], client=self._probe)
         return self
 
     def kill(self, who: str) -> None:
@@ -206,6 +215,7 @@ class LocalConsortium:
         for who in [*clients, "server"] if "server" in self.procs else clients:
             self.stop(who)
         self.admin.close()
+        self._probe.close()
 
     def __enter__(self) -> LocalConsortium:
         return self
