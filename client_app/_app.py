@@ -1,6 +1,7 @@
 """The hospital's client app: ``create_client_app(settings, scorer) -> FastAPI``."""
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -109,21 +110,33 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     async def reward(request: Request) -> Any:
         """Score a batch (a JSON ``RewardRequest``): normalized, clipped floats only; every query
         audited by hash."""
+        started = time.perf_counter()
         check = await signature_check(request, public_key_of=key_of, use_nonce=use_nonce,
                                       max_skew_s=cfg.max_clock_skew_s)
         body = await request.body()
+        scored_s = 0.0
 
         def serve() -> RewardResponse | MissingImages:
             # Authentication first, then parsing and scoring, in one worker thread: each thread
             # hop is a wake-up, and wake-ups are what a loaded machine makes slow.
+            nonlocal scored_s
             who = check()
-            return service.score(who, parse(body))
+            req = parse(body)
+            t = time.perf_counter()
+            out = service.score(who, req)
+            scored_s = time.perf_counter() - t
+            return out
 
         out = await run_in_threadpool(serve)
         if isinstance(out, MissingImages):
             return JSONResponse(out.model_dump(), status_code=409)
+        # Server-Timing: the caller can tell the time spent here (scoring, and all of this
+        # handler) from its network and queueing time. Durations only, never inputs.
+        timing = (f"score;dur={scored_s * 1e3:.2f}, "
+                  f"app;dur={(time.perf_counter() - started) * 1e3:.2f}")
         # Serialized once, not validated again against ``response_model`` (which documents it).
-        return Response(out.model_dump_json(), media_type="application/json")
+        return Response(out.model_dump_json(), media_type="application/json",
+                        headers={"server-timing": timing})
 
     base_openapi = app.openapi
 

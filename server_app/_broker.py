@@ -48,6 +48,24 @@ class QueryItem:
         return hashlib.sha256(self.image).hexdigest()
 
 
+def server_timing(header: str) -> dict[str, float]:
+    """``{"score": 12.5, ...}`` from a ``Server-Timing`` header; entries without a valid
+    ``dur`` are left out (the header is informative, never trusted for anything)."""
+    out: dict[str, float] = {}
+    for entry in header.split(","):
+        name, *params = (part.strip() for part in entry.split(";"))
+        for param in params:
+            key, _, value = param.partition("=")
+            if name and key == "dur":
+                try:
+                    dur = float(value)
+                except ValueError:
+                    continue
+                if math.isfinite(dur):
+                    out[name] = dur
+    return out
+
+
 class RewardBroker:
     """Routes reward queries to clients; ``mode`` is ``push``, ``pull`` or ``auto`` (push when
     the client enrolled with a reward URL)."""
@@ -64,6 +82,9 @@ class RewardBroker:
         self.mode = mode
         self.on_queue = on_queue  # wakes the client's long-polling ``/v1/work`` (pull mode)
         self.bytes_sent = 0  # request bytes of push queries, for the benchmark
+        # The last push answer's ``Server-Timing`` in ms (``score``, ``app``): where a query's
+        # time went, for the benchmark; empty when the client sent none.
+        self.last_server_timing: dict[str, float] = {}
         self._http = httpx.AsyncClient(timeout=timeout_s, verify=verify)
         # Enrolled clients' rows, read once: enrollment never rewrites one (a retry returns it).
         self._clients: dict[str, dict[str, Any]] = {}
@@ -155,6 +176,7 @@ class RewardBroker:
             if resp.status_code != 200:
                 raise BrokerError(f"client {client_id} answered {resp.status_code}: "
                                   f"{resp.text[:200]}")
+            self.last_server_timing = server_timing(resp.headers.get("server-timing", ""))
             return self._check(resp.json().get("scores"), len(items), client_id)
         raise BrokerError(f"client {client_id} still lacks images after a resend")
 

@@ -160,6 +160,8 @@ def main() -> None:
             q = queries[b]
             return scorer.score(decoded[b], [i.prompt for i in q], [i.response for i in q])
 
+        timings: list[dict[str, float]] = []  # the client app's Server-Timing per query
+
         async def run() -> tuple[list[float], list[float], int, int, list[list[float]],
                                  list[list[float]]]:
             before = broker.bytes_sent
@@ -174,6 +176,7 @@ def main() -> None:
                 t = time.perf_counter()
                 outs.append(await broker.query(client_id, q))
                 http_lat.append(time.perf_counter() - t)
+                timings.append(broker.last_server_timing)
                 cached = broker.bytes_sent - before
                 t = time.perf_counter()
                 mem.append(in_process(b))
@@ -210,6 +213,13 @@ def main() -> None:
         "reward_http_throughput_items_per_s": batch * len(http_lat) / sum(http_lat),
         "reward_in_process_items_per_s": batch * len(mem_lat) / sum(mem_lat),
         "reward_http_vs_in_process_max_abs_diff": agree,
+        # Where the HTTP time goes (p50, ms): scoring inside the client app (its own model
+        # call plus the audit write), the whole client handler, and the rest (broker, network,
+        # HTTP parsing and wake-ups), from the client's Server-Timing header.
+        "reward_client_score_p50_ms": float(np.percentile([t["score"] for t in timings], 50)),
+        "reward_client_app_p50_ms": float(np.percentile([t["app"] for t in timings], 50)),
+        "reward_outside_client_p50_ms": float(np.percentile(
+            [h * 1000 - t["app"] for h, t in zip(http_lat, timings, strict=True)], 50)),
         "headline": {
             "secure_vs_plain_round_ratio": secure_s / plain_s,
             "http_overhead_ratio": ratio,

@@ -13,6 +13,7 @@ from PIL import Image
 
 from client_app import HashScorer
 from server_app import QueryItem, RewardBroker, Store, load_private_key
+from server_app._broker import server_timing
 from server_app._local import LocalConsortium
 
 
@@ -58,6 +59,8 @@ def test_push_scores_match_in_process_and_cache_saves_bytes(consortium: LocalCon
     broker = _broker(consortium, "push")
     second = _query(broker, client_id, ITEMS)
     assert second == first
+    timing = broker.last_server_timing  # the client app's Server-Timing header
+    assert set(timing) == {"score", "app"} and 0 < timing["score"] <= timing["app"]
     assert broker.bytes_sent < uncached / 2  # images went by hash only
     db = consortium.client_cfg[consortium.names[2]]["db_path"]
     with sqlite3.connect(db) as conn:
@@ -84,3 +87,10 @@ def test_pull_mode_round_trip(consortium: LocalConsortium) -> None:
     assert _query(broker, client_id, items) == pytest.approx(_reference(items))
     broker = _broker(consortium, "pull")
     assert _query(broker, client_id, items) == pytest.approx(_reference(items))
+
+
+def test_server_timing_header_is_parsed_leniently() -> None:
+    assert server_timing("score;dur=12.5, app;dur=14") == {"score": 12.5, "app": 14.0}
+    assert server_timing("") == {}
+    assert server_timing("score;desc=x, app;dur=nan, db;dur=oops, ;dur=3, cache;dur=0.5") == \
+        {"cache": 0.5}
