@@ -51,7 +51,6 @@ def _stage_c(config: DemoConfig, run_dir: Path, cache_dir: Path, consortium: Any
     import asyncio
     import contextlib
 
-    from client_app import ClientSettings
     from sdk.alignment import (
         ONLINE_ROUTER_CONFIG,
         BrokerRewardSource,
@@ -85,12 +84,12 @@ def _stage_c(config: DemoConfig, run_dir: Path, cache_dir: Path, consortium: Any
     chooser = NeuralTSChooser(HashingEncoder(spec.encoder), NeuralThompsonRouter(router, online))
     selection = make_selection("mor", chooser=chooser)
     source = EmptyIsWorst(BrokerRewardSource(broker, client_ids, make_item=QueryItem),
-                          worst=-ClientSettings().clip)
-    # An unparseable answer to a multiple-choice prompt gets the lowest score and reaches no
+                          worst=config.invalid_choice_reward)
+    # An unparseable answer to a multiple-choice prompt gets a fixed low score and reaches no
     # client: the style clients' prompts otherwise pulled MC answers out of format
     # (docs/alignment.md, "Format rule").
     reward_fn = SelectionRewardFunction(selection, source,
-                                        invalid_choice_reward=-ClientSettings().clip)
+                                        invalid_choice_reward=config.invalid_choice_reward)
     grpo = GRPOSettings(steps=config.grpo_steps, prompts_per_step=config.grpo_prompts,
                         learning_rate=config.grpo_lr, num_generations=4,
                         max_completion_length=8, seed=config.seed)

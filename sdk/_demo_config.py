@@ -43,6 +43,12 @@ class DemoConfig(BaseModel):
     # left the base policy off format on most held-out categories (best-of-3 count 0.125, text
     # 0.094; docs/results.md, session 4).
     warmup_steps: int | None = Field(default=None, ge=0)
+    # The reward of an unparseable or empty answer to a multiple-choice prompt (no client is
+    # asked). The demo's `diagram` reward model scores right 0.68, wrong -0.84 and unparseable
+    # answers -0.34..0.49 (normalized): the rule is needed, and -1.6 sits below a wrong answer by
+    # about as much as in table1.py, where -3 (the clip floor) made "be in format" outweigh
+    # "be right" (docs/alignment.md, "Format rule").
+    invalid_choice_reward: float = Field(default=-1.6, lt=0)
     eval_queries: int = Field(default=32, ge=1, description="eval queries per category")
 
 
