@@ -4,6 +4,8 @@ A full run is about 95 minutes on 2 cores. Each finished row is appended to ``ro
 at once; ``--resume`` reuses those rows instead of re-running them, but only when the run's
 settings (``settings.json``, written beside them) are the ones the rows were made with.
 Without ``--resume`` an earlier ``rows.jsonl`` is kept under a new name, never appended to.
+A last row cut short by a stop mid-write is dropped (and run again); a bad row elsewhere is an
+error.
 """
 
 from __future__ import annotations
@@ -36,13 +38,23 @@ class RowLog:
                 raise SettingsMismatch(
                     "--resume with other settings than the saved rows' (setting: (saved, now)): "
                     f"{changed}; drop --resume or use another --out")
-            for line in self.path.read_text().splitlines():
-                if line.strip():
-                    row = json.loads(line)
-                    self._rows[(row.pop("seed"), row.pop("method"))] = row
+            self._load()
         elif self.path.exists():
             self.path.rename(out / f"rows-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
         settings_path.write_text(json.dumps(settings, indent=2, sort_keys=True))
+
+    def _load(self) -> None:
+        lines = [line for line in self.path.read_text().splitlines() if line.strip()]
+        for n, line in enumerate(lines, 1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                if n < len(lines):  # only a stop mid-write can cut a row short, the last one
+                    raise ValueError(f"{self.path}:{n} is not a JSON row") from None
+                # The cut row is run again; new rows must not be appended to its fragment.
+                self.path.write_text("".join(f"{kept}\n" for kept in lines[:-1]))
+                return
+            self._rows[(row.pop("seed"), row.pop("method"))] = row
 
     def __len__(self) -> int:
         return len(self._rows)

@@ -47,7 +47,7 @@ import torch
 from _table1_clients import RAW_SCALES, build_clients
 from _table1_models import fedavg_reward_model, router_config, train_router
 from _table1_overhead import routed_step_overhead
-from _table1_rows import RowLog, SettingsMismatch
+from _table1_rows import RowLog
 from _table1_setup import WARMUP, prepare_task_benchmark
 from _table1_style import StyleClients, prepare_style_clients
 
@@ -125,7 +125,7 @@ def main() -> None:
                 if k not in ("out", "resume", "seeds", "methods", "overhead_steps")}
     try:
         log = RowLog(args.out, settings, resume=args.resume)
-    except SettingsMismatch as e:
+    except ValueError as e:  # other settings than the saved rows', or a corrupt row
         parser.error(str(e))
     if len(log):
         say(f"resuming: {len(log)} saved rows in {log.path}")

@@ -42,3 +42,23 @@ def test_fresh_run_keeps_earlier_rows_aside(tmp_path: Path) -> None:
     assert len(fresh) == 0 and fresh.get(0, "mor") is None
     kept = list(tmp_path.glob("rows-*.jsonl"))
     assert len(kept) == 1 and json.loads(kept[0].read_text())["id"] == 0.9
+
+
+def test_resume_drops_a_row_cut_short_by_a_stop(tmp_path: Path) -> None:
+    log = RowLog(tmp_path, SETTINGS, resume=False)
+    log.add(0, "mor", {"id": 0.9})
+    with (tmp_path / "rows.jsonl").open("a") as f:
+        f.write('{"seed": 0, "method": "avg_rm", "id": 0.')  # killed mid-write
+    again = RowLog(tmp_path, SETTINGS, resume=True)
+    assert again.get(0, "mor") == {"id": 0.9} and again.get(0, "avg_rm") is None
+    again.add(0, "avg_rm", {"id": 0.8})
+    lines = [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [x["method"] for x in lines] == ["mor", "avg_rm"]
+
+
+def test_resume_refuses_a_corrupt_row_in_the_middle(tmp_path: Path) -> None:
+    RowLog(tmp_path, SETTINGS, resume=False).add(0, "mor", {"id": 0.9})
+    text = (tmp_path / "rows.jsonl").read_text()
+    (tmp_path / "rows.jsonl").write_text("not json\n" + text)
+    with pytest.raises(ValueError, match=r"rows\.jsonl:1"):
+        RowLog(tmp_path, SETTINGS, resume=True)
