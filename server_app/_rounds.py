@@ -43,7 +43,6 @@ class RoundManager:
         self._arrivals = threading.Condition()  # a submission finished storing its message
         self._storing = 0  # admitted submissions still parsing or storing their message
         self._rounds = RoundLookup(store)
-        self._live = self._rounds.live
         self._recover()
 
     # -- creation and recovery -----------------------------------------------------------------
@@ -90,7 +89,7 @@ class RoundManager:
                                      kind=req.kind, participants=participants)
             if failure is not None:
                 raise PayloadError(f"cannot start round: {failure}") from failure
-            self._live[round_id] = server
+            self._rounds.live[round_id] = server
             self._notify()  # idle clients long-polling ``/v1/work`` learn of it at once
         return self.info(round_id)
 
@@ -108,7 +107,7 @@ class RoundManager:
                         server.accept(stage, client_id, server.parse(stage, client_id, payload))
                     if self.store.closure(round_id, stage) is not None:
                         server.close(stage)
-                self._live[round_id] = server
+                self._rounds.live[round_id] = server
                 # A fresh deadline: clients could not reach us while we were down.
                 self.store.update_round(round_id, stage_opened_at=time.time())
                 self.store.audit("server", "round_resumed", round_id=round_id)
@@ -329,7 +328,7 @@ class RoundManager:
         with self._lock:
             for row in self.store.round_rows("open"):
                 round_id = int(row["round_id"])
-                server = self._live.get(round_id)
+                server = self._rounds.live.get(round_id)
                 if not started(row) or server is None:
                     continue
                 if client_id not in self._rounds.spec(round_id, row).participants:

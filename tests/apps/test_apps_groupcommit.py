@@ -47,7 +47,7 @@ def test_a_burst_of_messages_shares_one_commit_and_each_ack_is_durable(
             seen[client_id] = other.execute(
                 "SELECT 1 FROM stage_messages WHERE client_id=?", (client_id,)).fetchone() is not None
 
-    live = rm._live[round_id]
+    live = rm._rounds.live[round_id]
     burst = threading.Barrier(8)
     parse = live.parse
 
