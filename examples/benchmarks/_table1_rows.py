@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,14 @@ class RowLog:
         """The saved row, or None when it still has to be run."""
         row = self._rows.get((seed, method))
         return dict(row) if row is not None else None
+
+    def get_or_run(self, seed: int, method: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """The saved row, or ``run()``'s, saved at once."""
+        row = self.get(seed, method)
+        if row is None:
+            row = run()
+            self.add(seed, method, row)
+        return row
 
     def add(self, seed: int, method: str, row: dict[str, Any]) -> None:
         self._rows[(seed, method)] = dict(row)

@@ -261,20 +261,13 @@ def main() -> None:
 
     rows: dict[str, list[dict[str, Any]]] = {"base": []}
     for seed in range(seeds):
-        base = log.get(seed, "base")
-        if base is None:
-            base = evaluate(policy, seed)
-            log.add(seed, "base", base)
+        base = log.get_or_run(seed, "base", functools.partial(evaluate, policy, seed))
         rows["base"].append(base)
         say(f"seed {seed} base: id {base['id']:.3f} heldout {base['heldout']:.3f}"
             + (f" style win {base['style_win']:.3f}" if style else ""))
         for name, make in methods.items():
-            r = log.get(seed, name)
-            if r is None:
-                r = run_method(name, make, seed)
-                log.add(seed, name, r)
-            elif "fedavg_pairwise_accuracy" in r:
-                fedavg_accuracy.update(r["fedavg_pairwise_accuracy"])
+            r = log.get_or_run(seed, name, functools.partial(run_method, name, make, seed))
+            fedavg_accuracy.update(r.get("fedavg_pairwise_accuracy", {}))  # a saved row's too
             rows.setdefault(name, []).append(r)
             say(f"seed {seed} {name}: id {r['id']:.3f} heldout {r['heldout']:.3f} "
                 f"(greedy id {r['id_greedy']:.3f})"

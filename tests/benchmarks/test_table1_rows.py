@@ -22,7 +22,8 @@ def test_resume_reuses_saved_rows(tmp_path: Path) -> None:
     assert len(again) == 2
     assert again.get(0, "mor") == {"id": 0.9}
     assert again.get(1, "mor") is None
-    again.add(1, "mor", {"id": 0.95})
+    assert again.get_or_run(0, "mor", lambda: {"id": 0.0}) == {"id": 0.9}  # not run again
+    assert again.get_or_run(1, "mor", lambda: {"id": 0.95}) == {"id": 0.95}
     lines = [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert [(x["seed"], x["method"]) for x in lines] == [(0, "mor"), (0, "base"), (1, "mor")]
 
