@@ -106,6 +106,8 @@ def main() -> None:
                         help="GRPO steps per run (default 150 quick, 200)")
     parser.add_argument("--beta", type=float, default=None,
                         help="GRPO's KL penalty to the reference (default: GRPOSettings')")
+    parser.add_argument("--freeze-vision", action="store_true",
+                        help="GRPO trains the projector and language model only")
     parser.add_argument("--scale-rewards", choices=("none", "group", "batch"), default=None,
                         help="GRPO advantage scaling (default: GRPOSettings')")
     # -1.6: about what the normalized task judges give an unparseable answer themselves
@@ -140,7 +142,8 @@ def main() -> None:
     grpo = GRPOSettings(steps=args.steps or (150 if quick else 200), prompts_per_step=8,
                         num_generations=4, max_completion_length=8,
                         **({"scale_rewards": args.scale_rewards} if args.scale_rewards else {}),
-                        **({"beta": args.beta} if args.beta is not None else {}))
+                        **({"beta": args.beta} if args.beta is not None else {}),
+                        freeze_vision=args.freeze_vision)
     evals = EvalSettings(samples=3, max_new_tokens=8)
     # Best-of-3 on n queries has a sampling SD of ~sqrt(0.6 * 0.4 / n) per category: 0.07 at
     # n = 50 (the same base policy measured 0.605-0.661 ID over three eval seeds at n = 60).

@@ -50,6 +50,9 @@ class GRPOSettings(BaseModel):
     scale_rewards: Literal["group", "batch", "none"] = Field(
         default="none", description="trl's advantage scaling: divide by the group's std, the "
         "batch's std, or not at all")
+    freeze_vision: bool = Field(
+        default=False, description="keep the vision encoder (patch embedding and blocks) at the "
+        "starting policy's weights; the projector and the language model still train")
     seed: int = 0
 
 
@@ -112,6 +115,8 @@ def align(
     bundle = load_vlm(policy_dir)
     # Left padding: prompts of different lengths otherwise break Qwen's rope index (DESIGN.md).
     bundle.processor.tokenizer.padding_side = "left"
+    if s.freeze_vision:
+        _freeze_vision_encoder(bundle.model)
     args = GRPOConfig(
         output_dir=str(out / "trainer"),
         max_steps=s.steps,
@@ -163,6 +168,18 @@ def align(
         }
         (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
     return out
+
+
+def _freeze_vision_encoder(model: torch.nn.Module) -> None:
+    """Stop gradients into the vision encoder; its projector (``merger``) keeps training."""
+    visual = getattr(model, "visual", None) or getattr(getattr(model, "model", None), "visual",
+                                                        None)
+    if not isinstance(visual, torch.nn.Module):
+        raise ValueError(f"freeze_vision: {type(model).__name__} has no vision encoder "
+                         "(`visual`)")
+    for name, param in visual.named_parameters():
+        if not name.startswith("merger."):
+            param.requires_grad_(False)
 
 
 class _Progress(TrainerCallback):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -19,6 +20,7 @@ from sdk.alignment import (
     warmup_cache_key,
     warmup_policy,
 )
+from sdk.alignment._grpo import _freeze_vision_encoder
 from sdk.data import load_queries
 from tests.alignment.conftest import make_chooser
 
@@ -63,6 +65,31 @@ def test_tiny_grpo_run_with_mor_changes_the_policy(base_policy: Path, data_dir: 
     feedback = metrics["router_feedback"]
     assert len(feedback) == 2 and feedback[0][2] is None and feedback[1][2] in (0.0, 1.0)
     assert feedback[1][3] == 2 * 2
+
+
+def test_freeze_vision_trains_only_the_projector_and_language_model(
+        base_policy: Path, data_dir: Path, tmp_path: Path) -> None:
+    queries = load_queries(data_dir / "policy" / "train")
+
+    def longer_is_better(images, prompts, responses):
+        return [float(len(r)) for r in responses]
+
+    sel = MoRSelection(make_chooser(num_clients=1), online=False)
+    fn = SelectionRewardFunction(sel, InProcessRewardSource([longer_is_better]))
+    settings = GRPOSettings(steps=2, prompts_per_step=2, num_generations=2,
+                            max_completion_length=4, warmup_steps=0, learning_rate=1e-2,
+                            freeze_vision=True)
+    out = align(base_policy, fn, queries, settings, out_dir=tmp_path / "run", progress=None)
+    before, after = _weights(base_policy), _weights(out / "policy")
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    encoder = {k for k in before if k.startswith("visual.") and ".merger." not in k}
+    assert encoder and not changed & encoder
+    assert any(".merger." in k for k in changed) and any(k.startswith("model.") for k in changed)
+
+
+def test_freeze_vision_needs_a_vision_encoder() -> None:
+    with pytest.raises(ValueError, match="no vision encoder"):
+        _freeze_vision_encoder(torch.nn.Linear(2, 2))
 
 
 def test_cache_key_depends_on_the_data(base_policy: Path, data_dir: Path) -> None:
