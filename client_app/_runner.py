@@ -1,8 +1,9 @@
 """The client's side of every round, against the server over httpx.
 
 Enrolls once (the client id survives restarts in the client's SQLite), then for each open
-round it takes part in: downloads the base router (checked against its sha256), computes its
-update, and walks the stages — every message is stored locally before it is sent, so a retry
+round it takes part in: starts downloading the base router (checked against its sha256) and
+computing its update in the background, and walks the stages (a kind waits for the update only
+at the stage that needs it) — every message is stored locally before it is sent, so a retry
 (even after a crash) is byte-identical and the server's idempotent ack applies.
 """
 
@@ -14,6 +15,7 @@ import json
 import ssl
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import httpx
@@ -25,7 +27,13 @@ from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
 from server_app._auth import load_or_create_key, public_key_b64, sign_headers
-from server_app._protocols import ROUND_KINDS, PayloadError, RoundFailed, RoundSpec
+from server_app._protocols import (
+    ROUND_KINDS,
+    PayloadError,
+    RoundFailed,
+    RoundSpec,
+    UpdateSource,
+)
 from server_app._roster import RosterFile
 from server_app._schemas import (
     EnrollResponse,
@@ -168,6 +176,26 @@ class ClientRunner:
             if self.stop.wait(0 if wait else self.settings.poll_interval_s):
                 raise RunnerError(499, "runner stopping")
 
+    def _local_update(self, info: RoundInfo) -> UpdateSource:
+        """Start the base download and the local update in the background: stages that need
+        no input (SecAgg+'s key agreement) go ahead meanwhile."""
+        def compute() -> tuple[np.ndarray, float]:
+            try:
+                return self.update_fn(self.settings.name, info, self._base(info))
+            except (ValueError, KeyError) as exc:
+                raise RoundFailed(f"the local update failed: {exc}") from exc
+
+        out: UpdateSource = Future()
+
+        def run() -> None:
+            try:
+                out.set_result(compute())
+            except BaseException as exc:  # handed to the stage that waits for the update
+                out.set_exception(exc)
+
+        threading.Thread(target=run, name=f"fedmor-update-{info.round_id}", daemon=True).start()
+        return out
+
     def run_round(self, round_id: int) -> str:
         """Take part in one round until it ends for us; returns our local status."""
         status = self.store.round_status(round_id)
@@ -184,10 +212,10 @@ class ClientRunner:
         sent = self.store.sent(round_id)
         try:
             self._check_roster(info)
-            update, weight = self.update_fn(self.settings.name, info, self._base(info))
+            update = self._local_update(info)
             # A restart mid-round continues from the state saved with the last sent message.
             half = ROUND_KINDS[info.kind].client(spec, client_id=me, key=self.key,
-                                                 update=update, weight=weight,
+                                                 update=update,
                                                  state=self.store.round_state(round_id))
         except (RoundFailed, ValueError, KeyError) as exc:
             return self._end(round_id, "abandoned", str(exc))

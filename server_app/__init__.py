@@ -11,7 +11,15 @@ from server_app._auth import (
     sign_headers,
 )
 from server_app._broker import BrokerError, QueryItem, RewardBroker
-from server_app._protocols import ROUND_KINDS, ClientRound, RoundKind, RoundSpec, ServerRound
+from server_app._protocols import (
+    ROUND_KINDS,
+    ClientRound,
+    RoundKind,
+    RoundSpec,
+    ServerRound,
+    UpdateSource,
+    ready_update,
+)
 from server_app._roster import RosterEntry, RosterFile, add_to_roster
 from server_app._rounds import RoundManager
 from server_app._settings import ServerSettings, load_settings
@@ -32,6 +40,7 @@ __all__ = [
     "ServerRound",
     "ServerSettings",
     "Store",
+    "UpdateSource",
     "add_to_roster",
     "create_app",
     "create_app_from_env",
@@ -41,5 +50,6 @@ __all__ = [
     "load_settings",
     "parse_public_key",
     "public_key_b64",
+    "ready_update",
     "sign_headers",
 ]

@@ -14,6 +14,7 @@ import base64
 import binascii
 import struct
 from abc import ABC, abstractmethod
+from concurrent.futures import Future
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -30,14 +31,27 @@ __all__ = [
     "RoundSpec",
     "ServerRound",
     "StagePayload",
+    "UpdateSource",
     "decode_vector",
     "encode_update",
     "encode_vector",
+    "ready_update",
 ]
 
 
 # A stage message on the wire: a JSON object, or the raw bytes of an octet-stream body.
 StagePayload = dict[str, Any] | bytes
+# The client's local update (vector_length,) and weight n_k. The runner computes it in the
+# background while a kind's input-free stages (SecAgg+'s key agreement) go ahead; a kind waits
+# on it only at the stage that needs it, and gets what the local update raised, if it failed.
+UpdateSource = Future[tuple[np.ndarray, float]]
+
+
+def ready_update(vector: np.ndarray, weight: float) -> UpdateSource:
+    """An ``UpdateSource`` that is already computed."""
+    out: UpdateSource = Future()
+    out.set_result((vector, weight))
+    return out
 
 
 class PayloadError(ValueError):
@@ -141,9 +155,10 @@ class RoundKind(ABC):
 
     @abstractmethod
     def client(self, spec: RoundSpec, *, client_id: str, key: Ed25519PrivateKey,
-               update: np.ndarray, weight: float, state: dict[str, Any] | None) -> ClientRound:
-        """A client half for this client's ``update`` (vector_length,) and ``weight`` n_k;
-        ``state`` is what ``ClientRound.state`` returned before a restart, if any."""
+               update: UpdateSource, state: dict[str, Any] | None) -> ClientRound:
+        """A client half that waits on ``update`` for (vector (vector_length,), weight n_k) when
+        a stage needs them; ``state`` is what ``ClientRound.state`` returned before a restart,
+        if any."""
 
 
 # -- rm_fedavg: the plain (unmasked) baseline --------------------------------------------------
@@ -209,11 +224,11 @@ class _FedAvgServer(ServerRound):
 
 
 class _FedAvgClient(ClientRound):
-    def __init__(self, update: np.ndarray, weight: float) -> None:
-        self._payload = encode_update(update, weight)
+    def __init__(self, update: UpdateSource) -> None:
+        self._update = update
 
     def message(self, stage: str, server_input: dict[str, Any]) -> StagePayload:
-        return self._payload
+        return encode_update(*self._update.result())
 
 
 class FedAvgKind(RoundKind):
@@ -225,8 +240,8 @@ class FedAvgKind(RoundKind):
         return _FedAvgServer(spec)
 
     def client(self, spec: RoundSpec, *, client_id: str, key: Ed25519PrivateKey,
-               update: np.ndarray, weight: float, state: dict[str, Any] | None) -> ClientRound:
-        return _FedAvgClient(update, weight)
+               update: UpdateSource, state: dict[str, Any] | None) -> ClientRound:
+        return _FedAvgClient(update)
 
 
 ROUND_KINDS: dict[str, RoundKind] = {FedAvgKind.name: FedAvgKind()}

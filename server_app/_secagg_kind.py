@@ -9,6 +9,7 @@ JSON. A client's ``state`` is ``SecAggClient.export_state``: it resumes the roun
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import struct
@@ -43,13 +44,12 @@ from server_app._protocols import (
     RoundSpec,
     ServerRound,
     StagePayload,
+    UpdateSource,
 )
 
 __all__ = ["SecAggKind"]
 
 _STAGES = tuple(s.value for s in Stage if s not in (Stage.DONE, Stage.ABORTED, Stage.ERROR))
-# After these replies the client can already do part of the masked input's arithmetic.
-_PREPARE_AFTER = (Stage.ADVERTISE_KEYS.value, Stage.SHARE_KEYS.value)
 
 
 def _round_params(spec: RoundSpec) -> tuple[RoundParams, Roster]:
@@ -126,37 +126,58 @@ class _Server(ServerRound):
 
 class _Client(ClientRound):
     def __init__(self, spec: RoundSpec, client_id: str, key: Ed25519PrivateKey,
-                 update: np.ndarray, weight: float, state: dict[str, Any] | None) -> None:
+                 update: UpdateSource, state: dict[str, Any] | None) -> None:
         index = spec.participants.index(client_id) + 1
         _, roster = _round_params(spec)
-        vector = np.asarray(update)
-        if vector.dtype not in (np.float32, np.float64):
-            vector = vector.astype(np.float64)
-        # A float32 update stays as it is: the encoder widens it block by block, exactly, so a
-        # float64 copy (8 bytes a parameter) would only cost time and memory.
+        self._update = update
+        # The update is provided later (``_provide``): the key stages run while it is computed.
         if state:
             try:
                 saved = ClientState.model_validate_json(json.dumps(state))
-                self._sm = SecAggClient.restore(saved, key, roster, vector, int(weight))
+                self._sm = SecAggClient.restore(saved, key, roster, None, None)
             except ValueError as exc:  # includes pydantic's ValidationError
                 raise RoundFailed(f"cannot resume from the saved round state: {exc}") from exc
         else:
-            self._sm = SecAggClient(index, key, roster, vector, int(weight))
+            self._sm = SecAggClient(index, key, roster, None, None)
         self._prep: threading.Thread | None = None
+
+    def _provide(self) -> None:
+        """Wait for the local update and hand it to the state machine (once)."""
+        if self._sm.has_input:
+            return
+        vector, weight = self._update.result()
+        vector = np.asarray(vector)
+        # A float32 update stays as it is: the encoder widens it block by block, exactly, so a
+        # float64 copy (8 bytes a parameter) would only cost time and memory.
+        if vector.dtype not in (np.float32, np.float64):
+            vector = vector.astype(np.float64)
+        try:
+            self._sm.provide_input(vector, int(weight))
+        except SecAggError as exc:
+            raise RoundFailed(f"the local update is not valid for this round: {exc}") from exc
+
+    def _prepare(self) -> None:
+        with contextlib.suppress(Exception):  # ``message`` redoes whatever failed, and raises
+            self._provide()
+            self._sm.prepare_masked_input()
 
     def message(self, stage: str, server_input: dict[str, Any]) -> StagePayload:
         self.wait_prepared()  # the state machine is not to be used by two threads at once
+        if stage == Stage.MASKED_INPUT_COLLECTION.value:
+            self._provide()
         try:
             msg = parse_server_message(json.dumps(server_input))
             reply = self._sm.receive(msg)
         except (ValidationError, SecAggError) as exc:
             raise RoundFailed(f"stage {stage}: {exc}") from exc
-        if stage in _PREPARE_AFTER:
-            # Mask while the runner persists and sends this reply and waits for the next stage
-            # (mostly asleep on its socket): every client would otherwise mask at once, right
-            # after the share-keys barrier, all on the round's critical path.
-            self._prep = threading.Thread(target=self._sm.prepare_masked_input,
-                                          name="fedmor-secagg-mask", daemon=True)
+        # Mask while the runner persists and sends this reply and waits for the next stage
+        # (mostly asleep on its socket): every client would otherwise mask at once, right after
+        # the share-keys barrier, all on the round's critical path. After the first reply only
+        # if the update is already there: waiting for it belongs to the masked input.
+        if stage == Stage.SHARE_KEYS.value or (stage == Stage.ADVERTISE_KEYS.value
+                                               and self._update.done()):
+            self._prep = threading.Thread(target=self._prepare, name="fedmor-secagg-mask",
+                                          daemon=True)
             self._prep.start()
         # The one bulky message goes as raw bytes: no base64, no JSON, parsed once by the server.
         return reply.to_bytes() if isinstance(reply, MaskedInput) else reply.model_dump(mode="json")
@@ -185,8 +206,8 @@ class SecAggKind(RoundKind):
         return _Server(spec)
 
     def client(self, spec: RoundSpec, *, client_id: str, key: Ed25519PrivateKey,
-               update: np.ndarray, weight: float, state: dict[str, Any] | None) -> ClientRound:
-        return _Client(spec, client_id, key, update, weight, state)
+               update: UpdateSource, state: dict[str, Any] | None) -> ClientRound:
+        return _Client(spec, client_id, key, update, state)
 
 
 ROUND_KINDS[SecAggKind.name] = SecAggKind()

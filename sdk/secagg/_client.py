@@ -22,7 +22,14 @@ from sdk.secagg._crypto import (
     share_key,
 )
 from sdk.secagg._dp import DPConfig, clip_and_noise
-from sdk.secagg._errors import Attack, ConfigError, MaliciousServerError, RoundAborted, SecAggError
+from sdk.secagg._errors import (
+    Attack,
+    ConfigError,
+    InvalidUpdateError,
+    MaliciousServerError,
+    RoundAborted,
+    SecAggError,
+)
 from sdk.secagg._graph import neighbour_graph
 from sdk.secagg._quantize import encode_weighted, validate_update
 from sdk.secagg._schema import (
@@ -54,7 +61,9 @@ _SHARE_BYTES = 64  # 16 field elements as uint32 LE
 class SecAggClient:
     """One client's view of one round. Feed it each server message; it returns its reply.
 
-    The update is validated at construction, before anything can be sent. ``require_dp`` makes
+    An update given at construction is validated before anything can be sent. ``update=None``
+    defers it: the key stages run first and ``provide_input`` must come before the masked-input
+    request, so the key agreement overlaps local training. ``require_dp`` makes
     the client refuse rounds whose announced DP is weaker (larger clip, smaller noise). Any detected
     misbehaviour raises a typed error (``MaliciousServerError`` naming the attack) and moves the
     client to ``Stage.ERROR``; it never answers again in this round.
@@ -65,8 +74,8 @@ class SecAggClient:
         client_id: int,
         identity: Ed25519PrivateKey,
         roster: Roster,
-        update: np.ndarray,
-        weight: int,
+        update: np.ndarray | None,
+        weight: int | None,
         *,
         rng: np.random.Generator | None = None,
         require_dp: DPConfig | None = None,
@@ -74,7 +83,10 @@ class SecAggClient:
         self.client_id = client_id
         self._identity = identity
         self._roster = roster
-        self._update, self._weight = validate_update(update, weight, length=None, max_weight=2**31 - 1)
+        self._update: np.ndarray | None = None
+        self._weight = 0
+        if update is not None:
+            self._update, self._weight = validate_update(update, weight, length=None, max_weight=2**31 - 1)
         self._rng = rng if rng is not None else np.random.default_rng(secrets.randbits(128))
         self._require_dp = require_dp  # the least privacy this client accepts from a round
         self._tracker = StageTracker()
@@ -91,6 +103,22 @@ class SecAggClient:
         # same plus the pairwise masks of the neighbours named in the frozenset.
         self._encoded: np.ndarray | None = None
         self._premasked: tuple[np.ndarray, frozenset[int]] | None = None
+
+    @property
+    def has_input(self) -> bool:
+        """Whether the update to mask is known (given at construction or provided since)."""
+        return self._update is not None
+
+    def provide_input(self, update: np.ndarray, weight: int) -> None:
+        """Give the deferred update and its weight; any time before the masked-input request."""
+        if self._update is not None:
+            raise InvalidUpdateError("this client's update was already given")
+        if self._tracker.stage not in (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT_COLLECTION):
+            raise InvalidUpdateError(f"too late for an update: the round is at {self._tracker.stage.value}")
+        p = self._params
+        self._update, self._weight = validate_update(
+            update, weight, length=None if p is None else p.vector_length,
+            max_weight=2**31 - 1 if p is None else p.quantization.max_weight)
 
     @property
     def stage(self) -> Stage:
@@ -115,7 +143,7 @@ class SecAggClient:
 
     @classmethod
     def restore(cls, state: ClientState, identity: Ed25519PrivateKey, roster: Roster,
-                update: np.ndarray, weight: int, *, rng: np.random.Generator | None = None,
+                update: np.ndarray | None, weight: int | None, *, rng: np.random.Generator | None = None,
                 require_dp: DPConfig | None = None) -> SecAggClient:
         """A client that continues the round ``state`` was exported from. ``update`` and
         ``weight`` are only used if the masked input was not produced yet."""
@@ -190,7 +218,8 @@ class SecAggClient:
             raise self._bad(Attack.BAD_PARAMETERS, str(exc)) from exc
         self._check_dp(p)
         # Shape and weight range are only known now; this still happens before any reply.
-        validate_update(self._update, self._weight, length=p.vector_length, max_weight=p.quantization.max_weight)
+        if self._update is not None:
+            validate_update(self._update, self._weight, length=p.vector_length, max_weight=p.quantization.max_weight)
         self._params = p
         self._nbrs = neighbour_graph(p.participants, p.degree, p.graph_seed)[self.client_id]
         enc_pk, mask_pk = raw_public(self._enc_sk), raw_public(self._mask_sk)
@@ -256,6 +285,8 @@ class SecAggClient:
             raise RoundAborted(stage=Stage.MASKED_INPUT_COLLECTION, survivors=len(self._held), threshold=p.threshold, reason=f"client {self.client_id} received too few shares")
         # Pairwise masks only with neighbours that shared (the U2 view); they cancel in the sum.
         shared = frozenset(v for v in self._held if v != self.client_id)
+        if self._update is None and self._premasked is None:
+            raise InvalidUpdateError("the masked input was requested before provide_input gave the update")
         self.prepare_masked_input()
         assert self._premasked is not None
         y, masked_with = self._premasked
@@ -288,6 +319,8 @@ class SecAggClient:
             return
         p = self._params
         if self._encoded is None and self._premasked is None:
+            if self._update is None:  # deferred and not provided yet: nothing to prepare
+                return
             x = self._update
             if p.dp is not None:
                 x = clip_and_noise(x, p.dp, min_survivors=p.threshold, max_weight=p.quantization.max_weight, rng=self._rng)

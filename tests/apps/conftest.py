@@ -7,8 +7,9 @@ file, ``test_apps_rounds.py``, and kill the server / a client only at its end.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from server_app import (
+    ROUND_KINDS,
+    ClientRound,
+    RoundManager,
+    RoundSpec,
     ServerSettings,
+    Store,
+    UpdateSource,
     add_to_roster,
     create_app,
     generate_key,
@@ -25,6 +32,7 @@ from server_app import (
 )
 from server_app._auth import Ed25519PrivateKey
 from server_app._local import LocalConsortium
+from server_app._schemas import RoundCreate
 
 N_CLIENTS = 5
 
@@ -79,3 +87,26 @@ def server(tmp_path: Path) -> Iterator[tuple[TestClient, list[Member]]]:
             assert again.json()["client_id"] == first.json()["client_id"]
             members.append(Member(tc, key, first.json()["client_id"]))
         yield tc, members
+
+
+def in_process_secure_round(tmp_path: Path, length: int, update: Callable[[str], UpdateSource],
+                            ) -> tuple[RoundManager, Store, int, dict[str, ClientRound]]:
+    """A ``router_secagg`` round of three enrolled members on an in-process RoundManager, and
+    each member's client half, whose update comes from ``update(client_id)``."""
+    store = Store(tmp_path / "s.db")
+    keys = {f"m{i}": generate_key() for i in range(3)}
+    for name, key in keys.items():
+        store.upsert_roster(name, public_key_b64(key),
+                            hashlib.sha256(b"token-" + name.encode()).hexdigest())
+        store.enroll(name=name, token="token-" + name, public_key=public_key_b64(key),
+                     reward_url=None, new_id=f"c-{name}")
+    rounds = RoundManager(store, default_deadline_s=60.0)
+    info = rounds.create(RoundCreate(kind="router_secagg", vector_length=length,
+                                     min_clients=2, params={"threshold": 2, "degree": 2}))
+    spec = RoundSpec(round_id=info.round_id, kind=info.kind, participants=info.participants,
+                     public_keys=info.public_keys, vector_length=length,
+                     min_clients=2, stage_deadline_s=info.stage_deadline_s, params=info.params)
+    halves = {c: ROUND_KINDS[info.kind].client(spec, client_id=c, key=keys[c[2:]],
+                                                update=update(c), state=None)
+              for c in info.participants}
+    return rounds, store, info.round_id, halves

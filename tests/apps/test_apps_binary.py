@@ -11,7 +11,14 @@ import numpy as np
 from fastapi.testclient import TestClient
 
 from sdk.secagg import MaskedInput, QuantizationConfig
-from server_app import ROUND_KINDS, RoundSpec, ServerSettings, create_app, generate_key
+from server_app import (
+    ROUND_KINDS,
+    RoundSpec,
+    ServerSettings,
+    create_app,
+    generate_key,
+    ready_update,
+)
 from server_app._protocols import ClientRound, encode_update
 from server_app._schemas import RoundInfo
 
@@ -55,7 +62,7 @@ def _halves(members: list[Member], info: RoundInfo) -> dict[str, ClientRound]:
                      min_clients=info.min_clients, stage_deadline_s=info.stage_deadline_s,
                      params=info.params)
     return {m.client_id: ROUND_KINDS[info.kind].client(
-        spec, client_id=m.client_id, key=m.key, update=np.full(4, 0.25 * (i + 1)), weight=i + 1,
+        spec, client_id=m.client_id, key=m.key, update=ready_update(np.full(4, 0.25 * (i + 1)), i + 1),
         state=None) for i, m in enumerate(members)}
 
 

@@ -17,15 +17,16 @@ import pytest
 
 import server_app._broker as broker_module
 from server_app import (
-    ROUND_KINDS,
     QueryItem,
     RoundManager,
     RoundSpec,
     Store,
     generate_key,
     public_key_b64,
+    ready_update,
 )
-from server_app._schemas import RoundCreate
+
+from .conftest import in_process_secure_round
 
 
 def test_a_query_item_hashes_its_image_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,23 +52,7 @@ def test_async_http_client_finds_sniffio() -> None:
 
 def _secure_round(tmp_path: Path, update: np.ndarray) -> tuple[RoundManager, Store, int,
                                                                     dict[str, Any]]:
-    store = Store(tmp_path / "s.db")
-    keys = {f"m{i}": generate_key() for i in range(3)}
-    for name, key in keys.items():
-        store.upsert_roster(name, public_key_b64(key),
-                            hashlib.sha256(b"token-" + name.encode()).hexdigest())
-        store.enroll(name=name, token="token-" + name, public_key=public_key_b64(key),
-                     reward_url=None, new_id=f"c-{name}")
-    rounds = RoundManager(store, default_deadline_s=60.0)
-    info = rounds.create(RoundCreate(kind="router_secagg", vector_length=update.shape[0],
-                                     min_clients=2, params={"threshold": 2, "degree": 2}))
-    spec = RoundSpec(round_id=info.round_id, kind=info.kind, participants=info.participants,
-                     public_keys=info.public_keys, vector_length=update.shape[0],
-                     min_clients=2, stage_deadline_s=info.stage_deadline_s, params=info.params)
-    halves = {c: ROUND_KINDS[info.kind].client(spec, client_id=c, key=keys[c[2:]],
-                                                update=update, weight=1, state=None)
-              for c in info.participants}
-    return rounds, store, info.round_id, halves
+    return in_process_secure_round(tmp_path, update.shape[0], lambda _: ready_update(update, 1))
 
 
 def test_closed_stage_is_decoded_once_while_live_and_forgotten_at_the_end(
@@ -102,6 +87,7 @@ def test_secure_client_half_keeps_a_float32_update_without_a_copy(tmp_path: Path
     update = np.linspace(-0.5, 0.5, 8, dtype=np.float32)
     _, _, _, halves = _secure_round(tmp_path, update)
     half = next(iter(halves.values()))
+    half._provide()  # type: ignore[attr-defined]  # what the masked-input stage does first
     kept = half._sm._update  # type: ignore[attr-defined]
     assert kept.dtype == np.float32 and np.shares_memory(kept, update)
 

@@ -156,9 +156,9 @@ def test_public_api_is_pinned() -> None:
     assert sorted(server_app.__all__) == sorted([
         "ROUND_KINDS", "AuthError", "BrokerError", "ClientRound", "QueryItem", "RewardBroker",
         "RosterEntry", "RosterFile", "RoundKind", "RoundManager", "RoundSpec", "ServerRound",
-        "ServerSettings", "Store", "add_to_roster", "create_app", "create_app_from_env",
+        "ServerSettings", "Store", "UpdateSource", "add_to_roster", "create_app", "create_app_from_env",
         "generate_key", "load_or_create_key", "load_private_key", "load_settings",
-        "parse_public_key", "public_key_b64", "sign_headers"])
+        "parse_public_key", "public_key_b64", "ready_update", "sign_headers"])
     assert sorted(client_app.__all__) == sorted([
         "ClientRunner", "ClientSettings", "ClientStore", "HashScorer", "RateLimited",
         "RewardService", "RunnerError", "Scorer", "UpdateFn", "create_client_app",

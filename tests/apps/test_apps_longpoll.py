@@ -10,7 +10,15 @@ from pathlib import Path
 
 import numpy as np
 
-from server_app import ROUND_KINDS, RoundManager, RoundSpec, Store, generate_key, public_key_b64
+from server_app import (
+    ROUND_KINDS,
+    RoundManager,
+    RoundSpec,
+    Store,
+    generate_key,
+    public_key_b64,
+    ready_update,
+)
 from server_app._schemas import RoundCreate, StageBroadcast
 
 
@@ -30,7 +38,7 @@ def test_waiting_request_wakes_on_close_and_acks_carry_next(tmp_path: Path) -> N
                      stage_deadline_s=info.stage_deadline_s, params=info.params)
     rid, (a, b) = info.round_id, info.participants
     halves = {c: ROUND_KINDS[info.kind].client(spec, client_id=c, key=keys[c[2:]],
-                                                update=np.zeros(4), weight=1, state=None)
+                                                update=ready_update(np.zeros(4), 1), state=None)
               for c in (a, b)}
 
     t0 = time.monotonic()

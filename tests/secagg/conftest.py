@@ -39,6 +39,16 @@ class Harness:
             self.server.receive(r)
         return replies
 
+    def assert_weighted_mean_of_all(self) -> None:
+        """The round finished with every client and published their weighted mean (to within
+        the quantization error)."""
+        res = self.server.result
+        assert res is not None and res.survivors == sorted(self.clients)
+        ref = sum(w * u.astype(np.float64) for u, w in zip(self.updates, self.weights, strict=True))
+        q = self.server.params.quantization
+        bound = len(self.clients) * q.max_weight / (q.scale * res.weight_sum)
+        assert np.max(np.abs(res.mean - ref / sum(self.weights))) < bound
+
     def step(self, skip: frozenset[int] = frozenset()) -> dict[int, ServerMessage]:
         """One full honest stage; returns the messages that were delivered."""
         sent = self.outbox

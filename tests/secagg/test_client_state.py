@@ -33,12 +33,7 @@ def test_restored_clients_finish_the_round(after: int) -> None:
         assert h.clients[c].stage is LIVE[after]
     while h.outbox:
         h.step()
-    res = h.server.result
-    assert res is not None and res.survivors == [0, 1, 2, 3, 4]
-    ref = sum(w * u.astype(np.float64) for u, w in zip(h.updates, h.weights, strict=True))
-    q = h.server.params.quantization
-    bound = 5 * q.max_weight / (q.scale * res.weight_sum)
-    assert np.max(np.abs(res.mean - ref / sum(h.weights))) < bound
+    h.assert_weighted_mean_of_all()
 
 
 def test_fresh_keys_after_advertising_are_caught() -> None:
