@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import hashlib
+import time
 
 import numpy as np
 
 from server_app._schemas import RoundInfo
 
-__all__ = ["demo_update"]
+__all__ = ["TRAIN_PARAM", "demo_update"]
+
+
+TRAIN_PARAM = "demo_train_s"
+"""Round parameter: seconds the demo update waits before returning, standing in for local
+training that runs elsewhere (the site's accelerator); 0 when absent, at most 60."""
 
 
 def demo_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
     """(update (vector_length,) float32 in [-0.5, 0.5], weight n_k in [1, 10]) from the name."""
+    wait = info.params.get(TRAIN_PARAM, 0)
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= 60:
+        raise ValueError(f"round parameter {TRAIN_PARAM} must be 0-60 seconds, not {wait!r}")
+    time.sleep(wait)
     seed = int.from_bytes(hashlib.sha256(f"{name}/{info.round_id}".encode()).digest()[:8],
                           "little")
     rng = np.random.default_rng(seed)

@@ -6,6 +6,9 @@
 2. ``/v1/reward`` (push, through the server's RewardBroker) against in-process scoring of the
    same batches of 16 with a tiny real reward model (sdk.reward ClientScorer): p50/p99 latency.
 3. Bytes on the wire per round and per query, with and without the image cache.
+4. Both round kinds again with local training that takes ``--train-s`` seconds per client
+   (``client_app._demo``'s stand-in waits, as for training on a site's accelerator): there a
+   secure client agrees its keys while it trains, a plain one has nothing to do meanwhile.
 
 Both round kinds run one untimed warm-up round first; the timed rounds alternate kinds.
 
@@ -18,6 +21,7 @@ import argparse
 import asyncio
 import io
 import json
+import math
 import os
 import sqlite3
 import statistics
@@ -34,6 +38,7 @@ from PIL import Image
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
+from client_app._demo import TRAIN_PARAM
 from server_app import QueryItem, RewardBroker, Store, load_private_key
 from server_app._local import LocalConsortium
 
@@ -53,6 +58,22 @@ def round_bytes(db: str, round_id: int) -> int:
     return int(up + down)
 
 
+def round_timeline(db: str, round_id: int) -> dict[str, list[float]]:
+    """Per stage: [first message stored, last stored, stage closed], plus ``finished``, in
+    seconds after the round was created (the server's own clock, from its store)."""
+    with sqlite3.connect(db) as conn:
+        created, finished = conn.execute("SELECT created_at, finished_at FROM rounds "
+                                         "WHERE round_id=?", (round_id,)).fetchone()
+        stored = conn.execute("SELECT stage, MIN(stored_at), MAX(stored_at) FROM stage_messages "
+                              "WHERE round_id=? GROUP BY stage", (round_id,)).fetchall()
+        closed = dict(conn.execute("SELECT stage, closed_at FROM stage_closures "
+                                   "WHERE round_id=?", (round_id,)).fetchall())
+    out = {stage: [round(t - created, 3) for t in (first, last, closed.get(stage, math.nan))]
+           for stage, first, last in sorted(stored, key=lambda row: row[1])}
+    out["finished"] = [round(finished - created, 3)]
+    return out
+
+
 def cpu_s(c: LocalConsortium) -> float:
     """CPU seconds used so far by the server and client processes (Linux /proc; else 0)."""
     total = 0.0
@@ -65,15 +86,19 @@ def cpu_s(c: LocalConsortium) -> float:
     return total
 
 
-def timed_round(c: LocalConsortium, kind: str, length: int, n: int) -> tuple[float, int, float]:
-    """(wall seconds, bytes stored and broadcast, CPU seconds of all processes) of one round."""
+def timed_round(c: LocalConsortium, kind: str, length: int, n: int, train_s: float = 0.0
+                ) -> tuple[float, int, float, dict[str, list[float]]]:
+    """(wall seconds, bytes stored and broadcast, CPU seconds of all processes, stage
+    timeline) of one round whose local updates take ``train_s`` seconds each."""
     cpu0, t0 = cpu_s(c), time.perf_counter()
-    info = c.create_round(kind=kind, vector_length=length, min_clients=max(2, n - 2))
+    info = c.create_round(kind=kind, vector_length=length, min_clients=max(2, n - 2),
+                          params={TRAIN_PARAM: train_s} if train_s else {})
     done = c.wait_round(info["round_id"], timeout_s=600)
     elapsed = time.perf_counter() - t0
     if done["status"] != "finished":
         raise RuntimeError(f"{kind} round failed: {done['error']}")
-    return elapsed, round_bytes(c.server_cfg["db_path"], info["round_id"]), cpu_s(c) - cpu0
+    db, rid = c.server_cfg["db_path"], info["round_id"]
+    return elapsed, round_bytes(db, rid), cpu_s(c) - cpu0, round_timeline(db, rid)
 
 
 def build_reward_model(root: Path) -> Path:
@@ -100,6 +125,9 @@ def png(seed: int) -> bytes:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--train-s", type=float, default=0.5,
+                        help="extra rounds of both kinds whose local update takes this long "
+                        "(0: none)")
     args = parser.parse_args()
     n_clients = 5 if args.quick else 10
     length = 1_000_000
@@ -134,8 +162,16 @@ def main() -> None:
             secure.append(timed_round(c, "router_secagg", length, n_clients))
             log(f"secure round {r}: {secure[-1][0]:.2f} s, {secure[-1][1]} bytes, "
                 f"{secure[-1][2]:.2f} CPU-s")
-        plain_s = statistics.median(t for t, _, _ in plain)
-        secure_s = statistics.median(t for t, _, _ in secure)
+        plain_s = statistics.median(r[0] for r in plain)
+        secure_s = statistics.median(r[0] for r in secure)
+        # The same with local training that takes args.train_s (spent off this machine's CPU,
+        # as on a site's accelerator): the secure round's key stages run meanwhile.
+        trained: dict[str, list[float]] = {"rm_fedavg": [], "router_secagg": []}
+        for r in range(repeats if args.train_s else 0):
+            for kind, times in trained.items():
+                times.append(timed_round(c, kind, length, n_clients, args.train_s)[0])
+            log(f"with {args.train_s:g} s of local training, round {r}: plain "
+                f"{trained['rm_fedavg'][-1]:.2f} s, secure {trained['router_secagg'][-1]:.2f} s")
 
         # -- reward queries ------------------------------------------------------------------
         site = c.names[0]
@@ -200,15 +236,24 @@ def main() -> None:
                    "omp_num_threads": os.environ["OMP_NUM_THREADS"]},
         "round_plain_s": plain_s,
         "round_secure_s": secure_s,
-        "rounds_plain_s": [t for t, _, _ in plain],
-        "rounds_secure_s": [t for t, _, _ in secure],
+        "rounds_plain_s": [r[0] for r in plain],
+        "rounds_secure_s": [r[0] for r in secure],
         "round_warmup_s": warm,
+        "train_s": args.train_s,
+        "rounds_plain_trained_s": trained["rm_fedavg"],
+        "rounds_secure_trained_s": trained["router_secagg"],
+        "secure_vs_plain_round_ratio_trained": (
+            statistics.median(trained["router_secagg"]) / statistics.median(trained["rm_fedavg"])
+            if trained["rm_fedavg"] else None),
+        # Where the last timed round of each kind spent its time (see round_timeline).
+        "round_timeline_plain": plain[-1][3],
+        "round_timeline_secure": secure[-1][3],
         "loadavg": os.getloadavg(),  # the machine is shared: load beside every figure
         "round_bytes_plain": plain[0][1],
         "round_bytes_secure": secure[0][1],
         # All processes together (the machine is shared: CPU explains wall-time noise).
-        "round_cpu_s_plain": statistics.median(u for _, _, u in plain),
-        "round_cpu_s_secure": statistics.median(u for _, _, u in secure),
+        "round_cpu_s_plain": statistics.median(u for _, _, u, _ in plain),
+        "round_cpu_s_secure": statistics.median(u for _, _, u, _ in secure),
         "reward_in_process_p50_ms": float(np.percentile(mem_lat, 50) * 1000),
         "reward_http_throughput_items_per_s": batch * len(http_lat) / sum(http_lat),
         "reward_in_process_items_per_s": batch * len(mem_lat) / sum(mem_lat),

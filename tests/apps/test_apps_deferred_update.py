@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from client_app import ClientRunner, ClientSettings, ClientStore
+from client_app import ClientRunner, ClientSettings, ClientStore, demo_update
+from client_app._demo import TRAIN_PARAM
 from server_app import ROUND_KINDS, ClientRound, RoundManager, RoundSpec, UpdateSource, ready_update
 from server_app._protocols import RoundFailed
 from server_app._schemas import RoundInfo
@@ -101,3 +103,20 @@ def test_the_runner_abandons_a_round_whose_local_update_fails(
     with sqlite3.connect(tmp_path / "a.db") as db:
         (detail,) = db.execute("SELECT detail FROM rounds WHERE round_id=?", (rid,)).fetchone()
     assert "the local update failed: no local pairs" in detail
+
+
+def test_the_demo_update_stands_in_for_training_time() -> None:
+    def info(params: dict[str, object]) -> RoundInfo:
+        return RoundInfo(round_id=1, kind="rm_fedavg", status="open", stage="update",
+                         stages=["update"], participants=["a"], public_keys=["k"],
+                         dropouts=[], vector_length=3, stage_deadline_s=5.0, params=params,
+                         min_clients=1, base_version=None, router_version=None, error=None,
+                         created_at=0.0, finished_at=None)
+
+    t = time.perf_counter()
+    update, weight = demo_update("m0", info({TRAIN_PARAM: 0.05}), None)
+    assert time.perf_counter() - t >= 0.05 and update.shape == (3,) and 1 <= weight <= 10
+    np.testing.assert_array_equal(update, demo_update("m0", info({}), None)[0])
+    for bad in (-1, 61, "soon", True):
+        with pytest.raises(ValueError, match=TRAIN_PARAM):
+            demo_update("m0", info({TRAIN_PARAM: bad}), None)
