@@ -179,18 +179,14 @@ class ClientRunner:
     def _local_update(self, info: RoundInfo) -> UpdateSource:
         """Start the base download and the local update in the background: stages that need
         no input (SecAgg+'s key agreement) go ahead meanwhile."""
-        def compute() -> tuple[np.ndarray, float]:
-            try:
-                return self.update_fn(self.settings.name, info, self._base(info))
-            except (ValueError, KeyError) as exc:
-                raise RoundFailed(f"the local update failed: {exc}") from exc
-
         out: UpdateSource = Future()
 
-        def run() -> None:
+        def run() -> None:  # whatever it raises goes to the stage that waits for the update
             try:
-                out.set_result(compute())
-            except BaseException as exc:  # handed to the stage that waits for the update
+                out.set_result(self.update_fn(self.settings.name, info, self._base(info)))
+            except (ValueError, KeyError) as exc:
+                out.set_exception(RoundFailed(f"the local update failed: {exc}"))
+            except BaseException as exc:
                 out.set_exception(exc)
 
         threading.Thread(target=run, name=f"fedmor-update-{info.round_id}", daemon=True).start()

@@ -56,6 +56,7 @@ from sdk.secagg._stages import Stage, StageTracker
 __all__ = ["SecAggClient"]
 
 _SHARE_BYTES = 64  # 16 field elements as uint32 LE
+_ANY_WEIGHT = 2**31 - 1  # the weight bound before the round's parameters are known
 
 
 class SecAggClient:
@@ -86,7 +87,7 @@ class SecAggClient:
         self._update: np.ndarray | None = None
         self._weight = 0
         if update is not None:
-            self._update, self._weight = validate_update(update, weight, length=None, max_weight=2**31 - 1)
+            self._update, self._weight = validate_update(update, weight, length=None, max_weight=_ANY_WEIGHT)
         self._rng = rng if rng is not None else np.random.default_rng(secrets.randbits(128))
         self._require_dp = require_dp  # the least privacy this client accepts from a round
         self._tracker = StageTracker()
@@ -118,7 +119,7 @@ class SecAggClient:
         p = self._params
         self._update, self._weight = validate_update(
             update, weight, length=None if p is None else p.vector_length,
-            max_weight=2**31 - 1 if p is None else p.quantization.max_weight)
+            max_weight=_ANY_WEIGHT if p is None else p.quantization.max_weight)
 
     @property
     def stage(self) -> Stage:
