@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from PIL import Image
@@ -86,10 +87,16 @@ def cpu_s(c: LocalConsortium) -> float:
     return total
 
 
+class TimedRound(NamedTuple):
+    wall_s: float
+    bytes: int  # stored and broadcast
+    cpu_s: float  # of all processes
+    timeline: dict[str, list[float]]  # see round_timeline
+
+
 def timed_round(c: LocalConsortium, kind: str, length: int, n: int, train_s: float = 0.0
-                ) -> tuple[float, int, float, dict[str, list[float]]]:
-    """(wall seconds, bytes stored and broadcast, CPU seconds of all processes, stage
-    timeline) of one round whose local updates take ``train_s`` seconds each."""
+                ) -> TimedRound:
+    """One round whose local updates take ``train_s`` seconds each."""
     cpu0, t0 = cpu_s(c), time.perf_counter()
     info = c.create_round(kind=kind, vector_length=length, min_clients=max(2, n - 2),
                           params={TRAIN_PARAM: train_s} if train_s else {})
@@ -98,7 +105,7 @@ def timed_round(c: LocalConsortium, kind: str, length: int, n: int, train_s: flo
     if done["status"] != "finished":
         raise RuntimeError(f"{kind} round failed: {done['error']}")
     db, rid = c.server_cfg["db_path"], info["round_id"]
-    return elapsed, round_bytes(db, rid), cpu_s(c) - cpu0, round_timeline(db, rid)
+    return TimedRound(elapsed, round_bytes(db, rid), cpu_s(c) - cpu0, round_timeline(db, rid))
 
 
 def build_reward_model(root: Path) -> Path:
@@ -150,26 +157,26 @@ def main() -> None:
         # one-time costs (lazy imports and first connections in every process, no base router
         # yet) that took 1-3 s here, and the median of two timed rounds (--quick) would take
         # half of them in. Both kinds get the same warm-up; its times are reported.
-        warm = {kind: timed_round(c, kind, length, n_clients)[0]
+        warm = {kind: timed_round(c, kind, length, n_clients).wall_s
                 for kind in ("rm_fedavg", "router_secagg")}
         log(f"warm-up rounds (not timed): plain {warm['rm_fedavg']:.2f} s, secure "
             f"{warm['router_secagg']:.2f} s")
         plain, secure = [], []
         for r in range(repeats):
             plain.append(timed_round(c, "rm_fedavg", length, n_clients))
-            log(f"plain FedAvg round {r}: {plain[-1][0]:.2f} s, {plain[-1][1]} bytes, "
-                f"{plain[-1][2]:.2f} CPU-s")
+            log(f"plain FedAvg round {r}: {plain[-1].wall_s:.2f} s, {plain[-1].bytes} bytes, "
+                f"{plain[-1].cpu_s:.2f} CPU-s")
             secure.append(timed_round(c, "router_secagg", length, n_clients))
-            log(f"secure round {r}: {secure[-1][0]:.2f} s, {secure[-1][1]} bytes, "
-                f"{secure[-1][2]:.2f} CPU-s")
-        plain_s = statistics.median(r[0] for r in plain)
-        secure_s = statistics.median(r[0] for r in secure)
+            log(f"secure round {r}: {secure[-1].wall_s:.2f} s, {secure[-1].bytes} bytes, "
+                f"{secure[-1].cpu_s:.2f} CPU-s")
+        plain_s = statistics.median(t.wall_s for t in plain)
+        secure_s = statistics.median(t.wall_s for t in secure)
         # The same with local training that takes args.train_s (spent off this machine's CPU,
         # as on a site's accelerator): the secure round's key stages run meanwhile.
         trained: dict[str, list[float]] = {"rm_fedavg": [], "router_secagg": []}
         for r in range(repeats if args.train_s else 0):
             for kind, times in trained.items():
-                times.append(timed_round(c, kind, length, n_clients, args.train_s)[0])
+                times.append(timed_round(c, kind, length, n_clients, args.train_s).wall_s)
             log(f"with {args.train_s:g} s of local training, round {r}: plain "
                 f"{trained['rm_fedavg'][-1]:.2f} s, secure {trained['router_secagg'][-1]:.2f} s")
 
@@ -236,8 +243,8 @@ def main() -> None:
                    "omp_num_threads": os.environ["OMP_NUM_THREADS"]},
         "round_plain_s": plain_s,
         "round_secure_s": secure_s,
-        "rounds_plain_s": [r[0] for r in plain],
-        "rounds_secure_s": [r[0] for r in secure],
+        "rounds_plain_s": [t.wall_s for t in plain],
+        "rounds_secure_s": [t.wall_s for t in secure],
         "round_warmup_s": warm,
         "train_s": args.train_s,
         "rounds_plain_trained_s": trained["rm_fedavg"],
@@ -246,14 +253,14 @@ def main() -> None:
             statistics.median(trained["router_secagg"]) / statistics.median(trained["rm_fedavg"])
             if trained["rm_fedavg"] else None),
         # Where the last timed round of each kind spent its time (see round_timeline).
-        "round_timeline_plain": plain[-1][3],
-        "round_timeline_secure": secure[-1][3],
+        "round_timeline_plain": plain[-1].timeline,
+        "round_timeline_secure": secure[-1].timeline,
         "loadavg": os.getloadavg(),  # the machine is shared: load beside every figure
-        "round_bytes_plain": plain[0][1],
-        "round_bytes_secure": secure[0][1],
+        "round_bytes_plain": plain[0].bytes,
+        "round_bytes_secure": secure[0].bytes,
         # All processes together (the machine is shared: CPU explains wall-time noise).
-        "round_cpu_s_plain": statistics.median(u for _, _, u, _ in plain),
-        "round_cpu_s_secure": statistics.median(u for _, _, u, _ in secure),
+        "round_cpu_s_plain": statistics.median(t.cpu_s for t in plain),
+        "round_cpu_s_secure": statistics.median(t.cpu_s for t in secure),
         "reward_in_process_p50_ms": float(np.percentile(mem_lat, 50) * 1000),
         "reward_http_throughput_items_per_s": batch * len(http_lat) / sum(http_lat),
         "reward_in_process_items_per_s": batch * len(mem_lat) / sum(mem_lat),
