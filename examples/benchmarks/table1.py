@@ -81,6 +81,11 @@ def say(message: str) -> None:
     print(message, flush=True)
 
 
+# The per-row numbers every table column is made from (style columns are added when on).
+ROW_COLUMNS = ("id", "heldout", "id_greedy", "id_sampled", "id_expected", "heldout_expected",
+               "id_expected_bo3", "heldout_expected_bo3")
+
+
 def mean_std(values: Sequence[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(values),
             "std": statistics.pstdev(values) if len(values) > 1 else 0.0}
@@ -129,6 +134,7 @@ def main() -> None:
     # What a saved row depends on; --seeds, --methods and --overhead-steps only choose which run.
     settings = {k: v for k, v in vars(args).items()
                 if k not in ("out", "resume", "seeds", "methods", "overhead_steps")}
+    settings["row_columns"] = list(ROW_COLUMNS)  # rows saved before a column existed cannot resume
     try:
         log = RowLog(args.out, settings, resume=args.resume)
     except ValueError as e:  # other settings than the saved rows', or a corrupt row
@@ -242,8 +248,12 @@ def main() -> None:
                 "id_sampled": ev.average(TASK_CLIENTS, "sampled"),
                 "id_expected": ev.average(TASK_CLIENTS, "expected"),
                 "heldout_expected": ev.average(HELDOUT_CATEGORIES, "expected"),
+                "id_expected_bo3": ev.average(TASK_CLIENTS, "expected_best_of_n"),
+                "heldout_expected_bo3": ev.average(HELDOUT_CATEGORIES, "expected_best_of_n"),
                 "per_category": {c: s.best_of_n for c, s in ev.categories.items()},
                 "per_category_expected": {c: s.expected for c, s in ev.categories.items()},
+                "per_category_expected_bo3": {c: s.expected_best_of_n
+                                              for c, s in ev.categories.items()},
                 **(style.evaluate(path, evals.model_copy(update={"seed": seed}))
                    if style else {})}
 
@@ -290,8 +300,8 @@ def main() -> None:
                                         overhead_steps)
         say(f"routed step overhead {overhead['ratio']:.2f}x {overhead['median_step_s']}")
 
-    columns = ["id", "heldout", "id_greedy", "id_sampled", "id_expected", "heldout_expected"]
-    shown = ["id", "heldout", "id_expected", "heldout_expected"]
+    columns = list(ROW_COLUMNS)
+    shown = ["id", "heldout", "id_expected", "heldout_expected", "heldout_expected_bo3"]
     if style:
         columns += ["style_win", *(f"{c}_win" for c in style.names)]
         shown.append("style_win")
@@ -301,6 +311,7 @@ def main() -> None:
     table = {name: {col: mean_std([r[col] for r in rs]) for col in columns}
              for name, rs in rows.items()}
     say(f"{'method':<28}{'ID best-of-3':>16}{'held-out':>16}{'ID expected':>16}{'held-out':>16}"
+        f"{'held-out E[bo3]':>16}"
         + (f"{'style win':>16}" if style else ""))
     for name, cols in table.items():
         say(f"{name:<28}" + "".join(f"{cols[c]['mean']:>9.3f}±{cols[c]['std']:.3f}"
@@ -328,6 +339,11 @@ def main() -> None:
         "mor_id_expected": mean("mor", "id_expected"),
         "best_baseline_id_expected": max((table[n]["id_expected"]["mean"] for n in baselines),
                                          default=None),
+        # Held-out best-of-3 as an expectation over the samples (1 - (1 - P(right))^3 per
+        # query): the target's comparison without the sampling noise of three draws.
+        "mor_heldout_expected_bo3": mean("mor", "heldout_expected_bo3"),
+        "best_baseline_heldout_expected_bo3": max(
+            (table[n]["heldout_expected_bo3"]["mean"] for n in baselines), default=None),
         "base_style_win": mean("base", "style_win") if style else None,
         "mor_style_win": mean("mor", "style_win") if style else None,
         "best_baseline_style_win": max((table[n]["style_win"]["mean"] for n in baselines),
