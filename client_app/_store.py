@@ -8,15 +8,13 @@ the identity key.
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from server_app._auth import PurgeClock, record_nonce
+from server_app._auth import record_nonce
 from server_app._protocols import StagePayload
-from server_app._wal import WalCheckpointer
+from server_app._sqlite import SQLiteFile
 
 __all__ = ["ClientStore"]
 
@@ -28,11 +26,6 @@ CREATE TABLE IF NOT EXISTS images (sha256 TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS query_audit (
     id INTEGER PRIMARY KEY, ts REAL NOT NULL, caller TEXT NOT NULL,
     query_sha256 TEXT NOT NULL, items INTEGER NOT NULL, item_hashes TEXT NOT NULL);
--- WITHOUT ROWID: one b-tree, so recording a nonce writes one page, not two (pages are
--- 64 KB here, and every request records one)
-CREATE TABLE IF NOT EXISTS nonces (
-    sender TEXT NOT NULL, nonce TEXT NOT NULL, ts REAL NOT NULL, PRIMARY KEY (sender, nonce))
-    WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rounds (round_id INTEGER PRIMARY KEY, status TEXT NOT NULL,
     detail TEXT);
 -- payload: JSON text, or a BLOB for a binary stage message
@@ -42,33 +35,13 @@ CREATE TABLE IF NOT EXISTS round_state (round_id INTEGER PRIMARY KEY, state TEXT
 """
 
 
-class ClientStore:
+class ClientStore(SQLiteFile):
     """Thread-safe access to the client's SQLite file (WAL)."""
 
     def __init__(self, path: Path | str) -> None:
-        if str(path) != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.RLock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        # Large pages (a new file only): a 4 MB masked input is 62 overflow pages, not 1000;
-        # storing one took ~15 instead of ~30 ms here.
-        self._db.execute("PRAGMA page_size=65536")
-        self._db.execute("PRAGMA journal_mode=WAL")
         # NORMAL: durable across an app crash (not a power cut), one fsync per checkpoint
         # instead of per query; the audit log is local bookkeeping, not an acknowledgement.
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        # No automatic checkpoint inside a commit: with 4 KB pages each 4 MB ``put_sent`` ran
-        # one (copy and fsync of the database file) before the message could be sent.
-        self._db.execute("PRAGMA wal_autocheckpoint=0")
-        self.checkpoints = WalCheckpointer(str(path))
-        self._nonce_purge = PurgeClock()
-
-    def close(self) -> None:
-        """Stop the checkpoint thread and close the connection."""
-        self.checkpoints.close()
-        with self._lock:
-            self._db.close()
+        super().__init__(path, _SCHEMA, synchronous="NORMAL")
 
     def _one(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         with self._lock:

@@ -6,15 +6,14 @@ import contextlib
 import hashlib
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from server_app._auth import PurgeClock, record_nonce
+from server_app._auth import record_nonce
 from server_app._protocols import StagePayload
-from server_app._wal import WalCheckpointer
+from server_app._sqlite import SQLiteFile
 
 __all__ = ["ConflictError", "Store", "payload_record"]
 
@@ -24,11 +23,6 @@ CREATE TABLE IF NOT EXISTS roster (
 CREATE TABLE IF NOT EXISTS clients (
     client_id TEXT PRIMARY KEY, name TEXT UNIQUE NOT NULL, public_key TEXT NOT NULL,
     reward_url TEXT, enrolled_at REAL NOT NULL);
--- WITHOUT ROWID: one b-tree, so recording a nonce writes one page, not two (pages are
--- 64 KB here, and every request records one)
-CREATE TABLE IF NOT EXISTS nonces (
-    sender TEXT NOT NULL, nonce TEXT NOT NULL, ts REAL NOT NULL, PRIMARY KEY (sender, nonce))
-    WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rounds (
     round_id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, spec TEXT NOT NULL,
     status TEXT NOT NULL, stage_index INTEGER NOT NULL, stage_opened_at REAL NOT NULL,
@@ -79,38 +73,17 @@ def _decoded(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "spec": json.loads(row["spec"])}
 
 
-class Store:
-    """Thread-safe access to one SQLite file; one connection guarded by a lock."""
+class Store(SQLiteFile):
+    """Thread-safe access to the server's SQLite file; one connection guarded by a lock."""
 
     def __init__(self, path: Path | str) -> None:
-        self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        # Large pages (a new file only): a 4 MB stage message is 64 overflow pages, not 1000;
-        # measured about 40 vs 70 ms to commit one here.
-        self._db.execute("PRAGMA page_size=65536")
-        self._db.execute("PRAGMA journal_mode=WAL")
         # FULL: an ack must survive a power cut, not only a process kill.
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
-        # Checkpoints run in the background (``checkpoint_soon``), never inside a request's
-        # commit under ``_lock``: an automatic one stalled a whole round for ~0.25 s.
-        self._db.execute("PRAGMA wal_autocheckpoint=0")
-        self.checkpoints = WalCheckpointer(self.path)
+        super().__init__(path, _SCHEMA, synchronous="FULL")
+        self._db.row_factory = sqlite3.Row
         # Group commit: stage messages stored with ``defer_commit`` sit in one open transaction
         # until ``flush`` (or any durable write) commits them all with one fsync.
         self._pending = False
         self._depth = 0  # nesting of ``transaction`` blocks
-        self._nonce_purge = PurgeClock()
-
-    def close(self) -> None:
-        """Close the connection."""
-        self.checkpoints.close()
-        with self._lock:
-            self._db.close()
 
     def _one(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Row | None:
         with self._lock:

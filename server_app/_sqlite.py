@@ -1,0 +1,51 @@
+"""One SQLite file in WAL mode behind a lock: what both apps' stores are built on."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Literal
+
+from server_app._auth import PurgeClock
+from server_app._wal import WalCheckpointer
+
+__all__ = ["NONCES_TABLE", "SQLiteFile"]
+
+# WITHOUT ROWID: one b-tree, so recording a nonce writes one page, not two (pages are 64 KB
+# here, and every request records one).
+NONCES_TABLE = """
+CREATE TABLE IF NOT EXISTS nonces (
+    sender TEXT NOT NULL, nonce TEXT NOT NULL, ts REAL NOT NULL, PRIMARY KEY (sender, nonce))
+    WITHOUT ROWID;
+"""
+
+
+class SQLiteFile:
+    """A WAL database at ``path`` with ``schema``; one connection guarded by ``_lock``, shared
+    by the app's threads, with WAL checkpoints run in the background (``checkpoints``)."""
+
+    def __init__(self, path: Path | str, schema: str, *,
+                 synchronous: Literal["FULL", "NORMAL"]) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        # Large pages (a new file only): a 4 MB stage message is 64 overflow pages, not 1000;
+        # measured about 40 vs 70 ms to commit one on the server, 15 vs 30 ms on a client.
+        self._db.execute("PRAGMA page_size=65536")
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={synchronous}")
+        self._db.executescript(schema + NONCES_TABLE)
+        # Checkpoints run in the background (``WalCheckpointer``), never inside a request's
+        # commit under ``_lock``: an automatic one stalled a whole round for ~0.25 s.
+        self._db.execute("PRAGMA wal_autocheckpoint=0")
+        self.checkpoints = WalCheckpointer(self.path)
+        self._nonce_purge = PurgeClock()
+
+    def close(self) -> None:
+        """Stop the checkpoint thread and close the connection."""
+        self.checkpoints.close()
+        with self._lock:
+            self._db.close()
