@@ -26,7 +26,6 @@ import os
 import sqlite3
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -38,6 +37,8 @@ from PIL import Image
 # processes on few cores, torch's intra-op threads contend and scoring slows down ~40x.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+
+from _scratch import scratch_dir
 
 from client_app._demo import TRAIN_PARAM
 from server_app import QueryItem, RewardBroker, Store, load_private_key
@@ -132,6 +133,9 @@ def png(seed: int) -> bytes:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="work directory for the stores and logs, kept (default: a "
+                        "temporary one, removed at exit)")
     parser.add_argument("--train-s", type=float, default=0.5,
                         help="extra rounds of both kinds whose local update takes this long "
                         "(0: none)")
@@ -141,7 +145,7 @@ def main() -> None:
     repeats = 2 if args.quick else 3
     batches = 15 if args.quick else 60
     batch = 16
-    root = Path(tempfile.mkdtemp(prefix="fedmor-apps-bench-"))
+    root = scratch_dir("fedmor-apps-bench-", args.out)
     log(f"building a tiny reward model in {root}")
     model_dir = build_reward_model(root)
     with LocalConsortium(root / "consortium", n_clients,

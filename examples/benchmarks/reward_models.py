@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from _scratch import scratch_dir
 
 from sdk.data import HELDOUT_CATEGORIES, SynthConfig, load_pairs, synthesize
 from sdk.models import ARCHITECTURES
@@ -36,7 +37,7 @@ ARCH_ORDER = ("qwen2_vl", "qwen2_5_vl", "llava_onevision")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 clients, fewer pairs and steps")
-    parser.add_argument("--out", type=Path, help="work directory (default: a temp dir)")
+    parser.add_argument("--out", type=Path, help="work directory, kept (default: a temporary one, removed at exit)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--clients", nargs="+", help="override the client list")
     parser.add_argument("--steps", type=int, help="override the training steps per client")
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     train_pairs, eval_pairs, heldout_pairs = (600, 100, 100) if args.quick else (2000, 200, 200)
     # The slowest client, position, reaches 1.0 after ~200 steps (docs/data.md): 2x margin.
     steps = args.steps or (110 if args.quick else 400)
-    root = args.out or Path(tempfile.mkdtemp(prefix="fedmor-rm-bench-"))
+    root = scratch_dir("fedmor-rm-bench-", args.out)
     start = time.perf_counter()
 
     print(f"[bench] synthesizing data for {list(clients)} into {root / 'data'}", flush=True)

@@ -19,11 +19,11 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
+from _scratch import scratch_dir
 
 from sdk.data import HELDOUT_CATEGORIES, SynthConfig, load_pairs, synthesize
 from sdk.reward import (
@@ -120,7 +120,7 @@ def _train_router(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 clients, fewer pairs and steps")
-    parser.add_argument("--out", type=Path, help="work directory (default: a temp dir)")
+    parser.add_argument("--out", type=Path, help="work directory, kept (default: a temporary one, removed at exit)")
     parser.add_argument("--reuse", action="store_true", help="reuse data and RMs found in --out")
     parser.add_argument("--encoder", choices=("hashing", "vlm"), default="hashing")
     parser.add_argument("--seed", type=int, default=0)
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         train_pairs, eval_pairs, heldout_pairs = args.train_pairs, 20, 20
         router_pairs = min(router_pairs, train_pairs)
     rounds = args.rounds or rounds
-    root = args.out or Path(tempfile.mkdtemp(prefix="fedmor-router-bench-"))
+    root = scratch_dir("fedmor-router-bench-", args.out)
 
     if not (args.reuse and (root / "data" / "manifest.json").is_file()):
         _log(f"[bench] synthesizing data for {list(clients)} into {root / 'data'}")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
 from pathlib import Path
 
 import hypothesis
@@ -12,7 +15,10 @@ from fastapi import FastAPI
 from client_app import ClientSettings, HashScorer, create_client_app
 from server_app import ServerSettings, create_app
 
-_ROOT = Path(__import__("tempfile").mkdtemp(prefix="fedmor-fuzz-"))
+# The apps are built at import (schemathesis reads their schemas at collection), before any
+# fixture could give them a folder: this one is removed when the test process exits.
+_ROOT = Path(tempfile.mkdtemp(prefix="fedmor-fuzz-"))
+atexit.register(shutil.rmtree, _ROOT, ignore_errors=True)
 
 
 def _server() -> FastAPI:
