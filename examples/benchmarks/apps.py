@@ -269,6 +269,9 @@ def main() -> None:
         "reward_http_throughput_items_per_s": batch * len(http_lat) / sum(http_lat),
         "reward_in_process_items_per_s": batch * len(mem_lat) / sum(mem_lat),
         "reward_http_vs_in_process_max_abs_diff": agree,
+        # The headline's ratio is of total times, so one stalled query on a shared machine
+        # moves it; the ratio of medians beside it does not.
+        "http_overhead_ratio_p50": p50 / float(np.percentile(mem_lat, 50) * 1000),
         # Where the HTTP time goes (p50, ms): scoring inside the client app (its own model
         # call plus the audit write), the whole client handler, and the rest (broker, network,
         # HTTP parsing and wake-ups), from the client's Server-Timing header.
