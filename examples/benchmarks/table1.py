@@ -40,7 +40,7 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from _table1_overhead import routed_step_overhead
 from _table1_rows import RowLog
 from _table1_setup import WARMUP, prepare_task_benchmark
 from _table1_style import StyleClients, prepare_style_clients
+from _table1_summary import ROW_COLUMNS, headline, print_table, summarize
 
 from sdk.alignment import (
     ONLINE_ROUTER_CONFIG,
@@ -79,16 +80,6 @@ from sdk.router import (
 
 def say(message: str) -> None:
     print(message, flush=True)
-
-
-# The per-row numbers every table column is made from (style columns are added when on).
-ROW_COLUMNS = ("id", "heldout", "id_greedy", "id_sampled", "id_expected", "heldout_expected",
-               "id_expected_bo3", "heldout_expected_bo3")
-
-
-def mean_std(values: Sequence[float]) -> dict[str, float]:
-    return {"mean": statistics.fmean(values),
-            "std": statistics.pstdev(values) if len(values) > 1 else 0.0}
 
 
 def main() -> None:
@@ -300,60 +291,11 @@ def main() -> None:
                                         overhead_steps)
         say(f"routed step overhead {overhead['ratio']:.2f}x {overhead['median_step_s']}")
 
-    columns = list(ROW_COLUMNS)
-    shown = ["id", "heldout", "id_expected", "heldout_expected", "heldout_expected_bo3"]
-    if style:
-        columns += ["style_win", *(f"{c}_win" for c in style.names)]
-        shown.append("style_win")
-        for rs in rows.values():
-            for r in rs:
-                r.update({f"{c}_win": v["win_rate"] for c, v in r["style"].items()})
-    table = {name: {col: mean_std([r[col] for r in rs]) for col in columns}
-             for name, rs in rows.items()}
-    say(f"{'method':<28}{'ID best-of-3':>16}{'held-out':>16}{'ID expected':>16}{'held-out':>16}"
-        f"{'held-out E[bo3]':>16}"
-        + (f"{'style win':>16}" if style else ""))
-    for name, cols in table.items():
-        say(f"{name:<28}" + "".join(f"{cols[c]['mean']:>9.3f}±{cols[c]['std']:.3f}"
-                                    for c in shown))
-    baselines = [n for n in table if n not in ("base", "mor", "mor_no_online", "mor_no_norm")]
-    best = max(baselines, key=lambda n: table[n]["id"]["mean"], default=None)
-    best_heldout = max(baselines, key=lambda n: table[n]["heldout"]["mean"], default=None)
-
-    def mean(name: str | None, col: str = "id") -> float | None:
-        """A column's mean over seeds; None when ``--methods`` left the row out."""
-        return table[name][col]["mean"] if name in table else None
-
-    headline = {
-        "base_id_avg": mean("base"),
-        "mor_id_avg": mean("mor"),
-        "best_baseline_id_avg": mean(best),
-        "best_baseline_name": best,
-        "mor_heldout_avg": mean("mor", "heldout"),
-        "best_baseline_heldout_avg": mean(best_heldout, "heldout"),
-        "best_baseline_heldout_name": best_heldout,
-        "no_online_id_avg": mean("mor_no_online"),
-        "no_norm_id_avg": mean("mor_no_norm"),
-        # The same comparison without sampling noise: mean P(right option) (option_probabilities).
-        "base_id_expected": mean("base", "id_expected"),
-        "mor_id_expected": mean("mor", "id_expected"),
-        "best_baseline_id_expected": max((table[n]["id_expected"]["mean"] for n in baselines),
-                                         default=None),
-        # Held-out best-of-3 as an expectation over the samples (1 - (1 - P(right))^3 per
-        # query): the target's comparison without the sampling noise of three draws.
-        "mor_heldout_expected_bo3": mean("mor", "heldout_expected_bo3"),
-        "best_baseline_heldout_expected_bo3": max(
-            (table[n]["heldout_expected_bo3"]["mean"] for n in baselines), default=None),
-        "base_style_win": mean("base", "style_win") if style else None,
-        "mor_style_win": mean("mor", "style_win") if style else None,
-        "best_baseline_style_win": max((table[n]["style_win"]["mean"] for n in baselines),
-                                       default=None) if style else None,
-        "routed_step_overhead_ratio": (round(overhead["ratio"], 3)
-                                       if overhead["ratio"] is not None else None),
-        "seeds": seeds,
-    }
+    table = summarize(rows, style.names if style else ())
+    print_table(table, say, style=bool(style))
+    summary = headline(table, style=bool(style), overhead_ratio=overhead["ratio"], seeds=seeds)
     print(json.dumps({
-        "headline": headline,
+        "headline": summary,
         "reward_path": "in-process",
         "routed_step_overhead": overhead,
         "clients": f"simulated exact task judges with raw scales {args.raw_scales} {scales}",
