@@ -20,6 +20,11 @@ __all__ = ["TaskBenchmark", "prepare_task_benchmark"]
 # option) 0.25 on some categories; poster P(right) 0.09, position 0.18); at 1600 one run
 # gave diagram 0.92, poster 0.43, position 0.98 (docs/alignment.md, "Session 4").
 WARMUP = WarmupConfig(steps=1600, batch_size=16)
+# Warm-up queries per category. With 400, the same 1600 steps on a new machine (session 10)
+# left poster and position at chance (P(right) 0.25 / 0.24; diagram 0.70) for seed 0 and poster
+# for seed 1: the 6.4 passes over 4,000 images fit them instead. With 1,600 (1.6 passes) three
+# seeds read diagram 0.93-0.96, poster 0.49-0.98, position 0.68-0.98 (docs/alignment.md).
+WARMUP_QUERIES = 1600
 
 
 @dataclass
@@ -42,14 +47,14 @@ def prepare_task_benchmark(out: Path, *, eval_per_category: int,
     # (router.py reaches 100% with 300), and a wrong client's consistent out-of-domain
     # preferences pulled every category below the base (docs/alignment.md).
     synth = SynthConfig(clients=TASK_CLIENTS, train_pairs=300, eval_pairs=8, heldout_pairs=8,
-                        warmup_queries=400, policy_train_queries=8,
+                        warmup_queries=WARMUP_QUERIES, policy_train_queries=8,
                         policy_eval_queries=eval_per_category)
     if not (data / "manifest.json").is_file():
         say("synthesizing the benchmark ...")
         synthesize(synth, data)
     grpo_data = out / "grpo-data"  # another seed: answered queries the policy never saw
     if not (grpo_data / "manifest.json").is_file():
-        synthesize(synth.model_copy(update={"seed": 1000}), grpo_data)
+        synthesize(synth.model_copy(update={"seed": 1000, "warmup_queries": 400}), grpo_data)
     warm_queries = load_queries(data / "policy" / "warmup")
     grpo_queries = [q for q in load_queries(grpo_data / "policy" / "warmup")
                     if q.category in TASK_CLIENTS]

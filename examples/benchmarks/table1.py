@@ -71,6 +71,7 @@ from sdk.data import (
     HELDOUT_CATEGORIES,
     TASK_CLIENTS,
 )
+from sdk.reward import LoraSettings
 from sdk.router import (
     HashingEncoder,
     NeuralThompsonRouter,
@@ -108,6 +109,11 @@ def main() -> None:
     parser.add_argument("--freeze-vision", action=argparse.BooleanOptionalAction, default=True,
                         help="GRPO trains the projector and language model only (default); "
                         "--no-freeze-vision trains the vision encoder too")
+    parser.add_argument("--lora-rank", type=int, default=0,
+                        help="GRPO trains LoRA adapters of this rank (alpha = 2 x rank) on the "
+                        "language model's attention projections (0, the default: the weights)")
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help="GRPO's learning rate (default: GRPOSettings')")
     parser.add_argument("--scale-rewards", choices=("none", "group", "batch"), default=None,
                         help="GRPO advantage scaling (default: GRPOSettings')")
     # -1.6: about what the normalized task judges give an unparseable answer themselves
@@ -144,6 +150,9 @@ def main() -> None:
                         num_generations=4, max_completion_length=8,
                         **({"scale_rewards": args.scale_rewards} if args.scale_rewards else {}),
                         **({"beta": args.beta} if args.beta is not None else {}),
+                        **({"learning_rate": args.learning_rate} if args.learning_rate else {}),
+                        lora=LoraSettings(r=args.lora_rank, alpha=2 * args.lora_rank)
+                        if args.lora_rank else None,
                         freeze_vision=args.freeze_vision)
     evals = EvalSettings(samples=3, max_new_tokens=8)
     # Best-of-3 on n queries has a sampling SD of ~sqrt(0.6 * 0.4 / n) per category: 0.07 at

@@ -19,6 +19,7 @@ from sdk.alignment._feedback import RouterFeedbackCallback
 from sdk.alignment._reward_function import SelectionRewardFunction
 from sdk.data import Query
 from sdk.models import load_vlm
+from sdk.reward import LoraSettings
 
 __all__ = ["GRPOSettings", "StepTimer", "align", "query_dataset"]
 
@@ -36,6 +37,9 @@ class GRPOSettings(BaseModel):
     what puts them on one scale, and near-ties between scores are not blown up to unit size.
     ``freeze_vision``: learning one task in the vision tower cost MoR a held-out near-variant
     (`sign` 0.92 -> 0.74); frozen, MoR gained on every Table 1 column (docs/results.md).
+    ``lora``: train LoRA adapters on the language model instead of the policy's weights (what a
+    real multi-billion VLM needs on one accelerator); the reference is the policy with its
+    adapters off, so no second copy is held. The saved policy has the adapters merged in.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -55,6 +59,8 @@ class GRPOSettings(BaseModel):
     freeze_vision: bool = Field(
         default=True, description="keep the vision encoder (patch embedding and blocks) at the "
         "starting policy's weights; the projector and the language model still train")
+    lora: LoraSettings | None = Field(
+        default=None, description="train LoRA adapters only (None: every unfrozen weight)")
     seed: int = 0
 
 
@@ -106,9 +112,10 @@ def align(
     """Run GRPO from ``policy_dir`` on ``queries``; save the aligned policy to ``out_dir``.
 
     Online strategies (MoR) get a :class:`RouterFeedbackCallback` automatically. Writes
-    ``out_dir/policy`` (model + processor) and ``out_dir/metrics.json`` (trl's log history, the
-    reward per call and the router feedback) and returns ``out_dir``. ``progress`` gets one
-    line (step, loss, mean reward) about every tenth of the run; None keeps it quiet.
+    ``out_dir/policy`` (model + processor; with ``lora`` also ``out_dir/adapter``) and
+    ``out_dir/metrics.json`` (trl's log history, the reward per call and the router feedback)
+    and returns ``out_dir``. ``progress`` gets one line (step, loss, mean reward) about every
+    tenth of the run; None keeps it quiet.
     """
     s = settings or GRPOSettings()
     out = Path(out_dir)
@@ -117,7 +124,7 @@ def align(
     bundle = load_vlm(policy_dir)
     # Left padding: prompts of different lengths otherwise break Qwen's rope index (DESIGN.md).
     bundle.processor.tokenizer.padding_side = "left"
-    if s.freeze_vision:
+    if s.freeze_vision and s.lora is None:  # under LoRA only the adapters train anyway
         _freeze_vision_encoder(bundle.model)
     args = GRPOConfig(
         output_dir=str(out / "trainer"),
@@ -153,12 +160,16 @@ def align(
         train_dataset=query_dataset(queries),
         processing_class=bundle.processor,
         callbacks=all_callbacks,
+        peft_config=None if s.lora is None else s.lora.peft_config(),
     )
     # Without tqdm, transformers prints every raw log dict; _Progress says the same in one line.
     trainer.remove_callback(PrinterCallback)
     trainer.train()
     if trainer.accelerator.is_main_process:
         policy: Any = trainer.accelerator.unwrap_model(trainer.model)
+        if s.lora is not None:
+            policy.save_pretrained(out / "adapter")  # what a federated LoRA round would ship
+            policy = policy.merge_and_unload()
         policy.save_pretrained(out / "policy")
         bundle.processor.save_pretrained(out / "policy")
         metrics = {

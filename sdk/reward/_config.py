@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from peft import LoraConfig
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["DPSettings", "LoraSettings", "RewardTrainingConfig"]
 
 
 class LoraSettings(BaseModel):
-    """LoRA adapters (peft) on the language model's attention projections."""
+    """LoRA adapters (peft) on the language model's attention projections. Used by reward
+    models and by GRPO's policy (``GRPOSettings.lora``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -17,6 +19,14 @@ class LoraSettings(BaseModel):
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     train_vision: bool = False  # also adapt the vision tower's projections of the same names
+
+    def peft_config(self) -> LoraConfig:
+        """The peft config these settings stand for."""
+        names = "|".join(self.target_modules)
+        # Only the language model's projections, unless asked: vision towers reuse the names.
+        scope = r".*" if self.train_vision else r".*language_model.*"
+        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
+                          target_modules=rf"{scope}\.({names})$", bias="none")
 
 
 class DPSettings(BaseModel):

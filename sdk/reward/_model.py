@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-from peft import LoraConfig, inject_adapter_in_model
+from peft import inject_adapter_in_model
 from safetensors.torch import load_model, save_model
 from torch import nn
 from transformers import AutoConfig
@@ -58,19 +58,6 @@ class PairLike(Protocol):
     def rejected(self) -> str: ...
 
 
-def _lora_config(settings: LoraSettings) -> LoraConfig:
-    names = "|".join(settings.target_modules)
-    # Only the language model's projections, unless asked: vision towers reuse the same names.
-    scope = r".*" if settings.train_vision else r".*language_model.*"
-    return LoraConfig(
-        r=settings.r,
-        lora_alpha=settings.alpha,
-        lora_dropout=settings.dropout,
-        target_modules=rf"{scope}\.({names})$",
-        bias="none",
-    )
-
-
 class RewardModel(nn.Module):
     """R(x, y): backbone hidden state of the last non-pad token -> linear head -> scalar."""
 
@@ -82,7 +69,7 @@ class RewardModel(nn.Module):
         self.lora = lora
         self.backbone = bundle.model
         if lora is not None:
-            inject_adapter_in_model(_lora_config(lora), self.backbone)
+            inject_adapter_in_model(lora.peft_config(), self.backbone)
             for name, param in self.backbone.named_parameters():
                 param.requires_grad = "lora_" in name
         self.head = nn.Linear(bundle.hidden_size, 1)

@@ -16,12 +16,15 @@ from sdk.alignment import (
     SelectionRewardFunction,
     WarmupConfig,
     align,
+    lora_parameter_count,
     query_dataset,
     warmup_cache_key,
     warmup_policy,
 )
 from sdk.alignment._grpo import _freeze_vision_encoder
 from sdk.data import load_queries
+from sdk.models import load_vlm
+from sdk.reward import LoraSettings
 from tests.alignment.conftest import make_chooser
 
 
@@ -86,6 +89,31 @@ def test_freeze_vision_trains_only_the_projector_and_language_model(
     encoder = {k for k in before if k.startswith("visual.") and ".merger." not in k}
     assert encoder and bool(changed & encoder) is not freeze
     assert any(".merger." in k for k in changed) and any(k.startswith("model.") for k in changed)
+
+
+def test_lora_trains_adapters_on_the_language_model_and_saves_them_merged(
+        base_policy: Path, data_dir: Path, tmp_path: Path) -> None:
+    queries = load_queries(data_dir / "policy" / "train")
+
+    def longer_is_better(images, prompts, responses):
+        return [float(len(r)) for r in responses]
+
+    sel = MoRSelection(make_chooser(num_clients=1), online=False)
+    fn = SelectionRewardFunction(sel, InProcessRewardSource([longer_is_better]))
+    settings = GRPOSettings(steps=2, prompts_per_step=2, num_generations=2,
+                            max_completion_length=4, warmup_steps=0, learning_rate=5e-2,
+                            lora=LoraSettings(r=2, alpha=4))
+    out = align(base_policy, fn, queries, settings, out_dir=tmp_path / "run", progress=None)
+    before, after = _weights(base_policy), _weights(out / "policy")
+    assert set(after) == set(before)  # merged: a plain checkpoint, loadable as the base was
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    # peft starts B at zero, so after two steps only the adapted projections have moved.
+    assert changed and all(k.startswith("model.layers.") and k.split(".")[-2] in
+                           ("q_proj", "k_proj", "v_proj", "o_proj") for k in changed)
+    adapter = load_file(str(out / "adapter" / "adapter_model.safetensors"))
+    assert adapter and all("lora_" in k for k in adapter)
+    assert sum(v.numel() for v in adapter.values()) == lora_parameter_count(
+        load_vlm(base_policy).model, settings.lora.peft_config())
 
 
 def test_freeze_vision_needs_a_vision_encoder() -> None:
