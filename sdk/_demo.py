@@ -6,15 +6,18 @@ Stage B: start one server and one client app per client on 127.0.0.1 (each clien
 own reward model); train the router over REST under secure aggregation (each client trains
 locally with ``client_app._router_update``), download the final router and print a Table-4-style
 comparison on the clients' eval pairs.
-Stage C: warm the tiny policy up (cached), align it with GRPO where MoR routes every completion
-to one client and the score comes back from that client process over REST, then evaluate base vs
-aligned. Everything goes to a run directory (config, data, checkpoints, ``metrics.json``, plots).
+Stage C: warm the tiny policy up (cached) and train the held-out style judges — both in a
+second process while stages A and B run — then align the policy with GRPO where MoR routes every
+completion to one client and the score comes back from that client process over REST, and
+evaluate base vs aligned. Everything goes to a run directory (config, data, checkpoints, ``metrics.json``, plots).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import multiprocessing
 import os
 import time
 from pathlib import Path
@@ -41,13 +44,38 @@ def _policy(config: DemoConfig, run_dir: Path, cache_dir: Path) -> Path:
     warm_cfg = WarmupConfig(seed=config.seed)
     if config.warmup_steps is not None:
         warm_cfg = warm_cfg.model_copy(update={"steps": config.warmup_steps})
-    say(f"stage C: supervised warm-up of the base policy ({warm_cfg.steps} steps, cached "
-        f"in {cache_dir})")
-    return warmup_policy(base, warm, cache_dir, warm_cfg, progress=say)
+    say(f"stage C (background): supervised warm-up of the base policy ({warm_cfg.steps} steps, "
+        f"cached in {cache_dir})")
+    lines = itertools.count()  # one line in 8 (every 200 steps): stages A and B print meanwhile
+    return warmup_policy(base, warm, cache_dir, warm_cfg,
+                         progress=lambda m: say(f"stage C (background): {m}")
+                         if next(lines) % 8 == 0 else None)
 
 
-def _stage_c(config: DemoConfig, run_dir: Path, cache_dir: Path, consortium: Any,
-             client_ids: list[str], router: Any, spec: Any) -> dict[str, Any]:
+def _stage_c_inputs(config: DemoConfig, run_dir: Path,
+                    cache_dir: Path) -> tuple[Path, dict[str, Path], float]:
+    """What stage C needs that depends on the synthesized data alone: the warmed-up policy and
+    the held-out judges' checkpoints, and the seconds they took. ``run_demo`` runs this in a
+    second process during stages A and B, whose reward-model training uses one core."""
+    import torch
+
+    from sdk.data import PREFERENCE_CLIENTS
+
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    policy = _policy(config, run_dir, cache_dir)
+    archs = judge_architectures(config.clients, config.architectures,
+                                [c for c in config.clients if c in PREFERENCE_CLIENTS])
+    say(f"stage C (background): training held-out judge reward models {archs} on separate data")
+    judges = train_style_judges(archs, run_dir / "judges", seed=config.seed,
+                                train_pairs=config.train_pairs, config=rm_config(config))
+    say("stage C (background): the warmed-up policy and the judges are ready")
+    return policy, judges, time.perf_counter() - start
+
+
+def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: list[str],
+             router: Any, spec: Any, policy: Path,
+             judge_checkpoints: dict[str, Path]) -> dict[str, Any]:
     import asyncio
     import contextlib
 
@@ -67,15 +95,13 @@ def _stage_c(config: DemoConfig, run_dir: Path, cache_dir: Path, consortium: Any
     from sdk.data import (
         HELDOUT_CATEGORIES,
         MULTIPLE_CHOICE_CATEGORIES,
-        PREFERENCE_CLIENTS,
         load_pairs,
         load_queries,
     )
-    from sdk.reward import pairwise_accuracy
+    from sdk.reward import RewardModel, pairwise_accuracy
     from sdk.router import HashingEncoder, NeuralThompsonRouter
     from server_app import QueryItem, RewardBroker, Store, load_private_key
 
-    policy = _policy(config, run_dir, cache_dir)
     # The server's broker, in this process, on the running server's store and identity key.
     broker = RewardBroker(Store(consortium.server_cfg["db_path"]),
                           load_private_key(Path(consortium.server_cfg["identity_key"])),
@@ -105,11 +131,7 @@ def _stage_c(config: DemoConfig, run_dir: Path, cache_dir: Path, consortium: Any
     id_cats = [c for c in config.clients if c in MULTIPLE_CHOICE_CATEGORIES]
     evals = {c: load_queries(run_dir / "data" / "policy" / "eval" / c)[: config.eval_queries]
              for c in (*id_cats, *HELDOUT_CATEGORIES)}
-    judge_archs = judge_architectures(config.clients, config.architectures,
-                                      [c for c in config.clients if c in PREFERENCE_CLIENTS])
-    say(f"stage C: training held-out judge reward models {judge_archs} on separate data")
-    judges = train_style_judges(judge_archs, run_dir / "judges", seed=config.seed,
-                                train_pairs=config.train_pairs, config=rm_config(config))
+    judges = {c: RewardModel.from_pretrained(path) for c, path in judge_checkpoints.items()}
     client_evals = {c: load_pairs(run_dir / "data" / "clients" / c / "eval") for c in judges}
     judge_accuracy = {c: pairwise_accuracy(j, client_evals[c]) for c, j in judges.items()}
     style_pairs = {c: pairs[: config.eval_queries] for c, pairs in client_evals.items()}
@@ -132,7 +154,7 @@ def _stage_c(config: DemoConfig, run_dir: Path, cache_dir: Path, consortium: Any
     return {
         "grpo": grpo.model_dump(), "eval": settings.model_dump(), "id_categories": id_cats,
         "results": rows,
-        "judges": {c: {"architecture": judge_archs[c], "accuracy_on_client_eval": a}
+        "judges": {c: {"architecture": judges[c].architecture, "accuracy_on_client_eval": a}
                    for c, a in judge_accuracy.items()},
         "steps": [{"step": e["step"], "loss": e["loss"], "reward": e.get("reward")}
                   for e in log if "loss" in e],
@@ -173,67 +195,76 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
                     eval_pairs=config.eval_pairs, heldout_pairs=config.heldout_pairs),
         run_dir / "data",
     )
-    say("stage A: training one reward model per client")
-    trained = train_client_reward_models(
-        run_dir / "data", config.clients, config.architectures, run_dir / "reward_models",
-        config=rm_config(config),
-    )
-    splits = {c: load_pairs(run_dir / "data" / "clients" / c / "eval") for c in config.clients}
-    splits |= {h: load_pairs(run_dir / "data" / "heldout" / h) for h in HELDOUT_CATEGORIES}
-    matrix = cross_accuracy({c: t.model for c, t in trained.items()}, splits)
-    archs = {c: t.architecture for c, t in trained.items()}
-    print("\n[demo] stage A: pairwise accuracy of each client's reward model (rows) on each "
-          "client's eval pairs and the held-out categories (columns)")
-    print(format_accuracy_matrix(matrix, archs), flush=True)
-    metrics: dict[str, Any] = {
-        "stage_a": {
-            "architectures": archs,
-            "own_accuracy": {c: matrix[c][c] for c in config.clients},
-            "cross_accuracy": matrix,
-            "checkpoints": {c: str(t.checkpoint) for c, t in trained.items()},
-        },
-    }
-    walls["stage_a"] = time.perf_counter() - start
+    # Stage C's data-only inputs (warm-up, judges) take a second process from here on: stage A
+    # trains on one core. A cold run took 755 s with them in sequence (docs/results.md).
+    cache = cache_dir or run_dir / "cache"
+    with multiprocessing.get_context("spawn").Pool(1) as background:  # exit: terminate
+        inputs = background.apply_async(_stage_c_inputs, (config, run_dir, cache)) \
+            if config.grpo_steps else None
+        say("stage A: training one reward model per client")
+        trained = train_client_reward_models(
+            run_dir / "data", config.clients, config.architectures, run_dir / "reward_models",
+            config=rm_config(config),
+        )
+        splits = {c: load_pairs(run_dir / "data" / "clients" / c / "eval") for c in config.clients}
+        splits |= {h: load_pairs(run_dir / "data" / "heldout" / h) for h in HELDOUT_CATEGORIES}
+        matrix = cross_accuracy({c: t.model for c, t in trained.items()}, splits)
+        archs = {c: t.architecture for c, t in trained.items()}
+        print("\n[demo] stage A: pairwise accuracy of each client's reward model (rows) on each "
+              "client's eval pairs and the held-out categories (columns)")
+        print(format_accuracy_matrix(matrix, archs), flush=True)
+        metrics: dict[str, Any] = {
+            "stage_a": {
+                "architectures": archs,
+                "own_accuracy": {c: matrix[c][c] for c in config.clients},
+                "cross_accuracy": matrix,
+                "checkpoints": {c: str(t.checkpoint) for c, t in trained.items()},
+            },
+        }
+        walls["stage_a"] = time.perf_counter() - start
 
-    consortium = LocalConsortium(
-        run_dir / "consortium", len(config.clients),
-        server={"stage_deadline_s": config.stage_deadline_s},
-        clients={"update_source": "client_app._router_update:router_update"})
-    spec = router_spec(config, run_dir, consortium.names)
-    spec_path = run_dir / "router" / "spec.json"
-    spec_path.parent.mkdir(parents=True, exist_ok=True)
-    spec_path.write_text(spec.model_dump_json(indent=2))
-    for site, client in zip(consortium.names, config.clients, strict=True):
-        consortium.client_cfg[site]["reward_model_dir"] = str(trained[client].checkpoint)
-    with consortium:
-        t = time.perf_counter()
-        say(f"stage B: starting 1 server + {len(config.clients)} client processes on "
-            f"127.0.0.1 (logs in {consortium.dir})")
-        previous = os.environ.get(SPEC_ENV)
-        os.environ[SPEC_ENV] = str(spec_path)  # inherited by the client processes
-        try:
-            consortium.start()
-        finally:  # the clients have read it; leave this process's environment as it was
-            if previous is None:
-                del os.environ[SPEC_ENV]
-            else:
-                os.environ[SPEC_ENV] = previous
-        client_ids = consortium.wait_enrolled()
-        say(f"stage B: enrolled {dict(zip(config.clients, client_ids, strict=True))}")
-        router, metrics["stage_b"] = stage_b(config, consortium, spec, trained, splits)
-        router.save(run_dir / "router" / "final")
-        walls["stage_b"] = time.perf_counter() - t
-        if config.grpo_steps:
+        consortium = LocalConsortium(
+            run_dir / "consortium", len(config.clients),
+            server={"stage_deadline_s": config.stage_deadline_s},
+            clients={"update_source": "client_app._router_update:router_update"})
+        spec = router_spec(config, run_dir, consortium.names)
+        spec_path = run_dir / "router" / "spec.json"
+        spec_path.parent.mkdir(parents=True, exist_ok=True)
+        spec_path.write_text(spec.model_dump_json(indent=2))
+        for site, client in zip(consortium.names, config.clients, strict=True):
+            consortium.client_cfg[site]["reward_model_dir"] = str(trained[client].checkpoint)
+        with consortium:
             t = time.perf_counter()
-            metrics["stage_c"] = _stage_c(config, run_dir, cache_dir or run_dir / "cache",
-                                          consortium, client_ids, router, spec)
-            say("stage C: results (best-of-3 multiple-choice accuracy per category)")
-            print(results_table(metrics["stage_c"]), flush=True)
-            if any(r["style"] for r in metrics["stage_c"]["results"].values()):
-                say("stage C: style clients, win rate against the rejected answer under a "
-                     "held-out judge reward model (3 samples per prompt)")
-                print(style_table(metrics["stage_c"]), flush=True)
-            walls["stage_c"] = time.perf_counter() - t
+            say(f"stage B: starting 1 server + {len(config.clients)} client processes on "
+                f"127.0.0.1 (logs in {consortium.dir})")
+            previous = os.environ.get(SPEC_ENV)
+            os.environ[SPEC_ENV] = str(spec_path)  # inherited by the client processes
+            try:
+                consortium.start()
+            finally:  # the clients have read it; leave this process's environment as it was
+                if previous is None:
+                    del os.environ[SPEC_ENV]
+                else:
+                    os.environ[SPEC_ENV] = previous
+            client_ids = consortium.wait_enrolled()
+            say(f"stage B: enrolled {dict(zip(config.clients, client_ids, strict=True))}")
+            router, metrics["stage_b"] = stage_b(config, consortium, spec, trained, splits)
+            router.save(run_dir / "router" / "final")
+            walls["stage_b"] = time.perf_counter() - t
+            if inputs is not None:
+                t = time.perf_counter()
+                policy, judges, walls["stage_c_background"] = inputs.get()
+                say(f"stage C: the background preparation took "
+                    f"{walls['stage_c_background']:.0f} s; waited {time.perf_counter() - t:.0f} s")
+                metrics["stage_c"] = _stage_c(config, run_dir, consortium, client_ids, router,
+                                              spec, policy, judges)
+                say("stage C: results (best-of-3 multiple-choice accuracy per category)")
+                print(results_table(metrics["stage_c"]), flush=True)
+                if any(r["style"] for r in metrics["stage_c"]["results"].values()):
+                    say("stage C: style clients, win rate against the rejected answer under a "
+                         "held-out judge reward model (3 samples per prompt)")
+                    print(style_table(metrics["stage_c"]), flush=True)
+                walls["stage_c"] = time.perf_counter() - t
 
     b = metrics["stage_b"]["bytes"]
     metrics["communication_bytes"] = {"router rounds": b["uplink"] + b["downlink"]}
