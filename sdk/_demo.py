@@ -6,10 +6,10 @@ Stage B: start one server and one client app per client on 127.0.0.1 (each clien
 own reward model); train the router over REST under secure aggregation (each client trains
 locally with ``client_app._router_update``), download the final router and print a Table-4-style
 comparison on the clients' eval pairs.
-Stage C: warm the tiny policy up (cached) and train the held-out style judges — both in a
-second process while stages A and B run — then align the policy with GRPO where MoR routes every
-completion to one client and the score comes back from that client process over REST, and
-evaluate base vs aligned. Everything goes to a run directory (config, data, checkpoints, ``metrics.json``, plots).
+Stage C: warm the tiny policy up (cached; in a second process while stages A and B run), train
+held-out style judges, align the policy with GRPO where MoR routes every completion to one
+client and the score comes back from that client process over REST, and evaluate base vs
+aligned. Everything goes to a run directory (config, data, checkpoints, ``metrics.json``, plots).
 """
 
 from __future__ import annotations
@@ -52,25 +52,25 @@ def _policy(config: DemoConfig, run_dir: Path, cache_dir: Path) -> Path:
                          if next(lines) % 8 == 0 else None)
 
 
-def _stage_c_inputs(config: DemoConfig, run_dir: Path,
-                    cache_dir: Path) -> tuple[Path, dict[str, Path], float]:
-    """What stage C needs that depends on the synthesized data alone: the warmed-up policy and
-    the held-out judges' checkpoints, and the seconds they took. ``run_demo`` runs this in a
-    second process during stages A and B, whose reward-model training uses one core."""
+def _warmed_up_policy(config: DemoConfig, run_dir: Path, cache_dir: Path) -> tuple[Path, float]:
+    """:func:`_policy` and its seconds, for the second process ``run_demo`` runs it in while
+    stages A and B run (stage A's reward-model training uses one core)."""
     import torch
-
-    from sdk.data import PREFERENCE_CLIENTS
 
     torch.set_num_threads(1)
     start = time.perf_counter()
-    policy = _policy(config, run_dir, cache_dir)
+    return _policy(config, run_dir, cache_dir), time.perf_counter() - start
+
+
+def _judges(config: DemoConfig, run_dir: Path) -> dict[str, Path]:
+    """The held-out style judges' checkpoints, trained on data of another seed."""
+    from sdk.data import PREFERENCE_CLIENTS
+
     archs = judge_architectures(config.clients, config.architectures,
                                 [c for c in config.clients if c in PREFERENCE_CLIENTS])
-    say(f"stage C (background): training held-out judge reward models {archs} on separate data")
-    judges = train_style_judges(archs, run_dir / "judges", seed=config.seed,
-                                train_pairs=config.train_pairs, config=rm_config(config))
-    say("stage C (background): the warmed-up policy and the judges are ready")
-    return policy, judges, time.perf_counter() - start
+    say(f"stage C: training held-out judge reward models {archs} on separate data")
+    return train_style_judges(archs, run_dir / "judges", seed=config.seed,
+                              train_pairs=config.train_pairs, config=rm_config(config))
 
 
 def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: list[str],
@@ -195,11 +195,11 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
                     eval_pairs=config.eval_pairs, heldout_pairs=config.heldout_pairs),
         run_dir / "data",
     )
-    # Stage C's data-only inputs (warm-up, judges) take a second process from here on: stage A
-    # trains on one core. A cold run took 755 s with them in sequence (docs/results.md).
+    # The policy's warm-up needs the data alone: it takes a second process from here on, since
+    # stage A trains on one core. A cold run took 755 s with it in sequence (docs/results.md).
     cache = cache_dir or run_dir / "cache"
     with multiprocessing.get_context("spawn").Pool(1) as background:  # exit: terminate
-        inputs = background.apply_async(_stage_c_inputs, (config, run_dir, cache)) \
+        warm_up = background.apply_async(_warmed_up_policy, (config, run_dir, cache)) \
             if config.grpo_steps else None
         say("stage A: training one reward model per client")
         trained = train_client_reward_models(
@@ -251,11 +251,15 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
             router, metrics["stage_b"] = stage_b(config, consortium, spec, trained, splits)
             router.save(run_dir / "router" / "final")
             walls["stage_b"] = time.perf_counter() - t
-            if inputs is not None:
+            if warm_up is not None:
                 t = time.perf_counter()
-                policy, judges, walls["stage_c_background"] = inputs.get()
-                say(f"stage C: the background preparation took "
-                    f"{walls['stage_c_background']:.0f} s; waited {time.perf_counter() - t:.0f} s")
+                judges = _judges(config, run_dir)  # while the warm-up may still run
+                waited = time.perf_counter()
+                policy, walls["stage_c_warmup"] = warm_up.get()
+                background.close()
+                background.join()
+                say(f"stage C: the warm-up took {walls['stage_c_warmup']:.0f} s in the "
+                    f"background; waited {time.perf_counter() - waited:.0f} s for it")
                 metrics["stage_c"] = _stage_c(config, run_dir, consortium, client_ids, router,
                                               spec, policy, judges)
                 say("stage C: results (best-of-3 multiple-choice accuracy per category)")

@@ -139,7 +139,7 @@ def test_demo_run_directory_has_config_metrics_and_plots(
     assert metrics["plots"] == ["router_accuracy.png", "alignment.png", "communication.png"]
     for name in metrics["plots"]:
         assert (run_dir / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert set(metrics["wall_s"]) == {"stage_a", "stage_b", "stage_c", "stage_c_background",
+    assert set(metrics["wall_s"]) == {"stage_a", "stage_b", "stage_c", "stage_c_warmup",
                                       "total"}
 
 
