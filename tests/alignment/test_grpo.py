@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -70,20 +71,25 @@ def test_tiny_grpo_run_with_mor_changes_the_policy(base_policy: Path, data_dir: 
     assert feedback[1][3] == 2 * 2
 
 
-@pytest.mark.parametrize("freeze", [True, False])
-def test_freeze_vision_trains_only_the_projector_and_language_model(
-        base_policy: Path, data_dir: Path, tmp_path: Path, freeze: bool) -> None:
-    queries = load_queries(data_dir / "policy" / "train")
+def _two_steps(base_policy: Path, data_dir: Path, out: Path, **settings: Any) -> Path:
+    """Two GRPO steps with one client that prefers longer answers (distinct group rewards)."""
 
     def longer_is_better(images, prompts, responses):
         return [float(len(r)) for r in responses]
 
     sel = MoRSelection(make_chooser(num_clients=1), online=False)
     fn = SelectionRewardFunction(sel, InProcessRewardSource([longer_is_better]))
-    settings = GRPOSettings(steps=2, prompts_per_step=2, num_generations=2,
-                            max_completion_length=4, warmup_steps=0, learning_rate=1e-2,
-                            freeze_vision=freeze)
-    out = align(base_policy, fn, queries, settings, out_dir=tmp_path / "run", progress=None)
+    grpo = GRPOSettings(steps=2, prompts_per_step=2, num_generations=2,
+                        max_completion_length=4, warmup_steps=0, **settings)
+    return align(base_policy, fn, load_queries(data_dir / "policy" / "train"), grpo,
+                 out_dir=out, progress=None)
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_freeze_vision_trains_only_the_projector_and_language_model(
+        base_policy: Path, data_dir: Path, tmp_path: Path, freeze: bool) -> None:
+    out = _two_steps(base_policy, data_dir, tmp_path / "run", learning_rate=1e-2,
+                     freeze_vision=freeze)
     before, after = _weights(base_policy), _weights(out / "policy")
     changed = {k for k in before if not torch.equal(before[k], after[k])}
     encoder = {k for k in before if k.startswith("visual.") and ".merger." not in k}
@@ -93,17 +99,8 @@ def test_freeze_vision_trains_only_the_projector_and_language_model(
 
 def test_lora_trains_adapters_on_the_language_model_and_saves_them_merged(
         base_policy: Path, data_dir: Path, tmp_path: Path) -> None:
-    queries = load_queries(data_dir / "policy" / "train")
-
-    def longer_is_better(images, prompts, responses):
-        return [float(len(r)) for r in responses]
-
-    sel = MoRSelection(make_chooser(num_clients=1), online=False)
-    fn = SelectionRewardFunction(sel, InProcessRewardSource([longer_is_better]))
-    settings = GRPOSettings(steps=2, prompts_per_step=2, num_generations=2,
-                            max_completion_length=4, warmup_steps=0, learning_rate=5e-2,
-                            lora=LoraSettings(r=2, alpha=4))
-    out = align(base_policy, fn, queries, settings, out_dir=tmp_path / "run", progress=None)
+    lora = LoraSettings(r=2, alpha=4)
+    out = _two_steps(base_policy, data_dir, tmp_path / "run", learning_rate=5e-2, lora=lora)
     before, after = _weights(base_policy), _weights(out / "policy")
     assert set(after) == set(before)  # merged: a plain checkpoint, loadable as the base was
     changed = {k for k in before if not torch.equal(before[k], after[k])}
@@ -113,7 +110,7 @@ def test_lora_trains_adapters_on_the_language_model_and_saves_them_merged(
     adapter = load_file(str(out / "adapter" / "adapter_model.safetensors"))
     assert adapter and all("lora_" in k for k in adapter)
     assert sum(v.numel() for v in adapter.values()) == lora_parameter_count(
-        load_vlm(base_policy).model, settings.lora.peft_config())
+        load_vlm(base_policy).model, lora.peft_config())
 
 
 def test_freeze_vision_needs_a_vision_encoder() -> None:
