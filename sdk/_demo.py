@@ -21,12 +21,15 @@ import multiprocessing
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdk._demo_config import DemoConfig, rm_config, say
 from sdk._demo_judges import judge_architectures, style_evaluation, train_style_judges
 from sdk._demo_report import plot_run, results_table, style_table
 from sdk._demo_stage_b import router_spec, stage_b
+
+if TYPE_CHECKING:
+    from sdk.reward import RewardModel
 
 __all__ = ["DemoConfig", "register", "run_demo"]
 
@@ -62,8 +65,8 @@ def _warmed_up_policy(config: DemoConfig, run_dir: Path, cache_dir: Path) -> tup
     return _policy(config, run_dir, cache_dir), time.perf_counter() - start
 
 
-def _judges(config: DemoConfig, run_dir: Path) -> dict[str, Path]:
-    """The held-out style judges' checkpoints, trained on data of another seed."""
+def _judges(config: DemoConfig, run_dir: Path) -> dict[str, RewardModel]:
+    """The held-out style judges, trained on data of another seed."""
     from sdk.data import PREFERENCE_CLIENTS
 
     archs = judge_architectures(config.clients, config.architectures,
@@ -75,7 +78,7 @@ def _judges(config: DemoConfig, run_dir: Path) -> dict[str, Path]:
 
 def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: list[str],
              router: Any, spec: Any, policy: Path,
-             judge_checkpoints: dict[str, Path]) -> dict[str, Any]:
+             judges: dict[str, RewardModel]) -> dict[str, Any]:
     import asyncio
     import contextlib
 
@@ -98,7 +101,7 @@ def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: lis
         load_pairs,
         load_queries,
     )
-    from sdk.reward import RewardModel, pairwise_accuracy
+    from sdk.reward import pairwise_accuracy
     from sdk.router import HashingEncoder, NeuralThompsonRouter
     from server_app import QueryItem, RewardBroker, Store, load_private_key
 
@@ -131,7 +134,6 @@ def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: lis
     id_cats = [c for c in config.clients if c in MULTIPLE_CHOICE_CATEGORIES]
     evals = {c: load_queries(run_dir / "data" / "policy" / "eval" / c)[: config.eval_queries]
              for c in (*id_cats, *HELDOUT_CATEGORIES)}
-    judges = {c: RewardModel.from_pretrained(path) for c, path in judge_checkpoints.items()}
     client_evals = {c: load_pairs(run_dir / "data" / "clients" / c / "eval") for c in judges}
     judge_accuracy = {c: pairwise_accuracy(j, client_evals[c]) for c, j in judges.items()}
     style_pairs = {c: pairs[: config.eval_queries] for c, pairs in client_evals.items()}

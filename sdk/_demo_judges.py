@@ -32,9 +32,9 @@ def judge_architectures(clients: Sequence[str], architectures: Sequence[str],
 
 
 def train_style_judges(architectures: Mapping[str, str], out_dir: Path, *, seed: int,
-                       train_pairs: int, config: RewardTrainingConfig) -> dict[str, Path]:
-    """One judge reward model per style client (the keys of ``architectures``), trained on
-    separate data; returns each judge's checkpoint (``RewardModel.from_pretrained``)."""
+                       train_pairs: int, config: RewardTrainingConfig) -> dict[str, RewardModel]:
+    """One judge :class:`~sdk.reward.RewardModel` per style client (the keys of
+    ``architectures``), trained on separate data."""
     from sdk.data import SynthConfig, synthesize
     from sdk.reward import train_client_reward_models
 
@@ -48,7 +48,7 @@ def train_style_judges(architectures: Mapping[str, str], out_dir: Path, *, seed:
                data)
     trained = train_client_reward_models(data, clients, list(architectures.values()),
                                          out_dir / "models", config=config, progress=False)
-    return {c: t.checkpoint for c, t in trained.items()}
+    return {c: t.model for c, t in trained.items()}
 
 
 def style_evaluation(policy: Path, judges: Mapping[str, RewardModel],
