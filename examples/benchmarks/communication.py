@@ -17,7 +17,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-from peft import LoraConfig
 from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
 from sdk.alignment import (
@@ -28,10 +27,12 @@ from sdk.alignment import (
 )
 from sdk.data import SynthConfig, synthesize
 from sdk.models import build_tiny_vlm, load_vlm
+from sdk.reward import LoraSettings
 from sdk.router import Router, RouterConfig
 
 MB = 1e6
-LORA = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+# The adapter GRPOSettings(lora=LoraSettings()) trains: r=8 on the language model's q, k, v, o.
+LORA = LoraSettings().peft_config()
 
 
 def qwen2_vl_2b_on_meta() -> torch.nn.Module:
