@@ -15,11 +15,13 @@ aligned. Everything goes to a run directory (config, data, checkpoints, ``metric
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import multiprocessing
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +82,6 @@ def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: lis
              router: Any, spec: Any, policy: Path,
              judges: dict[str, RewardModel]) -> dict[str, Any]:
     import asyncio
-    import contextlib
 
     from sdk.alignment import (
         ONLINE_ROUTER_CONFIG,
@@ -168,6 +169,76 @@ def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: lis
     }
 
 
+def _stage_a(config: DemoConfig, run_dir: Path) -> tuple[dict[str, Any], dict[str, Any],
+                                                         dict[str, Any]]:
+    """Train one reward model per client; returns them, the eval splits and the metrics."""
+    from sdk.data import HELDOUT_CATEGORIES, load_pairs
+    from sdk.reward import cross_accuracy, format_accuracy_matrix, train_client_reward_models
+
+    say("stage A: training one reward model per client")
+    trained = train_client_reward_models(
+        run_dir / "data", config.clients, config.architectures, run_dir / "reward_models",
+        config=rm_config(config),
+    )
+    splits = {c: load_pairs(run_dir / "data" / "clients" / c / "eval") for c in config.clients}
+    splits |= {h: load_pairs(run_dir / "data" / "heldout" / h) for h in HELDOUT_CATEGORIES}
+    matrix = cross_accuracy({c: t.model for c, t in trained.items()}, splits)
+    archs = {c: t.architecture for c, t in trained.items()}
+    print("\n[demo] stage A: pairwise accuracy of each client's reward model (rows) on each "
+          "client's eval pairs and the held-out categories (columns)")
+    print(format_accuracy_matrix(matrix, archs), flush=True)
+    return trained, splits, {
+        "architectures": archs,
+        "own_accuracy": {c: matrix[c][c] for c in config.clients},
+        "cross_accuracy": matrix,
+        "checkpoints": {c: str(t.checkpoint) for c, t in trained.items()},
+    }
+
+
+@contextlib.contextmanager
+def _running_consortium(config: DemoConfig, run_dir: Path,
+                        trained: dict[str, Any]) -> Iterator[tuple[Any, list[str], Any]]:
+    """One server and one client app per client on 127.0.0.1, each client serving its reward
+    model; yields the consortium, the enrolled client ids and the router spec."""
+    from client_app._router_update import SPEC_ENV
+    from server_app._local import LocalConsortium
+
+    consortium = LocalConsortium(
+        run_dir / "consortium", len(config.clients),
+        server={"stage_deadline_s": config.stage_deadline_s},
+        clients={"update_source": "client_app._router_update:router_update"})
+    spec = router_spec(config, run_dir, consortium.names)
+    spec_path = run_dir / "router" / "spec.json"
+    spec_path.parent.mkdir(parents=True, exist_ok=True)
+    spec_path.write_text(spec.model_dump_json(indent=2))
+    for site, client in zip(consortium.names, config.clients, strict=True):
+        consortium.client_cfg[site]["reward_model_dir"] = str(trained[client].checkpoint)
+    with consortium:
+        say(f"stage B: starting 1 server + {len(config.clients)} client processes on "
+            f"127.0.0.1 (logs in {consortium.dir})")
+        previous = os.environ.get(SPEC_ENV)
+        os.environ[SPEC_ENV] = str(spec_path)  # inherited by the client processes
+        try:
+            consortium.start()
+        finally:  # the clients have read it; leave this process's environment as it was
+            if previous is None:
+                del os.environ[SPEC_ENV]
+            else:
+                os.environ[SPEC_ENV] = previous
+        client_ids = consortium.wait_enrolled()
+        say(f"stage B: enrolled {dict(zip(config.clients, client_ids, strict=True))}")
+        yield consortium, client_ids, spec
+
+
+def _print_stage_c(stage_c: dict[str, Any]) -> None:
+    say("stage C: results (best-of-3 multiple-choice accuracy per category)")
+    print(results_table(stage_c), flush=True)
+    if any(r["style"] for r in stage_c["results"].values()):
+        say("stage C: style clients, win rate against the rejected answer under a held-out "
+            "judge reward model (3 samples per prompt)")
+        print(style_table(stage_c), flush=True)
+
+
 def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -> dict[str, Any]:
     """Run every stage into ``run_dir``; returns the metrics also written to ``metrics.json``.
 
@@ -175,14 +246,7 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
     """
     import torch
 
-    from client_app._router_update import SPEC_ENV
-    from sdk.data import HELDOUT_CATEGORIES, SynthConfig, load_pairs, synthesize
-    from sdk.reward import (
-        cross_accuracy,
-        format_accuracy_matrix,
-        train_client_reward_models,
-    )
-    from server_app._local import LocalConsortium
+    from sdk.data import SynthConfig, synthesize
 
     # Two cores: intra-op threads beyond one mostly contend with the other processes.
     torch.set_num_threads(1)
@@ -190,6 +254,7 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
     (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
     start = time.perf_counter()
     walls: dict[str, float] = {}
+    metrics: dict[str, Any] = {}
 
     say(f"stage A: synthesizing data for clients {list(config.clients)}")
     synthesize(
@@ -197,80 +262,37 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
                     eval_pairs=config.eval_pairs, heldout_pairs=config.heldout_pairs),
         run_dir / "data",
     )
-    # The policy's warm-up needs the data alone: it takes a second process from here on, since
-    # stage A trains on one core. A cold run took 755 s with it in sequence (docs/results.md).
-    cache = cache_dir or run_dir / "cache"
-    with multiprocessing.get_context("spawn").Pool(1) as background:  # exit: terminate
-        warm_up = background.apply_async(_warmed_up_policy, (config, run_dir, cache)) \
+    with contextlib.ExitStack() as running:
+        # The policy's warm-up needs the data alone: it takes a second process from here on,
+        # since stage A trains on one core. A cold run took 755 s with it in sequence
+        # (docs/results.md). Leaving the stack terminates it.
+        background = running.enter_context(multiprocessing.get_context("spawn").Pool(1))
+        warm_up = background.apply_async(
+            _warmed_up_policy, (config, run_dir, cache_dir or run_dir / "cache")) \
             if config.grpo_steps else None
-        say("stage A: training one reward model per client")
-        trained = train_client_reward_models(
-            run_dir / "data", config.clients, config.architectures, run_dir / "reward_models",
-            config=rm_config(config),
-        )
-        splits = {c: load_pairs(run_dir / "data" / "clients" / c / "eval") for c in config.clients}
-        splits |= {h: load_pairs(run_dir / "data" / "heldout" / h) for h in HELDOUT_CATEGORIES}
-        matrix = cross_accuracy({c: t.model for c, t in trained.items()}, splits)
-        archs = {c: t.architecture for c, t in trained.items()}
-        print("\n[demo] stage A: pairwise accuracy of each client's reward model (rows) on each "
-              "client's eval pairs and the held-out categories (columns)")
-        print(format_accuracy_matrix(matrix, archs), flush=True)
-        metrics: dict[str, Any] = {
-            "stage_a": {
-                "architectures": archs,
-                "own_accuracy": {c: matrix[c][c] for c in config.clients},
-                "cross_accuracy": matrix,
-                "checkpoints": {c: str(t.checkpoint) for c, t in trained.items()},
-            },
-        }
+        trained, splits, metrics["stage_a"] = _stage_a(config, run_dir)
         walls["stage_a"] = time.perf_counter() - start
 
-        consortium = LocalConsortium(
-            run_dir / "consortium", len(config.clients),
-            server={"stage_deadline_s": config.stage_deadline_s},
-            clients={"update_source": "client_app._router_update:router_update"})
-        spec = router_spec(config, run_dir, consortium.names)
-        spec_path = run_dir / "router" / "spec.json"
-        spec_path.parent.mkdir(parents=True, exist_ok=True)
-        spec_path.write_text(spec.model_dump_json(indent=2))
-        for site, client in zip(consortium.names, config.clients, strict=True):
-            consortium.client_cfg[site]["reward_model_dir"] = str(trained[client].checkpoint)
-        with consortium:
+        t = time.perf_counter()
+        consortium, client_ids, spec = running.enter_context(
+            _running_consortium(config, run_dir, trained))
+        router, metrics["stage_b"] = stage_b(config, consortium, spec, trained, splits)
+        router.save(run_dir / "router" / "final")
+        walls["stage_b"] = time.perf_counter() - t
+
+        if warm_up is not None:
             t = time.perf_counter()
-            say(f"stage B: starting 1 server + {len(config.clients)} client processes on "
-                f"127.0.0.1 (logs in {consortium.dir})")
-            previous = os.environ.get(SPEC_ENV)
-            os.environ[SPEC_ENV] = str(spec_path)  # inherited by the client processes
-            try:
-                consortium.start()
-            finally:  # the clients have read it; leave this process's environment as it was
-                if previous is None:
-                    del os.environ[SPEC_ENV]
-                else:
-                    os.environ[SPEC_ENV] = previous
-            client_ids = consortium.wait_enrolled()
-            say(f"stage B: enrolled {dict(zip(config.clients, client_ids, strict=True))}")
-            router, metrics["stage_b"] = stage_b(config, consortium, spec, trained, splits)
-            router.save(run_dir / "router" / "final")
-            walls["stage_b"] = time.perf_counter() - t
-            if warm_up is not None:
-                t = time.perf_counter()
-                judges = _judges(config, run_dir)  # while the warm-up may still run
-                waited = time.perf_counter()
-                policy, walls["stage_c_warmup"] = warm_up.get()
-                background.close()
-                background.join()
-                say(f"stage C: the warm-up took {walls['stage_c_warmup']:.0f} s in the "
-                    f"background; waited {time.perf_counter() - waited:.0f} s for it")
-                metrics["stage_c"] = _stage_c(config, run_dir, consortium, client_ids, router,
-                                              spec, policy, judges)
-                say("stage C: results (best-of-3 multiple-choice accuracy per category)")
-                print(results_table(metrics["stage_c"]), flush=True)
-                if any(r["style"] for r in metrics["stage_c"]["results"].values()):
-                    say("stage C: style clients, win rate against the rejected answer under a "
-                         "held-out judge reward model (3 samples per prompt)")
-                    print(style_table(metrics["stage_c"]), flush=True)
-                walls["stage_c"] = time.perf_counter() - t
+            judges = _judges(config, run_dir)  # while the warm-up may still run
+            waited = time.perf_counter()
+            policy, walls["stage_c_warmup"] = warm_up.get()
+            background.close()
+            background.join()
+            say(f"stage C: the warm-up took {walls['stage_c_warmup']:.0f} s in the background; "
+                f"waited {time.perf_counter() - waited:.0f} s for it")
+            metrics["stage_c"] = _stage_c(config, run_dir, consortium, client_ids, router, spec,
+                                          policy, judges)
+            _print_stage_c(metrics["stage_c"])
+            walls["stage_c"] = time.perf_counter() - t
 
     b = metrics["stage_b"]["bytes"]
     metrics["communication_bytes"] = {"router rounds": b["uplink"] + b["downlink"]}
