@@ -9,8 +9,9 @@ __all__ = ["DPSettings", "LoraSettings", "RewardTrainingConfig"]
 
 
 class LoraSettings(BaseModel):
-    """LoRA adapters (peft) on the language model's attention projections. Used by reward
-    models and by GRPO's policy (``GRPOSettings.lora``)."""
+    """LoRA adapters (peft) on the language model's attention projections, and with
+    ``train_vision`` on the vision tower's too. Used by reward models and by GRPO's policy
+    (``GRPOSettings.lora``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -18,15 +19,23 @@ class LoraSettings(BaseModel):
     alpha: int = Field(default=16, ge=1)
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
-    train_vision: bool = False  # also adapt the vision tower's projections of the same names
+    train_vision: bool = False
+    # Vision towers name their attention projections differently from the language model:
+    # fused in Qwen2-VL's blocks (qkv, proj), separate in SigLIP's layers (q/k/v, out_proj).
+    vision_target_modules: tuple[str, ...] = ("qkv", "proj", "q_proj", "k_proj", "v_proj",
+                                              "out_proj")
 
     def peft_config(self) -> LoraConfig:
         """The peft config these settings stand for."""
-        names = "|".join(self.target_modules)
-        # Only the language model's projections, unless asked: vision towers reuse the names.
-        scope = r".*" if self.train_vision else r".*language_model.*"
+        pattern = rf".*language_model.*\.({'|'.join(self.target_modules)})$"
+        if self.train_vision:
+            # The tower's repeated blocks only: SigLIP's pooling head is an nn.MultiheadAttention,
+            # which reads out_proj's weight directly, so an adapter there would never act.
+            vision = "|".join(self.vision_target_modules)
+            pattern = (rf"(?:{pattern})|"
+                       rf"(?:.*(?:visual|vision_tower)\..*(?:blocks|layers)\.\d+\..*\.({vision})$)")
         return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
-                          target_modules=rf"{scope}\.({names})$", bias="none")
+                          target_modules=pattern, bias="none")
 
 
 class DPSettings(BaseModel):
