@@ -24,7 +24,10 @@ class SettingsMismatch(ValueError):
 class RowLog:
     """Rows by (seed, method), persisted line by line in ``out/rows.jsonl``."""
 
-    def __init__(self, out: Path, settings: dict[str, Any], resume: bool) -> None:
+    def __init__(self, out: Path, settings: dict[str, Any], resume: bool, *,
+                 defaults: dict[str, Any] | None = None) -> None:
+        """``defaults``: what a setting saved rows do not record was when they were made (a
+        flag added since, at its default)."""
         out.mkdir(parents=True, exist_ok=True)
         self.path = out / "rows.jsonl"
         settings_path = out / "settings.json"
@@ -34,7 +37,8 @@ class RowLog:
                 raise SettingsMismatch(f"{settings_path} is missing: cannot tell which settings "
                                        f"the rows in {self.path} were made with")
             before = json.loads(settings_path.read_text())
-            changed = {k: (before.get(k), v) for k, v in settings.items() if before.get(k) != v}
+            known = {**(defaults or {}), **before}
+            changed = {k: (known.get(k), v) for k, v in settings.items() if known.get(k) != v}
             if changed:
                 raise SettingsMismatch(
                     "--resume with other settings than the saved rows' (setting: (saved, now)): "

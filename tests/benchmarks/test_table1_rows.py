@@ -37,6 +37,17 @@ def test_resume_refuses_other_settings(tmp_path: Path) -> None:
         RowLog(tmp_path, SETTINGS, resume=True)
 
 
+def test_resume_takes_a_setting_added_since_at_its_default(tmp_path: Path) -> None:
+    RowLog(tmp_path, SETTINGS, resume=False).add(0, "mor", {"id": 0.9})
+    added = {**SETTINGS, "lora_vision": False}
+    again = RowLog(tmp_path, added, resume=True, defaults={"lora_vision": False})
+    assert again.get(0, "mor") == {"id": 0.9}
+    RowLog(tmp_path, SETTINGS, resume=False).add(0, "mor", {"id": 0.9})
+    with pytest.raises(SettingsMismatch, match="lora_vision"):  # not the default: other rows
+        RowLog(tmp_path, {**SETTINGS, "lora_vision": True}, resume=True,
+               defaults={"lora_vision": False})
+
+
 def test_fresh_run_keeps_earlier_rows_aside(tmp_path: Path) -> None:
     RowLog(tmp_path, SETTINGS, resume=False).add(0, "mor", {"id": 0.9})
     fresh = RowLog(tmp_path, {**SETTINGS, "style": False}, resume=False)
