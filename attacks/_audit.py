@@ -91,6 +91,7 @@ def _client_reports(
     import torch
 
     from sdk.data import load_pairs
+    from sdk.models import size_with_hidden
     from sdk.reward import DPSettings, RewardModel, ScoreNormalizer
 
     client = ckpt.name
@@ -141,10 +142,19 @@ def _client_reports(
         steps = cfg.shadow_steps or int(training.get("steps") or 100)
         # A DP-trained client is calibrated against shadows trained with its own DP-SGD.
         dp = DPSettings(**training["dp"]) if training.get("dp") else None
+        # Shadows are built from scratch like the demo's clients: only a size built here can be.
+        size = size_with_hidden(model.bundle.hidden_size)
+        if size is None:
+            raise AttackInputError(
+                f"client {client}: LiRA shadows cannot copy a {model.bundle.hidden_size}-wide "
+                f"{model.architecture} (not a size fedmor builds); audit with shadow_models=0"
+            )
         private = "" if dp is None else f", record-level DP-SGD at epsilon {dp.target_epsilon:g}"
+        adapters = "" if model.lora is None else f", LoRA rank {model.lora.r}"
         say(
-            f"{client}: LiRA with {cfg.shadow_models} shadow models ({steps} steps each on "
-            f"{len(population)} population pairs + half of the {2 * n} candidates{private})"
+            f"{client}: LiRA with {cfg.shadow_models} shadow models ({size}{adapters}, {steps} "
+            f"steps each on {len(population)} population pairs + half of the {2 * n} "
+            f"candidates{private})"
         )
         out += lira_reports(
             client,
@@ -160,6 +170,8 @@ def _client_reports(
             seed=cfg.seed,
             say=lambda m: say(f"{client}: {m}"),
             dp=dp,
+            size=size,
+            lora=model.lora,
         )
         for m in out[-2:]:
             say(f"{m.setting}: {m.verdict}")

@@ -1,13 +1,13 @@
 """LiRA inside the audit: shadow reward models trained by the auditor on the client's own data.
 
 The auditor holds the run's data, so it can do what a strong attacker with data from the same
-distribution does: train ``n_shadow`` reward models of the client's architecture with the same
-recipe (Bradley-Terry, ``shadow_steps`` steps, and the target's record-level DP-SGD settings
-when its checkpoint recorded them: a DP-trained client must be calibrated against DP-trained
-shadows) on the population pairs plus a random half of the candidates, and calibrate every
-candidate's margin against the shadows that did and did not train on it
-(attacks._membership.lira_attack). Shadows are cached by training set, so the raw and the
-normalized view reuse the same models.
+distribution does: train ``n_shadow`` reward models with the client's recipe (its architecture
+and size, its LoRA adapters if it has any, Bradley-Terry for ``shadow_steps`` steps, and its
+record-level DP-SGD settings when its checkpoint recorded them: a DP-trained or an adapter-trained
+client must be calibrated against shadows trained the same way) on the population pairs plus a
+random half of the candidates, and calibrate every candidate's margin against the shadows that
+did and did not train on it (attacks._membership.lira_attack). Shadows are cached by training
+set, so the raw and the normalized view reuse the same models.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from attacks._membership import LiraConfig, lira_attack
 from attacks._report import MembershipReport, membership_report
 
 if TYPE_CHECKING:
-    from sdk.reward import DPSettings
+    from sdk.models import ModelSize
+    from sdk.reward import DPSettings, LoraSettings
 
 __all__ = ["lira_reports"]
 
@@ -44,10 +45,12 @@ class _Shadows:
         seed: int,
         say: Callable[[str], None],
         dp: DPSettings | None = None,
+        size: ModelSize = "tiny",
+        lora: LoraSettings | None = None,
     ) -> None:
         self.pairs, self.architecture, self.steps = pairs, architecture, steps
         self.batch_size, self.clip, self.seed, self.say = batch_size, clip, seed, say
-        self.dp = dp
+        self.dp, self.size, self.lora = dp, size, lora
         self.cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         self.candidates: list[int] = []
         self.planned = 0
@@ -71,8 +74,9 @@ class _Shadows:
                 Path(tmp) / "backbone",
                 corpus=pair_texts(train),
                 seed=self.seed + s,
+                size=self.size,
             )
-            model = RewardModel.from_backbone(backbone)
+            model = RewardModel.from_backbone(backbone, lora=self.lora)
             cfg = RewardTrainingConfig(
                 steps=self.steps,
                 batch_size=self.batch_size,
@@ -80,6 +84,7 @@ class _Shadows:
                 eval_every=0,
                 clip_bound=self.clip,
                 dp=self.dp,
+                lora=self.lora,
             )
             result = train_reward_model(model, train, [], cfg, progress=False)
         cand = [self.pairs[i] for i in self.candidates]
@@ -94,9 +99,11 @@ class _Shadows:
         assert result.normalizer is not None  # fit_normalizer is on by default
         norm = result.normalizer.normalize(raw)
         private = "" if self.dp is None else f", DP-SGD epsilon {result.spent_epsilon:.3g}"
+        adapters = "" if self.lora is None else f", LoRA rank {self.lora.r}"
         self.say(
-            f"shadow model {s + 1}/{self.planned} ({self.architecture}, {len(train)} pairs, "
-            f"{self.steps} steps{private}) trained in {time.perf_counter() - start:.0f} s"
+            f"shadow model {s + 1}/{self.planned} ({self.architecture} {self.size}{adapters}, "
+            f"{len(train)} pairs, {self.steps} steps{private}) trained in "
+            f"{time.perf_counter() - start:.0f} s"
         )
         return raw.numpy(), norm.numpy()
 
@@ -116,13 +123,17 @@ def lira_reports(
     seed: int,
     say: Callable[[str], None],
     dp: DPSettings | None = None,
+    size: ModelSize = "tiny",
+    lora: LoraSettings | None = None,
 ) -> list[MembershipReport]:
     """LiRA on each view ``(name, target margins (2n, 2))`` of the 2n candidates (first n
-    members); view 0 is raw, every later one normalized and clipped at ``clip``. ``dp``: the
-    target's record-level DP-SGD settings, which every shadow then trains with too."""
+    members); view 0 is raw, every later one normalized and clipped at ``clip``. ``dp``,
+    ``size`` and ``lora``: the target's DP-SGD settings, model size and adapters, which every
+    shadow then has too."""
     pairs = list(candidates) + list(population)
     n2 = len(candidates)
-    shadows = _Shadows(pairs, architecture, shadow_steps, batch_size, clip, seed, say, dp)
+    shadows = _Shadows(pairs, architecture, shadow_steps, batch_size, clip, seed, say, dp,
+                       size, lora)
     shadows.candidates = list(range(n2))
     shadows.planned = n_shadow
     cfg = LiraConfig(n_shadow=n_shadow, seed=seed)

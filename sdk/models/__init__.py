@@ -6,6 +6,7 @@ from sdk.models._architectures import (
     ModelSize,
     UnknownArchitectureError,
     get_architecture,
+    size_with_hidden,
 )
 from sdk.models._factory import VLMBundle, build_tiny_vlm, load_vlm, read_model_type
 from sdk.models._inputs import VLMInputError, chat_texts, encode_batch, to_rgb
@@ -25,6 +26,7 @@ __all__ = [
     "get_architecture",
     "load_vlm",
     "read_model_type",
+    "size_with_hidden",
     "to_rgb",
     "train_tokenizer",
 ]

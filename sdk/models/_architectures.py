@@ -37,6 +37,7 @@ __all__ = [
     "ModelSize",
     "UnknownArchitectureError",
     "get_architecture",
+    "size_with_hidden",
 ]
 
 ModelSize = Literal["tiny", "small"]
@@ -49,7 +50,7 @@ _QWEN_MERGE = 2
 _LLAVA_CROP = 42
 
 # Text width per size: (hidden, intermediate, layers, heads, kv_heads).
-_TEXT_DIMS: dict[str, tuple[int, int, int, int, int]] = {
+_TEXT_DIMS: dict[ModelSize, tuple[int, int, int, int, int]] = {
     "tiny": (64, 128, 2, 4, 2),
     "small": (128, 256, 4, 4, 2),
 }
@@ -263,6 +264,15 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
                          ImageOnlyLlavaOnevisionProcessor),
     )
 }
+
+
+def size_with_hidden(hidden_size: int) -> ModelSize | None:
+    """The size whose language model is ``hidden_size`` wide; None for a checkpoint that no
+    size here builds (a real one)."""
+    for size, dims in _TEXT_DIMS.items():
+        if dims[0] == hidden_size:
+            return size
+    return None
 
 
 def get_architecture(name: str) -> ArchitectureSpec:

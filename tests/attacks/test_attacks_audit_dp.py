@@ -1,6 +1,6 @@
-"""``fedmor audit`` on a client whose reward model was trained with record-level DP-SGD: LiRA's
-shadow models must be trained with the target's own DP-SGD settings, read from its checkpoint,
-or the calibration compares a noisy model against noiseless shadows."""
+"""``fedmor audit`` on clients trained another way than the default: LiRA's shadow models must
+be trained with the target's own recipe, read from its checkpoint (record-level DP-SGD, model
+size, LoRA adapters), or the calibration compares the target against models unlike it."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 
 from attacks import AuditConfig, audit_run_dir
 from sdk.data import SynthConfig, load_pairs, synthesize
-from sdk.models import build_tiny_vlm
+from sdk.models import ModelSize, build_tiny_vlm
 from sdk.reward import (
     DPSettings,
+    LoraSettings,
     RewardModel,
     RewardTrainingConfig,
     pair_texts,
@@ -22,10 +23,8 @@ from sdk.reward import (
 CLIENT = "detail"
 
 
-@pytest.fixture(scope="module")
-def dp_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A demo-layout run directory with one client trained by DP-SGD at epsilon 8."""
-    root = tmp_path_factory.mktemp("dp_run")
+def _run_dir(root: Path, cfg: RewardTrainingConfig, size: ModelSize = "tiny") -> Path:
+    """A demo-layout run directory with one client trained with ``cfg``."""
     synthesize(
         SynthConfig(
             seed=1,
@@ -42,12 +41,9 @@ def dp_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         root / "data",
     )
     train = load_pairs(root / "data" / "clients" / CLIENT / "train")
-    backbone = build_tiny_vlm("qwen2_5_vl", root / "backbone", corpus=pair_texts(train))
-    cfg = RewardTrainingConfig(
-        steps=3, batch_size=4, warmup_steps=1, eval_every=0, dp=DPSettings(target_epsilon=8.0)
-    )
+    backbone = build_tiny_vlm("qwen2_5_vl", root / "backbone", corpus=pair_texts(train), size=size)
     train_reward_model(
-        RewardModel.from_backbone(backbone),
+        RewardModel.from_backbone(backbone, lora=cfg.lora),
         train,
         [],
         cfg,
@@ -57,20 +53,44 @@ def dp_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_audit_trains_lira_shadows_with_the_targets_dp_sgd(dp_run_dir: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def dp_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One client trained by DP-SGD at epsilon 8."""
+    cfg = RewardTrainingConfig(
+        steps=3, batch_size=4, warmup_steps=1, eval_every=0, dp=DPSettings(target_epsilon=8.0)
+    )
+    return _run_dir(tmp_path_factory.mktemp("dp_run"), cfg)
+
+
+def _audit(run_dir: Path, out: Path) -> tuple[list[str], list[str]]:
+    """Audit with two LiRA shadows; (the plan line, the shadows' lines)."""
     lines: list[str] = []
     report = audit_run_dir(
-        dp_run_dir,
-        tmp_path / "audit",
+        run_dir,
+        out,
         AuditConfig(max_pairs=8, shadow_models=2, shadow_batch_size=4, capture=False),
         progress=lines.append,
     )
     assert [m.attack for m in report.memberships] == ["threshold"] * 2 + ["lira"] * 2
     plan = [line for line in lines if "LiRA with 2 shadow models" in line]
-    assert len(plan) == 1 and "record-level DP-SGD at epsilon 8" in plan[0]
     shadows = [line for line in lines if "shadow model" in line and "trained in" in line]
-    assert len(shadows) == 2
+    assert len(plan) == 1 and len(shadows) == 2
+    return plan, shadows
+
+
+def test_audit_trains_lira_shadows_with_the_targets_dp_sgd(dp_run_dir: Path, tmp_path: Path) -> None:
+    plan, shadows = _audit(dp_run_dir, tmp_path / "audit")
+    assert "record-level DP-SGD at epsilon 8" in plan[0]
     for line in shadows:
         # Each shadow's own accountant: 3 steps (the target's recorded count) at epsilon 8.
         spent = float(line.split("DP-SGD epsilon ")[1].split(")")[0])
         assert 7.0 < spent <= 8.0
+
+
+def test_audit_trains_lira_shadows_of_the_targets_size_and_adapters(tmp_path: Path) -> None:
+    cfg = RewardTrainingConfig(steps=3, batch_size=4, warmup_steps=1, eval_every=0,
+                               lora=LoraSettings(r=2, alpha=4))
+    run_dir = _run_dir(tmp_path / "run", cfg, size="small")
+    plan, shadows = _audit(run_dir, tmp_path / "audit")
+    assert "(small, LoRA rank 2, 3 steps each" in plan[0]
+    assert all("(qwen2_5_vl small, LoRA rank 2, " in line for line in shadows)

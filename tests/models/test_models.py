@@ -17,6 +17,7 @@ from sdk.models import (
     encode_batch,
     get_architecture,
     load_vlm,
+    size_with_hidden,
     to_rgb,
 )
 
@@ -39,8 +40,8 @@ def test_public_api_is_pinned() -> None:
     assert sorted(models.__all__) == sorted([
         "ARCHITECTURES", "DEFAULT_CORPUS", "ArchitectureSpec", "ModelSize",
         "UnknownArchitectureError", "VLMBundle", "VLMInputError", "build_tiny_vlm", "chat_texts",
-        "encode_batch", "get_architecture", "load_vlm", "read_model_type", "to_rgb",
-        "train_tokenizer",
+        "encode_batch", "get_architecture", "load_vlm", "read_model_type", "size_with_hidden",
+        "to_rgb", "train_tokenizer",
     ])
     for name in models.__all__:
         assert hasattr(models, name)
@@ -55,7 +56,7 @@ def test_checkpoint_round_trip(arch: str, vlm_dirs: dict[str, Path]) -> None:
     a, b = load_vlm(path), load_vlm(path)
     assert type(a.model).__name__ == EXPECTED_CLASS[arch]
     assert a.architecture == arch
-    assert a.hidden_size == 64
+    assert a.hidden_size == 64 and size_with_hidden(a.hidden_size) == "tiny"
     assert a.max_length == 512
     assert sum(p.numel() for p in a.model.parameters()) < 400_000
     batch = encode_batch(a.processor, [_image()], ["What color?"], ["red"], max_length=512)
@@ -95,6 +96,12 @@ def test_policy_generation_with_left_padding(arch: str, vlm_dirs: dict[str, Path
     assert batch["attention_mask"][:, -1].all()  # left padded: every prompt ends at T-1
     out = bundle.model.generate(**batch, max_new_tokens=4, do_sample=False)
     assert out.shape == (2, batch["input_ids"].shape[1] + 4)
+
+
+def test_size_with_hidden_knows_only_the_sizes_built_here(tmp_path: Path) -> None:
+    small = load_vlm(models.build_tiny_vlm("qwen2_vl", tmp_path / "small", size="small"))
+    assert size_with_hidden(small.hidden_size) == "small"
+    assert size_with_hidden(1536) is None  # a real checkpoint's width
 
 
 def test_unknown_architecture_errors(tmp_path: Path) -> None:
