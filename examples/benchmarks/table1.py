@@ -113,7 +113,8 @@ def main() -> None:
     # 0.961 +- 0.006 against 0.959 +- 0.018 (docs/results.md, "Frozen vision encoder").
     parser.add_argument("--freeze-vision", action=argparse.BooleanOptionalAction, default=True,
                         help="GRPO trains the projector and language model only (default); "
-                        "--no-freeze-vision trains the vision encoder too")
+                        "--no-freeze-vision trains the vision encoder too (--lora-rank 0 "
+                        "only: under LoRA, --lora-vision decides)")
     # Session 11, 3 seeds, every method: with rank-8 adapters MoR's best-of-3 was 0.906 ID and
     # 0.800 held-out against 0.891 and 0.745 with the weights trained, and no seed collapsed
     # (docs/results.md, "Session 11").
@@ -125,7 +126,8 @@ def main() -> None:
     parser.add_argument("--lora-targets", default=",".join(LoraSettings().target_modules),
                         help="comma-separated language-model projections that get adapters")
     parser.add_argument("--lora-vision", action="store_true",
-                        help="also adapt the vision tower's attention (LoraSettings.train_vision)")
+                        help="also adapt the vision tower's attention (LoraSettings.train_vision; "
+                        "needs --lora-rank > 0)")
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="GRPO's learning rate (default: 1e-3 with LoRA, GRPOSettings' "
                         "without)")
@@ -143,6 +145,17 @@ def main() -> None:
                         help="reuse the (seed, method) rows already in OUT/rows.jsonl when they "
                         "were made with the same settings")
     args = parser.parse_args()
+    # Under LoRA only the adapters train (GRPOSettings.lora), so the vision tower moves with
+    # --lora-vision and never with --no-freeze-vision; with --lora-rank 0 there are no adapters.
+    if args.lora_rank < 0:
+        parser.error(f"--lora-rank must be >= 0 (0: no LoRA), got {args.lora_rank}")
+    if args.lora_rank and not args.freeze_vision:
+        parser.error("--no-freeze-vision has no effect with LoRA (--lora-rank > 0): "
+                     "--lora-vision trains adapters on the vision tower, --lora-rank 0 "
+                     "trains its weights")
+    if not args.lora_rank and args.lora_vision:
+        parser.error("--lora-vision needs LoRA but --lora-rank is 0; --no-freeze-vision "
+                     "trains the vision encoder's weights")
     # What a saved row depends on; --seeds, --methods and --overhead-steps only choose which run.
     settings = {k: v for k, v in vars(args).items()
                 if k not in ("out", "resume", "seeds", "methods", "overhead_steps")}
@@ -172,7 +185,8 @@ def main() -> None:
                                           target_modules=tuple(args.lora_targets.split(",")),
                                           train_vision=args.lora_vision)
                         if args.lora_rank else None,
-                        freeze_vision=args.freeze_vision)
+                        # With LoRA, GRPOSettings derives it from --lora-vision.
+                        **({} if args.lora_rank else {"freeze_vision": args.freeze_vision}))
     evals = EvalSettings(samples=3, max_new_tokens=8)
     # Best-of-3 on n queries has a sampling SD of ~sqrt(0.6 * 0.4 / n) per category: 0.07 at
     # n = 50 (the same base policy measured 0.605-0.661 ID over three eval seeds at n = 60).

@@ -75,9 +75,12 @@ def train_fedavg_reward_model(
 ) -> ClientScorer:
     """The FedAvg-RM baseline's one shared reward model, trained over ``rounds`` FedAvg rounds.
 
-    Each round every client starts from the global parameters, runs ``config.steps`` local
-    Bradley-Terry steps on its own pairs, and the server forms the pair-count-weighted average
-    (:func:`fedavg_state_dicts`: what secure aggregation reveals). The score normalizer is fitted
+    Each round every client starts from the global parameters, trains locally with the
+    Bradley-Terry loss on its own pairs (``config.total_steps``: ``config.steps`` steps, or
+    ``config.epochs`` over those pairs when ``steps`` is None), and the server forms the
+    pair-count-weighted average (:func:`fedavg_state_dicts`: what secure aggregation reveals).
+    The model is built with ``config.lora`` (only the adapters and the head then train and are
+    averaged) and its head is initialised from ``config.seed``. The score normalizer is fitted
     on the union of the clients' training responses, as a client fits its own. Every client
     must share ``backbone_dir``'s architecture: that is FedAvg's precondition.
     """
@@ -85,7 +88,8 @@ def train_fedavg_reward_model(
         raise ValueError("FedAvg-RM needs rounds >= 1 and at least one pair per client")
     cfg = config or RewardTrainingConfig(steps=20)
     local = cfg.model_copy(update={"fit_normalizer": False, "eval_every": 0})
-    model = RewardModel.from_backbone(backbone_dir)
+    torch.manual_seed(cfg.seed)  # the head's (and the adapters') initial weights
+    model = RewardModel.from_backbone(backbone_dir, lora=cfg.lora)
     for r in range(rounds):
         start = {name: t.detach().clone() for name, t in model.state_dict().items()}
         updates = []

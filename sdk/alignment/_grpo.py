@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from datasets import Dataset
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
@@ -39,7 +40,10 @@ class GRPOSettings(BaseModel):
     (`sign` 0.92 -> 0.74); frozen, MoR gained on every Table 1 column (docs/results.md).
     ``lora``: train LoRA adapters on the language model instead of the policy's weights (what a
     real multi-billion VLM needs on one accelerator); the reference is the policy with its
-    adapters off, so no second copy is held. The saved policy has the adapters merged in.
+    adapters off, so no second copy is held. The saved policy has the adapters merged in. Under
+    LoRA only the adapters train, so ``lora.train_vision`` alone decides whether the vision tower
+    changes; ``freeze_vision`` then follows it (``not lora.train_vision``) and setting it to the
+    other value is an error.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -58,10 +62,37 @@ class GRPOSettings(BaseModel):
         "batch's std, or not at all")
     freeze_vision: bool = Field(
         default=True, description="keep the vision encoder (patch embedding and blocks) at the "
-        "starting policy's weights; the projector and the language model still train")
+        "starting policy's weights; the projector and the language model still train. With "
+        "`lora`, what trains is LoraSettings' choice: this field defaults to (and must equal) "
+        "`not lora.train_vision`")
     lora: LoraSettings | None = Field(
         default=None, description="train LoRA adapters only (None: every unfrozen weight)")
     seed: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _freeze_vision_follows_lora(cls, data: Any) -> Any:
+        # peft freezes every base weight, so under LoRA the tower moves only through its own
+        # adapters: the default True would misreport a run with lora.train_vision.
+        if isinstance(data, dict) and data.get("lora") is not None and "freeze_vision" not in data:
+            try:
+                lora = LoraSettings.model_validate(data["lora"])
+            except ValidationError:
+                return data  # the field's own validation reports it
+            return {**data, "freeze_vision": not lora.train_vision}
+        return data
+
+    @model_validator(mode="after")
+    def _freeze_vision_agrees_with_lora(self) -> GRPOSettings:
+        if self.lora is not None and self.freeze_vision == self.lora.train_vision:
+            raise ValueError(
+                f"freeze_vision={self.freeze_vision} contradicts lora.train_vision="
+                f"{self.lora.train_vision}: under LoRA only the adapters train, so "
+                "LoraSettings.train_vision alone decides whether the vision tower changes; "
+                "leave freeze_vision unset (it follows lora.train_vision) and set "
+                "LoraSettings(train_vision=True) to adapt the tower"
+            )
+        return self
 
 
 def query_dataset(queries: Sequence[Query]) -> Dataset:
@@ -124,7 +155,7 @@ def align(
     bundle = load_vlm(policy_dir)
     # Left padding: prompts of different lengths otherwise break Qwen's rope index (DESIGN.md).
     bundle.processor.tokenizer.padding_side = "left"
-    if s.freeze_vision and s.lora is None:  # under LoRA only the adapters train anyway
+    if s.freeze_vision and s.lora is None:  # peft freezes every base weight under LoRA
         _freeze_vision_encoder(bundle.model)
     args = GRPOConfig(
         output_dir=str(out / "trainer"),
@@ -183,16 +214,31 @@ def align(
     return out
 
 
+@dataclass(frozen=True)
+class _VisionTower:
+    """Where one family of architectures keeps its vision encoder."""
+
+    name: str  # the encoder's attribute on the model or on its inner ``model``
+    projector: str | None  # a sub-module of the encoder that maps into the language model
+
+
+# Qwen2-VL and Qwen2.5-VL keep their projector (``merger``) inside ``visual``; LLaVA-OneVision's
+# ``multi_modal_projector`` sits beside ``vision_tower``, so its whole tower freezes.
+_VISION_TOWERS = (_VisionTower("visual", "merger"), _VisionTower("vision_tower", None))
+
+
 def _freeze_vision_encoder(model: torch.nn.Module) -> None:
-    """Stop gradients into the vision encoder; its projector (``merger``) keeps training."""
-    visual = getattr(model, "visual", None) or getattr(getattr(model, "model", None), "visual",
-                                                        None)
-    if not isinstance(visual, torch.nn.Module):
-        raise ValueError(f"freeze_vision: {type(model).__name__} has no vision encoder "
-                         "(`visual`)")
-    for name, param in visual.named_parameters():
-        if not name.startswith("merger."):
-            param.requires_grad_(False)
+    """Stop gradients into the vision encoder; its projector keeps training."""
+    for holder in (model, getattr(model, "model", None)):
+        for tower in _VISION_TOWERS:
+            encoder = getattr(holder, tower.name, None)
+            if isinstance(encoder, torch.nn.Module):
+                for name, param in encoder.named_parameters():
+                    if tower.projector is None or not name.startswith(f"{tower.projector}."):
+                        param.requires_grad_(False)
+                return
+    names = " or ".join(f"`{t.name}`" for t in _VISION_TOWERS)
+    raise ValueError(f"freeze_vision: {type(model).__name__} has no vision encoder ({names})")
 
 
 class _Progress(TrainerCallback):

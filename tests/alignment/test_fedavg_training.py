@@ -8,7 +8,7 @@ import torch
 from sdk.alignment import fedavg_state_dicts, train_fedavg_reward_model
 from sdk.data import load_pairs
 from sdk.models import build_tiny_vlm
-from sdk.reward import RewardModel, RewardTrainingConfig, train_reward_model
+from sdk.reward import LoraSettings, RewardModel, RewardTrainingConfig, train_reward_model
 
 
 def test_one_round_is_the_pair_weighted_average_of_the_local_models(
@@ -47,3 +47,19 @@ def test_no_pairs_or_no_round_is_refused(tmp_path: Path) -> None:
         train_fedavg_reward_model(tmp_path, [[]], rounds=1)
     with pytest.raises(ValueError, match="rounds >= 1"):
         train_fedavg_reward_model(tmp_path, [[object()]], rounds=0)  # type: ignore[list-item]
+
+
+def test_the_shared_model_takes_the_configs_lora_and_seed(data_dir: Path, tmp_path: Path) -> None:
+    backbone = build_tiny_vlm("qwen2_vl", tmp_path / "vlm", corpus=["which bar", "red", "SALE"])
+    clients = [load_pairs(data_dir / "clients" / c / "train")[:2] for c in ("diagram", "poster")]
+    config = RewardTrainingConfig(steps=1, batch_size=2, warmup_steps=0, seed=3,
+                                  lora=LoraSettings(r=2, alpha=4))
+    states = []
+    for outside_seed in (0, 1):  # whatever the caller's torch seed, config.seed decides
+        torch.manual_seed(outside_seed)
+        model = train_fedavg_reward_model(backbone, clients, rounds=1, config=config)._model
+        assert model.lora == config.lora
+        states.append(model.state_dict())
+    assert any(".lora_A." in name for name in states[0])
+    for name, value in states[0].items():
+        torch.testing.assert_close(states[1][name], value, atol=0, rtol=0)

@@ -24,7 +24,7 @@ from sdk.alignment import (
 )
 from sdk.alignment._grpo import _freeze_vision_encoder
 from sdk.data import load_queries
-from sdk.models import load_vlm
+from sdk.models import ARCHITECTURES, build_tiny_vlm, load_vlm
 from sdk.reward import LoraSettings
 from tests.alignment.conftest import make_chooser
 
@@ -116,6 +116,41 @@ def test_lora_trains_adapters_on_the_language_model_and_saves_them_merged(
 def test_freeze_vision_needs_a_vision_encoder() -> None:
     with pytest.raises(ValueError, match="no vision encoder"):
         _freeze_vision_encoder(torch.nn.Linear(2, 2))
+
+
+# Where each supported architecture keeps its vision encoder, and the projector that must train.
+_TOWERS = ("model.visual.", "model.vision_tower.")
+_PROJECTORS = ("model.visual.merger.", "model.multi_modal_projector.")
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_freeze_vision_freezes_every_architectures_tower_but_not_its_projector(
+        arch: str, tmp_path: Path) -> None:
+    model = load_vlm(build_tiny_vlm(arch, tmp_path / arch, corpus=["what color", "red"])).model
+    _freeze_vision_encoder(model)
+    names = [n for n, _ in model.named_parameters()]
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    assert frozen and frozen == {n for n in names
+                                 if n.startswith(_TOWERS) and not n.startswith(_PROJECTORS)}
+    assert any(n.startswith(_PROJECTORS) for n in names)
+
+
+def test_under_lora_freeze_vision_follows_train_vision() -> None:
+    assert GRPOSettings(lora=LoraSettings()).freeze_vision is True
+    adapted = GRPOSettings(lora=LoraSettings(train_vision=True))
+    assert adapted.freeze_vision is False  # what metrics.json records
+    assert GRPOSettings(lora=LoraSettings(train_vision=True), freeze_vision=False) == adapted
+    # The dump align() writes to metrics.json reads back as the same settings.
+    assert GRPOSettings.model_validate_json(adapted.model_dump_json()) == adapted
+    assert GRPOSettings(**adapted.model_dump()) == adapted
+    assert GRPOSettings(freeze_vision=False).freeze_vision is False  # without LoRA: its own
+
+
+@pytest.mark.parametrize(("freeze", "train_vision"), [(False, False), (True, True)])
+def test_under_lora_a_freeze_vision_against_train_vision_is_refused(
+        freeze: bool, train_vision: bool) -> None:
+    with pytest.raises(ValueError, match=r"LoraSettings\.train_vision alone decides"):
+        GRPOSettings(lora=LoraSettings(train_vision=train_vision), freeze_vision=freeze)
 
 
 def test_cache_key_depends_on_the_data(base_policy: Path, data_dir: Path) -> None:

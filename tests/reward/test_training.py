@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
 from sdk.reward import (
@@ -120,3 +121,14 @@ def test_dp_reports_spent_epsilon_within_target(
     assert math.isfinite(result.spent_epsilon)
     assert result.noise_multiplier > 0.5
     assert not torch.equal(model.head.weight, head_before)
+
+
+def test_a_config_lora_other_than_the_models_is_refused(
+    backbones: dict[str, Path], train_pairs: list[ToyPair]
+) -> None:
+    config = RewardTrainingConfig(steps=1, batch_size=2, fit_normalizer=False,
+                                  lora=LoraSettings(r=2))
+    for model in (_model(backbones["qwen2_vl"]),
+                  _model(backbones["qwen2_vl"], lora=LoraSettings(r=4))):
+        with pytest.raises(ValueError, match="was built with lora="):
+            train_reward_model(model, train_pairs, [], config, progress=False)
