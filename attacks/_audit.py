@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,6 +29,9 @@ from attacks._errors import AttackInputError
 from attacks._html import write_report
 from attacks._membership import Scorer, threshold_attack
 from attacks._report import AuditReport, MembershipReport, ReconstructionReport, membership_report
+
+if TYPE_CHECKING:
+    from sdk.reward import LoraSettings, RewardTrainingConfig
 
 __all__ = ["AuditConfig", "audit_run_dir"]
 
@@ -46,7 +49,9 @@ class AuditConfig(BaseModel):
     shadow_steps: int | None = Field(
         default=None, ge=1, description="None: the target's recorded training steps"
     )
-    shadow_batch_size: int = Field(default=32, ge=1)
+    shadow_batch_size: int | None = Field(
+        default=None, ge=1, description="None: the target's recorded batch size"
+    )
     updates: tuple[Path, ...] = Field(
         default=(), description="captured-update files; () = RUN_DIR/router/captured/*"
     )
@@ -80,6 +85,26 @@ def _margins(model: Any, pairs: list[Any]) -> np.ndarray:
     return np.stack([chosen.double().numpy(), rejected.double().numpy()], axis=1)
 
 
+def _shadow_recipe(
+    training: Mapping[str, Any], lora: LoraSettings | None, cfg: AuditConfig
+) -> RewardTrainingConfig:
+    """The target's training recipe as its checkpoint recorded it (``train_reward_model``'s
+    ``training``; a checkpoint from before session 12 lacks ``config`` and gets the default
+    optimizer): a shadow trained otherwise (no DP-SGD, no adapters, another batch or learning
+    rate) is not the target's twin."""
+    from sdk.reward import DPSettings, RewardTrainingConfig
+
+    recipe = {
+        **(training.get("config") or {}),
+        "steps": cfg.shadow_steps or int(training.get("steps") or 100),
+        "dp": DPSettings(**training["dp"]) if training.get("dp") else None,
+        "lora": lora,
+    }
+    if cfg.shadow_batch_size:
+        recipe["batch_size"] = cfg.shadow_batch_size
+    return RewardTrainingConfig.model_validate(recipe)
+
+
 def _client_reports(
     ckpt: Path,
     run_dir: Path,
@@ -92,7 +117,7 @@ def _client_reports(
 
     from sdk.data import load_pairs
     from sdk.models import size_with_hidden
-    from sdk.reward import DPSettings, RewardModel, ScoreNormalizer
+    from sdk.reward import RewardModel, ScoreNormalizer
 
     client = ckpt.name
     data = run_dir / "data" / "clients" / client
@@ -139,9 +164,6 @@ def _client_reports(
         rest += [p for i, p in enumerate(held) if i not in held_taken]
         population = rest[: max(len(train) - n, 0)]
         training = RewardModel.read_checkpoint_config(ckpt).get("training") or {}
-        steps = cfg.shadow_steps or int(training.get("steps") or 100)
-        # A DP-trained client is calibrated against shadows trained with its own DP-SGD.
-        dp = DPSettings(**training["dp"]) if training.get("dp") else None
         # Shadows are built from scratch like the demo's clients: only a size built here can be.
         size = size_with_hidden(model.bundle.hidden_size)
         if size is None:
@@ -149,12 +171,14 @@ def _client_reports(
                 f"client {client}: LiRA shadows cannot copy a {model.bundle.hidden_size}-wide "
                 f"{model.architecture} (not a size fedmor builds); audit with shadow_models=0"
             )
+        recipe = _shadow_recipe(training, model.lora, cfg)
+        dp = recipe.dp
         private = "" if dp is None else f", record-level DP-SGD at epsilon {dp.target_epsilon:g}"
-        adapters = "" if model.lora is None else f", LoRA rank {model.lora.r}"
+        adapters = "" if recipe.lora is None else f", LoRA rank {recipe.lora.r}"
         say(
-            f"{client}: LiRA with {cfg.shadow_models} shadow models ({size}{adapters}, {steps} "
-            f"steps each on {len(population)} population pairs + half of the {2 * n} "
-            f"candidates{private})"
+            f"{client}: LiRA with {cfg.shadow_models} shadow models ({size}{adapters}, "
+            f"{recipe.steps} steps of {recipe.batch_size} pairs at lr {recipe.lr:g} each on "
+            f"{len(population)} population pairs + half of the {2 * n} candidates{private})"
         )
         out += lira_reports(
             client,
@@ -162,16 +186,13 @@ def _client_reports(
             members + non_members,
             population,
             architecture=model.architecture,
+            size=size,
+            recipe=recipe,
             n_shadow=cfg.shadow_models,
-            shadow_steps=steps,
-            batch_size=cfg.shadow_batch_size,
             clip=normalizer.clip,
             n_boot=cfg.n_boot,
             seed=cfg.seed,
             say=lambda m: say(f"{client}: {m}"),
-            dp=dp,
-            size=size,
-            lora=model.lora,
         )
         for m in out[-2:]:
             say(f"{m.setting}: {m.verdict}")

@@ -26,7 +26,7 @@ from attacks._report import MembershipReport, membership_report
 
 if TYPE_CHECKING:
     from sdk.models import ModelSize
-    from sdk.reward import DPSettings, LoraSettings
+    from sdk.reward import RewardTrainingConfig
 
 __all__ = ["lira_reports"]
 
@@ -39,18 +39,14 @@ class _Shadows:
         self,
         pairs: Sequence[Any],
         architecture: str,
-        steps: int,
-        batch_size: int,
+        size: ModelSize,
+        recipe: RewardTrainingConfig,
         clip: float,
         seed: int,
         say: Callable[[str], None],
-        dp: DPSettings | None = None,
-        size: ModelSize = "tiny",
-        lora: LoraSettings | None = None,
     ) -> None:
-        self.pairs, self.architecture, self.steps = pairs, architecture, steps
-        self.batch_size, self.clip, self.seed, self.say = batch_size, clip, seed, say
-        self.dp, self.size, self.lora = dp, size, lora
+        self.pairs, self.architecture, self.size, self.recipe = pairs, architecture, size, recipe
+        self.clip, self.seed, self.say = clip, seed, say
         self.cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         self.candidates: list[int] = []
         self.planned = 0
@@ -63,11 +59,15 @@ class _Shadows:
 
     def _train(self, train: list[Any]) -> tuple[np.ndarray, np.ndarray]:
         from sdk.models import build_tiny_vlm
-        from sdk.reward import RewardModel, RewardTrainingConfig, pair_texts, train_reward_model
+        from sdk.reward import RewardModel, pair_texts, train_reward_model
 
         s = len(self.cache)
         start = time.perf_counter()
         torch.manual_seed(self.seed + s)
+        cfg = self.recipe.model_copy(
+            update={"seed": self.seed + s, "eval_every": 0, "clip_bound": self.clip,
+                    "fit_normalizer": True}
+        )
         with tempfile.TemporaryDirectory() as tmp:
             backbone = build_tiny_vlm(
                 self.architecture,
@@ -76,16 +76,7 @@ class _Shadows:
                 seed=self.seed + s,
                 size=self.size,
             )
-            model = RewardModel.from_backbone(backbone, lora=self.lora)
-            cfg = RewardTrainingConfig(
-                steps=self.steps,
-                batch_size=self.batch_size,
-                seed=self.seed + s,
-                eval_every=0,
-                clip_bound=self.clip,
-                dp=self.dp,
-                lora=self.lora,
-            )
+            model = RewardModel.from_backbone(backbone, lora=cfg.lora)
             result = train_reward_model(model, train, [], cfg, progress=False)
         cand = [self.pairs[i] for i in self.candidates]
         images, prompts = [p.image for p in cand], [p.prompt for p in cand]
@@ -98,11 +89,11 @@ class _Shadows:
         ).double()
         assert result.normalizer is not None  # fit_normalizer is on by default
         norm = result.normalizer.normalize(raw)
-        private = "" if self.dp is None else f", DP-SGD epsilon {result.spent_epsilon:.3g}"
-        adapters = "" if self.lora is None else f", LoRA rank {self.lora.r}"
+        private = "" if cfg.dp is None else f", DP-SGD epsilon {result.spent_epsilon:.3g}"
+        adapters = "" if cfg.lora is None else f", LoRA rank {cfg.lora.r}"
         self.say(
             f"shadow model {s + 1}/{self.planned} ({self.architecture} {self.size}{adapters}, "
-            f"{len(train)} pairs, {self.steps} steps{private}) trained in "
+            f"{len(train)} pairs, {result.steps} steps{private}) trained in "
             f"{time.perf_counter() - start:.0f} s"
         )
         return raw.numpy(), norm.numpy()
@@ -115,25 +106,21 @@ def lira_reports(
     population: Sequence[Any],
     *,
     architecture: str,
+    size: ModelSize,
+    recipe: RewardTrainingConfig,
     n_shadow: int,
-    shadow_steps: int,
-    batch_size: int,
     clip: float,
     n_boot: int,
     seed: int,
     say: Callable[[str], None],
-    dp: DPSettings | None = None,
-    size: ModelSize = "tiny",
-    lora: LoraSettings | None = None,
 ) -> list[MembershipReport]:
     """LiRA on each view ``(name, target margins (2n, 2))`` of the 2n candidates (first n
-    members); view 0 is raw, every later one normalized and clipped at ``clip``. ``dp``,
-    ``size`` and ``lora``: the target's DP-SGD settings, model size and adapters, which every
-    shadow then has too."""
+    members); view 0 is raw, every later one normalized and clipped at ``clip``. Every shadow
+    is a fresh ``architecture`` of ``size`` trained with ``recipe`` (the target's: its steps,
+    batch, learning rate, LoRA adapters and DP-SGD), seeded apart."""
     pairs = list(candidates) + list(population)
     n2 = len(candidates)
-    shadows = _Shadows(pairs, architecture, shadow_steps, batch_size, clip, seed, say, dp,
-                       size, lora)
+    shadows = _Shadows(pairs, architecture, size, recipe, clip, seed, say)
     shadows.candidates = list(range(n2))
     shadows.planned = n_shadow
     cfg = LiraConfig(n_shadow=n_shadow, seed=seed)

@@ -100,13 +100,20 @@ def train_reward_model(
 ) -> RewardTrainingResult:
     """Train ``model`` with the Bradley-Terry loss; evaluate, checkpoint and fit the normalizer.
 
-    LoRA must already be set on the model (``RewardModel(..., lora=...)``); DP-SGD comes from
+    LoRA must already be set on the model (``RewardModel(..., lora=...)``): a ``config.lora``
+    other than the model's raises ValueError, and None accepts the model's. DP-SGD comes from
     ``config.dp``. With ``out_dir`` the model (and normalizer) are saved there at every
     evaluation and at the end.
     """
     config = config or RewardTrainingConfig()
     if not train_pairs:
         raise ValueError("train_reward_model needs at least one training pair")
+    if config.lora is not None and config.lora != model.lora:
+        # Adapters are injected when the model is built; training cannot add or change them.
+        raise ValueError(
+            f"config.lora={config.lora!r} but the model was built with lora={model.lora!r}: "
+            "build it with RewardModel.from_backbone(path, lora=config.lora)"
+        )
     out = stream or sys.stderr
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
@@ -163,9 +170,11 @@ def train_reward_model(
     spent = dp.spent_epsilon() if dp is not None else None
     checkpoint = None
     if out_dir is not None:
+        # "config" is the whole recipe: an auditor's LiRA shadows train with it (attacks).
         checkpoint = model.save_pretrained(out_dir, extra={"training": {
             "steps": total, "seed": config.seed, "eval_accuracy": eval_acc,
             "spent_epsilon": spent, "dp": None if config.dp is None else config.dp.model_dump(),
+            "config": config.model_dump(mode="json"),
         }})
         if normalizer is not None:
             normalizer.save(checkpoint)

@@ -63,12 +63,13 @@ def dp_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _audit(run_dir: Path, out: Path) -> tuple[list[str], list[str]]:
-    """Audit with two LiRA shadows; (the plan line, the shadows' lines)."""
+    """Audit with two LiRA shadows, batch and all from the target's checkpoint; (the plan
+    line, the shadows' lines)."""
     lines: list[str] = []
     report = audit_run_dir(
         run_dir,
         out,
-        AuditConfig(max_pairs=8, shadow_models=2, shadow_batch_size=4, capture=False),
+        AuditConfig(max_pairs=8, shadow_models=2, capture=False),
         progress=lines.append,
     )
     assert [m.attack for m in report.memberships] == ["threshold"] * 2 + ["lira"] * 2
@@ -88,9 +89,9 @@ def test_audit_trains_lira_shadows_with_the_targets_dp_sgd(dp_run_dir: Path, tmp
 
 
 def test_audit_trains_lira_shadows_of_the_targets_size_and_adapters(tmp_path: Path) -> None:
-    cfg = RewardTrainingConfig(steps=3, batch_size=4, warmup_steps=1, eval_every=0,
+    cfg = RewardTrainingConfig(steps=3, batch_size=4, lr=1e-3, warmup_steps=1, eval_every=0,
                                lora=LoraSettings(r=2, alpha=4))
     run_dir = _run_dir(tmp_path / "run", cfg, size="small")
     plan, shadows = _audit(run_dir, tmp_path / "audit")
-    assert "(small, LoRA rank 2, 3 steps each" in plan[0]
+    assert "(small, LoRA rank 2, 3 steps of 4 pairs at lr 0.001 each" in plan[0]
     assert all("(qwen2_5_vl small, LoRA rank 2, " in line for line in shadows)
