@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "ROUND_KINDS",
+    "UPDATE_PARAMS",
     "ClientRound",
     "FedAvgKind",
     "PayloadError",
@@ -45,6 +46,12 @@ StagePayload = dict[str, Any] | bytes
 # background while a kind's input-free stages (SecAgg+'s key agreement) go ahead; a kind waits
 # on it only at the stage that needs it, and gets what the local update raised, if it failed.
 UpdateSource = Future[tuple[np.ndarray, float]]
+
+
+# Round ``params`` addressed to the members' update sources, not to a round kind: a kind that
+# checks its params for unknown keys passes these through. They are ``client_app``'s
+# ``_router_update.ROUND_PARAM`` and ``_demo.TRAIN_PARAM`` (pinned by a test).
+UPDATE_PARAMS = frozenset({"router_round", "demo_train_s"})
 
 
 def ready_update(vector: np.ndarray, weight: float) -> UpdateSource:

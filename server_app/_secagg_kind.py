@@ -18,25 +18,25 @@ from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from sdk.secagg import (
     ClientState,
     MaskedInput,
-    QuantizationConfig,
     Roster,
     RoundAborted,
     RoundParams,
     SecAggClient,
+    SecAggConfig,
     SecAggError,
     SecAggServer,
     Stage,
-    default_degree,
     parse_client_message,
     parse_server_message,
 )
 from server_app._protocols import (
     ROUND_KINDS,
+    UPDATE_PARAMS,
     ClientRound,
     PayloadError,
     RoundFailed,
@@ -47,23 +47,62 @@ from server_app._protocols import (
     UpdateSource,
 )
 
-__all__ = ["SecAggKind"]
+__all__ = ["SecAggKind", "SecAggRoundParams"]
 
 _STAGES = tuple(s.value for s in Stage if s not in (Stage.DONE, Stage.ABORTED, Stage.ERROR))
 
 
+class SecAggRoundParams(SecAggConfig):
+    """``params`` of a ``router_secagg`` round: ``SecAggConfig``'s ``degree``, ``threshold``,
+    ``quantization``, ``clip_range`` and ``max_weight``, and the ``graph_seed`` that
+    ``SecAggKind.prepare`` fixes. An unknown key is an error, not a silently ignored typo."""
+
+    graph_seed: str = Field(pattern=r"^[0-9a-fA-F]{64}$")  # 32 bytes, hex
+
+    @field_validator("dp", mode="before")
+    @classmethod
+    def _no_dp(cls, value: object) -> None:
+        # The members' update sources report n_k > 1 (their pair counts), while distributed DP
+        # noise only fits the quantization with max_weight = 1: either the clients would drop
+        # out (weight > max_weight) or the noise would swamp the clip range. Not over REST yet.
+        if value is not None:
+            raise ValueError("dp is not supported for REST rounds (members report weights "
+                             "n_k > 1; DP needs max_weight = 1): use sdk.router.SecureAggregator")
+        return None
+
+    @classmethod
+    def parse(cls, params: dict[str, Any]) -> SecAggRoundParams:
+        """Validate a round's ``params`` (the update-source keys aside), with one readable
+        ``ValueError`` naming every bad key."""
+        try:
+            return cls.model_validate({k: v for k, v in params.items() if k not in UPDATE_PARAMS})
+        except ValidationError as exc:
+            problems = [
+                f"unknown parameter {'.'.join(map(str, e['loc']))!r}" if e["type"] == "extra_forbidden"
+                else f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg']}"
+                for e in exc.errors()
+            ]
+            known = sorted({*cls.model_fields, *UPDATE_PARAMS} - {"dp", "graph_seed"})
+            raise ValueError(f"{'; '.join(problems)} (router_secagg params: "
+                             f"{', '.join(known)})") from None
+
+
 def _round_params(spec: RoundSpec) -> tuple[RoundParams, Roster]:
+    cfg = SecAggRoundParams.parse(spec.params)
     n = len(spec.participants)
-    p = spec.params
-    degree = int(p.get("degree", default_degree(n)))
-    threshold = int(p.get("threshold", min(degree + 1, max(spec.min_clients, 2))))
-    quant = (QuantizationConfig.model_validate(p["quantization"]) if "quantization" in p
-             else QuantizationConfig.fitted(num_clients=n, clip_range=float(p.get("clip_range", 1.0)),
-                                            max_weight=int(p.get("max_weight", 1000))))
-    params = RoundParams(
-        round_id=f"round-{spec.round_id}", participants=list(range(1, n + 1)), threshold=threshold,
-        degree=degree, vector_length=spec.vector_length,
-        graph_seed=bytes.fromhex(str(p["graph_seed"])), quantization=quant)
+    params = cfg.round_params(list(range(1, n + 1)), spec.vector_length,
+                              round_id=f"round-{spec.round_id}",
+                              graph_seed=bytes.fromhex(cfg.graph_seed))
+    # Every stage needs ``threshold`` answers, so a threshold >= min_clients also keeps any
+    # aggregate from having fewer survivors; it cannot exceed the degree + 1 share holders
+    # (``_Server.close`` checks min_clients itself for that case).
+    floor = min(spec.min_clients, params.degree + 1)
+    if cfg.threshold is None:  # the SDK's default (a majority of the share holders), or floor
+        params = params.model_copy(update={"threshold": max(params.threshold, floor)})
+    elif params.threshold < floor:
+        raise ValueError(f"threshold {params.threshold} < min_clients {spec.min_clients}: an "
+                         f"aggregate of fewer than min_clients survivors could be accepted; "
+                         f"raise threshold (at most degree + 1 = {params.degree + 1}) or omit it")
     roster = Roster.from_raw({i + 1: base64.b64decode(k) for i, k in enumerate(spec.public_keys)})
     return params, roster
 
@@ -116,6 +155,12 @@ class _Server(ServerRound):
             out = self._sm.close_stage()
         except RoundAborted as exc:
             raise RoundFailed(str(exc)) from exc
+        # The masked inputs that arrived are the aggregate's survivors (one consistency-check
+        # request each). The threshold already guarantees min_clients of them unless
+        # min_clients exceeds degree + 1.
+        if stage == Stage.MASKED_INPUT_COLLECTION.value and len(out) < self.spec.min_clients:
+            raise RoundFailed(f"only {len(out)} masked input(s) arrived, min_clients is "
+                              f"{self.spec.min_clients}")
         return {self._names[i]: m.model_dump(mode="json") for i, m in out.items()}
 
     def result(self) -> np.ndarray:

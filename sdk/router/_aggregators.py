@@ -141,7 +141,14 @@ class SecureAggregator(Aggregator):
     def __init__(self, config: SecAggConfig | None = None, *, seed: int = 0) -> None:
         cfg = config or SecAggConfig(clip_range=1.0, max_weight=10_000)
         if cfg.dp is not None:
-            cfg = cfg.model_copy(update={"max_weight": 1})
+            # The noise std scales with max_weight (z * C * max_weight / sqrt(t)): the
+            # quantization a round uses must carry max_weight 1 too, not only the config field.
+            quant = cfg.quantization
+            cfg = SecAggConfig.model_validate({
+                **dict(cfg),
+                "max_weight": 1,
+                "quantization": None if quant is None else quant.model_copy(update={"max_weight": 1}),
+            })
         self.config = cfg
         self.seed = seed
         self._index: dict[str, int] = {}

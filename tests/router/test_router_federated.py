@@ -26,7 +26,7 @@ from sdk.router import (
     fedavg_plain,
     route,
 )
-from sdk.secagg import DPConfig, SecAggConfig, Stage
+from sdk.secagg import DPConfig, QuantizationConfig, SecAggConfig, Stage, client_noise_std
 from tests.router._helpers import client_responses
 
 IDS = ("a", "b", "c")
@@ -240,6 +240,27 @@ def test_client_level_dp_clips_adds_noise_and_reports_epsilon() -> None:
     with pytest.raises(RouterError, match="max_weight"):
         small = SecureAggregator(SecAggConfig(max_weight=10))
         FederatedRouterTrainer(_router(), _clients(), _fast(1), small, log=None).run()
+
+
+def test_dp_noise_is_uniform_weight_noise_with_an_explicit_quantization() -> None:
+    # docs/router.md: under DP max_weight = 1, so each client adds noise of std z * C / sqrt(t),
+    # also when the config names a quantization made for weighted rounds (max_weight 1000).
+    dp = DPConfig(clip_norm=1.0, noise_multiplier=1.0)
+    quant = QuantizationConfig(clip_range=4.0, scale_bits=16, max_weight=1000)
+    agg = SecureAggregator(SecAggConfig(threshold=2, quantization=quant, dp=dp), seed=3)
+    params = agg.config.round_params(list(range(3)), 1)
+    assert params.quantization.max_weight == 1
+    std = client_noise_std(dp, min_survivors=2, max_weight=params.quantization.max_weight)
+    assert std == pytest.approx(1 / np.sqrt(2))
+    # The round itself: zero deltas, so the mean over 3 clients is pure noise of std
+    # std / sqrt(3) per coordinate (it was clip_range-bounded garbage with max_weight 1000).
+    p = 20_000
+    g = np.zeros(p, dtype=np.float32)
+    agg.bind(IDS, rounds=1, sample_rate=1.0)
+    zero = {c: LocalRouterUpdate(g.copy(), 5, 0.0) for c in IDS}
+    out = agg.aggregate(0, g, zero, {})
+    assert out.params is not None and out.weight_sum == 3
+    assert float(np.std(out.params)) == pytest.approx(std / np.sqrt(3), rel=0.05)
 
 
 def test_federated_router_routes_two_distinguishable_clients() -> None:

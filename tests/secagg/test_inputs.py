@@ -62,6 +62,18 @@ def test_overflow_names_the_bound() -> None:
         fitted.model_copy(update={"scale_bits": fitted.scale_bits + 1}).check_capacity(100)
 
 
+def test_explicit_quantization_owns_clip_range_and_max_weight() -> None:
+    quant = QuantizationConfig(clip_range=4.0, scale_bits=16, max_weight=7)
+    cfg = SecAggConfig(quantization=quant)
+    # The fields report what the rounds use, not their defaults (1.0, 1000).
+    assert (cfg.clip_range, cfg.max_weight) == (4.0, 7)
+    assert cfg.round_params([0, 1, 2], 4).quantization == quant
+    assert SecAggConfig(quantization=quant, clip_range=4.0, max_weight=7).quantization == quant
+    for name, value in (("clip_range", 1.0), ("max_weight", 1000)):
+        with pytest.raises(ValueError, match=f"{name}={value!r} contradicts quantization.{name}"):
+            SecAggConfig(quantization=quant, **{name: value})  # type: ignore[arg-type]
+
+
 def test_encoding_is_unbiased_and_wraps_negatives() -> None:
     cfg = QuantizationConfig(clip_range=2.0, scale_bits=4, max_weight=10)
     x = np.full(20000, -0.3)  # weight 5: -0.3 * 5/10 * 16 = -2.4 units, not exact

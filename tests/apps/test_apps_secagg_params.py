@@ -1,0 +1,88 @@
+"""``router_secagg`` round params, in-process: bad keys are a 422 naming them, the default
+threshold is the SDK's majority raised to min_clients, and no aggregate is accepted from fewer
+than min_clients survivors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from client_app._demo import TRAIN_PARAM
+from client_app._router_update import ROUND_PARAM
+from server_app import ROUND_KINDS, RoundSpec, generate_key, public_key_b64, ready_update
+from server_app._protocols import UPDATE_PARAMS, RoundFailed
+from server_app._secagg_kind import _round_params
+
+from .conftest import Member
+
+ADMIN = {"authorization": "Bearer adm"}
+KIND = ROUND_KINDS["router_secagg"]
+
+
+def _spec(n: int, min_clients: int, **params: Any) -> RoundSpec:
+    return RoundSpec(round_id=1, kind=KIND.name, participants=[f"c{i}" for i in range(n)],
+                     public_keys=[public_key_b64(generate_key()) for _ in range(n)],
+                     vector_length=4, min_clients=min_clients, stage_deadline_s=5.0,
+                     params=KIND.prepare(params))
+
+
+@pytest.mark.parametrize(("params", "needle"), [
+    ({"thresold": 2}, "unknown parameter 'thresold'"),
+    ({"dp": {"noise_multiplier": 1.0}}, "dp is not supported"),
+    ({"threshold": 1}, "threshold 1 < min_clients 2"),
+    ({"clip_range": 2.0, "quantization": {"clip_range": 1.0}}, "contradicts quantization"),
+    ({"degree": "many"}, "degree:"),
+])
+def test_bad_params_make_round_creation_a_422(server: tuple[TestClient, list[Member]],
+                                              params: dict[str, Any], needle: str) -> None:
+    tc, _ = server
+    r = tc.post("/v1/rounds", headers=ADMIN, json={
+        "kind": "router_secagg", "vector_length": 4, "min_clients": 2, "params": params})
+    assert r.status_code == 422, r.text
+    assert needle in r.json()["detail"], r.json()["detail"]
+
+
+def test_update_source_params_pass_through(server: tuple[TestClient, list[Member]]) -> None:
+    assert {ROUND_PARAM, TRAIN_PARAM} <= UPDATE_PARAMS  # the keys client_app reads
+    tc, _ = server
+    r = tc.post("/v1/rounds", headers=ADMIN, json={
+        "kind": "router_secagg", "vector_length": 4, "min_clients": 2,
+        "params": {ROUND_PARAM: 3, TRAIN_PARAM: 0}})
+    assert r.status_code == 200, r.text
+    assert r.json()["params"][ROUND_PARAM] == 3
+
+
+@pytest.mark.parametrize(("min_clients", "params", "threshold"), [
+    (2, {}, 6),  # degree 9 (10 clients): the SDK's majority floor(10 / 2) + 1, not 2
+    (8, {}, 8),  # raised to min_clients
+    (8, {"degree": 3}, 4),  # but never above degree + 1
+    (2, {"degree": 3, "threshold": 2}, 2),  # an explicit one >= min_clients is kept
+])
+def test_default_threshold_is_the_sdk_majority_raised_to_min_clients(
+        min_clients: int, params: dict[str, Any], threshold: int) -> None:
+    round_params, _ = _round_params(_spec(10, min_clients, **params))
+    assert round_params.threshold == threshold
+
+
+def test_fewer_masked_inputs_than_min_clients_fail_the_round() -> None:
+    # min_clients 4 > degree + 1 = 3: the threshold (3) alone would accept 3 survivors.
+    spec = _spec(4, 4, degree=2)
+    keys = [generate_key() for _ in spec.participants]
+    spec = spec.model_copy(update={"public_keys": [public_key_b64(k) for k in keys]})
+    server = KIND.server(spec)
+    halves = {c: KIND.client(spec, client_id=c, key=k, update=ready_update(np.ones(4), 1),
+                             state=None) for c, k in zip(spec.participants, keys, strict=True)}
+    inputs = {c: server.first_broadcast(c) for c in halves}
+    stages = list(server.stages)
+    for stage in stages[:2]:
+        for c, half in halves.items():
+            server.accept(stage, c, server.parse(stage, c, half.message(stage, inputs[c])))
+        inputs = server.close(stage)
+    stage = stages[2]  # masked_input_collection; c3 drops out
+    for c in spec.participants[:3]:
+        server.accept(stage, c, server.parse(stage, c, halves[c].message(stage, inputs[c])))
+    with pytest.raises(RoundFailed, match="only 3 masked input"):
+        server.close(stage)
