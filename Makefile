@@ -11,8 +11,9 @@ $(STAMP): $(DEPS)
 	@$(VENV)/bin/python -m pip install -q --upgrade pip
 	@# torch first and pinned: the CPU build that lies on this machine's disk.
 	@$(VENV)/bin/python -m pip install -q torch==2.13.0
-	@# compat mode: a .pth to the repo root, so packages and modules added later import too
-	@$(VENV)/bin/python -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
+	@# setuptools' default editable mode maps each top-level package to its folder here, so
+	@# modules added to them later import too (the deprecated compat mode is not needed)
+	@$(VENV)/bin/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
 demo: $(STAMP)
