@@ -14,7 +14,8 @@ from _table1_summary import ROW_COLUMNS, headline, print_table, summarize
 
 def _row(id_: float, heldout: float, *, detail: float | None = None) -> dict[str, Any]:
     row: dict[str, Any] = {c: 0.5 for c in ROW_COLUMNS}
-    row.update(id=id_, heldout=heldout, id_expected=id_ - 0.2, heldout_expected_bo3=heldout - 0.01)
+    row.update(id=id_, heldout=heldout, id_expected=id_ - 0.2, id_expected_bo3=id_ - 0.02,
+               heldout_expected_bo3=heldout - 0.01)
     if detail is not None:
         row.update(style_win=detail / 2 + 0.5,
                    style={"detail": {"win_rate": detail}, "safety": {"win_rate": 1.0}})
@@ -36,6 +37,8 @@ def test_the_best_baseline_excludes_mor_and_its_ablations() -> None:
     assert h["mor_heldout_expected_bo3"] == pytest.approx(0.79)
     assert h["best_baseline_heldout_expected_bo3"] == pytest.approx(0.82)
     assert h["best_baseline_id_expected"] == pytest.approx(0.72)
+    assert h["mor_id_expected_bo3"] == pytest.approx(0.94)
+    assert h["best_baseline_id_expected_bo3"] == pytest.approx(0.90)
     assert h["no_online_id_avg"] == 0.99
     assert h["no_norm_id_avg"] is None  # left out by --methods
     assert h["mor_style_win"] is None and h["routed_step_overhead_ratio"] == 0.971
@@ -56,5 +59,7 @@ def test_the_printed_table_has_a_line_per_method() -> None:
     lines: list[str] = []
     print_table(summarize({"base": [_row(0.9, 0.8)], "mor": [_row(0.961, 0.804)]}),
                 lines.append, style=False)
-    assert "held-out E[bo3]" in lines[0] and "style win" not in lines[0]
-    assert lines[2].startswith("mor") and "0.961±0.000" in lines[2] and "0.794±0.000" in lines[2]
+    assert "ID E[bo3]" in lines[0] and "held-out E[bo3]" in lines[0]
+    assert "style win" not in lines[0]
+    assert lines[2].startswith("mor") and "0.961±0.000" in lines[2] and "0.941±0.000" in lines[2]
+    assert "0.794±0.000" in lines[2]
