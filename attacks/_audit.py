@@ -27,7 +27,7 @@ from attacks._captured import CapturedRouterUpdate
 from attacks._captured_attacks import CapturedAttackConfig, attack_captured_update
 from attacks._errors import AttackInputError
 from attacks._html import write_report
-from attacks._membership import Scorer, threshold_attack
+from attacks._membership import PairScorer, threshold_attack
 from attacks._report import AuditReport, MembershipReport, ReconstructionReport, membership_report
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ def _client_reports(
     ckpt: Path,
     run_dir: Path,
     cfg: AuditConfig,
-    live: Scorer[Any] | None,
+    live: PairScorer[Any] | None,
     say: Callable[[str], None],
 ) -> list[MembershipReport]:
     # sdk.reward imports torch and transformers: only when an audit runs.
@@ -236,7 +236,7 @@ def audit_run_dir(
     out_dir: str | Path,
     config: AuditConfig | None = None,
     *,
-    live: Mapping[str, Scorer[Any]] | None = None,
+    live: Mapping[str, PairScorer[Any]] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> AuditReport:
     """Attack every client's reward model of a demo run and every captured router update;

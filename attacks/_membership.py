@@ -20,8 +20,8 @@ from attacks._errors import AttackInputError
 __all__ = [
     "AttackScores",
     "LiraConfig",
+    "PairScorer",
     "PairT",
-    "Scorer",
     "ShadowTrainer",
     "balance",
     "lira_attack",
@@ -29,8 +29,8 @@ __all__ = [
 ]
 
 PairT = TypeVar("PairT")
-Scorer = Callable[[Sequence[PairT]], np.ndarray]
-ShadowTrainer = Callable[[Sequence[PairT]], Scorer[PairT]]
+PairScorer = Callable[[Sequence[PairT]], np.ndarray]
+ShadowTrainer = Callable[[Sequence[PairT]], PairScorer[PairT]]
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def balance(
     return take(members), take(non_members)
 
 
-def _margins(scorer: Scorer[PairT], pairs: Sequence[PairT], who: str) -> np.ndarray:
+def _margins(scorer: PairScorer[PairT], pairs: Sequence[PairT], who: str) -> np.ndarray:
     out = np.asarray(scorer(pairs), dtype=np.float64).reshape(-1)
     if out.shape != (len(pairs),):
         raise AttackInputError(f"{who} returned {out.shape} margins for {len(pairs)} pairs")
@@ -74,7 +74,7 @@ def _margins(scorer: Scorer[PairT], pairs: Sequence[PairT], who: str) -> np.ndar
 
 
 def threshold_attack(
-    scorer: Scorer[PairT],
+    scorer: PairScorer[PairT],
     members: Sequence[PairT],
     non_members: Sequence[PairT],
     *,
@@ -118,7 +118,7 @@ def _log_normal_pdf(x: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> np.ndarray
 
 
 def lira_attack(
-    scorer: Scorer[PairT],
+    scorer: PairScorer[PairT],
     members: Sequence[PairT],
     non_members: Sequence[PairT],
     train_shadow: ShadowTrainer[PairT],

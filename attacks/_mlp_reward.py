@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
 from attacks._errors import AttackInputError
-from attacks._membership import Scorer, ShadowTrainer
+from attacks._membership import PairScorer, ShadowTrainer
 
 if TYPE_CHECKING:  # sdk.reward imports transformers (~10 s): only when DP training runs
     from sdk.reward import DPSettings
@@ -89,7 +89,7 @@ class TrainedMlpReward:
         i = torch.arange(len(pairs)) if idx is None else torch.as_tensor(list(idx))
         return self.model(pairs.pos[i]).reshape(-1), self.model(pairs.neg[i]).reshape(-1)
 
-    def scorer(self, pairs: MlpPairs) -> Scorer[int]:
+    def scorer(self, pairs: MlpPairs) -> PairScorer[int]:
         """Raw margins R(x, y+) - R(x, y-) of pair indices: what the attacks query."""
 
         def score(idx: Sequence[int]) -> np.ndarray:
@@ -163,7 +163,7 @@ def mlp_shadow_trainer(
     a fresh initialization per shadow (the target's seed is not known)."""
     seeds = itertools.count(config.seed + 1000)
 
-    def train_shadow(train: Sequence[int]) -> Scorer[int]:
+    def train_shadow(train: Sequence[int]) -> PairScorer[int]:
         shadow = config.model_copy(update={"seed": next(seeds)})
         return train_mlp_reward(pairs, train, shadow, dp=dp).scorer(pairs)
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from attacks._errors import AttackInputError
-from attacks._membership import Scorer, threshold_attack
+from attacks._membership import PairScorer, threshold_attack
 from attacks._report import MembershipReport, membership_report
 
 if TYPE_CHECKING:  # sdk.reward imports transformers: only when a report runs
@@ -64,7 +64,7 @@ def normalization_reports(
 
 def _margin_scorer(
     raw_pos: torch.Tensor, raw_neg: torch.Tensor, norm: ScoreNormalizer | None
-) -> Scorer[int]:
+) -> PairScorer[int]:
     """The margins a client would answer for pair indices, through ``norm`` when given."""
 
     def scorer(idx: Sequence[int]) -> np.ndarray:

@@ -27,7 +27,7 @@ __all__ = [
     "AverageRM",
     "PairLike",
     "PairScores",
-    "RandomSelection",
+    "RandomRM",
     "RewardScores",
     "RouterSelection",
     "SelectionMethod",
@@ -99,7 +99,7 @@ class AverageRM(SelectionMethod):
         return _wins(mean[:, 0], mean[:, 1])
 
 
-class RandomSelection(SelectionMethod):
+class RandomRM(SelectionMethod):
     """Each response scored by a uniformly random client: the exact expectation over all K^2
     (chosen client, rejected client) draws, so no sampling noise."""
 
@@ -272,7 +272,7 @@ def table4(
         else [
             *singles,
             AverageRM(),
-            RandomSelection(),
+            RandomRM(),
             RouterSelection(),
             RouterSelection(normalized=False),
         ]

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from attacks import Scorer, smooth_images
+from attacks import PairScorer, smooth_images
 
 __all__ = [
     "PairData",
@@ -89,7 +89,7 @@ class PairData:
 
 def train_reward_scorer(
     data: PairData, pairs: Sequence[Pair], *, epochs: int = 300, seed: int = 0
-) -> Scorer[Pair]:
+) -> PairScorer[Pair]:
     """Train a small MLP reward model with the Bradley-Terry loss on ``pairs`` (full batch,
     no regularization: it over-fits) and return its raw, unnormalized margin scorer."""
     torch.manual_seed(seed)

@@ -10,7 +10,7 @@ from _attack_kit import Pair, PairData, train_reward_scorer
 from attacks import (
     AttackInputError,
     LiraConfig,
-    Scorer,
+    PairScorer,
     balance,
     lira_attack,
     membership_report,
@@ -24,22 +24,22 @@ POPULATION = list(range(200, 400))  # the auditor's own data from the same distr
 
 
 @pytest.fixture(scope="module")
-def overfit() -> Scorer[Pair]:
+def overfit() -> PairScorer[Pair]:
     return train_reward_scorer(DATA, MEMBERS)
 
 
 @pytest.fixture(scope="module")
-def independent() -> Scorer[Pair]:
+def independent() -> PairScorer[Pair]:
     # Trained on pairs that are neither "members" nor "non-members": its scores cannot
     # depend on the membership labels.
     return train_reward_scorer(DATA, POPULATION[:100], seed=1)
 
 
-def shadow_trainer(pairs: Sequence[Pair]) -> Scorer[Pair]:
+def shadow_trainer(pairs: Sequence[Pair]) -> PairScorer[Pair]:
     return train_reward_scorer(DATA, pairs, seed=len(pairs))
 
 
-def test_threshold_attack_bites_on_overfit_raw_scores(overfit: Scorer[Pair]) -> None:
+def test_threshold_attack_bites_on_overfit_raw_scores(overfit: PairScorer[Pair]) -> None:
     rep = membership_report(threshold_attack(overfit, MEMBERS, NON_MEMBERS), setting="unprotected")
     assert rep.auc >= 0.75
     assert rep.auc_ci[0] <= rep.auc <= rep.auc_ci[1]
@@ -50,7 +50,7 @@ def test_threshold_attack_bites_on_overfit_raw_scores(overfit: Scorer[Pair]) -> 
     assert rep.roc.fpr[0] == 0.0 and rep.roc.tpr[-1] == 1.0
 
 
-def test_threshold_attack_is_null_on_independent_scores(independent: Scorer[Pair]) -> None:
+def test_threshold_attack_is_null_on_independent_scores(independent: PairScorer[Pair]) -> None:
     rep = membership_report(
         threshold_attack(independent, MEMBERS, NON_MEMBERS), setting="independent"
     )
@@ -58,7 +58,7 @@ def test_threshold_attack_is_null_on_independent_scores(independent: Scorer[Pair
     assert rep.verdict.startswith("within the null band")
 
 
-def test_lira_bites_on_overfit_scores(overfit: Scorer[Pair]) -> None:
+def test_lira_bites_on_overfit_scores(overfit: PairScorer[Pair]) -> None:
     scores = lira_attack(
         overfit,
         MEMBERS,
@@ -72,7 +72,7 @@ def test_lira_bites_on_overfit_scores(overfit: Scorer[Pair]) -> None:
     assert rep.verdict.startswith("leaks")
 
 
-def test_lira_is_null_on_independent_scores(independent: Scorer[Pair]) -> None:
+def test_lira_is_null_on_independent_scores(independent: PairScorer[Pair]) -> None:
     scores = lira_attack(
         independent,
         MEMBERS,

@@ -130,7 +130,7 @@ def test_public_api_is_pinned() -> None:
             "RemoteRewardScorer",
             "RocCurve",
             "SSIMParams",
-            "Scorer",
+            "PairScorer",
             "ShadowTrainer",
             "TrainedMlpReward",
             "UpdateKind",

@@ -21,7 +21,7 @@ def test_public_api_is_pinned() -> None:
         "PairLike",
         "PairScores",
         "PlainAggregator",
-        "RandomSelection",
+        "RandomRM",
         "RewardScores",
         "RoundAggregate",
         "RoundStats",

@@ -315,7 +315,7 @@ def test_federated_names_are_exported() -> None:
         "PairLike",
         "PairScores",
         "PlainAggregator",
-        "RandomSelection",
+        "RandomRM",
         "RewardScores",
         "RoundAggregate",
         "RoundStats",

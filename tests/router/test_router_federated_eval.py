@@ -22,7 +22,7 @@ from sdk.router import (
     HashingEncoderConfig,
     LocalTrainingConfig,
     PairScores,
-    RandomSelection,
+    RandomRM,
     Router,
     RouterClient,
     RouterConfig,
@@ -50,7 +50,7 @@ def test_random_selection_is_the_exact_expectation_over_all_routings() -> None:
             for a, b in itertools.product(range(3), repeat=2)
         ]
     )
-    assert RandomSelection().accuracy(s) == pytest.approx(brute)
+    assert RandomRM().accuracy(s) == pytest.approx(brute)
 
 
 def test_single_average_and_ties() -> None:

@@ -1,0 +1,20 @@
+"""One public name, one thing: a name exported by two packages is the same object in both."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+
+PACKAGES = ("sdk.alignment", "sdk.data", "sdk.models", "sdk.reward", "sdk.router", "sdk.secagg",
+            "server_app", "client_app", "attacks")
+
+
+def test_no_two_packages_export_different_things_under_one_name() -> None:
+    exports = {name: importlib.import_module(name) for name in PACKAGES}
+    clashes = [
+        f"{a}.{name} is not {b}.{name}"
+        for (a, ma), (b, mb) in itertools.combinations(exports.items(), 2)
+        for name in sorted(set(ma.__all__) & set(mb.__all__))
+        if getattr(ma, name) is not getattr(mb, name)
+    ]
+    assert not clashes, clashes
