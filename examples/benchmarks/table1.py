@@ -160,6 +160,7 @@ def main() -> None:
     settings = {k: v for k, v in vars(args).items()
                 if k not in ("out", "resume", "seeds", "methods", "overhead_steps")}
     settings["row_columns"] = list(ROW_COLUMNS)  # rows saved before a column existed cannot resume
+    settings["warmup"] = WARMUP.model_dump()  # rows on another base policy cannot resume either
     try:
         log = RowLog(args.out, settings, resume=args.resume,
                      defaults={k: parser.get_default(k) for k in settings})

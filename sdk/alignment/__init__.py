@@ -25,6 +25,7 @@ from sdk.alignment._evaluation import (
     evaluate_policy,
     generate_responses,
     option_probabilities,
+    right_option_probabilities,
     style_scores,
 )
 from sdk.alignment._fedavg import fedavg_state_dicts, train_fedavg_reward_model
@@ -117,6 +118,7 @@ __all__ = [
     "parse_choice",
     "query_dataset",
     "register_selection",
+    "right_option_probabilities",
     "routed_scores",
     "style_scores",
     "sync_router_update",

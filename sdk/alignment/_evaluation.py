@@ -35,6 +35,7 @@ __all__ = [
     "evaluate_policy",
     "generate_responses",
     "option_probabilities",
+    "right_option_probabilities",
     "style_scores",
 ]
 
@@ -166,6 +167,13 @@ def option_probabilities(bundle: VLMBundle, queries: Sequence[Query], *,
     return torch.cat(out).view(len(queries), -1)
 
 
+def right_option_probabilities(bundle: VLMBundle, queries: Sequence[Query], *,
+                               temperature: float = 1.0, batch_size: int = 32) -> torch.Tensor:
+    """(n queries,): the probability of answering each query with exactly its right option."""
+    probs = option_probabilities(bundle, queries, temperature=temperature, batch_size=batch_size)
+    return probs[torch.arange(len(queries)), [_answer_index(q) for q in queries]]
+
+
 def evaluate_policy(
     policy: str | Path | VLMBundle,
     queries_by_category: Mapping[str, Sequence[Query]],
@@ -184,9 +192,8 @@ def evaluate_policy(
             for _ in range(s.samples)
         ]
         greedy = generate_responses(bundle, images, prompts, sample=False, settings=s)
-        probs = option_probabilities(bundle, queries, temperature=s.temperature,
-                                     batch_size=s.batch_size)
-        right = probs[torch.arange(len(queries)), [_answer_index(q) for q in queries]]  # (n,)
+        right = right_option_probabilities(bundle, queries, temperature=s.temperature,
+                                           batch_size=s.batch_size)
         result.categories[name] = CategoryScore(
             best_of_n=best_of_n_accuracy(queries, sampled),
             greedy=best_of_n_accuracy(queries, [greedy]),

@@ -10,14 +10,15 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from sdk.alignment._evaluation import right_option_probabilities
 from sdk.data import Query
-from sdk.models import encode_batch, load_vlm
+from sdk.models import VLMBundle, encode_batch, load_vlm
 from sdk.router import image_digest
 
 __all__ = ["WarmupConfig", "warmup_cache_key", "warmup_policy"]
@@ -38,6 +39,12 @@ class WarmupConfig(BaseModel):
     learning_rate: float = Field(default=1e-3, gt=0)
     warmup_steps: int = Field(default=10, ge=0)
     seed: int = 0
+    # How far a warm-up gets in its steps is chaotic: the same recipe read `poster` at P(right)
+    # 0.49 on one machine and 0.98 on another (docs/alignment.md, "Session 15"). A target makes
+    # "partial ability" a setting rather than luck: the warm-up stops at the first check where
+    # the validation queries' P(right), averaged per category, reaches it.
+    stop_at_expected: float | None = Field(default=None, gt=0, le=1)
+    check_every: int = Field(default=50, ge=1)
 
 
 def _files_digest(directory: Path) -> str:
@@ -48,11 +55,13 @@ def _files_digest(directory: Path) -> str:
     return h.hexdigest()
 
 
-def warmup_cache_key(config: WarmupConfig, base_dir: Path, queries: Sequence[Query]) -> str:
-    """sha256 (first 16 hex) of the config, the base checkpoint and the data manifest."""
+def warmup_cache_key(config: WarmupConfig, base_dir: Path, queries: Sequence[Query],
+                     validation: Sequence[Query] = ()) -> str:
+    """sha256 (first 16 hex) of the config, the base checkpoint and the data manifest (the
+    training queries, then the validation queries an early stop reads)."""
     h = hashlib.sha256(config.model_dump_json().encode())
     h.update(_files_digest(base_dir).encode())
-    for q in queries:
+    for q in (*queries, *validation):
         h.update(json.dumps([q.id, q.prompt, q.answer, list(q.options)]).encode())
         h.update(image_digest(q.image).encode())
     return h.hexdigest()[:16]
@@ -66,21 +75,39 @@ def _answer_labels(batch_ids: torch.Tensor, prompt_lengths: torch.Tensor,
     return torch.where(keep, batch_ids, torch.full_like(batch_ids, -100))
 
 
+def _validation_accuracy(bundle: VLMBundle, validation: Mapping[str, Sequence[Query]]) -> float:
+    """Mean over categories of the mean P(right option) (noise-free, teacher-forced)."""
+    out = sum(float(right_option_probabilities(bundle, qs).mean())
+              for qs in validation.values()) / len(validation)
+    bundle.model.train()
+    return out
+
+
 def warmup_policy(
     base_dir: str | Path,
     queries: Sequence[Query],
     cache_root: str | Path,
     config: WarmupConfig | None = None,
     *,
+    validation: Mapping[str, Sequence[Query]] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Path:
-    """Fine-tune ``base_dir`` on the answers of ``queries``; return the (cached) policy dir."""
+    """Fine-tune ``base_dir`` on the answers of ``queries``; return the (cached) policy dir.
+
+    With ``config.stop_at_expected``, ``validation`` (multiple-choice queries by category, not
+    the evaluation's) decides when to stop."""
     cfg = config or WarmupConfig()
     base = Path(base_dir)
     usable = [q for q in queries if q.answer is not None]
     if not usable:
         raise ValueError("warm-up needs queries with answers (the policy/warmup split)")
-    out = Path(cache_root) / f"warmup-{warmup_cache_key(cfg, base, usable)}"
+    checked = {c: list(qs) for c, qs in (validation or {}).items() if qs}
+    if cfg.stop_at_expected is not None and not checked:
+        raise ValueError("WarmupConfig.stop_at_expected needs validation queries")
+    if cfg.stop_at_expected is None:
+        checked = {}  # they would change nothing but the cache key
+    flat = [q for qs in checked.values() for q in qs]
+    out = Path(cache_root) / f"warmup-{warmup_cache_key(cfg, base, usable, flat)}"
     say = progress or (lambda _m: None)
     if (out / _DONE).is_file():
         say(f"warm-up: cached at {out}")
@@ -95,6 +122,7 @@ def warmup_policy(
     )
     model.train()
     losses: list[float] = []
+    reached: list[tuple[int, float]] = []  # (steps done, validation P(right)) at each check
     for step in range(cfg.steps):
         batch = rng.sample(usable, min(cfg.batch_size, len(usable)))
         images = [q.image for q in batch]
@@ -113,11 +141,19 @@ def warmup_policy(
         losses.append(loss.item())
         if step % 25 == 0 or step == cfg.steps - 1:
             say(f"warm-up step {step + 1}/{cfg.steps} loss {losses[-1]:.3f}")
+        if checked and (step + 1) % cfg.check_every == 0:
+            reached.append((step + 1, _validation_accuracy(bundle, checked)))
+            say(f"warm-up step {step + 1}: validation P(right) {reached[-1][1]:.3f}")
+            if cfg.stop_at_expected is not None and reached[-1][1] >= cfg.stop_at_expected:
+                say(f"warm-up: stopped at step {step + 1} (target {cfg.stop_at_expected})")
+                break
     model.eval()
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(tmp)
     processor.save_pretrained(tmp)
-    (tmp / _DONE).write_text(json.dumps({"config": cfg.model_dump(), "losses": losses}))
+    (tmp / _DONE).write_text(json.dumps({"config": cfg.model_dump(), "losses": losses,
+                                         "steps_done": len(losses),
+                                         "validation_expected": reached}))
     if out.exists():  # another process finished first: keep theirs
         return out
     tmp.rename(out)

@@ -47,6 +47,28 @@ def test_warmup_is_cached_and_changes_the_policy(base_policy: Path, data_dir: Pa
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
 
+def test_warmup_stops_at_its_validation_target(base_policy: Path, data_dir: Path,
+                                               tmp_path: Path) -> None:
+    queries = load_queries(data_dir / "policy" / "warmup")
+    validation = {c: load_queries(data_dir / "policy" / "eval" / c)
+                  for c in ("diagram", "position")}
+    with pytest.raises(ValueError, match="validation"):
+        warmup_policy(base_policy, queries, tmp_path, WarmupConfig(steps=4, stop_at_expected=0.5))
+
+    def record(cfg: WarmupConfig) -> dict[str, Any]:
+        out = warmup_policy(base_policy, queries, tmp_path, cfg, validation=validation)
+        return json.loads((out / "warmup.json").read_text())
+
+    # A target the tiny policy cannot reach: every check runs, the warm-up runs to the end.
+    full = record(WarmupConfig(steps=6, batch_size=4, check_every=2, stop_at_expected=1.0))
+    assert full["steps_done"] == 6 and [s for s, _ in full["validation_expected"]] == [2, 4, 6]
+    # A target just below what the first check reads: it stops there.
+    first = full["validation_expected"][0][1]
+    early = record(WarmupConfig(steps=6, batch_size=4, check_every=2,
+                                stop_at_expected=first * 0.999))
+    assert early["steps_done"] == 2 and early["validation_expected"] == [[2, first]]
+
+
 def test_tiny_grpo_run_with_mor_changes_the_policy(base_policy: Path, data_dir: Path,
                                                    tmp_path: Path) -> None:
     queries = load_queries(data_dir / "policy" / "train")

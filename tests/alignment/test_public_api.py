@@ -15,7 +15,7 @@ def test_public_api_is_pinned() -> None:
         "WarmupConfig", "align", "best_of_n_accuracy", "check_lengths", "communication_bytes",
         "evaluate_policy", "fedavg_state_dicts", "generate_responses", "is_correct",
         "load_judge_prompt", "loss_feedback", "lora_parameter_count", "make_selection",
-        "message_text", "normalize_answer", "option_probabilities", "parameter_count", "parse_choice", "query_dataset",
+        "message_text", "normalize_answer", "option_probabilities", "parameter_count", "right_option_probabilities", "parse_choice", "query_dataset",
         "register_selection", "routed_scores", "style_scores", "sync_router_update", "train_fedavg_reward_model", "warmup_cache_key",
         "warmup_policy",
     ])
