@@ -41,8 +41,8 @@ class TaskBenchmark:
     eval_sets: dict[str, list[Query]]
 
 
-def prepare_task_benchmark(out: Path, *, eval_per_category: int,
-                           say: Callable[[str], None]) -> TaskBenchmark:
+def prepare_task_benchmark(out: Path, *, eval_per_category: int, say: Callable[[str], None],
+                           warmup: WarmupConfig = WARMUP) -> TaskBenchmark:
     """Synthesize (or reuse) the benchmark in ``out`` and warm the base policy up (cached)."""
     out.mkdir(parents=True, exist_ok=True)
     data = out / "data"
@@ -74,7 +74,7 @@ def prepare_task_benchmark(out: Path, *, eval_per_category: int,
         corpus = [q.prompt for q in warm_queries] + [str(q.answer) for q in warm_queries]
         build_tiny_vlm("qwen2_5_vl", base, corpus=corpus)
     say("supervised warm-up (cached) ...")
-    policy = warmup_policy(base, warm_queries, out / "cache", WARMUP, validation=validation,
+    policy = warmup_policy(base, warm_queries, out / "cache", warmup, validation=validation,
                            progress=say)
     return TaskBenchmark(data=data, policy=policy, grpo_queries=grpo_queries,
                          answers={image_digest(q.image): q for q in grpo_queries},

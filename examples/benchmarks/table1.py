@@ -54,6 +54,7 @@ from _table1_rows import RowLog
 from _table1_setup import WARMUP, prepare_task_benchmark
 from _table1_style import StyleClients, prepare_style_clients
 from _table1_summary import ROW_COLUMNS, headline, print_table, summarize
+from pydantic import ValidationError
 
 from sdk.alignment import (
     ONLINE_ROUTER_CONFIG,
@@ -65,6 +66,7 @@ from sdk.alignment import (
     RewardSelection,
     SelectionRewardFunction,
     StepTimer,
+    WarmupConfig,
     align,
     evaluate_policy,
     make_selection,
@@ -131,6 +133,14 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="GRPO's learning rate (default: 1e-3 with LoRA, GRPOSettings' "
                         "without)")
+    parser.add_argument("--warmup-target", type=float, default=WARMUP.stop_at_expected,
+                        help="the base policy's warm-up stops once the task categories' "
+                        "validation P(right) averages this (default %(default)s)")
+    parser.add_argument("--num-generations", type=int, default=4,
+                        help="GRPO's group size M (completions per prompt)")
+    parser.add_argument("--grpo-temperature", type=float, default=None,
+                        help="GRPO's sampling temperature (default: GRPOSettings'); the "
+                        "evaluation samples at 1.0 either way")
     parser.add_argument("--scale-rewards", choices=("none", "group", "batch"), default=None,
                         help="GRPO advantage scaling (default: GRPOSettings')")
     # -1.6: about what the normalized task judges give an unparseable answer themselves
@@ -160,7 +170,12 @@ def main() -> None:
     settings = {k: v for k, v in vars(args).items()
                 if k not in ("out", "resume", "seeds", "methods", "overhead_steps")}
     settings["row_columns"] = list(ROW_COLUMNS)  # rows saved before a column existed cannot resume
-    settings["warmup"] = WARMUP.model_dump()  # rows on another base policy cannot resume either
+    try:
+        warmup = WarmupConfig.model_validate(WARMUP.model_dump()
+                                             | {"stop_at_expected": args.warmup_target})
+    except ValidationError as e:
+        parser.error(f"--warmup-target: {e.errors()[0]['msg']}")
+    settings["warmup"] = warmup.model_dump()  # rows on another base policy cannot resume either
     try:
         log = RowLog(args.out, settings, resume=args.resume,
                      defaults={k: parser.get_default(k) for k in settings})
@@ -178,7 +193,9 @@ def main() -> None:
     # 0.050 (0.864, 0.882 vs 0.846, 0.832; base 0.717) in 2 seeds (docs/alignment.md, "Session 4").
     learning_rate = args.learning_rate or (LORA_LEARNING_RATE if args.lora_rank else None)
     grpo = GRPOSettings(steps=args.steps or (150 if quick else 200), prompts_per_step=8,
-                        num_generations=4, max_completion_length=8,
+                        num_generations=args.num_generations, max_completion_length=8,
+                        **({"temperature": args.grpo_temperature}
+                           if args.grpo_temperature is not None else {}),
                         **({"scale_rewards": args.scale_rewards} if args.scale_rewards else {}),
                         **({"beta": args.beta} if args.beta is not None else {}),
                         **({"learning_rate": learning_rate} if learning_rate else {}),
@@ -193,7 +210,8 @@ def main() -> None:
     # n = 50 (the same base policy measured 0.605-0.661 ID over three eval seeds at n = 60).
     eval_per_category = 24 if quick else 100
     t0 = time.perf_counter()
-    bench = prepare_task_benchmark(args.out, eval_per_category=eval_per_category, say=say)
+    bench = prepare_task_benchmark(args.out, eval_per_category=eval_per_category, say=say,
+                                   warmup=warmup)
     data, policy, answers, eval_sets = bench.data, bench.policy, bench.answers, bench.eval_sets
     grpo_queries = bench.grpo_queries
 
@@ -347,7 +365,7 @@ def main() -> None:
         "style_clients": style.accuracy if style else None,
         "router_accuracy": router_accuracy, "router_accuracy_explore": explore_accuracy,
         "online_router": ONLINE_ROUTER_CONFIG.model_dump(),
-        "grpo": grpo.model_dump(), "warmup": WARMUP.model_dump(),
+        "grpo": grpo.model_dump(), "warmup": warmup.model_dump(),
         "eval": evals.model_dump(), "eval_queries_per_category": eval_per_category,
         "table": table, "runs": rows,
         "mean_step_seconds": {n: statistics.fmean(r["mean_step_s"] for r in rs)

@@ -1,4 +1,4 @@
-"""examples/benchmarks/table1.py refuses vision flags that its GRPO settings would ignore."""
+"""examples/benchmarks/table1.py refuses flags that its settings would ignore or refuse."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ def _run(argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> in
     (["--lora-rank", "4", "--no-freeze-vision"], "--no-freeze-vision has no effect with LoRA"),
     (["--lora-rank", "0", "--lora-vision"], "--lora-vision needs LoRA"),
     (["--lora-rank", "-1"], "--lora-rank must be >= 0"),
+    (["--warmup-target", "1.5"], "--warmup-target: Input should be less than or equal to 1"),
 ])
 def test_vision_flags_that_would_be_ignored_are_parser_errors(
         argv: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -49,3 +50,21 @@ def test_vision_flags_that_would_be_ignored_are_parser_errors(
 def test_consistent_vision_flags_are_accepted(argv: list[str], tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     assert _run(argv, tmp_path, monkeypatch) is None
+
+
+def test_the_warmup_target_is_a_saved_setting(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, object]] = []
+
+    def accepted(out: Path, settings: dict[str, object], *args: object, **kwargs: object) -> None:
+        seen.append(settings)
+        raise _Accepted
+
+    monkeypatch.setattr(table1, "RowLog", accepted)
+    for target in ("0.72", "0.85"):
+        monkeypatch.setattr(sys, "argv", ["table1.py", "--out", str(tmp_path),
+                                          "--warmup-target", target])
+        with pytest.raises(_Accepted):
+            table1.main()
+    # --resume compares these: rows made on another base policy are not reused.
+    assert [s["warmup"]["stop_at_expected"] for s in seen] == [0.72, 0.85]  # type: ignore[index]
