@@ -90,6 +90,15 @@ def say(message: str) -> None:
     print(message, flush=True)
 
 
+def _target(text: str) -> float | None:
+    if text.lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a P(right) in (0, 1] or none, not {text!r}") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
@@ -133,9 +142,10 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="GRPO's learning rate (default: 1e-3 with LoRA, GRPOSettings' "
                         "without)")
-    parser.add_argument("--warmup-target", type=float, default=WARMUP.stop_at_expected,
+    parser.add_argument("--warmup-target", type=_target, default=WARMUP.stop_at_expected,
                         help="the base policy's warm-up stops once the task categories' "
-                        "validation P(right) averages this (default %(default)s)")
+                        "validation P(right) averages this (default %(default)s; none: all "
+                        f"{WARMUP.steps} steps)")
     parser.add_argument("--num-generations", type=int, default=4,
                         help="GRPO's group size M (completions per prompt)")
     parser.add_argument("--grpo-temperature", type=float, default=None,

@@ -59,7 +59,10 @@ def warmup_cache_key(config: WarmupConfig, base_dir: Path, queries: Sequence[Que
                      validation: Sequence[Query] = ()) -> str:
     """sha256 (first 16 hex) of the config, the base checkpoint and the data manifest (the
     training queries, then the validation queries an early stop reads)."""
-    h = hashlib.sha256(config.model_dump_json().encode())
+    # Without a target the early-stop fields change nothing, and leaving them out keeps the
+    # caches made before they existed.
+    untargeted = {"stop_at_expected", "check_every"} if config.stop_at_expected is None else None
+    h = hashlib.sha256(config.model_dump_json(exclude=untargeted).encode())
     h.update(_files_digest(base_dir).encode())
     for q in (*queries, *validation):
         h.update(json.dumps([q.id, q.prompt, q.answer, list(q.options)]).encode())

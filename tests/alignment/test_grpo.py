@@ -43,6 +43,12 @@ def test_warmup_is_cached_and_changes_the_policy(base_policy: Path, data_dir: Pa
     assert (first / "model.safetensors").stat().st_mtime_ns == mtime
     other = warmup_policy(base_policy, queries, tmp_path, WarmupConfig(steps=1, batch_size=4))
     assert other != first  # the config is part of the key
+    # Without a target the early-stop fields change nothing: the key (and older caches) stay.
+    usable = [q for q in queries if q.answer is not None]
+    key = warmup_cache_key(cfg, base_policy, usable)
+    assert warmup_cache_key(cfg.model_copy(update={"check_every": 7}), base_policy, usable) == key
+    assert warmup_cache_key(cfg.model_copy(update={"stop_at_expected": 0.5}), base_policy,
+                            usable) != key
     before, after = _weights(base_policy), _weights(first)
     assert any(not torch.equal(before[k], after[k]) for k in before)
 

@@ -37,6 +37,7 @@ def _run(argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> in
     (["--lora-rank", "0", "--lora-vision"], "--lora-vision needs LoRA"),
     (["--lora-rank", "-1"], "--lora-rank must be >= 0"),
     (["--warmup-target", "1.5"], "--warmup-target: Input should be less than or equal to 1"),
+    (["--warmup-target", "most"], "a P(right) in (0, 1] or none, not 'most'"),
 ])
 def test_vision_flags_that_would_be_ignored_are_parser_errors(
         argv: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -61,10 +62,10 @@ def test_the_warmup_target_is_a_saved_setting(tmp_path: Path,
         raise _Accepted
 
     monkeypatch.setattr(table1, "RowLog", accepted)
-    for target in ("0.72", "0.85"):
+    for target in ("0.72", "0.85", "none"):
         monkeypatch.setattr(sys, "argv", ["table1.py", "--out", str(tmp_path),
                                           "--warmup-target", target])
         with pytest.raises(_Accepted):
             table1.main()
     # --resume compares these: rows made on another base policy are not reused.
-    assert [s["warmup"]["stop_at_expected"] for s in seen] == [0.72, 0.85]  # type: ignore[index]
+    assert [s["warmup"]["stop_at_expected"] for s in seen] == [0.72, 0.85, None]  # type: ignore[index]
