@@ -146,6 +146,9 @@ def main() -> None:
                         help="the base policy's warm-up stops once the task categories' "
                         "validation P(right) averages this (default %(default)s; none: all "
                         f"{WARMUP.steps} steps)")
+    parser.add_argument("--warmup-label-noise", type=float, default=WARMUP.label_noise,
+                        help="share of warm-up queries trained on a random option (default "
+                        "%(default)s)")
     parser.add_argument("--num-generations", type=int, default=4,
                         help="GRPO's group size M (completions per prompt)")
     parser.add_argument("--grpo-temperature", type=float, default=None,
@@ -182,9 +185,12 @@ def main() -> None:
     settings["row_columns"] = list(ROW_COLUMNS)  # rows saved before a column existed cannot resume
     try:
         warmup = WarmupConfig.model_validate(WARMUP.model_dump()
-                                             | {"stop_at_expected": args.warmup_target})
+                                             | {"stop_at_expected": args.warmup_target,
+                                                "label_noise": args.warmup_label_noise})
     except ValidationError as e:
-        parser.error(f"--warmup-target: {e.errors()[0]['msg']}")
+        error = e.errors()[0]
+        flag = {"stop_at_expected": "--warmup-target", "label_noise": "--warmup-label-noise"}
+        parser.error(f"{flag[str(error['loc'][0])]}: {error['msg']}")
     settings["warmup"] = warmup.model_dump()  # rows on another base policy cannot resume either
     try:
         log = RowLog(args.out, settings, resume=args.resume,

@@ -24,6 +24,7 @@ from sdk.router import image_digest
 __all__ = ["WarmupConfig", "warmup_cache_key", "warmup_policy"]
 
 _DONE = "warmup.json"
+_ADDED = ("stop_at_expected", "check_every", "label_noise")
 
 
 class WarmupConfig(BaseModel):
@@ -45,6 +46,10 @@ class WarmupConfig(BaseModel):
     # the validation queries' P(right), averaged per category, reaches it.
     stop_at_expected: float | None = Field(default=None, gt=0, le=1)
     check_every: int = Field(default=50, ge=1)
+    # A share of the queries trained on a random option instead of the right one (drawn once
+    # per query): a converged policy then hesitates between options where a partly able VLM
+    # would, instead of being sure of each answer, right or wrong.
+    label_noise: float = Field(default=0.0, ge=0, lt=1)
 
 
 def _files_digest(directory: Path) -> str:
@@ -59,10 +64,12 @@ def warmup_cache_key(config: WarmupConfig, base_dir: Path, queries: Sequence[Que
                      validation: Sequence[Query] = ()) -> str:
     """sha256 (first 16 hex) of the config, the base checkpoint and the data manifest (the
     training queries, then the validation queries an early stop reads)."""
-    # Without a target the early-stop fields change nothing, and leaving them out keeps the
-    # caches made before they existed.
-    untargeted = {"stop_at_expected", "check_every"} if config.stop_at_expected is None else None
-    h = hashlib.sha256(config.model_dump_json(exclude=untargeted).encode())
+    # Fields added later are left out at their defaults (and the early stop's period without a
+    # target, where it changes nothing), so the caches made before they existed stay valid.
+    unused = {f for f in _ADDED if getattr(config, f) == WarmupConfig.model_fields[f].default}
+    if config.stop_at_expected is None:
+        unused.add("check_every")
+    h = hashlib.sha256(config.model_dump_json(exclude=unused).encode())
     h.update(_files_digest(base_dir).encode())
     for q in (*queries, *validation):
         h.update(json.dumps([q.id, q.prompt, q.answer, list(q.options)]).encode())
@@ -76,6 +83,14 @@ def _answer_labels(batch_ids: torch.Tensor, prompt_lengths: torch.Tensor,
     positions = torch.arange(batch_ids.shape[1]).unsqueeze(0)  # (1, T)
     keep = (positions >= prompt_lengths.unsqueeze(1)) & mask.bool()
     return torch.where(keep, batch_ids, torch.full_like(batch_ids, -100))
+
+
+def _noisy_answers(queries: Sequence[Query], noise: float, seed: int) -> list[str]:
+    """The answer each query is trained on: a random option for a ``noise`` share of the
+    multiple-choice ones (it may be the right one), the right answer otherwise."""
+    rng = random.Random(f"label-noise-{seed}")
+    return [rng.choice(q.options) if q.options and rng.random() < noise else str(q.answer)
+            for q in queries]
 
 
 def _validation_accuracy(bundle: VLMBundle, validation: Mapping[str, Sequence[Query]]) -> float:
@@ -104,6 +119,7 @@ def warmup_policy(
     usable = [q for q in queries if q.answer is not None]
     if not usable:
         raise ValueError("warm-up needs queries with answers (the policy/warmup split)")
+    targets = _noisy_answers(usable, cfg.label_noise, cfg.seed)
     checked = {c: list(qs) for c, qs in (validation or {}).items() if qs}
     if cfg.stop_at_expected is not None and not checked:
         raise ValueError("WarmupConfig.stop_at_expected needs validation queries")
@@ -127,10 +143,11 @@ def warmup_policy(
     losses: list[float] = []
     reached: list[tuple[int, float]] = []  # (steps done, validation P(right)) at each check
     for step in range(cfg.steps):
-        batch = rng.sample(usable, min(cfg.batch_size, len(usable)))
+        picked = rng.sample(range(len(usable)), min(cfg.batch_size, len(usable)))
+        batch = [usable[i] for i in picked]
         images = [q.image for q in batch]
         prompts = [q.prompt for q in batch]
-        answers = [str(q.answer) for q in batch]
+        answers = [targets[i] for i in picked]
         full = encode_batch(processor, images, prompts, answers, max_length=bundle.max_length)
         prompt_only = encode_batch(processor, images, prompts, max_length=bundle.max_length)
         labels = _answer_labels(full["input_ids"], prompt_only["attention_mask"].sum(1),

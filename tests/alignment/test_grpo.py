@@ -23,6 +23,7 @@ from sdk.alignment import (
     warmup_policy,
 )
 from sdk.alignment._grpo import _freeze_vision_encoder
+from sdk.alignment._warmup import _noisy_answers
 from sdk.data import load_queries
 from sdk.models import ARCHITECTURES, build_tiny_vlm, load_vlm
 from sdk.reward import LoraSettings
@@ -73,6 +74,17 @@ def test_warmup_stops_at_its_validation_target(base_policy: Path, data_dir: Path
     early = record(WarmupConfig(steps=6, batch_size=4, check_every=2,
                                 stop_at_expected=first * 0.999))
     assert early["steps_done"] == 2 and early["validation_expected"] == [[2, first]]
+
+
+def test_label_noise_trains_a_share_of_queries_on_random_options(data_dir: Path) -> None:
+    queries = [q for q in load_queries(data_dir / "policy" / "warmup") if q.options] * 40
+    assert _noisy_answers(queries, 0.0, seed=0) == [q.answer for q in queries]
+    noisy = _noisy_answers(queries, 0.4, seed=0)
+    assert all(a in q.options for a, q in zip(noisy, queries, strict=True))
+    wrong = sum(a != q.answer for a, q in zip(noisy, queries, strict=True)) / len(queries)
+    options = len(queries[0].options)
+    assert abs(wrong - 0.4 * (options - 1) / options) < 0.05  # a random pick may be right
+    assert _noisy_answers(queries, 0.4, seed=0) == noisy != _noisy_answers(queries, 0.4, seed=1)
 
 
 def test_tiny_grpo_run_with_mor_changes_the_policy(base_policy: Path, data_dir: Path,
