@@ -95,10 +95,8 @@ def _noisy_answers(queries: Sequence[Query], noise: float, seed: int) -> list[st
 
 def _validation_accuracy(bundle: VLMBundle, validation: Mapping[str, Sequence[Query]]) -> float:
     """Mean over categories of the mean P(right option) (noise-free, teacher-forced)."""
-    out = sum(float(right_option_probabilities(bundle, qs).mean())
-              for qs in validation.values()) / len(validation)
-    bundle.model.train()
-    return out
+    return sum(float(right_option_probabilities(bundle, qs).mean())
+               for qs in validation.values()) / len(validation)
 
 
 def warmup_policy(
@@ -119,18 +117,19 @@ def warmup_policy(
     usable = [q for q in queries if q.answer is not None]
     if not usable:
         raise ValueError("warm-up needs queries with answers (the policy/warmup split)")
-    targets = _noisy_answers(usable, cfg.label_noise, cfg.seed)
-    checked = {c: list(qs) for c, qs in (validation or {}).items() if qs}
-    if cfg.stop_at_expected is not None and not checked:
+    target = cfg.stop_at_expected
+    # Without a target the validation queries would change nothing but the cache key.
+    checked = {c: list(qs) for c, qs in (validation or {}).items() if qs} \
+        if target is not None else {}
+    if target is not None and not checked:
         raise ValueError("WarmupConfig.stop_at_expected needs validation queries")
-    if cfg.stop_at_expected is None:
-        checked = {}  # they would change nothing but the cache key
     flat = [q for qs in checked.values() for q in qs]
     out = Path(cache_root) / f"warmup-{warmup_cache_key(cfg, base, usable, flat)}"
     say = progress or (lambda _m: None)
     if (out / _DONE).is_file():
         say(f"warm-up: cached at {out}")
         return out
+    targets = _noisy_answers(usable, cfg.label_noise, cfg.seed)
     bundle = load_vlm(base)
     model, processor = bundle.model, bundle.processor
     torch.manual_seed(cfg.seed)
@@ -161,11 +160,12 @@ def warmup_policy(
         losses.append(loss.item())
         if step % 25 == 0 or step == cfg.steps - 1:
             say(f"warm-up step {step + 1}/{cfg.steps} loss {losses[-1]:.3f}")
-        if checked and (step + 1) % cfg.check_every == 0:
+        if target is not None and (step + 1) % cfg.check_every == 0:
             reached.append((step + 1, _validation_accuracy(bundle, checked)))
+            model.train()  # the check's teacher forcing switched it to eval
             say(f"warm-up step {step + 1}: validation P(right) {reached[-1][1]:.3f}")
-            if cfg.stop_at_expected is not None and reached[-1][1] >= cfg.stop_at_expected:
-                say(f"warm-up: stopped at step {step + 1} (target {cfg.stop_at_expected})")
+            if reached[-1][1] >= target:
+                say(f"warm-up: stopped at step {step + 1} (target {target})")
                 break
     model.eval()
     tmp = out.with_name(out.name + ".tmp")
