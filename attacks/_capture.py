@@ -153,9 +153,8 @@ def capture_run_dir(
     first client would send with secure aggregation off) and ``secagg-round<r>.safetensors``
     (the aggregate the server publishes). Round 1 starts from the seeded initial router, so no
     server state is needed. The baseline pool comes from the clients' eval pairs."""
-    from client_app._router_update import RouterUpdateSpec
     from sdk.data import load_pairs
-    from sdk.router import HashingEncoder, concat_batches, encode_pairs
+    from sdk.router import HashingEncoder, RouterUpdateSpec, concat_batches, encode_pairs
 
     root = Path(run_dir)
     spec_path = root / "router" / "spec.json"

@@ -83,7 +83,7 @@ def _audit(args: argparse.Namespace) -> int:
         import httpx
 
         from attacks._remote import RemoteRewardScorer
-        from server_app import load_private_key
+        from sdk.wire import load_private_key
 
         http = httpx.Client(base_url=args.client_url, timeout=120)
         key = load_private_key(args.server_key)

@@ -54,8 +54,8 @@ class RemoteRewardScorer:
         return digest, base64.b64encode(data).decode("ascii")
 
     def _post(self, items: list[dict[str, Any]]) -> list[float]:
-        # The signing helpers live with the server app: imported only when a live attack runs.
-        from server_app import sign_headers
+        # The wire contract's signing (it imports fastapi): only when a live attack runs.
+        from sdk.wire import sign_headers
 
         body = json.dumps({"items": items}).encode()
         headers = sign_headers(

@@ -18,10 +18,18 @@ from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
 from sdk._version import __version__
-from server_app._auth import load_or_create_key
-from server_app._broker import SERVER_SENDER
-from server_app._http import ERROR_RESPONSES, SizeLimit, install_errors, signature_check
-from server_app._schemas import Health, MissingImages, RewardRequest, RewardResponse
+from sdk.wire import (
+    ERROR_RESPONSES,
+    SERVER_SENDER,
+    Health,
+    MissingImages,
+    RewardRequest,
+    RewardResponse,
+    SizeLimit,
+    install_errors,
+    load_or_create_key,
+    signature_check,
+)
 
 __all__ = ["create_client_app", "create_client_app_from_env"]
 

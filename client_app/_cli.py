@@ -11,8 +11,7 @@ __all__ = ["register"]
 def _client(args: argparse.Namespace) -> int:
     from client_app._app import create_client_app
     from client_app._settings import ClientSettings
-    from server_app._cli import serve
-    from server_app._settings import load_settings
+    from sdk.wire import load_settings, serve
 
     cfg = load_settings(ClientSettings, args.config)
     if args.port is not None:

@@ -7,12 +7,12 @@ import time
 
 import numpy as np
 
-from server_app._schemas import RoundInfo
+from sdk.wire import DEMO_TRAIN_PARAM, RoundInfo
 
 __all__ = ["TRAIN_PARAM", "demo_update"]
 
 
-TRAIN_PARAM = "demo_train_s"
+TRAIN_PARAM = DEMO_TRAIN_PARAM
 """Round parameter: seconds the demo update waits before returning, standing in for local
 training that runs elsewhere (the site's accelerator); 0 when absent, at most 60."""
 

@@ -1,135 +1,23 @@
-"""The client's real router update: local router training on its own pairs (stage B).
+"""The member's router update as an ``update_source``: local router training on its own pairs.
 
-A client app points ``update_source`` at :func:`router_update`. The function reads a
-:class:`RouterUpdateSpec` (JSON) from the path in ``$FEDMOR_ROUTER_SPEC``: the public encoder and
-router configuration shared by the federation, and, per roster name, the client's router index
-and its local pairs directory. The pairs never leave the process; only the trained flat
-parameters phi_k and n_k go into the secure-aggregation round (the ``router_secagg`` kind masks
-``n_k * phi_k`` and ``n_k`` and publishes the weighted mean).
+``update_source = "client_app._router_update:router_update"``; the training and its spec
+(``$FEDMOR_ROUTER_SPEC``) are library code in ``sdk.router``.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
-from sdk.router import (
-    EncodedBatch,
-    FederatedConfig,
-    HashingEncoder,
-    HashingEncoderConfig,
-    LocalTrainingConfig,
-    Router,
-    RouterConfig,
-    default_federated_config,
-    encode_pairs,
-    train_router_locally,
-)
-from server_app._schemas import RoundInfo
+from sdk.router import ROUTER_SPEC_ENV
+from sdk.router import router_update as _router_update
+from sdk.wire import ROUTER_ROUND_PARAM, RoundInfo
 
-__all__ = [
-    "ROUND_PARAM",
-    "SPEC_ENV",
-    "RouterUpdateError",
-    "RouterUpdateSpec",
-    "SiteData",
-    "router_update",
-]
+__all__ = ["ROUND_PARAM", "SPEC_ENV", "router_update"]
 
-SPEC_ENV = "FEDMOR_ROUTER_SPEC"
-ROUND_PARAM = "router_round"
-"""The round parameter that carries the federation's round index (the lr schedule's clock)."""
-
-
-class RouterUpdateError(ValueError):
-    """The router-update spec is missing, does not name this client, or mismatches the round.
-
-    A ``ValueError``: the client runner then abandons the round (it becomes a dropout) instead
-    of stopping."""
-
-
-class SiteData(BaseModel):
-    """One client's place in the router (output index) and its local pairs directory."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    index: int = Field(ge=0)
-    pairs_dir: Path
-
-
-class RouterUpdateSpec(BaseModel):
-    """Public federation settings plus each site's private data path (read locally only)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    encoder: HashingEncoderConfig = HashingEncoderConfig()
-    router: RouterConfig = RouterConfig()
-    client_ids: list[str] = Field(min_length=1, description="router outputs, in order")
-    federated: FederatedConfig = Field(
-        default_factory=default_federated_config,
-        description="the local recipe and its lr schedule over the rounds (the round index "
-        "comes with each round, as params.router_round)",
-    )
-    max_pairs: int | None = Field(default=None, ge=1, description="local pairs used per round")
-    sites: dict[str, SiteData] = Field(default_factory=dict, description="roster name -> data")
-
-    def build_router(self) -> Router:
-        """The deterministic initial router (same on every client: seeded by ``router.seed``)."""
-        encoder_id = HashingEncoder(self.encoder).encoder_id
-        return Router(self.router, self.client_ids, encoder_id)
-
-    def local_config(self, router_round: int, site_index: int) -> LocalTrainingConfig:
-        """What site ``site_index`` trains with in the federation's round ``router_round``."""
-        return self.federated.local_config(router_round, site_index)
-
-
-# Encoding is the costly part and the pairs do not change between rounds: once per process.
-_CACHE: dict[tuple[str, str], tuple[RouterUpdateSpec, EncodedBatch, int]] = {}
-
-
-def _load(name: str) -> tuple[RouterUpdateSpec, EncodedBatch, int]:
-    path = os.environ.get(SPEC_ENV)
-    if not path:
-        raise RouterUpdateError(f"${SPEC_ENV} is not set: no router-update spec for {name!r}")
-    key = (path, name)
-    if key not in _CACHE:
-        from sdk.data import load_pairs
-
-        spec = RouterUpdateSpec.model_validate_json(Path(path).read_text())
-        site = spec.sites.get(name)
-        if site is None:
-            raise RouterUpdateError(f"router-update spec {path} has no site {name!r} "
-                                    f"(sites: {sorted(spec.sites)})")
-        pairs = load_pairs(site.pairs_dir)[: spec.max_pairs]
-        _CACHE[key] = spec, encode_pairs(HashingEncoder(spec.encoder), pairs), len(pairs)
-    return _CACHE[key]
-
-
-def _router_round(info: RoundInfo) -> int:
-    """The round's place in the federation's schedule (0 when the coordinator gave none)."""
-    value = info.params.get(ROUND_PARAM, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise RouterUpdateError(f"round {info.round_id}: params.{ROUND_PARAM} must be an integer "
-                                f">= 0, got {value!r}")
-    return value
+SPEC_ENV = ROUTER_SPEC_ENV
+ROUND_PARAM = ROUTER_ROUND_PARAM
 
 
 def router_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
-    """(phi_k (P,) float32 after local training from ``base``, n_k = local pairs used).
-
-    ``base`` None (the federation's first round) starts from the seeded initial router.
-    """
-    spec, encoded, n_pairs = _load(name)
-    router = spec.build_router()
-    if router.num_params() != info.vector_length:
-        raise RouterUpdateError(f"round {info.round_id} expects {info.vector_length} parameters, "
-                                f"the spec's router has {router.num_params()}")
-    if base is not None:
-        router.set_flat_params(base)
-    index = spec.sites[name].index
-    update = train_router_locally(router, encoded, index,
-                                  spec.local_config(_router_round(info), index))
-    return update.params.astype(np.float32), n_pairs
+    """(phi_k (P,) float32 after local training from ``base``, n_k = local pairs used)."""
+    return _router_update(name, info, base)

@@ -26,24 +26,24 @@ from client_app._scorer import load_object
 from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
-from server_app._auth import load_or_create_key, public_key_b64, sign_headers
-from server_app._protocols import (
+from sdk.wire import (
     ROUND_KINDS,
-    PayloadError,
-    RoundFailed,
-    RoundSpec,
-    UpdateSource,
-)
-from server_app._roster import RosterFile
-from server_app._schemas import (
     EnrollResponse,
     MissingImages,
+    PayloadError,
     PendingQuery,
     RewardRequest,
+    RosterFile,
+    RoundFailed,
     RoundInfo,
+    RoundSpec,
     StageAck,
     StageBroadcast,
+    UpdateSource,
     Work,
+    load_or_create_key,
+    public_key_b64,
+    sign_headers,
 )
 
 __all__ = ["ClientRunner", "RunnerError", "UpdateFn"]

@@ -20,8 +20,7 @@ from PIL import Image, UnidentifiedImageError
 
 from client_app._scorer import Scorer
 from client_app._store import ClientStore
-from server_app._protocols import PayloadError
-from server_app._schemas import MissingImages, RewardRequest, RewardResponse
+from sdk.wire import MissingImages, PayloadError, RewardRequest, RewardResponse
 
 __all__ = ["RateLimited", "RewardService"]
 

@@ -7,12 +7,12 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from server_app._settings import _EnvOverFile
+from sdk.wire import EnvOverFile
 
 __all__ = ["ClientSettings"]
 
 
-class ClientSettings(_EnvOverFile):
+class ClientSettings(EnvOverFile):
     """Everything a hospital's client app needs; every field has a working default."""
 
     model_config = SettingsConfigDict(env_prefix="FEDMOR_CLIENT_", extra="forbid")

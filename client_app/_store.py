@@ -12,9 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from server_app._auth import record_nonce
-from server_app._protocols import StagePayload
-from server_app._sqlite import SQLiteFile
+from sdk.wire import SQLiteFile, StagePayload, record_nonce
 
 __all__ = ["ClientStore"]
 

@@ -4,7 +4,7 @@ Stage A: synthesize the heterogeneous benchmark, train one reward model per clie
 different VLM architecture — and print the cross-client pairwise-accuracy matrix.
 Stage B: start one server and one client app per client on 127.0.0.1 (each client app serves its
 own reward model); train the router over REST under secure aggregation (each client trains
-locally with ``client_app._router_update``), download the final router and print a Table-4-style
+locally with ``sdk.router.router_update``), download the final router and print a Table-4-style
 comparison on the clients' eval pairs.
 Stage C: warm the tiny policy up (cached; in a second process while stages A and B run), train
 held-out style judges, align the policy with GRPO where MoR routes every completion to one
@@ -200,8 +200,8 @@ def _running_consortium(config: DemoConfig, run_dir: Path,
                         trained: dict[str, Any]) -> Iterator[tuple[Any, list[str], Any]]:
     """One server and one client app per client on 127.0.0.1, each client serving its reward
     model; yields the consortium, the enrolled client ids and the router spec."""
-    from client_app._router_update import SPEC_ENV
-    from server_app._local import LocalConsortium
+    from sdk.consortium import LocalConsortium
+    from sdk.router import ROUTER_SPEC_ENV as SPEC_ENV
 
     consortium = LocalConsortium(
         run_dir / "consortium", len(config.clients),

@@ -14,8 +14,13 @@ __all__ = ["router_spec", "stage_b"]
 
 def router_spec(config: DemoConfig, run_dir: Path, sites: list[str]) -> Any:
     """What each client process needs for its local router updates (``RouterUpdateSpec``)."""
-    from client_app._router_update import RouterUpdateSpec, SiteData
-    from sdk.router import HashingEncoderConfig, RouterConfig, default_federated_config
+    from sdk.router import (
+        HashingEncoderConfig,
+        RouterConfig,
+        RouterUpdateSpec,
+        SiteData,
+        default_federated_config,
+    )
 
     encoder = HashingEncoderConfig()
     federated = default_federated_config(rounds=config.router_rounds, seed=config.seed)
@@ -62,10 +67,10 @@ def stage_b(config: DemoConfig, consortium: Any, spec: Any, trained: dict[str, A
              splits: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     import numpy as np
 
-    from client_app._router_update import ROUND_PARAM
     from sdk.data import HELDOUT_CATEGORIES
     from sdk.reward import ScoreNormalizer
     from sdk.router import HashingEncoder, reward_scores, table4
+    from sdk.wire import ROUTER_ROUND_PARAM as ROUND_PARAM
 
     router = spec.build_router()
     length = router.num_params()

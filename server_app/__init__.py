@@ -1,26 +1,26 @@
 """fedmor server_app: the consortium server (REST, enrollment, rounds, reward broker)."""
 
-from server_app._app import create_app, create_app_from_env
-from server_app._auth import (
+from sdk.wire import (
+    ROUND_KINDS,
     AuthError,
+    ClientRound,
+    RosterEntry,
+    RosterFile,
+    RoundKind,
+    RoundSpec,
+    ServerRound,
+    UpdateSource,
+    add_to_roster,
     generate_key,
     load_or_create_key,
     load_private_key,
     parse_public_key,
     public_key_b64,
+    ready_update,
     sign_headers,
 )
+from server_app._app import create_app, create_app_from_env
 from server_app._broker import BrokerError, QueryItem, RewardBroker
-from server_app._protocols import (
-    ROUND_KINDS,
-    ClientRound,
-    RoundKind,
-    RoundSpec,
-    ServerRound,
-    UpdateSource,
-    ready_update,
-)
-from server_app._roster import RosterEntry, RosterFile, add_to_roster
 from server_app._rounds import RoundManager
 from server_app._settings import ServerSettings, load_settings
 from server_app._store import Store

@@ -13,36 +13,35 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-import server_app._secagg_kind  # noqa: F401  (registers router_secagg)
 from sdk._version import __version__
-from server_app._auth import AuthError, load_or_create_key, public_key_b64
-from server_app._broker import RewardBroker
-from server_app._http import (
+from sdk.wire import (
     ERROR_RESPONSES,
-    NotFoundError,
-    SignatureCheck,
-    SizeLimit,
-    authenticate,
-    install_errors,
-    signature_check,
-    stage_payload,
-)
-from server_app._roster import RosterFile
-from server_app._rounds import RoundManager
-from server_app._schemas import (
+    AuthError,
     EnrollRequest,
     EnrollResponse,
     Health,
+    NotFoundError,
     PendingQuery,
     RewardAnswer,
+    RosterFile,
     RoundCreate,
     RoundInfo,
     RouterVersionInfo,
+    SignatureCheck,
+    SizeLimit,
     StageAck,
     StageBroadcast,
     StageSubmit,
     Work,
+    authenticate,
+    install_errors,
+    load_or_create_key,
+    public_key_b64,
+    signature_check,
+    stage_payload,
 )
+from server_app._broker import RewardBroker
+from server_app._rounds import RoundManager
 from server_app._settings import ServerSettings
 from server_app._store import ConflictError, Store
 from server_app._work import Signal, find_work

@@ -22,12 +22,11 @@ from typing import Any
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from server_app._auth import sign_headers
+from sdk.wire import SERVER_SENDER, sign_headers
 from server_app._store import Store
 
 __all__ = ["BrokerError", "QueryItem", "RewardBroker"]
 
-SERVER_SENDER = "server"
 
 
 class BrokerError(RuntimeError):

@@ -4,25 +4,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-__all__ = ["register", "serve"]
-
-
-def serve(app: Any, *, host: str, port: int, tls_cert: Path | None, tls_key: Path | None) -> None:
-    """Run ``app`` on uvicorn, over HTTPS when a certificate is given."""
-    import uvicorn
-
-    if (tls_cert is None) != (tls_key is None):
-        raise ValueError("give both tls_cert and tls_key, or neither")
-    uvicorn.run(app, host=host, port=port, log_level="warning",
-                ssl_certfile=str(tls_cert) if tls_cert else None,
-                ssl_keyfile=str(tls_key) if tls_key else None)
+__all__ = ["register"]
 
 
 def _server(args: argparse.Namespace) -> int:
+    from sdk.wire import load_settings, serve
     from server_app._app import create_app
-    from server_app._settings import ServerSettings, load_settings
+    from server_app._settings import ServerSettings
 
     cfg = load_settings(ServerSettings, args.config)
     if args.port is not None:
@@ -33,7 +22,7 @@ def _server(args: argparse.Namespace) -> int:
 
 
 def _keys_new(args: argparse.Namespace) -> int:
-    from server_app._auth import load_or_create_key, public_key_b64
+    from sdk.wire import load_or_create_key, public_key_b64
 
     if args.out.exists():
         raise ValueError(f"{args.out} exists; refusing to overwrite an identity key")
@@ -42,8 +31,7 @@ def _keys_new(args: argparse.Namespace) -> int:
 
 
 def _roster_add(args: argparse.Namespace) -> int:
-    from server_app._auth import load_private_key, public_key_b64
-    from server_app._roster import add_to_roster
+    from sdk.wire import add_to_roster, load_private_key, public_key_b64
 
     public = args.public_key or public_key_b64(load_private_key(args.key_file))
     token = add_to_roster(args.roster, name=args.name, public_key=public)
@@ -52,7 +40,7 @@ def _roster_add(args: argparse.Namespace) -> int:
 
 
 def _roster_list(args: argparse.Namespace) -> int:
-    from server_app._roster import RosterFile
+    from sdk.wire import RosterFile
 
     for entry in RosterFile.load(args.roster).clients:
         print(f"{entry.name}\t{entry.public_key}")

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from server_app._http import NotFoundError
-from server_app._protocols import ROUND_KINDS, RoundSpec, ServerRound
+from sdk.wire import ROUND_KINDS, NotFoundError, RoundSpec, ServerRound
 from server_app._store import Store
 
 __all__ = ["RoundLookup", "started"]

@@ -10,17 +10,20 @@ from typing import Any
 
 import numpy as np
 
-from server_app._http import NotFoundError
-from server_app._lookup import RoundLookup, started
-from server_app._protocols import (
+from sdk.wire import (
     ROUND_KINDS,
+    NotFoundError,
     PayloadError,
+    RoundCreate,
     RoundFailed,
+    RoundInfo,
     RoundSpec,
     ServerRound,
+    StageAck,
+    StageBroadcast,
     StagePayload,
 )
-from server_app._schemas import RoundCreate, RoundInfo, StageAck, StageBroadcast
+from server_app._lookup import RoundLookup, started
 from server_app._store import ConflictError, Store, payload_record
 
 __all__ = ["RoundManager"]

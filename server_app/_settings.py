@@ -2,32 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, TypeVar
 
-import tomllib
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from sdk.wire import EnvOverFile, load_settings
 
 __all__ = ["ServerSettings", "load_settings"]
 
-_S = TypeVar("_S", bound=BaseSettings)
-
-
-class _EnvOverFile(BaseSettings):
-    """Environment variables override values given at construction (read from a file)."""
-
-    @classmethod
-    def settings_customise_sources(
-        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return env_settings, init_settings, file_secret_settings
-
-
-class ServerSettings(_EnvOverFile):
+class ServerSettings(EnvOverFile):
     """Everything the consortium server needs; every field has a working default."""
 
     model_config = SettingsConfigDict(env_prefix="FEDMOR_SERVER_", extra="forbid")
@@ -53,12 +37,3 @@ class ServerSettings(_EnvOverFile):
     work_recheck_s: float = Field(default=0.25, gt=0, description="a held GET /v1/work also "
                                   "re-reads the store this often: it notices reward queries "
                                   "queued by a broker in another process")
-
-
-def load_settings(cls: type[_S], path: Path | None) -> _S:
-    """Settings from ``path`` (TOML or JSON; optional) with environment overrides."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        text = path.read_text()
-        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    return cls(**data)

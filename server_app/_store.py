@@ -11,9 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from server_app._auth import record_nonce
-from server_app._protocols import StagePayload
-from server_app._sqlite import SQLiteFile
+from sdk.wire import ConflictError, SQLiteFile, StagePayload, record_nonce
 
 __all__ = ["ConflictError", "Store", "payload_record"]
 
@@ -50,10 +48,6 @@ CREATE TABLE IF NOT EXISTS reward_queries (
     query_id INTEGER PRIMARY KEY AUTOINCREMENT, client_id TEXT NOT NULL, items TEXT NOT NULL,
     status TEXT NOT NULL, scores TEXT, created_at REAL NOT NULL, answered_at REAL);
 """
-
-
-class ConflictError(ValueError):
-    """A write contradicts what is already stored (HTTP 409)."""
 
 
 def payload_record(payload: StagePayload, *,

@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from sdk.wire import PendingQuery, Work
 from server_app._rounds import RoundManager
-from server_app._schemas import PendingQuery, Work
 from server_app._store import Store
 
 __all__ = ["Signal", "find_work"]

@@ -17,7 +17,7 @@ from sdk._demo import DemoConfig, run_demo
 from sdk.data import HELDOUT_CATEGORIES, load_pairs
 from sdk.router import Router, image_digest
 from sdk.secagg import QuantizationConfig
-from server_app._schemas import RoundInfo
+from sdk.wire import RoundInfo
 
 CONFIG = DemoConfig(clients=("detail", "safety"), train_pairs=64, eval_pairs=24, heldout_pairs=8,
                     rm_steps=40, rm_batch_size=8, router_max_pairs=64, router_rounds=3,

@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 from _scratch import scratch_dir
 
 from client_app._demo import TRAIN_PARAM
+from sdk.consortium import LocalConsortium
 from server_app import QueryItem, RewardBroker, Store, load_private_key
-from server_app._local import LocalConsortium
 
 
 def log(msg: str) -> None:

@@ -52,10 +52,18 @@ from sdk.router._recipe import (
     load_router_clients,
     train_federated_router,
 )
+from sdk.router._site_update import (
+    ROUTER_SPEC_ENV,
+    RouterUpdateError,
+    RouterUpdateSpec,
+    SiteData,
+    router_update,
+)
 from sdk.router._vlm_encoder import VLMEncoder, VLMEncoderConfig
 
 __all__ = [
     "AGGREGATORS",
+    "ROUTER_SPEC_ENV",
     "Aggregator",
     "AverageRM",
     "DropoutSchedule",
@@ -84,9 +92,12 @@ __all__ = [
     "RouterMismatchError",
     "RouterSelection",
     "RouterShapeError",
+    "RouterUpdateError",
+    "RouterUpdateSpec",
     "SecureAggregator",
     "SelectionMethod",
     "SingleRM",
+    "SiteData",
     "Table4",
     "VLMEncoder",
     "VLMEncoderConfig",
@@ -99,6 +110,7 @@ __all__ = [
     "reward_scores",
     "route",
     "route_pairs",
+    "router_update",
     "soft_weights",
     "table4",
     "train_federated_router",

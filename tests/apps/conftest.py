@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 
+from sdk.consortium import LocalConsortium
+from sdk.wire import RoundCreate
 from server_app import (
     ROUND_KINDS,
     ClientRound,
@@ -30,9 +33,6 @@ from server_app import (
     public_key_b64,
     sign_headers,
 )
-from server_app._auth import Ed25519PrivateKey
-from server_app._local import LocalConsortium
-from server_app._schemas import RoundCreate
 
 N_CLIENTS = 5
 

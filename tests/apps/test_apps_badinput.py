@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sdk.consortium import LocalConsortium
 from server_app import generate_key, load_private_key, sign_headers
-from server_app._local import LocalConsortium
 
 
 def _signed(c: LocalConsortium, index: int, method: str, path: str, body: bytes = b"",

@@ -11,6 +11,7 @@ import numpy as np
 from fastapi.testclient import TestClient
 
 from sdk.secagg import MaskedInput, QuantizationConfig
+from sdk.wire import ClientRound, RoundInfo, encode_update
 from server_app import (
     ROUND_KINDS,
     RoundSpec,
@@ -19,8 +20,6 @@ from server_app import (
     generate_key,
     ready_update,
 )
-from server_app._protocols import ClientRound, encode_update
-from server_app._schemas import RoundInfo
 
 from .conftest import Member
 

@@ -16,9 +16,8 @@ from fastapi.testclient import TestClient
 
 from client_app import ClientRunner, ClientSettings, ClientStore, demo_update
 from client_app._demo import TRAIN_PARAM
+from sdk.wire import RoundFailed, RoundInfo
 from server_app import ROUND_KINDS, ClientRound, RoundManager, RoundSpec, UpdateSource, ready_update
-from server_app._protocols import RoundFailed
-from server_app._schemas import RoundInfo
 
 from .conftest import Member, in_process_secure_round
 

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 
 import server_app._rounds as rounds_module
+from sdk.wire import RoundCreate, encode_update
 from server_app import Store, generate_key, public_key_b64
-from server_app._protocols import encode_update
 from server_app._rounds import RoundManager
-from server_app._schemas import RoundCreate
 
 
 def _enrolled(store: Store, n: int) -> list[str]:

@@ -11,21 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 from PIL import Image
 
 import client_app
 import server_app
 from client_app import ClientSettings, HashScorer, create_client_app
+from sdk.wire import encode_vector
 from server_app import (
     generate_key,
     load_settings,
     public_key_b64,
     sign_headers,
 )
-from server_app._auth import Ed25519PrivateKey
 from server_app._cli import register
-from server_app._protocols import encode_vector
 
 from .conftest import Member
 

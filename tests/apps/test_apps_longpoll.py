@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sdk.wire import RoundCreate, StageBroadcast
 from server_app import (
     ROUND_KINDS,
     RoundManager,
@@ -19,7 +20,6 @@ from server_app import (
     public_key_b64,
     ready_update,
 )
-from server_app._schemas import RoundCreate, StageBroadcast
 
 
 def test_waiting_request_wakes_on_close_and_acks_carry_next(tmp_path: Path) -> None:

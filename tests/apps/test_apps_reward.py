@@ -12,9 +12,9 @@ import pytest
 from PIL import Image
 
 from client_app import HashScorer
+from sdk.consortium import LocalConsortium
 from server_app import QueryItem, RewardBroker, Store, load_private_key
 from server_app._broker import server_timing
-from server_app._local import LocalConsortium
 
 
 def _png(seed: int) -> bytes:

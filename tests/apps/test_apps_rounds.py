@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from client_app import demo_update
+from sdk.consortium import LocalConsortium
 from sdk.secagg import (
     QuantizationConfig,
     RoundParams,
@@ -19,8 +20,7 @@ from sdk.secagg import (
     SecAggServer,
     generate_identities,
 )
-from server_app._local import LocalConsortium
-from server_app._schemas import RoundInfo
+from sdk.wire import RoundInfo
 
 N = 5  # conftest.N_CLIENTS
 LENGTH = 64

@@ -5,17 +5,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_app._router_update import (
-    ROUND_PARAM,
-    SPEC_ENV,
+from client_app._router_update import ROUND_PARAM, SPEC_ENV, router_update
+from sdk.data import SynthConfig, synthesize
+from sdk.router import (
+    LocalTrainingConfig,
+    RouterConfig,
     RouterUpdateError,
     RouterUpdateSpec,
     SiteData,
-    router_update,
+    default_federated_config,
 )
-from sdk.data import SynthConfig, synthesize
-from sdk.router import LocalTrainingConfig, RouterConfig, default_federated_config
-from server_app._schemas import RoundInfo
+from sdk.wire import RoundInfo
 
 
 @pytest.fixture

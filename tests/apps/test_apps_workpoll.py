@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 from fastapi.testclient import TestClient
 
+from sdk.wire import encode_vector
 from server_app import QueryItem
-from server_app._protocols import encode_vector
 from tests.apps.conftest import Member
 
 ADMIN = {"authorization": "Bearer adm"}

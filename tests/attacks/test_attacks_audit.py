@@ -292,7 +292,7 @@ def test_audit_inverts_captured_updates_and_says_which_leak(
 def test_capture_run_dir_replays_round_one_as_the_server_publishes_it(
     run_dir: Path, tmp_path: Path
 ) -> None:
-    from client_app._router_update import RouterUpdateSpec, SiteData
+    from sdk.router import RouterUpdateSpec, SiteData
 
     pairs_dir = run_dir / "data" / "clients" / CLIENT / "train"
     spec = RouterUpdateSpec(

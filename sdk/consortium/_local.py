@@ -1,9 +1,10 @@
 """A local consortium of real processes (one server, N client apps) on 127.0.0.1.
 
-Used by the tests, the benchmark and the demo: it writes each process's settings file, a
-roster with fresh identity keys and tokens, optionally a throw-away PKI (a self-signed CA and
+Used by the tests, the benchmarks and the demo: it writes each process's settings file, a
+roster with fresh identity keys and tokens (the wire contract's roster format), optionally a throw-away PKI (a self-signed CA and
 one certificate for 127.0.0.1), starts ``python -m server_app`` / ``python -m client_app``,
-waits for ``/v1/health`` and stops (or SIGKILLs) them.
+waits for ``/v1/health`` and stops (or SIGKILLs) them. It imports neither app: it starts them
+by module name and talks to them over REST, as an operator would.
 """
 
 from __future__ import annotations
@@ -26,13 +27,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from server_app._auth import load_or_create_key, public_key_b64
-from server_app._roster import add_to_roster
+from sdk.wire import add_to_roster, load_or_create_key, public_key_b64
 
 __all__ = ["LocalConsortium", "free_port", "make_pki", "wait_healthy"]
 
 ADMIN_TOKEN = "local-admin-token"
-_REPO = Path(__file__).resolve().parents[1]  # so ``python -m server_app`` finds the packages
+_REPO = Path(__file__).resolve().parents[2]  # so ``python -m server_app`` finds the packages
 
 
 def free_port() -> int:

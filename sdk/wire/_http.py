@@ -15,17 +15,20 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server_app._auth import AuthError, SignedRequest, parse_public_key, verify_signed
-from server_app._protocols import PayloadError, StagePayload
-from server_app._schemas import StageSubmit
-from server_app._store import ConflictError
+from sdk.wire._auth import AuthError, SignedRequest, parse_public_key, verify_signed
+from sdk.wire._protocols import PayloadError, StagePayload
+from sdk.wire._schemas import StageSubmit
 
-__all__ = ["ERROR_RESPONSES", "NotFoundError", "SignatureCheck", "SizeLimit", "authenticate",
+__all__ = ["ERROR_RESPONSES", "ConflictError", "NotFoundError", "SignatureCheck", "SizeLimit", "authenticate",
            "install_errors", "signature_check", "stage_payload"]
 
 
 class NotFoundError(LookupError):
     """An unknown round, stage, version or query (HTTP 404)."""
+
+
+class ConflictError(ValueError):
+    """A write contradicts what is already stored (HTTP 409)."""
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -25,6 +25,7 @@ __all__ = [
     "HEADER_SENDER",
     "HEADER_SIGNATURE",
     "HEADER_TIMESTAMP",
+    "SERVER_SENDER",
     "AuthError",
     "PurgeClock",
     "SignedRequest",
@@ -38,6 +39,9 @@ __all__ = [
     "sign_headers",
     "verify_signed",
 ]
+SERVER_SENDER = "server"
+"""The sender name the consortium server signs its own requests with (reward queries)."""
+
 
 def record_nonce(db: sqlite3.Connection, sender: str, nonce: str, ts: float, *,
                  keep_s: float, purge: bool = True) -> bool:

@@ -4,8 +4,8 @@ The REST layer only moves stage payloads between these objects, persists them an
 deadlines. A payload is a JSON object or, for bulk vectors, raw bytes (an
 ``application/octet-stream`` body): a kind chooses per stage, and its server half parses each
 payload once, outside the round lock (``parse``), before absorbing it under the lock
-(``accept``). A kind registers itself in ``ROUND_KINDS``; ``rm_fedavg`` (plain weighted averaging,
-the baseline) lives here, ``router_secagg`` (sdk.secagg SecAgg+) in ``_secagg_kind``.
+(``accept``). ``rm_fedavg`` (plain weighted averaging, the baseline) lives here, ``router_secagg``
+(sdk.secagg SecAgg+) in ``_secagg_kind``; ``_kinds.ROUND_KINDS`` registers both, in one place.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
-    "ROUND_KINDS",
+    "DEMO_TRAIN_PARAM",
+    "ROUTER_ROUND_PARAM",
     "UPDATE_PARAMS",
     "ClientRound",
     "FedAvgKind",
@@ -49,9 +50,12 @@ UpdateSource = Future[tuple[np.ndarray, float]]
 
 
 # Round ``params`` addressed to the members' update sources, not to a round kind: a kind that
-# checks its params for unknown keys passes these through. They are ``client_app``'s
-# ``_router_update.ROUND_PARAM`` and ``_demo.TRAIN_PARAM`` (pinned by a test).
-UPDATE_PARAMS = frozenset({"router_round", "demo_train_s"})
+# checks its params for unknown keys passes these through.
+ROUTER_ROUND_PARAM = "router_round"
+"""The federation's round index (the router lr schedule's clock), read by the router update."""
+DEMO_TRAIN_PARAM = "demo_train_s"
+"""Seconds the demo update waits, standing in for local training elsewhere (0-60)."""
+UPDATE_PARAMS = frozenset({ROUTER_ROUND_PARAM, DEMO_TRAIN_PARAM})
 
 
 def ready_update(vector: np.ndarray, weight: float) -> UpdateSource:
@@ -250,5 +254,3 @@ class FedAvgKind(RoundKind):
                update: UpdateSource, state: dict[str, Any] | None) -> ClientRound:
         return _FedAvgClient(update)
 
-
-ROUND_KINDS: dict[str, RoundKind] = {FedAvgKind.name: FedAvgKind()}

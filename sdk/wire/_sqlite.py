@@ -7,8 +7,8 @@ import threading
 from pathlib import Path
 from typing import Literal
 
-from server_app._auth import PurgeClock
-from server_app._wal import WalCheckpointer
+from sdk.wire._auth import PurgeClock
+from sdk.wire._wal import WalCheckpointer
 
 __all__ = ["NONCES_TABLE", "SQLiteFile"]
 

@@ -34,8 +34,7 @@ from sdk.secagg import (
     parse_client_message,
     parse_server_message,
 )
-from server_app._protocols import (
-    ROUND_KINDS,
+from sdk.wire._protocols import (
     UPDATE_PARAMS,
     ClientRound,
     PayloadError,
@@ -254,5 +253,3 @@ class SecAggKind(RoundKind):
                update: UpdateSource, state: dict[str, Any] | None) -> ClientRound:
         return _Client(spec, client_id, key, update, state)
 
-
-ROUND_KINDS[SecAggKind.name] = SecAggKind()

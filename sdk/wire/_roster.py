@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from server_app._auth import parse_public_key
+from sdk.wire._auth import parse_public_key
 
 __all__ = ["RosterEntry", "RosterFile", "add_to_roster"]
 

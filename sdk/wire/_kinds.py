@@ -1,0 +1,14 @@
+"""The round kinds a consortium speaks, registered in one place (no import side effects).
+
+Server and client look a round's ``kind`` up here, so both halves of every kind are known to
+both apps as soon as ``sdk.wire`` is imported.
+"""
+
+from __future__ import annotations
+
+from sdk.wire._protocols import FedAvgKind, RoundKind
+from sdk.wire._secagg_kind import SecAggKind
+
+__all__ = ["ROUND_KINDS"]
+
+ROUND_KINDS: dict[str, RoundKind] = {kind.name: kind for kind in (FedAvgKind(), SecAggKind())}

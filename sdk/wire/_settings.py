@@ -1,0 +1,35 @@
+"""The settings base both apps share: a TOML/JSON file, overridden by environment variables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+import tomllib
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+
+__all__ = ["EnvOverFile", "load_settings"]
+
+_S = TypeVar("_S", bound=BaseSettings)
+
+
+class EnvOverFile(BaseSettings):
+    """Environment variables override values given at construction (read from a file)."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return env_settings, init_settings, file_secret_settings
+
+
+def load_settings(cls: type[_S], path: Path | None) -> _S:
+    """Settings from ``path`` (TOML or JSON; optional) with environment overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    return cls(**data)
