@@ -2,6 +2,8 @@
 
 Each area registers its own subcommands (``register(subparsers)``) and imports its heavy
 dependencies (torch, transformers) only when a command runs, so ``fedmor --help`` stays fast.
+The areas are found through the ``fedmor.commands`` entry-point group (pyproject.toml), so this
+module names no package above ``sdk``: an app installed beside the sdk brings its own commands.
 """
 
 from __future__ import annotations
@@ -10,26 +12,40 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import tomllib
 
 from sdk._version import __version__
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 
-# Modules that own a subcommand group, in the order ``--help`` lists them.
-_COMMAND_MODULES: tuple[str, ...] = (
-    "sdk._demo",
-    "sdk.data._cli",
-    "sdk.reward._cli",
-    "sdk.router._cli",
-    "server_app._cli",
-    "client_app._cli",
-    "attacks._cli",
-)
+ENTRY_POINT_GROUP = "fedmor.commands"
+_PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+def command_targets() -> list[str]:
+    """``module:function`` of each subcommand group, by group name (the order ``--help`` lists
+    them in: installers do not keep the table's order).
+
+    The installed entry points of ``fedmor.commands``; without any (a source checkout whose
+    install predates the group), the same table read from the checkout's pyproject.toml.
+    """
+    table = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if not table and _PYPROJECT.exists():
+        project = tomllib.loads(_PYPROJECT.read_text()).get("project", {})
+        table = dict(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
+    return [table[name] for name in sorted(table)]
 
 
 def _registrars() -> list[Registrar]:
-    return [importlib.import_module(name).register for name in _COMMAND_MODULES]
+    out: list[Registrar] = []
+    for target in command_targets():
+        module, _, attr = target.partition(":")
+        out.append(getattr(importlib.import_module(module), attr or "register"))
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:

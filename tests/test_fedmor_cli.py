@@ -1,10 +1,13 @@
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import tomllib
 
+import sdk.cli
 from sdk import __version__
-from sdk.cli import build_parser, main
+from sdk.cli import ENTRY_POINT_GROUP, build_parser, command_targets, main
 
 
 def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
@@ -25,3 +28,23 @@ def test_console_script_is_installed() -> None:
     )
     assert "Federated Mixture-of-Rewards" in out.stdout
     assert build_parser().prog == "fedmor"
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_cli_names_no_package_above_sdk() -> None:
+    source = Path(sdk.cli.__file__).read_text()
+    for upper in ("server_app", "client_app", "attacks"):
+        assert upper not in source
+
+
+def test_cli_groups_come_from_the_entry_point_table() -> None:
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][
+        ENTRY_POINT_GROUP]
+    # Installed metadata (after ``pip install -e .``) or, before it, the checkout's own table.
+    assert command_targets() == [table[name] for name in sorted(table)]
+    commands = subprocess.run([sys.executable, "-m", "sdk.cli", "--help"], capture_output=True,
+                              text=True, check=True).stdout
+    for command in ("server", "client", "roster", "audit", "demo"):
+        assert f"    {command} " in commands
