@@ -45,6 +45,19 @@ async def _rate_limited(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=429, headers={"retry-after": "60"})
 
 
+def _clip_bound(cfg: ClientSettings, scorer: Scorer) -> float:
+    """The bound c of the answers: the settings' override, else the scorer's own (one source:
+    a trained scorer's normalizer), else sdk.reward's default for a scorer that declares none."""
+    if cfg.clip is not None:
+        return cfg.clip
+    own = getattr(scorer, "clip", None)
+    if isinstance(own, (int, float)) and not isinstance(own, bool) and own > 0:
+        return float(own)
+    from sdk.reward import DEFAULT_CLIP  # torch: only for a scorer that declares no bound
+
+    return DEFAULT_CLIP
+
+
 def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | None = None, *,
                       start_runner: bool = False) -> FastAPI:
     """Build the client app; with ``start_runner`` it also enrolls and runs rounds in a
@@ -59,7 +72,7 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     if scorer is None:
         factory = load_object(cfg.scorer)
         scorer = cast(Scorer, factory() if callable(factory) else factory)
-    service = RewardService(store, scorer, clip=cfg.clip, budget=cfg.query_budget,
+    service = RewardService(store, scorer, clip=_clip_bound(cfg, scorer), budget=cfg.query_budget,
                             rate_per_minute=cfg.rate_limit_per_minute)
 
     @asynccontextmanager

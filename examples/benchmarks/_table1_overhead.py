@@ -30,7 +30,7 @@ from sdk.alignment import (
 )
 from sdk.data import Query
 from sdk.models import build_tiny_vlm
-from sdk.reward import ClientScorer, RewardModel, ScoreNormalizer
+from sdk.reward import DEFAULT_CLIP, ClientScorer, RewardModel, ScoreNormalizer
 
 __all__ = ["routed_step_overhead"]
 
@@ -70,7 +70,7 @@ def routed_step_overhead(policy: Path, queries: Sequence[Query], grpo: GRPOSetti
 
     def step_times(source: Any, name: str) -> list[float]:
         fn = SelectionRewardFunction(make_selection("mor", chooser=chooser(0)),
-                                     EmptyIsWorst(source, worst=-3.0))
+                                     EmptyIsWorst(source, worst=-DEFAULT_CLIP))
         timer = StepTimer()
         align(policy, fn, queries, settings, out_dir=out / "overhead" / name, callbacks=[timer],
               progress=None)

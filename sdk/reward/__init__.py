@@ -14,7 +14,7 @@ from sdk.reward._model import (
     RewardInputError,
     RewardModel,
 )
-from sdk.reward._normalizer import ScoreNormalizer
+from sdk.reward._normalizer import DEFAULT_CLIP, ScoreNormalizer
 from sdk.reward._scorer import ClientScorer
 from sdk.reward._training import (
     RewardTrainingResult,
@@ -24,6 +24,7 @@ from sdk.reward._training import (
 )
 
 __all__ = [
+    "DEFAULT_CLIP",
     "ClientRewardModel",
     "ClientScorer",
     "DPSettings",

@@ -5,6 +5,8 @@ from __future__ import annotations
 from peft import LoraConfig
 from pydantic import BaseModel, ConfigDict, Field
 
+from sdk.reward._normalizer import DEFAULT_CLIP
+
 __all__ = ["DPSettings", "LoraSettings", "RewardTrainingConfig"]
 
 
@@ -69,7 +71,7 @@ class RewardTrainingConfig(BaseModel):
     lora: LoraSettings | None = None
     dp: DPSettings | None = None
     fit_normalizer: bool = True
-    clip_bound: float = Field(default=3.0, gt=0.0)
+    clip_bound: float = Field(default=DEFAULT_CLIP, gt=0.0)
 
     def total_steps(self, n_pairs: int) -> int:
         """Optimizer steps for ``n_pairs`` training pairs."""

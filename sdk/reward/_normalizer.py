@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["NORMALIZER_FILE", "ScoreNormalizer"]
+__all__ = ["DEFAULT_CLIP", "NORMALIZER_FILE", "ScoreNormalizer"]
 
 NORMALIZER_FILE = "normalizer.json"
 

@@ -18,6 +18,7 @@ from PIL import Image
 import client_app
 import server_app
 from client_app import ClientSettings, HashScorer, create_client_app
+from sdk.reward import DEFAULT_CLIP
 from sdk.wire import encode_vector
 from server_app import (
     generate_key,
@@ -118,6 +119,21 @@ def test_reward_budget_rate_limit_clip_and_image_cache(tmp_path: Path) -> None:
     with _client_app(tmp_path / "b", key, HashScorer(), rate_limit_per_minute=2) as tc:
         full = dict(item, image_b64=base64.b64encode(png).decode())
         assert [_reward_call(tc, key, [full]).status_code for _ in range(3)] == [200, 200, 429]
+
+
+class _WildBounded(_Wild):
+    clip = 1.5  # as a trained scorer's normalizer declares its bound c
+
+
+def test_the_clip_bound_comes_from_the_scorer_unless_set(tmp_path: Path) -> None:
+    key = generate_key()
+    full = {"image_sha256": hashlib.sha256(_png()).hexdigest(), "prompt": "p", "response": "r",
+            "image_b64": base64.b64encode(_png()).decode()}
+    for name, scorer, clip, expected in [("own", _WildBounded(), None, 1.5),
+                                         ("override", _WildBounded(), 2.5, 2.5),
+                                         ("none", _Wild(), None, DEFAULT_CLIP)]:
+        with _client_app(tmp_path / name, key, scorer, clip=clip) as tc:
+            assert _reward_call(tc, key, [full]).json()["scores"] == [expected]
 
 
 def test_settings_file_with_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
