@@ -21,7 +21,7 @@ judge: they are real tiny reward models trained as in the demo's stage A, and ea
 judged on their eval pairs by held-out judge reward models (another seed, another architecture):
 win rate against the rejected answer and mean judge score (``_table1_style.py``). With them, an
 unparseable answer to a multiple-choice prompt gets the lowest score and reaches no client, as
-in the demo: multiple-choice answers stay in format while open prompts pull them out.
+in the demo, so the open prompts' rewards do not pull multiple-choice answers out of format.
 
 ``routed_step_overhead_ratio``: the same MoR GRPO step over REST vs in-process
 (``_table1_overhead.py``); median step time of the REST run over that of the in-process run.
@@ -31,7 +31,7 @@ in the demo: multiple-choice answers stay in format while open prompts pull them
 
 Settings come from flags or a config file (``--config run.toml``, the fields of
 ``Table1Config`` in ``_table1_config.py``; the flags given override it). The full run (3 seeds,
-13 rows each) takes hours on 2 cores, ``--quick`` tens of minutes. Every finished
+13 rows each) takes tens of minutes on 2 cores. Every finished
 (seed, method) row is saved to ``OUT/rows.jsonl`` at once; ``--resume`` continues a stopped run
 from those rows when the settings match (``_table1_rows.py``).
 """
