@@ -41,6 +41,7 @@ from sdk.wire import (
     StageBroadcast,
     UpdateSource,
     Work,
+    as_delta,
     load_or_create_key,
     public_key_b64,
     sign_headers,
@@ -183,7 +184,9 @@ class ClientRunner:
 
         def run() -> None:  # whatever it raises goes to the stage that waits for the update
             try:
-                out.set_result(self.update_fn(self.settings.name, info, self._base(info)))
+                base = self._base(info)
+                params, weight = self.update_fn(self.settings.name, info, base)
+                out.set_result((as_delta(params, base), weight))
             except (ValueError, KeyError) as exc:
                 out.set_exception(RoundFailed(f"the local update failed: {exc}"))
             except BaseException as exc:

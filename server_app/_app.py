@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Annotated, Any
 
+import numpy as np
 from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -21,6 +22,7 @@ from sdk.wire import (
     EnrollResponse,
     Health,
     NotFoundError,
+    PayloadError,
     PendingQuery,
     RewardAnswer,
     RosterFile,
@@ -53,6 +55,16 @@ _STAGE = Path(pattern=r"^[a-z_]{1,40}$")
 _STAGE_BODY = {"required": True, "content": {
     "application/json": {"schema": StageSubmit.model_json_schema()},
     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+
+
+def _initial_router(body: bytes) -> np.ndarray:
+    """Parse a published router: whole little-endian float32 values, all finite."""
+    if not body or len(body) % 4:
+        raise PayloadError(f"a router is whole float32 values; got {len(body)} bytes")
+    vector = np.frombuffer(body, dtype="<f4")
+    if not np.isfinite(vector).all():
+        raise PayloadError("the router holds non-finite values")
+    return vector
 
 
 def _version_info(row: dict[str, Any]) -> RouterVersionInfo:
@@ -216,6 +228,24 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         row = store.version()
         if row is None:
             raise NotFoundError("no router version exists yet")
+        return _version_info(row)
+
+    @app.post("/v1/router", response_model=RouterVersionInfo, tags=["router"],
+              dependencies=[Depends(admin)],
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/octet-stream": {"schema": {"type": "string",
+                                                          "format": "binary"}}}}})
+    async def router_initial(request: Request) -> RouterVersionInfo:
+        """Publish the federation's starting router (admin): little-endian float32 parameters,
+        accepted only while no version exists. Rounds then sum deltas from it, which one
+        fixed-point clip range holds."""
+        vector = _initial_router(await request.body())
+        if store.version() is not None:
+            raise ConflictError("a router version exists already; rounds build on it")
+        version = store.add_version(None, vector.tobytes(), int(vector.shape[0]))
+        store.audit("admin", "router_published", version=version)
+        row = store.version(version)
+        assert row is not None
         return _version_info(row)
 
     @app.get("/v1/router/{version}", tags=["router"], response_class=Response,

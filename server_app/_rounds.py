@@ -22,6 +22,7 @@ from sdk.wire import (
     StageAck,
     StageBroadcast,
     StagePayload,
+    from_delta,
 )
 from server_app._lookup import RoundLookup, started
 from server_app._store import ConflictError, Store, payload_record
@@ -271,6 +272,13 @@ class RoundManager:
                 if current - float(row["stage_opened_at"]) >= spec.stage_deadline_s:
                     self._close(int(row["round_id"]))
 
+    def _published(self, round_id: int, mean_delta: np.ndarray) -> np.ndarray:
+        """The next router version: the round's base plus the weighted mean of the deltas."""
+        base_version = self._rounds.spec(round_id).base_version
+        row = None if base_version is None else self.store.version(base_version)
+        base = None if row is None else np.frombuffer(row["blob"], dtype="<f4")
+        return np.ascontiguousarray(from_delta(mean_delta, base), dtype="<f4")
+
     def _close(self, round_id: int) -> None:
         row, server = self._rounds.server(round_id)
         if server is None:
@@ -285,7 +293,7 @@ class RoundManager:
             self._fail(round_id, f"stage {stage}: {exc}")
             return
         last = index + 1 == len(server.stages)
-        result = np.ascontiguousarray(server.result(), dtype="<f4") if last else None
+        result = self._published(round_id, server.result()) if last else None
         with self.store.transaction():  # one commit (one fsync) per close
             self.store.put_closure(round_id, stage, broadcast)
             self.store.audit("server", "stage_closed", round_id=round_id, stage=stage,

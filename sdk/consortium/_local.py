@@ -248,6 +248,16 @@ class LocalConsortium:
         resp.raise_for_status()
         return dict(resp.json())
 
+    def publish_router(self, params: Any) -> dict[str, Any]:
+        """POST /v1/router as admin: the federation's starting router (float32 (P,))."""
+        import numpy as np
+
+        body = np.ascontiguousarray(params, dtype="<f4").tobytes()
+        resp = self.admin.post("/v1/router", content=body,
+                               headers={"content-type": "application/octet-stream"})
+        resp.raise_for_status()
+        return dict(resp.json())
+
     def round(self, round_id: int) -> dict[str, Any]:
         """GET /v1/rounds/{id} as admin."""
         resp = self.admin.get(f"/v1/rounds/{round_id}")

@@ -34,9 +34,11 @@ __all__ = [
     "ServerRound",
     "StagePayload",
     "UpdateSource",
+    "as_delta",
     "decode_vector",
     "encode_update",
     "encode_vector",
+    "from_delta",
     "ready_update",
 ]
 
@@ -56,6 +58,27 @@ ROUTER_ROUND_PARAM = "router_round"
 DEMO_TRAIN_PARAM = "demo_train_s"
 """Seconds the demo update waits, standing in for local training elsewhere (0-60)."""
 UPDATE_PARAMS = frozenset({ROUTER_ROUND_PARAM, DEMO_TRAIN_PARAM})
+
+
+def as_delta(params: np.ndarray, base: np.ndarray | None) -> np.ndarray:
+    """What a member sends of its trained router ``params`` (P,): the change from the round's
+    ``base`` (P,), or the parameters themselves in a federation's first round (no base).
+
+    Every router round, in-process or over REST, sums deltas: they are small (about
+    ``steps * lr`` per coordinate), so one fixed-point clip range holds them, and DP clipping
+    bounds how far one member moves the router, not the router's own size.
+    """
+    if base is None:
+        return np.asarray(params, dtype=np.float32)
+    if base.shape != params.shape:
+        raise ValueError(f"the update has shape {params.shape}, the base router {base.shape}")
+    return (np.asarray(params, dtype=np.float32) - base).astype(np.float32)
+
+
+def from_delta(mean_delta: np.ndarray, base: np.ndarray | None) -> np.ndarray:
+    """The next router version (P,) float32 from the weighted mean of the members' deltas."""
+    out = np.asarray(mean_delta, dtype=np.float32)
+    return out if base is None else (base.astype(np.float32) + out).astype(np.float32)
 
 
 def ready_update(vector: np.ndarray, weight: float) -> UpdateSource:
