@@ -20,7 +20,7 @@ from attacks._capture import capture_round, capture_run_dir, pooled_embeddings
 from attacks._captured import CAPTURE_FORMAT, CapturedRouterUpdate, CaptureMeta
 from attacks._captured_attacks import CapturedAttackConfig, attack_captured_update
 from attacks._errors import AttackError, AttackInputError
-from attacks._html import render_html, write_report
+from attacks._html import VERDICT_CLASSES, render_html, write_report
 from attacks._inversion import (
     CapturedUpdate,
     InversionCheckpoint,
@@ -65,7 +65,7 @@ from attacks._mlp_reward import (
     train_mlp_reward,
 )
 from attacks._normalization import NORMALIZATION_SETTINGS, normalization_reports
-from attacks._plots import plot_reconstruction_grid, plot_roc
+from attacks._plots import plot_reconstruction_grid, plot_roc, roc_figure
 from attacks._remote import RemoteRewardScorer
 from attacks._report import (
     NO_LEAK,
@@ -86,6 +86,15 @@ from attacks._roc import (
     roc_curve,
     tpr_at_fpr,
 )
+from attacks._summary import (
+    ARTEFACT_KINDS,
+    ArtefactVerdict,
+    AuditSummary,
+    MemberSummary,
+    VerdictLevel,
+    summarize,
+    verdict_level,
+)
 from attacks._testbed import (
     PatchImageRouter,
     overfit_reward_model_scores,
@@ -94,6 +103,7 @@ from attacks._testbed import (
 )
 
 __all__ = [
+    "ARTEFACT_KINDS",
     "BASELINE_NAMES",
     "CAPTURE_FORMAT",
     "DEFAULT_FPRS",
@@ -101,11 +111,14 @@ __all__ = [
     "NORMALIZATION_SETTINGS",
     "NO_LEAK",
     "PSNR_CAP_DB",
+    "VERDICT_CLASSES",
+    "ArtefactVerdict",
     "AttackError",
     "AttackInputError",
     "AttackScores",
     "AuditConfig",
     "AuditReport",
+    "AuditSummary",
     "CaptureMeta",
     "CapturedAttackConfig",
     "CapturedRouterUpdate",
@@ -115,6 +128,7 @@ __all__ = [
     "InversionResult",
     "LiraConfig",
     "LossFn",
+    "MemberSummary",
     "MembershipReport",
     "MetricSummary",
     "MlpMembership",
@@ -129,6 +143,7 @@ __all__ = [
     "ShadowTrainer",
     "TrainedMlpReward",
     "UpdateKind",
+    "VerdictLevel",
     "align_to_originals",
     "analytic_attack_on_update",
     "analytic_linear_candidates",
@@ -171,14 +186,17 @@ __all__ = [
     "reconstruction_verdict",
     "render_html",
     "roc_curve",
+    "roc_figure",
     "score_reconstruction",
     "secure_mean",
     "smooth_images",
     "ssim",
     "ssim_per_image",
+    "summarize",
     "threshold_attack",
     "total_variation",
     "tpr_at_fpr",
     "train_mlp_reward",
+    "verdict_level",
     "write_report",
 ]

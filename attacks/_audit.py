@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from attacks._audit_lira import lira_reports
-from attacks._captured import CapturedRouterUpdate
+from attacks._captured import CapturedRouterUpdate, CaptureMeta
 from attacks._captured_attacks import CapturedAttackConfig, attack_captured_update
 from attacks._errors import AttackInputError
 from attacks._html import write_report
@@ -33,7 +33,18 @@ from attacks._report import AuditReport, MembershipReport, ReconstructionReport,
 if TYPE_CHECKING:
     from sdk.reward import LoraSettings, RewardTrainingConfig
 
-__all__ = ["AuditConfig", "audit_run_dir"]
+__all__ = ["AuditConfig", "audit_run_dir", "update_owner"]
+
+_RAW, _ANSWERS = "reward model (raw scores)", "reward answers (/v1/reward)"
+
+
+def update_owner(meta: CaptureMeta) -> dict[str, Any]:
+    """``members`` and ``artefact`` of a report on a captured router update: the one sender of
+    a plaintext update, or every member behind an aggregate."""
+    members = sorted({meta.client_ids[i] for i in meta.client_indices})
+    if meta.setting == "plaintext":
+        return {"members": members, "artefact": "router update, plaintext (no secure aggregation)"}
+    return {"members": members, "artefact": "router aggregate (secure aggregation)"}
 
 
 class AuditConfig(BaseModel):
@@ -140,11 +151,13 @@ def _client_reports(
         ("raw scores", raw),
         (f"normalized, clipped at c={normalizer.clip:g} (/v1/reward)", norm),
     ]
+    # The raw view is what a holder of the checkpoint sees; the others what a querier sees.
+    kinds = [_RAW, _ANSWERS, _ANSWERS]
     if live is not None:
         # The live app answers scores, not margins: store them as (margin, 0) rows.
         margins = np.asarray(live(members + non_members), dtype=np.float64)
         views.append(("live /v1/reward", np.stack([margins, np.zeros_like(margins)], axis=1)))
-    out = []
+    out: list[MembershipReport] = []
     for name, scores in views:
 
         def scorer(idx: Sequence[int], s: np.ndarray = scores) -> np.ndarray:
@@ -152,9 +165,10 @@ def _client_reports(
             return np.asarray(s[i, 0] - s[i, 1])
 
         attack = threshold_attack(scorer, list(range(n)), list(range(n, 2 * n)), seed=cfg.seed)
-        out.append(
-            membership_report(attack, setting=f"{client}: {name}", n_boot=cfg.n_boot, seed=cfg.seed)
+        rep = membership_report(
+            attack, setting=f"{client}: {name}", n_boot=cfg.n_boot, seed=cfg.seed
         )
+        out.append(rep.model_copy(update={"members": [client], "artefact": kinds[len(out)]}))
         say(f"{client}: threshold attack on {name}: {out[-1].verdict}")
     if cfg.shadow_models:
         # Shadows train on pairs from the same distribution that are not candidates, about as
@@ -180,7 +194,7 @@ def _client_reports(
             f"{recipe.steps} steps of {recipe.batch_size} pairs at lr {recipe.lr:g} each on "
             f"{len(population)} population pairs + half of the {2 * n} candidates{private})"
         )
-        out += lira_reports(
+        lira = lira_reports(
             client,
             views[:2],
             members + non_members,
@@ -194,6 +208,10 @@ def _client_reports(
             seed=cfg.seed,
             say=lambda m: say(f"{client}: {m}"),
         )
+        out += [
+            r.model_copy(update={"members": [client], "artefact": kinds[i]})
+            for i, r in enumerate(lira)
+        ]
         for m in out[-2:]:
             say(f"{m.setting}: {m.verdict}")
     return out
@@ -225,9 +243,8 @@ def _reconstructions(
             f"{path.name}: {captured.meta.setting} update of {captured.meta.n_samples} "
             f"sample(s) from {len(captured.meta.client_indices)} client(s)"
         )
-        reports += attack_captured_update(
-            captured, name=path.stem, config=cfg.inversion, progress=say
-        )
+        found = attack_captured_update(captured, name=path.stem, config=cfg.inversion, progress=say)
+        reports += [r.model_copy(update=update_owner(captured.meta)) for r in found]
     return reports
 
 
@@ -302,7 +319,9 @@ def _summaries(
         for word, label in (("leaks", "leaks"), ("inconclusive", "is inconclusive")):
             names = [f"{r.setting} ({r.attack})" for r in rows if r.verdict.startswith(word)]
             if names:
-                parts.append(f"{label} in {len(names)} of {len(rows)} settings: " + "; ".join(names))
+                parts.append(
+                    f"{label} in {len(names)} of {len(rows)} settings: " + "; ".join(names)
+                )
         out.append(
             f"{family} " + ". It ".join(parts) + "."
             if parts

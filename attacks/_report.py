@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from attacks._baselines import (
     align_to_originals,
@@ -27,6 +27,7 @@ from attacks._roc import (
     roc_curve,
     tpr_at_fpr,
 )
+from attacks._summary import AuditSummary, summarize
 
 __all__ = [
     "NO_LEAK",
@@ -59,6 +60,8 @@ class ReconstructionReport(BaseModel):
     lpips_status: str = "unavailable: no LPIPS weights file given"
     verdict: str
     figures: list[str] = Field(default_factory=list)
+    members: list[str] = Field(default_factory=list, description="whose data; []: every member")
+    artefact: str = Field(default="gradient inversion", description="what was attacked")
 
     @property
     def primary_metric(self) -> str:
@@ -102,6 +105,8 @@ class MembershipReport(BaseModel):
     roc: RocCurve
     verdict: str
     figures: list[str] = Field(default_factory=list)
+    members: list[str] = Field(default_factory=list, description="whose data; []: every member")
+    artefact: str = Field(default="membership inference", description="what was attacked")
 
     def summary_row(self) -> dict[str, object]:
         """One compact JSON row: AUC with its interval, the null band, TPR at low FPR, verdict."""
@@ -126,6 +131,24 @@ class AuditReport(BaseModel):
     memberships: list[MembershipReport] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     figures: list[str] = Field(default_factory=list)
+    summary: AuditSummary = Field(
+        default_factory=AuditSummary, description="derived from the rows; recomputed on load"
+    )
+
+    @model_validator(mode="after")
+    def _summarize(self) -> AuditReport:
+        self.summary = self.compute_summary()
+        return self
+
+    def compute_summary(self) -> AuditSummary:
+        """Per member, the worst verdict of each artefact kind (attacks._summary)."""
+        rows: list[MembershipReport | ReconstructionReport] = [
+            *self.memberships,
+            *self.reconstructions,
+        ]
+        return summarize(
+            (r.members, r.artefact, f"{r.setting} ({r.attack})", r.verdict) for r in rows
+        )
 
 
 def reconstruction_verdict(
