@@ -37,6 +37,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--shadow-steps", type=int, help="training steps per shadow (default: the target's)"
     )
     audit.add_argument(
+        "--shadow-base",
+        type=Path,
+        help="the base VLM directory the targets were trained from (default: the frozen base "
+        "in a LoRA checkpoint, else the base directory the checkpoint records)",
+    )
+    audit.add_argument(
         "--update",
         action="append",
         type=Path,
@@ -73,6 +79,7 @@ def _audit(args: argparse.Namespace) -> int:
         seed=args.seed,
         shadow_models=args.shadow_models,
         shadow_steps=args.shadow_steps,
+        shadow_base=args.shadow_base,
         updates=tuple(args.updates or ()),
         inversion=CapturedAttackConfig(steps=args.inversion_steps, seed=args.seed),
     )

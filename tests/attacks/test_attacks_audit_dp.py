@@ -82,6 +82,8 @@ def _audit(run_dir: Path, out: Path) -> tuple[list[str], list[str]]:
 def test_audit_trains_lira_shadows_with_the_targets_dp_sgd(dp_run_dir: Path, tmp_path: Path) -> None:
     plan, shadows = _audit(dp_run_dir, tmp_path / "audit")
     assert "record-level DP-SGD at epsilon 8" in plan[0]
+    # A full fine-tune: the shadows start from the base directory its checkpoint records.
+    assert f"from the target's base {dp_run_dir / 'backbone'}" in plan[0]
     for line in shadows:
         # Each shadow's own accountant: 3 steps (the target's recorded count) at epsilon 8.
         spent = float(line.split("DP-SGD epsilon ")[1].split(")")[0])
@@ -93,5 +95,6 @@ def test_audit_trains_lira_shadows_of_the_targets_size_and_adapters(tmp_path: Pa
                                lora=LoraSettings(r=2, alpha=4))
     run_dir = _run_dir(tmp_path / "run", cfg, size="small")
     plan, shadows = _audit(run_dir, tmp_path / "audit")
-    assert "(small, LoRA rank 2, 3 steps of 4 pairs at lr 0.001 each" in plan[0]
-    assert all("(qwen2_5_vl small, LoRA rank 2, " in line for line in shadows)
+    base = "qwen2_5_vl, hidden 128, from the frozen base in the target's checkpoint, LoRA rank 2"
+    assert f"({base}, 3 steps of 4 pairs at lr 0.001 each" in plan[0]
+    assert all(f"({base}, " in line for line in shadows)
