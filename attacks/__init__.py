@@ -17,6 +17,17 @@ from attacks._baselines import (
     score_reconstruction,
 )
 from attacks._capture import capture_round, capture_run_dir, pooled_embeddings
+from attacks._capture_audit import CaptureAuditConfig, MemberTruth, audit_capture_dir
+from attacks._capture_dir import (
+    CAPTURE_DIR_FORMAT,
+    CapturedArtefact,
+    CaptureDir,
+    CapturedRound,
+    CaptureManifest,
+    RewardQuery,
+    RoundCapture,
+    write_capture,
+)
 from attacks._captured import CAPTURE_FORMAT, CapturedRouterUpdate, CaptureMeta
 from attacks._captured_attacks import CapturedAttackConfig, attack_captured_update
 from attacks._errors import AttackError, AttackInputError
@@ -70,6 +81,7 @@ from attacks._remote import RemoteRewardScorer
 from attacks._report import (
     NO_LEAK,
     AuditReport,
+    CaptureCheck,
     MembershipReport,
     ReconstructionReport,
     membership_report,
@@ -105,6 +117,7 @@ from attacks._testbed import (
 __all__ = [
     "ARTEFACT_KINDS",
     "BASELINE_NAMES",
+    "CAPTURE_DIR_FORMAT",
     "CAPTURE_FORMAT",
     "DEFAULT_FPRS",
     "LPIPS_MIN_SIZE",
@@ -119,8 +132,14 @@ __all__ = [
     "AuditConfig",
     "AuditReport",
     "AuditSummary",
+    "CaptureAuditConfig",
+    "CaptureCheck",
+    "CaptureDir",
+    "CaptureManifest",
     "CaptureMeta",
+    "CapturedArtefact",
     "CapturedAttackConfig",
+    "CapturedRound",
     "CapturedRouterUpdate",
     "CapturedUpdate",
     "InversionCheckpoint",
@@ -129,6 +148,7 @@ __all__ = [
     "LiraConfig",
     "LossFn",
     "MemberSummary",
+    "MemberTruth",
     "MembershipReport",
     "MetricSummary",
     "MlpMembership",
@@ -138,7 +158,9 @@ __all__ = [
     "PatchImageRouter",
     "ReconstructionReport",
     "RemoteRewardScorer",
+    "RewardQuery",
     "RocCurve",
+    "RoundCapture",
     "SSIMParams",
     "ShadowTrainer",
     "TrainedMlpReward",
@@ -151,6 +173,7 @@ __all__ = [
     "as_batch",
     "attack_captured_update",
     "auc",
+    "audit_capture_dir",
     "audit_run_dir",
     "balance",
     "baseline_guesses",
@@ -198,5 +221,6 @@ __all__ = [
     "tpr_at_fpr",
     "train_mlp_reward",
     "verdict_level",
+    "write_capture",
     "write_report",
 ]

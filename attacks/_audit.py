@@ -46,7 +46,7 @@ def update_owner(meta: CaptureMeta) -> dict[str, Any]:
     members = sorted({meta.client_ids[i] for i in meta.client_indices})
     if meta.setting == "plaintext":
         return {"members": members, "artefact": "router update, plaintext (no secure aggregation)"}
-    return {"members": members, "artefact": "router aggregate (secure aggregation)"}
+    return {"members": members, "artefact": "router aggregate (published)"}
 
 
 class AuditConfig(BaseModel):

@@ -9,7 +9,7 @@ from pathlib import Path
 from attacks._errors import AttackInputError
 from attacks._metrics import MetricSummary
 from attacks._plots import plot_roc
-from attacks._report import AuditReport, MembershipReport, ReconstructionReport
+from attacks._report import AuditReport, CaptureCheck, MembershipReport, ReconstructionReport
 from attacks._summary import AuditSummary, VerdictLevel, verdict_level
 
 __all__ = ["VERDICT_CLASSES", "render_html", "write_report"]
@@ -126,6 +126,19 @@ def _reconstruction_table(rows: list[ReconstructionReport]) -> str:
     )
 
 
+def _check_table(rows: list[CaptureCheck]) -> str:
+    body = "".join(
+        f"<tr><td>{_esc(r.attack)}</td><td>{_esc(r.setting)}</td><td>{_esc(r.recovered)}</td>"
+        f"<td>{_esc(r.statistic)}: {r.value:.4g}</td><td>{_esc(r.baseline)}</td>"
+        f"<td>{_verdict(r.verdict)}</td></tr>"
+        for r in rows
+    )
+    return (
+        "<table><tr><th>attack</th><th>setting</th><th>what the attacker recovered</th>"
+        "<th>statistic</th><th>trivial baseline</th><th>verdict</th></tr>" + body + "</table>"
+    )
+
+
 def render_html(report: AuditReport, out_dir: str | Path) -> Path:
     """Write ``out_dir/report.html`` (plus an ROC PNG when there are membership results);
     figures named in the report, relative to ``out_dir`` or absolute, are embedded inline."""
@@ -149,6 +162,9 @@ def render_html(report: AuditReport, out_dir: str | Path) -> Path:
         parts.append(_reconstruction_table(report.reconstructions))
         for rr in report.reconstructions:
             parts += [_img(_resolve(f, out), f"{rr.attack} / {rr.setting}") for f in rr.figures]
+    if report.checks:
+        parts.append("<h2>Captured artefacts</h2>")
+        parts.append(_check_table(report.checks))
     parts += [_img(_resolve(f, out), Path(f).name) for f in report.figures]
     page = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

@@ -32,6 +32,7 @@ from attacks._summary import AuditSummary, summarize
 __all__ = [
     "NO_LEAK",
     "AuditReport",
+    "CaptureCheck",
     "MembershipReport",
     "ReconstructionReport",
     "membership_report",
@@ -121,6 +122,23 @@ class MembershipReport(BaseModel):
         }
 
 
+class CaptureCheck(BaseModel):
+    """A finding on a captured artefact without a reconstruction to score: what the attacker
+    recovered, one statistic beside its trivial baseline, and the verdict."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attack: str
+    setting: str
+    statistic: str
+    value: float
+    baseline: str = Field(description="the trivial baseline of the statistic, in words")
+    recovered: str = Field(default="", description="what the attacker holds, in words")
+    verdict: str
+    members: list[str] = Field(default_factory=list, description="whose data; []: every member")
+    artefact: str
+
+
 class AuditReport(BaseModel):
     """Everything an audit measured; serialized as report.json, rendered as report.html."""
 
@@ -129,6 +147,7 @@ class AuditReport(BaseModel):
     title: str = "fedmor privacy audit"
     reconstructions: list[ReconstructionReport] = Field(default_factory=list)
     memberships: list[MembershipReport] = Field(default_factory=list)
+    checks: list[CaptureCheck] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     figures: list[str] = Field(default_factory=list)
     summary: AuditSummary = Field(
@@ -142,9 +161,10 @@ class AuditReport(BaseModel):
 
     def compute_summary(self) -> AuditSummary:
         """Per member, the worst verdict of each artefact kind (attacks._summary)."""
-        rows: list[MembershipReport | ReconstructionReport] = [
+        rows: list[MembershipReport | ReconstructionReport | CaptureCheck] = [
             *self.memberships,
             *self.reconstructions,
+            *self.checks,
         ]
         return summarize(
             (r.members, r.artefact, f"{r.setting} ({r.attack})", r.verdict) for r in rows

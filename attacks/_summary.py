@@ -36,8 +36,14 @@ ARTEFACT_KINDS: dict[str, str] = {
     "ranking",
     "router update, plaintext (no secure aggregation)": "turn secure aggregation on for router "
     "rounds and raise the minimum samples per update",
-    "router aggregate (secure aggregation)": "raise the minimum samples per update and the "
+    "router aggregate (published)": "raise the minimum samples per update and the "
     "members per round, or add client-level DP noise to router updates",
+    "reward-query log (captured)": "train with DP-SGD at epsilon <= 1, lower the query "
+    "budget, and keep the server's capture retention short",
+    "masked input (secure aggregation)": "the masks do not hide the input: check the SecAgg "
+    "implementation and stop sending until it is fixed",
+    "unmasking shares (secure aggregation)": "the server could rebuild both masks of a member: "
+    "raise the SecAgg threshold and check dropout handling",
     "membership inference": "train with DP-SGD at epsilon <= 1",
     "gradient inversion": "turn secure aggregation on and raise the minimum samples per update",
 }

@@ -302,8 +302,8 @@ def test_audit_inverts_captured_updates_and_says_which_leak(
     # Client a's card: its plaintext update leaks, the aggregate it took part in does not.
     cards = {m.member: {v.artefact: v.level for v in m.verdicts} for m in report.summary.members}
     assert cards["a"]["router update, plaintext (no secure aggregation)"] == "leak"
-    assert cards["a"]["router aggregate (secure aggregation)"] == "no measurable leak"
-    assert cards["c"]["router aggregate (secure aggregation)"] == "no measurable leak"
+    assert cards["a"]["router aggregate (published)"] == "no measurable leak"
+    assert cards["c"]["router aggregate (published)"] == "no measurable leak"
     assert "secagg" in (out / "report.html").read_text()
 
 

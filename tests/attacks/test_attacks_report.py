@@ -197,6 +197,18 @@ def test_public_api_is_pinned() -> None:
             "VerdictLevel",
             "summarize",
             "verdict_level",
+            "CaptureAuditConfig",
+            "MemberTruth",
+            "audit_capture_dir",
+            "CAPTURE_DIR_FORMAT",
+            "CaptureDir",
+            "CapturedArtefact",
+            "CapturedRound",
+            "CaptureManifest",
+            "RewardQuery",
+            "RoundCapture",
+                    "write_capture",
+            "CaptureCheck",
             "write_report",
         ]
     )
