@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _attack_kit import CLIENT, synth_client_data
 from fastapi.testclient import TestClient
 
 from attacks import (
@@ -29,7 +30,7 @@ from attacks import (
 )
 from attacks._cli import register
 from client_app import ClientSettings, create_client_app
-from sdk.data import SynthConfig, load_pairs, synthesize
+from sdk.data import load_pairs
 from sdk.models import build_tiny_vlm
 from sdk.reward import (
     ClientScorer,
@@ -52,29 +53,13 @@ from sdk.router import (
 )
 from server_app import generate_key, public_key_b64
 
-CLIENT = "detail"
-
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run directory in the demo's layout: data/clients/<c>/{train,eval}, reward_models/<c>/."""
     root = tmp_path_factory.mktemp("run")
-    synthesize(
-        SynthConfig(
-            seed=1,
-            image_size=32,
-            clients=(CLIENT,),
-            heldout=("color",),
-            train_pairs=24,  # 3 clients x 16 responses for the SecAgg capture
-            eval_pairs=16,
-            heldout_pairs=1,
-            warmup_queries=0,
-            policy_train_queries=0,
-            policy_eval_queries=0,
-        ),
-        root / "data",
-    )
-    train = load_pairs(root / "data" / "clients" / CLIENT / "train")
+    # 24 train pairs: 3 clients x 16 responses for the SecAgg capture.
+    train = load_pairs(synth_client_data(root / "data", train_pairs=24, eval_pairs=16) / "train")
     backbone = build_tiny_vlm("qwen2_5_vl", root / "backbone", corpus=pair_texts(train))
     model = RewardModel.from_backbone(backbone)
     # A few steps only: the audit's plumbing is under test here; that the attack bites on an

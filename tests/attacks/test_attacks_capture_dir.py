@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _attack_kit import synth_client_data
 from safetensors.torch import save_file
 
 from attacks import (
@@ -27,7 +28,7 @@ from attacks import (
     write_capture,
 )
 from attacks._cli import register
-from sdk.data import SynthConfig, load_pairs, synthesize
+from sdk.data import load_pairs
 from sdk.router import (
     EncodedBatch,
     HashingEncoder,
@@ -47,23 +48,7 @@ AGG = "router aggregate (published)"
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("data")
-    synthesize(
-        SynthConfig(
-            seed=1,
-            image_size=32,
-            clients=("detail",),
-            heldout=("color",),
-            train_pairs=24,
-            eval_pairs=16,
-            heldout_pairs=1,
-            warmup_queries=0,
-            policy_train_queries=0,
-            policy_eval_queries=0,
-        ),
-        root,
-    )
-    return root / "clients" / "detail"
+    return synth_client_data(tmp_path_factory.mktemp("data"), train_pairs=24, eval_pairs=16)
 
 
 @pytest.fixture(scope="module")

@@ -126,14 +126,10 @@ COLOURS = {
 }
 
 
-def test_report_page_and_images_load_in_chromium(
-    chromium: str, report_dir: Path, tmp_path: Path
-) -> None:
-    page = (report_dir / "report.html").read_text()
-    n_images = page.count("<img ")
-    assert n_images >= 2  # the ROC figure and the reconstruction grid
+def _dump_dom(chromium: str, page: str, probe_script: str, tmp_path: Path) -> str:
+    """The DOM after load of ``page`` with ``probe_script`` appended to its body."""
     probe = tmp_path / "probe.html"
-    probe.write_text(page.replace("</body>", PROBE + "</body>"))
+    probe.write_text(page.replace("</body>", probe_script + "</body>"))
     dom = subprocess.run(
         [chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probe.as_uri()],
         capture_output=True,
@@ -141,8 +137,18 @@ def test_report_page_and_images_load_in_chromium(
         timeout=120,
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
-    assert "fedmor privacy audit" in dom.stdout
-    assert f"IMAGES {n_images}/{n_images}" in dom.stdout, dom.stdout[-500:]
+    return dom.stdout
+
+
+def test_report_page_and_images_load_in_chromium(
+    chromium: str, report_dir: Path, tmp_path: Path
+) -> None:
+    page = (report_dir / "report.html").read_text()
+    n_images = page.count("<img ")
+    assert n_images >= 2  # the ROC figure and the reconstruction grid
+    dom = _dump_dom(chromium, page, PROBE, tmp_path)
+    assert "fedmor privacy audit" in dom
+    assert f"IMAGES {n_images}/{n_images}" in dom, dom[-500:]
 
 
 def test_summary_verdicts_and_colours_in_chromium_match_report_json(
@@ -153,18 +159,9 @@ def test_summary_verdicts_and_colours_in_chromium_match_report_json(
         (m["member"], v["artefact"]): v["level"] for m in summary["members"] for v in m["verdicts"]
     }
     assert sorted(set(want.values())) == ["inconclusive", "leak"]
-    page = (report_dir / "report.html").read_text()
-    probe = tmp_path / "probe.html"
-    probe.write_text(page.replace("</body>", SUMMARY_PROBE + "</body>"))
-    dom = subprocess.run(
-        [chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probe.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    found = re.search(r'id="summary-probe">SUMMARY (.*?) END<', dom.stdout)
-    assert found, dom.stdout[-500:]
+    dom = _dump_dom(chromium, (report_dir / "report.html").read_text(), SUMMARY_PROBE, tmp_path)
+    found = re.search(r'id="summary-probe">SUMMARY (.*?) END<', dom)
+    assert found, dom[-500:]
     seen = [cell.split("|") for cell in found.group(1).split(";")]
     assert {(m, a): text for m, a, text, _ in seen} == want
     for member, artefact, text, colour in seen:

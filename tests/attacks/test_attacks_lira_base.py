@@ -10,21 +10,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from _attack_kit import CLIENT, reward_run_dir
 from safetensors.torch import load_file
 
 from attacks import AttackInputError, AuditConfig, audit_run_dir, verdict_level
 from attacks._shadow_base import resolve_shadow_base
-from sdk.data import SynthConfig, load_pairs, synthesize
 from sdk.models import ARCHITECTURES, build_tiny_vlm, get_architecture
 from sdk.reward import (
     LoraSettings,
     RewardModel,
     RewardTrainingConfig,
-    pair_texts,
-    train_reward_model,
 )
 
-CLIENT = "detail"
 LORA = RewardTrainingConfig(
     steps=3, batch_size=4, lr=1e-3, warmup_steps=1, eval_every=0, lora=LoraSettings(r=2, alpha=4)
 )
@@ -45,28 +42,9 @@ def _backbone(architecture: str, out: Path, corpus: list[str], *, wide: bool) ->
 
 
 def _run_dir(root: Path, architecture: str, cfg: RewardTrainingConfig, *, wide: bool) -> Path:
-    synthesize(
-        SynthConfig(
-            seed=1,
-            image_size=32,
-            clients=(CLIENT,),
-            heldout=("color",),
-            train_pairs=16,
-            eval_pairs=8,
-            heldout_pairs=1,
-            warmup_queries=0,
-            policy_train_queries=0,
-            policy_eval_queries=0,
-        ),
-        root / "data",
+    return reward_run_dir(
+        root, cfg, lambda out, corpus: _backbone(architecture, out, corpus, wide=wide)
     )
-    train = load_pairs(root / "data" / "clients" / CLIENT / "train")
-    backbone = _backbone(architecture, root / "backbone", pair_texts(train), wide=wide)
-    model = RewardModel.from_backbone(backbone, lora=cfg.lora)
-    train_reward_model(
-        model, train, [], cfg, out_dir=root / "reward_models" / CLIENT, progress=False
-    )
-    return root
 
 
 def _audit(run_dir: Path, out: Path, **kw: object) -> tuple[list[str], list[str]]:
