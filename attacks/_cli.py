@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attacks._report import AuditReport
 
 __all__ = ["register"]
 
@@ -92,6 +96,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     audit.set_defaults(handler=_audit)
 
 
+def _print_summary(report: AuditReport) -> None:
+    """The report's summary, one line per member and artefact kind."""
+    for m in report.summary.members:
+        for v in m.verdicts:
+            print(f"{m.member}: {v.artefact}: {v.level.upper()}: {v.advice}")
+
+
 def _audit_capture(args: argparse.Namespace) -> int:
     from attacks._capture_audit import CaptureAuditConfig, MemberTruth, audit_capture_dir
     from attacks._captured_attacks import CapturedAttackConfig
@@ -106,9 +117,10 @@ def _audit_capture(args: argparse.Namespace) -> int:
     cfg = CaptureAuditConfig(
         inversion=CapturedAttackConfig(steps=args.inversion_steps, seed=args.seed), seed=args.seed
     )
-    audit_capture_dir(
+    report = audit_capture_dir(
         args.capture, out, cfg, truth=truth, progress=lambda m: print(f"[audit] {m}", flush=True)
     )
+    _print_summary(report)
     print(f"wrote {out / 'report.json'} and {out / 'report.html'}")
     return 0
 
@@ -155,5 +167,6 @@ def _audit(args: argparse.Namespace) -> int:
         print(f"{r.setting} ({r.attack}): {r.verdict}")
     for note in report.notes[: len(report.notes) - 2]:
         print(note)
+    _print_summary(report)
     print(f"wrote {out / 'report.json'} and {out / 'report.html'}")
     return 0

@@ -214,7 +214,10 @@ def test_capture_with_ground_truth_scores_the_attacks(
 
 
 def test_audit_command_takes_a_capture_and_one_members_ground_truth(
-    capture: tuple[Path, dict[str, MemberTruth]], data: Path, tmp_path: Path
+    capture: tuple[Path, dict[str, MemberTruth]],
+    data: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     root, truth = capture
     emb = tmp_path / "a-truth.safetensors"
@@ -246,6 +249,8 @@ def test_audit_command_takes_a_capture_and_one_members_ground_truth(
         ]
     )
     assert args.handler(args) == 0
+    printed = capsys.readouterr().out
+    assert f"a: {PLAIN}: LEAK: turn secure aggregation on" in printed
     report = AuditReport.model_validate(json.loads((out / "report.json").read_text()))
     (mia,) = report.memberships
     # The logged scores separate a's train pairs (margin 4) from its eval pairs.
