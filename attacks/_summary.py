@@ -51,10 +51,7 @@ _INCONCLUSIVE = (
     "inconclusive: more samples needed for a verdict (audit more pairs with --max-pairs, or "
     "capture more rounds)"
 )
-_NO_LEAK = (
-    "no action on this evidence: this attack at this sample size measured nothing; it is not "
-    "a proof that nothing leaks"
-)
+_NO_LEAK = "no action on this evidence (this attack, this sample size; not a proof of privacy)"
 
 
 def verdict_level(verdict: str) -> VerdictLevel:

@@ -261,3 +261,43 @@ def test_audit_command_takes_a_capture_and_one_members_ground_truth(
     bad = parser.parse_args(["audit", "--capture", str(root), "--member", "a"])
     with pytest.raises(ValueError, match="go together"):
         bad.handler(bad)
+
+
+def test_capture_checks_flag_an_unmasked_input_and_rebuildable_masks(
+    capture: tuple[Path, dict[str, MemberTruth]], tmp_path: Path
+) -> None:
+    """The structural checks can fail: an input sent without masks (small signed ring values)
+    is not uniform, and a server holding both kinds of shares of one member could unmask it."""
+    root, _ = capture
+    r2 = CaptureDir.open(root).manifest.rounds[1]
+    agg = CaptureDir.open(root).update(next(a for a in r2.artefacts if a.kind == "aggregate"))
+    n = sum(t.numel() for t in agg.before.values()) + 1
+    plain = np.random.default_rng(0).normal(0, 1000, n).astype(np.int32).view(np.uint32)
+    both = {"self_mask_shares": {"0": "AA=="}, "key_shares": {"0": "AA=="}}
+    bad = RoundCapture(
+        round_id=7,
+        meta=r2.meta,
+        before=agg.before,
+        masked_inputs={"a": plain.tobytes()},
+        unmasking={m: both for m in MEMBERS},
+        threshold=2,
+        secagg_ids={m: i for i, m in enumerate(MEMBERS)},
+    )
+    write_capture(tmp_path / "bad", rounds=[bad])
+    report = audit_capture_dir(tmp_path / "bad", tmp_path / "audit")
+    checks = {c.artefact: c for c in report.checks}
+    assert checks["masked input (secure aggregation)"].verdict.startswith("leaks")
+    shares = checks["unmasking shares (secure aggregation)"]
+    assert shares.verdict.startswith("leaks") and "['a']" in shares.verdict
+    with pytest.raises(AttackInputError, match="unfit for file names"):
+        write_capture(
+            tmp_path / "x",
+            rounds=[
+                RoundCapture(
+                    round_id=1,
+                    meta=r2.meta,
+                    before=agg.before,
+                    masked_inputs={"../a": b"\0" * 4 * n},
+                )
+            ],
+        )
