@@ -27,25 +27,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=Path,
         help="report directory (default: RUN_DIR/audit, or CAPTURE-audit beside --capture)",
     )
-    audit.add_argument(
-        "--capture",
-        type=Path,
-        help="attack a server's capture directory (manifest.json) instead of a run directory",
-    )
-    audit.add_argument(
-        "--member", help="with --capture: the audited member, whose ground truth follows"
-    )
-    audit.add_argument(
-        "--truth-embeddings",
-        type=Path,
-        help="with --member: safetensors with 'embeddings' (N, D) of the samples behind its "
-        "updates and 'pool' (M, D) of other samples",
-    )
-    audit.add_argument(
-        "--truth-pairs",
-        type=Path,
-        help="with --member: its data directory (train/ = members, eval/ = non-members)",
-    )
+    _capture_arguments(audit)
     audit.add_argument(
         "--max-pairs", type=int, default=200, help="members (and as many non-members) per client"
     )
@@ -94,6 +76,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     audit.add_argument("--sender", default="server", help="signer id the client app accepts")
     audit.set_defaults(handler=_audit)
+
+
+def _capture_arguments(audit: argparse.ArgumentParser) -> None:
+    """``--capture DIR`` and the audited member's ground truth."""
+    audit.add_argument(
+        "--capture",
+        type=Path,
+        help="attack a server's capture directory (manifest.json) instead of a run directory",
+    )
+    audit.add_argument(
+        "--member", help="with --capture: the audited member, whose ground truth follows"
+    )
+    audit.add_argument(
+        "--truth-embeddings",
+        type=Path,
+        help="with --member: safetensors with 'embeddings' (N, D) of the samples behind its "
+        "updates and 'pool' (M, D) of other samples",
+    )
+    audit.add_argument(
+        "--truth-pairs",
+        type=Path,
+        help="with --member: its data directory (train/ = members, eval/ = non-members)",
+    )
 
 
 def _print_summary(report: AuditReport) -> None:
