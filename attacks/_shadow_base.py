@@ -60,14 +60,16 @@ def _write_frozen_base(target: RewardModel, config_dir: Path, out: Path) -> Path
     from sdk.models import get_architecture
 
     spec = get_architecture(target.architecture)
-    # Random init is overwritten by every stored weight below (strict load).
-    base = spec.model_class(AutoConfig.from_pretrained(config_dir))
+    # Built without memory on the meta device; every stored weight is then assigned (strict),
+    # so a real-size base costs no second copy of its weights.
+    with torch.device("meta"):
+        base = spec.model_class(AutoConfig.from_pretrained(config_dir))
     state = {
         k.replace(".base_layer.", "."): v
         for k, v in target.backbone.state_dict().items()
         if "lora_" not in k
     }
-    base.load_state_dict(state, strict=True)
+    base.load_state_dict(state, strict=True, assign=True)
     base.save_pretrained(out)
     target.bundle.processor.save_pretrained(out)
     return out
