@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -10,7 +10,7 @@ from sdk.secagg._client import SecAggClient
 from sdk.secagg._config import SecAggConfig
 from sdk.secagg._crypto import generate_identities
 from sdk.secagg._errors import RoundAborted
-from sdk.secagg._schema import ServerMessage
+from sdk.secagg._schema import ClientMessage, ServerMessage
 from sdk.secagg._server import AggregateResult, SecAggServer
 from sdk.secagg._stages import Stage
 
@@ -25,11 +25,13 @@ def simulate_round(
     dropouts: Mapping[Stage, set[int]] | None = None,
     rng: np.random.Generator | None = None,
     round_id: str = "sim-round",
+    on_message: Callable[[ClientMessage], None] | None = None,
 ) -> AggregateResult:
     """Run one round with clients 0..N-1 and return the server's result.
 
     ``dropouts[stage]`` are clients whose reply at ``stage`` is never delivered (they are gone
-    from then on). Raises ``RoundAborted`` when too few survive.
+    from then on). Raises ``RoundAborted`` when too few survive. ``on_message`` sees every
+    client message the server receives (an auditor's capture of the wire).
     """
     cfg = config or SecAggConfig()
     n = len(updates)
@@ -49,7 +51,10 @@ def simulate_round(
             if c in gone:
                 continue
             try:
-                server.receive(clients[c].receive(msg))
+                reply = clients[c].receive(msg)
+                if on_message is not None:
+                    on_message(reply)
+                server.receive(reply)
             except RoundAborted:
                 gone.add(c)  # the client refuses to go on (e.g. too few live neighbours)
         outbox = server.close_stage()
