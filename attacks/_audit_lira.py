@@ -25,7 +25,7 @@ from attacks._membership import LiraConfig, lira_attack
 from attacks._report import MembershipReport, membership_report
 
 if TYPE_CHECKING:
-    from sdk.models import ModelSize
+    from sdk.models import ModelSize, Runtime
     from sdk.reward import RewardTrainingConfig
 
 __all__ = ["lira_reports"]
@@ -50,6 +50,7 @@ class _Shadows:
         self.cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         self.candidates: list[int] = []
         self.planned = 0
+        self.runtime: Runtime | None = None
 
     def margins(self, train: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         key = tuple(sorted(train))
@@ -76,7 +77,7 @@ class _Shadows:
                 seed=self.seed + s,
                 size=self.size,
             )
-            model = RewardModel.from_backbone(backbone, lora=cfg.lora)
+            model = RewardModel.from_backbone(backbone, lora=cfg.lora, runtime=self.runtime)
             result = train_reward_model(model, train, [], cfg, progress=False)
         cand = [self.pairs[i] for i in self.candidates]
         images, prompts = [p.image for p in cand], [p.prompt for p in cand]
@@ -113,14 +114,17 @@ def lira_reports(
     n_boot: int,
     seed: int,
     say: Callable[[str], None],
+    runtime: Runtime | None = None,
 ) -> list[MembershipReport]:
     """LiRA on each view ``(name, target margins (2n, 2))`` of the 2n candidates (first n
     members); view 0 is raw, every later one normalized and clipped at ``clip``. Every shadow
     is a fresh ``architecture`` of ``size`` trained with ``recipe`` (the target's: its steps,
-    batch, learning rate, LoRA adapters and DP-SGD), seeded apart."""
+    batch, learning rate, LoRA adapters and DP-SGD), seeded apart, on ``runtime``'s device
+    and dtype."""
     pairs = list(candidates) + list(population)
     n2 = len(candidates)
     shadows = _Shadows(pairs, architecture, size, recipe, clip, seed, say)
+    shadows.runtime = runtime
     shadows.candidates = list(range(n2))
     shadows.planned = n_shadow
     cfg = LiraConfig(n_shadow=n_shadow, seed=seed)

@@ -19,7 +19,7 @@ from trl import GRPOConfig, GRPOTrainer
 from sdk.alignment._feedback import RouterFeedbackCallback
 from sdk.alignment._reward_function import SelectionRewardFunction
 from sdk.data import Query
-from sdk.models import load_vlm
+from sdk.models import Runtime, load_vlm
 from sdk.reward import LoraSettings
 
 __all__ = ["GRPOSettings", "StepTimer", "align", "query_dataset"]
@@ -139,6 +139,7 @@ def align(
     out_dir: str | Path,
     callbacks: Sequence[TrainerCallback] = (),
     progress: Callable[[str], None] | None = print,
+    runtime: Runtime | None = None,
 ) -> Path:
     """Run GRPO from ``policy_dir`` on ``queries``; save the aligned policy to ``out_dir``.
 
@@ -146,13 +147,16 @@ def align(
     ``out_dir/policy`` (model + processor; with ``lora`` also ``out_dir/adapter``) and
     ``out_dir/metrics.json`` (trl's log history, the reward per call and the router feedback)
     and returns ``out_dir``. ``progress`` gets one line (step, loss, mean reward) about every
-    tenth of the run; None keeps it quiet.
+    tenth of the run; None keeps it quiet. ``runtime`` places the policy (device, dtype) and
+    sets trl's ``bf16`` / ``fp16`` / ``gradient_checkpointing`` to match.
     """
     s = settings or GRPOSettings()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(s.seed)
-    bundle = load_vlm(policy_dir)
+    rt = runtime or Runtime()
+    # trl turns gradient checkpointing on itself (GRPOConfig), so the load does not.
+    bundle = load_vlm(policy_dir, runtime=rt.model_copy(update={"gradient_checkpointing": False}))
     # Left padding: prompts of different lengths otherwise break Qwen's rope index (DESIGN.md).
     bundle.processor.tokenizer.padding_side = "left"
     if s.freeze_vision and s.lora is None:  # peft freezes every base weight under LoRA
@@ -173,9 +177,8 @@ def align(
         logging_steps=1,
         save_strategy="no",
         report_to="none",
-        use_cpu=not torch.cuda.is_available(),
-        bf16=False,
         disable_tqdm=True,
+        **rt.trainer_precision(),
     )
     feedback = RouterFeedbackCallback(reward_fn.selection)
     all_callbacks: list[TrainerCallback] = [*callbacks]
