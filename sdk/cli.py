@@ -22,6 +22,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "sdk.data._cli",
     "sdk.reward._cli",
     "sdk.router._cli",
+    "sdk.alignment._cli",
     "server_app._cli",
     "client_app._cli",
     "attacks._cli",

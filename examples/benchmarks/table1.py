@@ -335,7 +335,8 @@ def main() -> None:
         fn = SelectionRewardFunction(selection, source, invalid_choice_reward=worst)
         timer = StepTimer()
         run_dir = align(policy, fn, grpo_queries, grpo.model_copy(update={"seed": seed}),
-                        out_dir=args.out / "runs" / f"{name}-{seed}", callbacks=[timer])
+                        out_dir=args.out / "runs" / f"{name}-{seed}", callbacks=[timer],
+                        merge_lora=True)  # evaluated as a full policy below
         r = evaluate(run_dir / "policy", seed)
         r["mean_step_s"] = statistics.fmean(timer.durations[1:]) if timer.durations[1:] else None
         if selection.chooser is not None:  # where the online updates left the router
