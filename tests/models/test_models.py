@@ -112,7 +112,8 @@ def test_unknown_architecture_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"config\.json"):
         load_vlm(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    with pytest.raises(UnknownArchitectureError, match="bert"):
+    with pytest.raises(UnknownArchitectureError,
+                       match=r"'bert'; supported: \['llava_onevision', 'qwen2_5_vl', 'qwen2_vl'\]"):
         load_vlm(tmp_path)
 
 
