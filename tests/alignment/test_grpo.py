@@ -27,7 +27,7 @@ from sdk.alignment import (
 from sdk.alignment._grpo import _freeze_vision_encoder
 from sdk.alignment._warmup import _noisy_answers
 from sdk.data import load_queries
-from sdk.models import ARCHITECTURES, build_tiny_vlm, load_vlm
+from sdk.models import ARCHITECTURES, Runtime, build_tiny_vlm, load_vlm
 from sdk.reward import LoraSettings
 from tests.alignment.conftest import make_chooser
 
@@ -114,7 +114,7 @@ def test_tiny_grpo_run_with_mor_changes_the_policy(base_policy: Path, data_dir: 
 
 
 def _two_steps(base_policy: Path, data_dir: Path, out: Path, *, merge_lora: bool = False,
-               **settings: Any) -> Path:
+               runtime: Runtime | None = None, **settings: Any) -> Path:
     """Two GRPO steps with one client that prefers longer answers (distinct group rewards)."""
 
     def longer_is_better(images, prompts, responses):
@@ -125,7 +125,7 @@ def _two_steps(base_policy: Path, data_dir: Path, out: Path, *, merge_lora: bool
     grpo = GRPOSettings(steps=2, prompts_per_step=2, num_generations=2,
                         max_completion_length=4, warmup_steps=0, **settings)
     return align(base_policy, fn, load_queries(data_dir / "policy" / "train"), grpo,
-                 out_dir=out, progress=None, merge_lora=merge_lora)
+                 out_dir=out, progress=None, merge_lora=merge_lora, runtime=runtime)
 
 
 @pytest.mark.parametrize("freeze", [True, False])
@@ -171,6 +171,17 @@ def test_lora_policy_is_its_adapter_and_export_merges_it_over_the_checked_base(
     other = build_tiny_vlm("qwen2_5_vl", tmp_path / "other", size="small")
     with pytest.raises(AlignmentError, match="does not match adapter"):
         export_policy(out / "adapter", tmp_path / "refused", base=other)
+
+
+def test_grpo_runs_in_bfloat16_with_gradient_checkpointing(
+        base_policy: Path, data_dir: Path, tmp_path: Path) -> None:
+    runtime = Runtime(device="cpu", dtype="bfloat16", gradient_checkpointing=True)
+    out = _two_steps(base_policy, data_dir, tmp_path / "run", lora=LoraSettings(r=2, alpha=4),
+                     runtime=runtime)
+    adapter = load_file(str(out / "adapter" / "adapter_model.safetensors"))
+    assert adapter and all(torch.isfinite(v.float()).all() for v in adapter.values())
+    log = json.loads((out / "metrics.json").read_text())["log_history"]
+    assert any("loss" in entry for entry in log)
 
 
 def test_freeze_vision_needs_a_vision_encoder() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 from safetensors import safe_open
 
 from sdk.data import SynthConfig, load_pairs, synthesize
@@ -87,15 +88,17 @@ def test_lora_bfloat16_training_saves_adapters_only_and_reloads_over_its_base(
         RewardModel.from_pretrained(ckpt, base=tmp_path / "nowhere")
 
 
-def test_full_fine_tune_saves_the_backbone_and_reloads_exactly(tmp_path: Path) -> None:
-    base = build_tiny_vlm("llava_onevision", tmp_path / "base")
+@pytest.mark.parametrize("arch", ["qwen2_vl", "qwen2_5_vl", "llava_onevision"])
+def test_full_fine_tune_saves_the_backbone_and_reloads_exactly(arch: str, tmp_path: Path
+                                                               ) -> None:
+    base = build_tiny_vlm(arch, tmp_path / "base")
     model = RewardModel.from_backbone(base, runtime=Runtime(device="cpu", dtype="bfloat16"))
     model.save_pretrained(tmp_path / "ckpt")
     assert (tmp_path / "ckpt" / "backbone" / "model.safetensors").is_file()
     loaded = RewardModel.from_pretrained(tmp_path / "ckpt",
                                          runtime=Runtime(device="cpu", dtype="bfloat16"))
-    image = torch.zeros(84, 84, 3, dtype=torch.uint8).numpy()
-    from PIL import Image
-
-    args = ([Image.fromarray(image)], ["What is shown?"], ["A black square."])
-    torch.testing.assert_close(loaded.score(*args), model.score(*args), atol=0, rtol=0)
+    args = ([Image.new("RGB", (84, 84))] * 2, ["What is shown?"] * 2,
+            ["A black square.", "Nothing at all."])
+    scores = model.score(*args)
+    assert scores.dtype == torch.float32 and torch.isfinite(scores).all()
+    torch.testing.assert_close(loaded.score(*args), scores, atol=0, rtol=0)
