@@ -102,3 +102,13 @@ def test_full_fine_tune_saves_the_backbone_and_reloads_exactly(arch: str, tmp_pa
     scores = model.score(*args)
     assert scores.dtype == torch.float32 and torch.isfinite(scores).all()
     torch.testing.assert_close(loaded.score(*args), scores, atol=0, rtol=0)
+
+
+def test_client_settings_carry_the_scorers_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    from client_app import ClientSettings
+
+    monkeypatch.setenv("FEDMOR_CLIENT_DTYPE", "bfloat16")
+    settings = ClientSettings(device="cpu")
+    assert settings.reward_runtime() == Runtime(device="cpu", dtype="bfloat16")
+    with pytest.raises(ValueError, match="device"):
+        ClientSettings(device="gpu0")
