@@ -154,6 +154,8 @@ def measure(arch: str, root: Path, data: Path, *, dtype: str, device: str, steps
         f"{scored['peak_rss'] / 1e9:.2f} GB")
     weight_bytes = loaded["weight_bytes"]
     adapter_bytes = _dir_bytes(ckpt)
+    peaks = {name: phase["peak_rss"] for name, phase in
+             (("load", loaded), ("train", trained), ("score", scored))}
     return {
         "params": loaded["params"],
         "trainable_params": loaded["trainable_params"],
@@ -165,11 +167,8 @@ def measure(arch: str, root: Path, data: Path, *, dtype: str, device: str, steps
         "load_s": round(loaded["load_s"], 2),
         "train_step_s": round(trained["train_step_s"], 2),
         "score_item_s": round(scored["score_item_s"], 3),
-        "peak_rss": {"load": loaded["peak_rss"], "train": trained["peak_rss"],
-                     "score": scored["peak_rss"]},
-        "peak_rss_over_weight_bytes": {k: round(v / weight_bytes, 3) for k, v in {
-            "load": loaded["peak_rss"], "train": trained["peak_rss"],
-            "score": scored["peak_rss"]}.items()},
+        "peak_rss": peaks,
+        "peak_rss_over_weight_bytes": {k: round(v / weight_bytes, 3) for k, v in peaks.items()},
         "dtype": loaded["dtype"],
         "device": loaded["device"],
     }
