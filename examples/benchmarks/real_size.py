@@ -56,7 +56,7 @@ def _phase_build(args: argparse.Namespace) -> dict[str, Any]:
     from sdk.models import build_tiny_vlm
 
     start = time.perf_counter()
-    build_tiny_vlm(args.arch, args.dir, size="real", dtype=getattr(torch, args.dtype))
+    build_tiny_vlm(args.arch, args.dir, size=args.size, dtype=getattr(torch, args.dtype))
     return {"build_s": time.perf_counter() - start}
 
 
@@ -135,11 +135,12 @@ def _dir_bytes(path: Path) -> int:
 
 
 def measure(arch: str, root: Path, data: Path, *, dtype: str, device: str, steps: int,
-            say: Any = print) -> dict[str, Any]:
-    """Every phase for one architecture; the figures of one entry of ``architectures``."""
+            say: Any = print, size: str = "real") -> dict[str, Any]:
+    """Every phase for one architecture; the figures of one entry of ``architectures``.
+    (``size="tiny"`` runs the same phases on a tiny model, to test this script.)"""
     base, ckpt = root / f"{arch}-base", root / f"{arch}-reward"
     common = {"arch": arch, "dir": base, "dtype": dtype, "device": device, "data": data,
-              "ckpt": ckpt, "steps": steps}
+              "ckpt": ckpt, "steps": steps, "size": size}
     built = run_phase("build", **common)
     say(f"[real_size] {arch}: built in {built['build_s']:.0f} s, "
         f"{_dir_bytes(base) / 1e9:.2f} GB on disk")
@@ -192,7 +193,7 @@ def _headline(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def _phase_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--phase", choices=sorted(PHASES), required=True)
-    for name in ("arch", "dir", "dtype", "device", "data", "ckpt"):
+    for name in ("arch", "dir", "dtype", "device", "data", "ckpt", "size"):
         parser.add_argument(f"--{name}")
     parser.add_argument("--steps", type=int, default=2)
     args = parser.parse_args(argv)
