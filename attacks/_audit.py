@@ -31,6 +31,7 @@ from attacks._html import write_report
 from attacks._membership import PairScorer, threshold_attack
 from attacks._report import AuditReport, MembershipReport, ReconstructionReport, membership_report
 from attacks._shadow_base import resolve_shadow_base
+from sdk.models import Runtime
 
 if TYPE_CHECKING:
     from sdk.reward import LoraSettings, RewardTrainingConfig
@@ -75,6 +76,8 @@ class AuditConfig(BaseModel):
     )
     capture: bool = Field(default=True, description="replay round 1 when nothing is captured")
     inversion: CapturedAttackConfig = CapturedAttackConfig()
+    runtime: Runtime = Field(default_factory=Runtime,
+                             description="device and dtype of the target and shadow models")
 
 
 def _client_dirs(run_dir: Path, clients: tuple[str, ...] | None) -> list[Path]:
@@ -150,7 +153,7 @@ def _client_reports(
     non_idx = np.sort(rng.choice(len(held), n, replace=False))
     members = [train[int(i)] for i in mem_idx]
     non_members = [held[int(i)] for i in non_idx]
-    model = RewardModel.from_pretrained(ckpt)
+    model = RewardModel.from_pretrained(ckpt, runtime=cfg.runtime)
     normalizer = ScoreNormalizer.load(ckpt)
     raw = _margins(model, members + non_members)  # (2n, 2)
     norm = normalizer.normalize(torch.from_numpy(raw)).numpy()
@@ -250,6 +253,7 @@ def _lira(
             n_boot=cfg.n_boot,
             seed=cfg.seed,
             say=lambda m: say(f"{client}: {m}"),
+            runtime=cfg.runtime,
         )
 
 

@@ -24,6 +24,7 @@ from attacks._report import MembershipReport, membership_report
 from attacks._shadow_base import ShadowBase
 
 if TYPE_CHECKING:
+    from sdk.models import Runtime
     from sdk.reward import RewardTrainingConfig
 
 __all__ = ["lira_reports"]
@@ -47,6 +48,7 @@ class _Shadows:
         self.cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         self.candidates: list[int] = []
         self.planned = 0
+        self.runtime: Runtime | None = None
 
     def margins(self, train: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         key = tuple(sorted(train))
@@ -66,7 +68,8 @@ class _Shadows:
                     "fit_normalizer": True}
         )
         # Every shadow starts from the target's base; the seed sets its head and adapters.
-        model = RewardModel.from_backbone(self.base.path, lora=cfg.lora)
+        model = RewardModel.from_backbone(self.base.path, lora=cfg.lora,
+                                          runtime=self.runtime)
         result = train_reward_model(model, train, [], cfg, progress=False)
         cand = [self.pairs[i] for i in self.candidates]
         images, prompts = [p.image for p in cand], [p.prompt for p in cand]
@@ -102,14 +105,17 @@ def lira_reports(
     n_boot: int,
     seed: int,
     say: Callable[[str], None],
+    runtime: Runtime | None = None,
 ) -> list[MembershipReport]:
     """LiRA on each view ``(name, target margins (2n, 2))`` of the 2n candidates (first n
     members); view 0 is raw, every later one normalized and clipped at ``clip``. Every shadow
     starts from ``base`` (attacks._shadow_base) and trains with ``recipe`` (the target's: its
-    steps, batch, learning rate, LoRA adapters and DP-SGD), seeded apart."""
+    steps, batch, learning rate, LoRA adapters and DP-SGD), seeded apart, on ``runtime``'s
+    device and dtype."""
     pairs = list(candidates) + list(population)
     n2 = len(candidates)
     shadows = _Shadows(pairs, base, recipe, clip, seed, say)
+    shadows.runtime = runtime
     shadows.candidates = list(range(n2))
     shadows.planned = n_shadow
     cfg = LiraConfig(n_shadow=n_shadow, seed=seed)

@@ -75,6 +75,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the server's Ed25519 identity PEM, to sign --client-url queries",
     )
     audit.add_argument("--sender", default="server", help="signer id the client app accepts")
+    from sdk._runtime_options import add_runtime_arguments
+
+    add_runtime_arguments(audit)
     audit.set_defaults(handler=_audit)
 
 
@@ -134,6 +137,7 @@ def _audit(args: argparse.Namespace) -> int:
     # Heavy imports (torch, transformers) only when the command runs.
     from attacks._audit import AuditConfig, audit_run_dir
     from attacks._captured_attacks import CapturedAttackConfig
+    from sdk._runtime_options import runtime_from_args
 
     if (args.run_dir is None) == (args.capture is None):
         raise ValueError("give either a RUN_DIR or --capture DIR")
@@ -150,6 +154,7 @@ def _audit(args: argparse.Namespace) -> int:
         shadow_base=args.shadow_base,
         updates=tuple(args.updates or ()),
         inversion=CapturedAttackConfig(steps=args.inversion_steps, seed=args.seed),
+        runtime=runtime_from_args(args),
     )
     live = None
     if args.client_url:

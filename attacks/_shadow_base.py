@@ -4,8 +4,9 @@ A shadow is the target's twin only if it starts from the weights the target star
 In order of preference:
 
 1. a base directory the auditor names (``AuditConfig.shadow_base``, ``--shadow-base``);
-2. for a LoRA target, its own checkpoint: LoRA freezes the backbone, so every non-adapter
-   weight stored there *is* the base; it is written out once as a plain VLM directory;
+2. for a LoRA target, its base: an adapter checkpoint is loaded over the base it records
+   (hash-checked); an older checkpoint that stores the whole frozen backbone has it written
+   out once as a plain VLM directory;
 3. the base directory the checkpoint records (``backbone.source``), when it is still there
    with weights of the target's width;
 4. failing all three (a fully fine-tuned target whose base moved away): random weights of the
@@ -103,6 +104,11 @@ def resolve_shadow_base(
                 f"is a {what}"
             )
         return ShadowBase(explicit, f"{what}, from the given base {explicit}", True)
+    if target.lora is not None and config["backbone"].get("adapter_only"):
+        # An adapter checkpoint stores no backbone: the target was loaded over its recorded
+        # base (hash-checked), which LoRA leaves untouched.
+        return ShadowBase(Path(target.bundle.path), f"{what}, from the target's base "
+                          f"{target.bundle.path}", True)
     stored = ckpt / str(config["backbone"]["dir"])
     out = work / "shadow-base"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -68,7 +68,8 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     if scorer is None and cfg.reward_model_dir is not None:
         from sdk.reward import ClientScorer
 
-        scorer = ClientScorer.from_pretrained(cfg.reward_model_dir)
+        scorer = ClientScorer.from_pretrained(cfg.reward_model_dir, base=cfg.reward_base_dir,
+                                              runtime=cfg.reward_runtime())
     if scorer is None:
         factory = load_object(cfg.scorer)
         scorer = cast(Scorer, factory() if callable(factory) else factory)

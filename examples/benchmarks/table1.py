@@ -265,7 +265,8 @@ class Table1:
         timer = StepTimer()
         run_dir = align(self.bench.policy, fn, self.clients.grpo_queries,
                         self.grpo.model_copy(update={"seed": seed}),
-                        out_dir=self.config.out / "runs" / f"{name}-{seed}", callbacks=[timer])
+                        out_dir=self.config.out / "runs" / f"{name}-{seed}", callbacks=[timer],
+                        merge_lora=True)  # evaluated as a full policy below
         r = self.evaluate(run_dir / "policy", seed)
         r["mean_step_s"] = statistics.fmean(timer.durations[1:]) if timer.durations[1:] else None
         if selection.chooser is not None:  # where the online updates left the router

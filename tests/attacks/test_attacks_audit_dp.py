@@ -71,6 +71,6 @@ def test_audit_trains_lira_shadows_of_the_targets_size_and_adapters(tmp_path: Pa
     )
     run_dir = _run_dir(tmp_path / "run", cfg, size="small")
     plan, shadows = _audit(run_dir, tmp_path / "audit")
-    base = "qwen2_5_vl, hidden 128, from the frozen base in the target's checkpoint, LoRA rank 2"
+    base = f"qwen2_5_vl, hidden 128, from the target's base {run_dir / 'backbone'}, LoRA rank 2"
     assert f"({base}, 3 steps of 4 pairs at lr 0.001 each" in plan[0]
     assert all(f"({base}, " in line for line in shadows)
