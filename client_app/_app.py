@@ -59,7 +59,7 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
         runner = ClientRunner(cfg, store=store, key=key, service=service) if start_runner \
             else None
         task = asyncio.create_task(asyncio.to_thread(runner.run_forever)) if runner else None
-        app.state.runner = runner
+        app.state.runner, app.state.runner_task = runner, task
         yield
         if runner is not None and task is not None:
             runner.stop.set()
@@ -71,6 +71,7 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
                   description="A member's client app: answers the consortium's reward queries "
                               "with normalized, clipped scores. See docs/rest-api.md.")
     app.state.store, app.state.service, app.state.settings = store, service, cfg
+    app.state.runner_task = None
     install_errors(app)
     app.add_exception_handler(RateLimited, _rate_limited)
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
@@ -98,9 +99,16 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
         except ValidationError as exc:
             raise RequestValidationError(exc.errors(include_url=False)) from None
 
-    @app.get("/v1/health", response_model=Health, tags=["meta"])
-    def health() -> Health:
-        """Liveness probe."""
+    @app.get("/v1/health", response_model=Health, tags=["meta"],
+             responses={503: {"model": Health, "description": "the background worker died"}})
+    def health() -> Any:
+        """Liveness probe: 503 once the background worker (rounds, pull-mode queries) died."""
+        task = app.state.runner_task
+        if task is not None and task.done():
+            error = None if task.cancelled() else task.exception()
+            dead = Health(status="degraded", app="fedmor-client", version=__version__,
+                          detail=f"the round and query worker stopped: {error!r}")
+            return JSONResponse(dead.model_dump(), status_code=503)
         return Health(app="fedmor-client", version=__version__)
 
     @app.post("/v1/reward", response_model=RewardResponse, tags=["reward"],

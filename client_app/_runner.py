@@ -9,9 +9,9 @@ at the stage that needs it) — every message is stored locally before it is sen
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
+import logging
 import ssl
 import threading
 from collections.abc import Callable
@@ -49,6 +49,7 @@ from server_app._schemas import (
 __all__ = ["ClientRunner", "RunnerError", "UpdateFn"]
 
 UpdateFn = Callable[[str, RoundInfo, "np.ndarray | None"], tuple[np.ndarray, int]]
+_log = logging.getLogger("fedmor.client")
 _RETRYABLE = {408, 425, 429, 500, 502, 503, 504}
 _FINISHED = ("done", "abandoned", "ended")  # local round statuses with nothing left to do
 
@@ -262,6 +263,9 @@ class ClientRunner:
                           else {"scores": out.scores})
             except (RateLimited, PayloadError) as exc:
                 answer = {"error": str(exc)}
+            except Exception:  # a bad item costs its own answer, never the worker
+                _log.exception("scoring reward query %s failed", q.query_id)
+                answer = {"error": "internal error while scoring this query"}
             self.request("POST", f"/v1/reward/answers/{q.query_id}", answer)
         return len(queries)
 
@@ -306,7 +310,11 @@ class ClientRunner:
         while not stop.is_set():
             again = False
             # A refused or garbled exchange ends this pass only; the next pass retries.
-            with contextlib.suppress(RunnerError, httpx.HTTPError, ValueError):
+            try:
                 again = self.poll_once()
+            except (RunnerError, httpx.HTTPError, ValueError):
+                pass
+            except Exception:  # anything else is logged: the worker outlives one bad pass
+                _log.exception("work pass failed")
             if not again:
                 stop.wait(self.settings.poll_interval_s)
