@@ -37,6 +37,7 @@ from server_app._schemas import (
     RewardAnswer,
     RoundCreate,
     RoundInfo,
+    RouterRollback,
     RouterVersionInfo,
     StageAck,
     StageBroadcast,
@@ -229,6 +230,21 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             raise NotFoundError(f"router version {version} does not exist")
         return Response(bytes(row["blob"]), media_type="application/octet-stream",
                         headers={"x-fedmor-sha256": row["sha256"]})
+
+    @app.post("/v1/router/rollback", response_model=RouterVersionInfo, tags=["router"],
+              dependencies=[Depends(admin)])
+    def router_rollback(req: RouterRollback) -> RouterVersionInfo:
+        """Publish an earlier router version again as the newest (admin): members fetch it as
+        ``latest`` and the next round starts from it. Nothing is deleted; versions only grow."""
+        row = store.version(req.version)
+        if row is None:
+            raise NotFoundError(f"router version {req.version} does not exist")
+        with store.transaction():
+            version = store.add_version(None, bytes(row["blob"]), int(row["length"]))
+            store.audit("admin", "router_rolled_back", restored=req.version, version=version)
+        out = store.version(version)
+        assert out is not None
+        return _version_info(out)
 
     @app.get("/v1/reward/pending", response_model=list[PendingQuery], tags=["reward"])
     def pending(client: Client) -> list[PendingQuery]:

@@ -44,9 +44,10 @@ class ErrorBody(_Wire):
 class Health(_Wire):
     """``/v1/health``."""
 
-    status: Literal["ok"] = "ok"
+    status: Literal["ok", "degraded"] = "ok"
     app: str
     version: str
+    detail: str | None = Field(default=None, description="why the app is degraded (HTTP 503)")
 
 
 class EnrollRequest(_Wire):
@@ -127,6 +128,12 @@ class StageAck(_Wire):
     stored_at: float
     next: StageBroadcast | None = Field(
         default=None, description="with ``wait_next_s``: the next stage's input (saves a GET)")
+
+
+class RouterRollback(_Wire):
+    """Admin request: publish an earlier router version again as the newest."""
+
+    version: int = Field(ge=1, le=2**62, description="the router version to restore")
 
 
 class RouterVersionInfo(_Wire):

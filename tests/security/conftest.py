@@ -20,6 +20,7 @@ from PIL import Image
 from server_app import QueryItem, RewardBroker, Store, load_private_key, sign_headers
 from server_app._broker import SERVER_SENDER
 from server_app._local import LocalConsortium, wait_healthy
+from tests.apps.conftest import server  # noqa: F401  (an in-process server, two members)
 
 PUSH, PULL, PUSH2 = "site-0", "site-1", "site-2"
 
