@@ -51,7 +51,10 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     if scorer is None:
         factory = load_object(cfg.scorer)
         scorer = cast(Scorer, factory() if callable(factory) else factory)
-    service = RewardService(store, scorer, clip=cfg.clip, budget=cfg.query_budget,
+    clip = cfg.clip if cfg.clip is not None else getattr(scorer, "clip", None)
+    if not isinstance(clip, int | float) or not 0 < clip < float("inf"):
+        raise ValueError(f"scorer {type(scorer).__name__} has no clip bound: set clip")
+    service = RewardService(store, scorer, clip=float(clip), budget=cfg.query_budget,
                             rate_per_minute=cfg.rate_limit_per_minute)
 
     @asynccontextmanager

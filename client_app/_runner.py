@@ -140,7 +140,8 @@ class ClientRunner:
         if token is None:
             raise ValueError("not enrolled yet and no enrollment_token configured")
         body = {"name": self.settings.name, "token": token.get_secret_value(),
-                "public_key": public_key_b64(self.key), "reward_url": self.settings.public_url}
+                "public_key": public_key_b64(self.key), "reward_url": self.settings.public_url,
+                "clip_bound": None if self.service is None else self.service.clip}
         resp = EnrollResponse.model_validate(
             self.request("POST", "/v1/enroll", body, signed=False).json())
         self.store.put("server_public_key", resp.server_public_key)

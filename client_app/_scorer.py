@@ -28,6 +28,8 @@ class HashScorer:
     For demos and tests where no trained reward model is present; scores lie in [-1, 1].
     """
 
+    clip = 1.0  # the bound the client app announces and clips to
+
     def score(self, images: list[Image.Image], prompts: list[str],
               responses: list[str]) -> list[float]:
         """Hash each input triple to a number in [-1, 1]."""

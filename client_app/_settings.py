@@ -40,7 +40,9 @@ class ClientSettings(_EnvOverFile):
                         description="module:factory returning the reward scorer")
     update_source: str = Field(default="client_app._demo:demo_update",
                                description="module:function computing the local router update")
-    clip: float = Field(default=3.0, gt=0, description="scores are clipped to [-clip, clip]")
+    clip: float | None = Field(default=None, gt=0, description="scores are clipped to "
+                               "[-clip, clip] (default: the scorer's own bound, e.g. the "
+                               "reward model's normalizer)")
     query_budget: int = Field(default=100_000, ge=0, description="items each caller may score")
     rate_limit_per_minute: int = Field(default=600, ge=1)
     max_request_bytes: int = Field(default=32 * 2**20, ge=1024)

@@ -160,7 +160,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     def enroll(req: EnrollRequest) -> EnrollResponse:
         """Trade a one-time token plus the roster's identity key for a client id."""
         row, created = store.enroll(name=req.name, token=req.token, public_key=req.public_key,
-                                    reward_url=req.reward_url, new_id=f"c-{uuid.uuid4().hex[:12]}")
+                                    reward_url=req.reward_url, new_id=f"c-{uuid.uuid4().hex[:12]}",
+                                    clip_bound=req.clip_bound)
         if created:
             store.audit(row["client_id"], "enrolled", name=req.name)
         return EnrollResponse(client_id=row["client_id"], name=row["name"],

@@ -58,6 +58,9 @@ class EnrollRequest(_Wire):
     public_key: str = Field(min_length=40, max_length=64, description="raw Ed25519, base64")
     reward_url: str | None = Field(default=None, max_length=512,
                                    description="push-mode base URL of the client app")
+    clip_bound: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False,
+                                     description="every score this member answers lies in "
+                                     "[-clip_bound, clip_bound]; the broker refuses others")
 
 
 class EnrollResponse(_Wire):
