@@ -248,6 +248,21 @@ class ClientRunner:
         self.store.forget_round(round_id)
         return status
 
+    def sweep_rounds(self) -> None:
+        """Forget the secrets of every round that ended without us seeing it end (it finished,
+        failed or passed its deadline while this client was down or cut off): ``run_round``
+        only forgets the rounds it runs to their end."""
+        for round_id in self.store.rounds_with_secrets():
+            try:
+                info = self.request("GET", f"/v1/rounds/{round_id}", attempts=1)
+            except RunnerError as exc:
+                if exc.status == 404:  # the server does not know it (any more)
+                    self._end(round_id, "abandoned", "unknown to the server")
+                continue  # unreachable: try again on the next pass
+            status = info.json().get("status")
+            if status != "open":
+                self._end(round_id, "ended", f"round {status}")
+
     # -- pull-mode reward queries --------------------------------------------------------------
     def answer_pending(self, queries: list[PendingQuery] | None = None) -> int:
         """Answer ``queries`` (default: every queued one, fetched); returns how many."""
@@ -275,6 +290,7 @@ class ClientRunner:
         """One pass: run every open round we take part in, then answer queued queries. Returns
         whether the next pass may start at once: true after a long poll (the server held it
         until there was work, or ``long_poll_s`` passed), false when it polled instead."""
+        self.sweep_rounds()
         wait = self.settings.long_poll_s
         if not (wait and self._long_poll_works):
             self._poll_lists()
