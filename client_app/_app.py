@@ -18,7 +18,7 @@ from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
 from sdk._version import __version__
-from server_app._auth import load_or_create_key
+from server_app._auth import check_private_files, load_or_create_key
 from server_app._broker import SERVER_SENDER
 from server_app._http import ERROR_RESPONSES, SizeLimit, install_errors, signature_check
 from server_app._schemas import Health, MissingImages, RewardRequest, RewardResponse
@@ -42,6 +42,8 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     """Build the client app; with ``start_runner`` it also enrolls and runs rounds in a
     background thread while it serves."""
     cfg = settings or ClientSettings()
+    if not cfg.allow_readable_files:
+        check_private_files(cfg.db_path, cfg.identity_key, cfg.tls_key)
     store = ClientStore(cfg.db_path)
     key = load_or_create_key(cfg.identity_key)
     if scorer is None and cfg.reward_model_dir is not None:
@@ -93,6 +95,16 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
             server_key.append(learned)
         return server_key[0]
 
+    own: list[str] = []  # this member's client id, the recipient of every signed query
+
+    def own_id() -> str:
+        if not own:
+            stored = store.get("client_id")
+            if stored is None:
+                return "(not enrolled)"  # matches no request: nothing is addressed to it yet
+            own.append(stored)
+        return own[0]
+
     def use_nonce(sender: str, nonce: str, ts: float) -> bool:
         return store.use_nonce(sender, nonce, ts, keep_s=2 * cfg.max_clock_skew_s + 60)
 
@@ -123,7 +135,8 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
         audited by hash."""
         started = time.perf_counter()
         check = await signature_check(request, public_key_of=key_of, use_nonce=use_nonce,
-                                      max_skew_s=cfg.max_clock_skew_s)
+                                      max_skew_s=cfg.max_clock_skew_s,
+                                      recipient=own_id())
         body = await request.body()
         scored_s = 0.0
 

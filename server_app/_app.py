@@ -15,7 +15,12 @@ from starlette.concurrency import run_in_threadpool
 
 import server_app._secagg_kind  # noqa: F401  (registers router_secagg)
 from sdk._version import __version__
-from server_app._auth import AuthError, load_or_create_key, public_key_b64
+from server_app._auth import (
+    AuthError,
+    check_private_files,
+    load_or_create_key,
+    public_key_b64,
+)
 from server_app._broker import RewardBroker
 from server_app._http import (
     ERROR_RESPONSES,
@@ -66,6 +71,8 @@ def _version_info(row: dict[str, Any]) -> RouterVersionInfo:
 def create_app(settings: ServerSettings | None = None) -> FastAPI:
     """Build the server app; the store, identity key and roster are opened immediately."""
     cfg = settings or ServerSettings()
+    if not cfg.allow_readable_files:
+        check_private_files(cfg.db_path, cfg.identity_key, cfg.tls_key)
     store = Store(cfg.db_path)
     key = load_or_create_key(cfg.identity_key)
     if cfg.roster_file is not None:

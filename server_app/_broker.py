@@ -22,12 +22,12 @@ from typing import Any
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from server_app._auth import sign_headers
+from server_app._auth import SERVER_ID, sign_headers
 from server_app._store import Store
 
 __all__ = ["BrokerError", "QueryItem", "RewardBroker"]
 
-SERVER_SENDER = "server"
+SERVER_SENDER = SERVER_ID
 
 
 class BrokerError(RuntimeError):
@@ -172,7 +172,7 @@ class RewardBroker:
             body = json.dumps({"items": self._items(items, cached, force)}).encode()
             path = "/v1/reward"
             headers = sign_headers(self.key, sender=SERVER_SENDER, method="POST", path=path,
-                                   body=body)
+                                   body=body, recipient=client_id)
             headers["content-type"] = "application/json"
             self.bytes_sent += len(body)
             try:

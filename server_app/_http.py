@@ -15,7 +15,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server_app._auth import AuthError, SignedRequest, parse_public_key, verify_signed
+from server_app._auth import (
+    SERVER_ID,
+    AuthError,
+    SignedRequest,
+    parse_public_key,
+    verify_signed,
+)
 from server_app._protocols import PayloadError, StagePayload
 from server_app._schemas import StageSubmit
 from server_app._store import ConflictError
@@ -121,8 +127,10 @@ class SignatureCheck:
 
     def __init__(self, signed: SignedRequest, *, method: str, path: str, body: bytes,
                  public_key_of: Callable[[str], str | None],
-                 use_nonce: Callable[[str, str, float], bool], max_skew_s: float) -> None:
+                 use_nonce: Callable[[str, str, float], bool], max_skew_s: float,
+                 recipient: str) -> None:
         self._signed, self._method, self._path, self._body = signed, method, path, body
+        self._recipient = recipient
         self._public_key_of, self._use_nonce, self._max_skew_s = (public_key_of, use_nonce,
                                                                   max_skew_s)
         self.body_sha256: str | None = None  # set by a successful call
@@ -134,7 +142,8 @@ class SignatureCheck:
             raise AuthError(f"unknown sender {signed.sender!r}")
         digest = hashlib.sha256(self._body).hexdigest()
         verify_signed(signed, parse_public_key(key_text), method=self._method, path=self._path,
-                      body=self._body, max_skew_s=self._max_skew_s, body_sha256=digest)
+                      body=self._body, max_skew_s=self._max_skew_s, body_sha256=digest,
+                      recipient=self._recipient)
         if not self._use_nonce(signed.sender, signed.nonce, float(signed.timestamp)):
             raise AuthError(f"nonce {signed.nonce} was already used (replayed request)")
         self.body_sha256 = digest
@@ -143,14 +152,15 @@ class SignatureCheck:
 
 async def signature_check(request: Request, *, public_key_of: Callable[[str], str | None],
                           use_nonce: Callable[[str, str, float], bool],
-                          max_skew_s: float) -> SignatureCheck:
-    """Read ``request``'s body and auth headers; returns the blocking check. An endpoint that
-    does blocking work anyway runs the check first in the same worker thread: one thread hop."""
+                          max_skew_s: float, recipient: str = SERVER_ID) -> SignatureCheck:
+    """Read ``request``'s body and auth headers; returns the blocking check (``recipient``:
+    this app's own id). An endpoint that does blocking work anyway runs the check first in the
+    same worker thread: one thread hop."""
     signed = SignedRequest.from_headers(dict(request.headers))
     path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     return SignatureCheck(signed, method=request.method, path=path, body=await request.body(),
                           public_key_of=public_key_of, use_nonce=use_nonce,
-                          max_skew_s=max_skew_s)
+                          max_skew_s=max_skew_s, recipient=recipient)
 
 
 async def authenticate(request: Request, *, public_key_of: Callable[[str], str | None],

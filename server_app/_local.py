@@ -43,6 +43,7 @@ def free_port() -> int:
 
 
 def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
+    path.touch(mode=0o600)
     path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
                                        serialization.PrivateFormat.PKCS8,
                                        serialization.NoEncryption()))

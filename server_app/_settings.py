@@ -50,6 +50,9 @@ class ServerSettings(_EnvOverFile):
     tick_interval_s: float = Field(default=1.0, gt=0)
     reward_timeout_s: float = Field(default=60.0, gt=0)
     reward_poll_s: float = Field(default=0.05, gt=0)
+    allow_readable_files: bool = Field(default=False, description="start even when the "
+                                       "identity key, TLS key or database is readable by "
+                                       "other users")
     work_recheck_s: float = Field(default=0.25, gt=0, description="a held GET /v1/work also "
                                   "re-reads the store this often: it notices reward queries "
                                   "queued by a broker in another process")

@@ -72,7 +72,7 @@ def test_unknown_sender_is_401(http: httpx.Client) -> None:
 
 def test_garbled_auth_headers_are_401(http: httpx.Client) -> None:
     headers = {"x-fedmor-sender": "x", "x-fedmor-timestamp": "soon", "x-fedmor-nonce": "abc",
-               "x-fedmor-signature": "!!"}
+               "x-fedmor-signature": "!!", "x-fedmor-recipient": "server"}
     _detail(http.get("/v1/rounds", headers=headers), 401, "not an integer")
 
 
@@ -135,9 +135,12 @@ def test_client_app_refuses_non_server_callers(consortium: LocalConsortium) -> N
         body = b'{"items": []}'
         # A member signing as "server" with its own key: the pinned server key rejects it.
         key = load_private_key(Path(consortium.client_cfg[consortium.names[1]]["identity_key"]))
-        headers = sign_headers(key, sender="server", method="POST", path="/v1/reward", body=body)
+        me = consortium.enrolled()[0]  # the recipient (roster names sort as the sites do)
+        headers = sign_headers(key, sender="server", method="POST", path="/v1/reward", body=body,
+                               recipient=me)
         _detail(client.post("/v1/reward", content=body, headers=headers), 403, "bad signature")
-        headers = sign_headers(key, sender="c-peer", method="POST", path="/v1/reward", body=body)
+        headers = sign_headers(key, sender="c-peer", method="POST", path="/v1/reward", body=body,
+                               recipient=me)
         _detail(client.post("/v1/reward", content=body, headers=headers), 401, "unknown sender")
         big = b"x" * (3 * 2**20)
         _detail(client.post("/v1/reward", content=big), 413, "exceeds")

@@ -75,7 +75,8 @@ def query(b: RewardBroker, cid: str, items: list[QueryItem]) -> list[float]:
 
 def server_signed_post(c: LocalConsortium, url: str, path: str, payload: object,
                        **sign: Any) -> httpx.Response:
-    """POST ``payload`` to a member app, signed with the server's own identity key."""
+    """POST ``payload`` to a member app, signed with the server's own identity key
+    (``sign``: ``recipient``, the member's client id, and any other ``sign_headers`` option)."""
     body = json.dumps(payload).encode()
     key = load_private_key(Path(c.server_cfg["identity_key"]))
     headers = sign_headers(key, sender=SERVER_SENDER, method="POST", path=path, body=body,

@@ -44,7 +44,8 @@ def test_push_member_refuses_a_bomb_with_422_and_stores_nothing(
             "image_b64": base64.b64encode(data).decode()}
     url = hostile.client_cfg[PUSH]["public_url"]
     used = client_db(hostile, PUSH, "SELECT COALESCE(SUM(items), 0) FROM query_audit")
-    resp = server_signed_post(hostile, url, "/v1/reward", {"items": [item, item]})
+    resp = server_signed_post(hostile, url, "/v1/reward", {"items": [item, item]},
+                              recipient=client_id(hostile, PUSH))
     assert resp.status_code == 422, resp.text
     assert "over the limit of 1024 px a side" in resp.json()["detail"]
     assert client_db(hostile, PUSH, "SELECT sha256 FROM images WHERE sha256=?", (digest,)) == []
