@@ -20,7 +20,13 @@ from client_app._store import ClientStore
 from sdk._version import __version__
 from server_app._auth import check_private_files, load_or_create_key
 from server_app._broker import SERVER_SENDER
-from server_app._http import ERROR_RESPONSES, SizeLimit, install_errors, signature_check
+from server_app._http import (
+    ERROR_RESPONSES,
+    SizeLimit,
+    docs_ui,
+    install_errors,
+    signature_check,
+)
 from server_app._schemas import Health, MissingImages, RewardRequest, RewardResponse
 
 __all__ = ["create_client_app", "create_client_app_from_env"]
@@ -72,7 +78,7 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
             runner.close()
 
     app = FastAPI(title="fedmor client", version=__version__, lifespan=lifespan,
-                  responses=ERROR_RESPONSES,
+                  responses=ERROR_RESPONSES, **docs_ui(cfg.docs_ui),
                   description="A member's client app: answers the consortium's reward queries "
                               "with normalized, clipped scores. See docs/rest-api.md.")
     app.state.store, app.state.service, app.state.settings = store, service, cfg

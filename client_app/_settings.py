@@ -52,6 +52,8 @@ class ClientSettings(_EnvOverFile):
     long_poll_s: float = Field(default=2.0, ge=0, le=30, description="how long the server may "
                                "hold a work-discovery (GET /v1/work) or stage-input request "
                                "until there is something (0: poll every poll_interval_s)")
+    docs_ui: bool = Field(default=False, description="serve /docs and /redoc (they load "
+                          "JavaScript from a CDN); /openapi.json is always served")
     allow_readable_files: bool = Field(default=False, description="start even when the "
                                        "identity key, TLS key or database is readable by "
                                        "other users")

@@ -28,6 +28,8 @@ from server_app._http import (
     SignatureCheck,
     SizeLimit,
     authenticate,
+    check_reward_url,
+    docs_ui,
     install_errors,
     signature_check,
     stage_payload,
@@ -56,6 +58,8 @@ from server_app._work import Signal, find_work
 __all__ = ["create_app", "create_app_from_env"]
 
 _log = logging.getLogger("fedmor.server")
+ENROLLMENT_REFUSED = ("enrollment refused: the name, token and key must match a roster entry "
+                      "whose token is unused (ask the consortium operator)")
 _STAGE = Path(pattern=r"^[a-z_]{1,40}$")
 _STAGE_BODY = {"required": True, "content": {
     "application/json": {"schema": StageSubmit.model_json_schema()},
@@ -102,7 +106,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         await broker.aclose()
 
     app = FastAPI(title="fedmor server", version=__version__, lifespan=lifespan,
-                  responses=ERROR_RESPONSES,
+                  responses=ERROR_RESPONSES, **docs_ui(cfg.docs_ui),
                   description="Consortium server: enrollment, secure router rounds, router "
                               "versions and the reward-query broker. See docs/rest-api.md.")
     app.state.store, app.state.rounds, app.state.broker = store, rounds, broker
@@ -166,9 +170,18 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     @app.post("/v1/enroll", response_model=EnrollResponse, tags=["enrollment"])
     def enroll(req: EnrollRequest) -> EnrollResponse:
         """Trade a one-time token plus the roster's identity key for a client id."""
-        row, created = store.enroll(name=req.name, token=req.token, public_key=req.public_key,
-                                    reward_url=req.reward_url, new_id=f"c-{uuid.uuid4().hex[:12]}",
-                                    clip_bound=req.clip_bound)
+        if req.reward_url is not None:
+            check_reward_url(req.reward_url, allow_http=cfg.allow_http_reward_urls)
+        try:
+            row, created = store.enroll(name=req.name, token=req.token,
+                                        public_key=req.public_key, reward_url=req.reward_url,
+                                        new_id=f"c-{uuid.uuid4().hex[:12]}",
+                                        clip_bound=req.clip_bound)
+        except (PermissionError, ConflictError) as exc:
+            # The reason (which names are on the roster, whose token was used) stays in the
+            # operator's log; the caller learns only that it was refused.
+            _log.warning("enrollment refused: %s", exc)
+            raise PermissionError(ENROLLMENT_REFUSED) from None
         if created:
             store.audit(row["client_id"], "enrolled", name=req.name)
         return EnrollResponse(client_id=row["client_id"], name=row["name"],

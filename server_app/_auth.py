@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import logging
 import os
 import secrets
 import sqlite3
@@ -23,6 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 __all__ = [
+    "BAD_SIGNATURE",
     "HEADER_NONCE",
     "HEADER_RECIPIENT",
     "HEADER_SENDER",
@@ -82,6 +84,9 @@ HEADER_TIMESTAMP = "x-fedmor-timestamp"
 HEADER_NONCE = "x-fedmor-nonce"
 HEADER_SIGNATURE = "x-fedmor-signature"
 HEADER_RECIPIENT = "x-fedmor-recipient"
+# One answer for an unknown sender and a bad signature: a caller cannot probe which ids exist.
+BAD_SIGNATURE = "unknown sender or bad signature"
+_log = logging.getLogger("fedmor.auth")
 SERVER_ID = "server"  # the server's id as a sender and as a recipient
 
 
@@ -156,17 +161,16 @@ def sign_headers(key: Ed25519PrivateKey, *, sender: str, method: str, path: str,
 def verify_signed(request: SignedRequest, public_key: Ed25519PublicKey, *, method: str,
                   path: str, body: bytes, max_skew_s: float, recipient: str,
                   now: float | None = None, body_sha256: str | None = None) -> None:
-    """Check the recipient (``recipient``: this receiver's own id), the clock skew and the
-    signature; raise ``AuthError`` otherwise.
+    """Check the recipient (``recipient``: this receiver's own id), the signature and the
+    clock skew; raise ``AuthError`` otherwise.
 
-    Nonce reuse is checked by the caller, which owns the nonce store.
+    The signature comes before the clock: a caller without the sender's key learns nothing
+    about the sender (``BAD_SIGNATURE`` is also the answer to an unknown sender). Nonce reuse is
+    checked by the caller, which owns the nonce store.
     """
     current = time.time() if now is None else now
     if request.recipient != recipient:
         raise AuthError("request addressed to another recipient", status=403)
-    if abs(current - request.timestamp) > max_skew_s:
-        raise AuthError(f"timestamp {request.timestamp} is more than {max_skew_s:g} s away "
-                        f"from the server clock")
     message = canonical_message(method=method, path=path, body=body,
                                 timestamp=request.timestamp, nonce=request.nonce,
                                 sender=request.sender, recipient=recipient,
@@ -174,7 +178,11 @@ def verify_signed(request: SignedRequest, public_key: Ed25519PublicKey, *, metho
     try:
         public_key.verify(request.signature, message)
     except InvalidSignature:
-        raise AuthError(f"bad signature for sender {request.sender!r}", status=403) from None
+        _log.info("bad signature for sender %r", request.sender)
+        raise AuthError(BAD_SIGNATURE, status=403) from None
+    if abs(current - request.timestamp) > max_skew_s:
+        raise AuthError(f"timestamp {request.timestamp} is more than {max_skew_s:g} s away "
+                        f"from the server clock")
 
 
 def generate_key() -> Ed25519PrivateKey:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server_app._auth import (
+    BAD_SIGNATURE,
     SERVER_ID,
     AuthError,
     SignedRequest,
@@ -27,7 +30,27 @@ from server_app._schemas import StageSubmit
 from server_app._store import ConflictError
 
 __all__ = ["ERROR_RESPONSES", "NotFoundError", "SignatureCheck", "SizeLimit", "authenticate",
-           "install_errors", "signature_check", "stage_payload"]
+           "check_reward_url", "docs_ui", "install_errors", "signature_check", "stage_payload"]
+
+
+_log = logging.getLogger("fedmor.auth")
+
+
+def docs_ui(enabled: bool) -> dict[str, Any]:
+    """FastAPI's interactive docs pages (``/docs``, ``/redoc``): off unless ``enabled``, since
+    they load JavaScript from a CDN; ``/openapi.json`` is always served."""
+    return {} if enabled else {"docs_url": None, "redoc_url": None}
+
+
+def check_reward_url(url: str, *, allow_http: bool) -> None:
+    """Refuse (``PayloadError``) a member's push URL that is not ``https://host[:port][/path]``
+    (``http://`` only with ``allow_http``): the server sends signed queries and images to it."""
+    parts = urllib.parse.urlsplit(url)
+    schemes = ("https", "http") if allow_http else ("https",)
+    if parts.scheme not in schemes or not parts.hostname or parts.username or parts.password \
+            or parts.query or parts.fragment:
+        raise PayloadError(f"reward_url must be an {' or '.join(schemes)} URL with a host and "
+                           "no credentials, query or fragment")
 
 
 class NotFoundError(LookupError):
@@ -139,7 +162,8 @@ class SignatureCheck:
         signed = self._signed
         key_text = self._public_key_of(signed.sender)
         if key_text is None:
-            raise AuthError(f"unknown sender {signed.sender!r}")
+            _log.info("unknown sender %r", signed.sender)
+            raise AuthError(BAD_SIGNATURE, status=403)
         digest = hashlib.sha256(self._body).hexdigest()
         verify_signed(signed, parse_public_key(key_text), method=self._method, path=self._path,
                       body=self._body, max_skew_s=self._max_skew_s, body_sha256=digest,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "EnrollRequest",
@@ -80,6 +81,22 @@ class RoundCreate(_Wire):
     min_clients: int = Field(default=2, ge=1)
     stage_deadline_s: float | None = Field(default=None, gt=0, le=86_400)
     params: dict[str, Any] = Field(default_factory=dict, description="kind-specific options")
+
+    @field_validator("params")
+    @classmethod
+    def _finite(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # JSON admits Infinity and NaN; no round parameter means either.
+        def walk(v: Any) -> bool:
+            if isinstance(v, float):
+                return math.isfinite(v)
+            if isinstance(v, dict):
+                return all(walk(x) for x in v.values())
+            if isinstance(v, list):
+                return all(walk(x) for x in v)
+            return True
+        if not walk(value):
+            raise ValueError("round parameters must be finite numbers (no NaN or Infinity)")
+        return value
 
 
 class RoundInfo(_Wire):

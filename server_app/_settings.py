@@ -50,6 +50,10 @@ class ServerSettings(_EnvOverFile):
     tick_interval_s: float = Field(default=1.0, gt=0)
     reward_timeout_s: float = Field(default=60.0, gt=0)
     reward_poll_s: float = Field(default=0.05, gt=0)
+    docs_ui: bool = Field(default=False, description="serve /docs and /redoc (they load "
+                          "JavaScript from a CDN); /openapi.json is always served")
+    allow_http_reward_urls: bool = Field(default=False, description="accept plain-http push "
+                                         "URLs at enrollment (local tests only)")
     allow_readable_files: bool = Field(default=False, description="start even when the "
                                        "identity key, TLS key or database is readable by "
                                        "other users")

@@ -64,10 +64,10 @@ def test_stale_timestamp_is_401(consortium: LocalConsortium, http: httpx.Client)
     _detail(http.get("/v1/rounds", headers=headers), 401, "timestamp")
 
 
-def test_unknown_sender_is_401(http: httpx.Client) -> None:
+def test_unknown_sender_is_403_like_a_bad_signature(http: httpx.Client) -> None:
     headers = sign_headers(generate_key(), sender="c-nobody", method="GET", path="/v1/rounds",
                            body=b"")
-    _detail(http.get("/v1/rounds", headers=headers), 401, "unknown sender")
+    _detail(http.get("/v1/rounds", headers=headers), 403, "unknown sender or bad signature")
 
 
 def test_garbled_auth_headers_are_401(http: httpx.Client) -> None:
@@ -116,9 +116,9 @@ def test_enrollment_refusals(consortium: LocalConsortium, http: httpx.Client) ->
     from server_app import public_key_b64
 
     body = {"name": name, "token": "wrong-token-123", "public_key": public_key_b64(generate_key())}
-    _detail(http.post("/v1/enroll", json=body), 403, "does not match the roster")
+    _detail(http.post("/v1/enroll", json=body), 403, "enrollment refused")
     body["name"] = "stranger"
-    _detail(http.post("/v1/enroll", json=body), 403, "not in the roster")
+    _detail(http.post("/v1/enroll", json=body), 403, "enrollment refused")
     _detail(http.post("/v1/enroll", json={"name": name}), 422, "invalid request")
 
 
@@ -141,6 +141,6 @@ def test_client_app_refuses_non_server_callers(consortium: LocalConsortium) -> N
         _detail(client.post("/v1/reward", content=body, headers=headers), 403, "bad signature")
         headers = sign_headers(key, sender="c-peer", method="POST", path="/v1/reward", body=body,
                                recipient=me)
-        _detail(client.post("/v1/reward", content=body, headers=headers), 401, "unknown sender")
+        _detail(client.post("/v1/reward", content=body, headers=headers), 403, "unknown sender or bad signature")
         big = b"x" * (3 * 2**20)
         _detail(client.post("/v1/reward", content=big), 413, "exceeds")

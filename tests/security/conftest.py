@@ -5,6 +5,7 @@ attacker (a signed raw request, a broker query, a database read)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import sqlite3
@@ -15,9 +16,19 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from fastapi.testclient import TestClient
 from PIL import Image
 
-from server_app import QueryItem, RewardBroker, Store, load_private_key, sign_headers
+from server_app import (
+    QueryItem,
+    RewardBroker,
+    Store,
+    generate_key,
+    load_private_key,
+    public_key_b64,
+    sign_headers,
+)
+from server_app._auth import Ed25519PrivateKey
 from server_app._broker import SERVER_SENDER
 from server_app._local import LocalConsortium, wait_healthy
 from tests.apps.conftest import server  # noqa: F401  (an in-process server, two members)
@@ -83,3 +94,15 @@ def server_signed_post(c: LocalConsortium, url: str, path: str, payload: object,
                            **sign)
     return httpx.post(url + path, content=body, verify=c.verify, timeout=30,
                       headers=headers | {"content-type": "application/json"})
+
+
+def enroll_new(tc: TestClient, name: str, clip_bound: Any = 1.0,
+               **fields: Any) -> tuple[httpx.Response, Ed25519PrivateKey]:
+    """Put ``name`` on the in-process server's roster and enroll it (extra ``fields`` go into
+    the enrollment request); returns the answer and the member's key."""
+    key = generate_key()
+    tc.app.state.store.upsert_roster(  # type: ignore[attr-defined]
+        name, public_key_b64(key), hashlib.sha256(f"token-{name}".encode()).hexdigest())
+    body = {"name": name, "token": f"token-{name}", "public_key": public_key_b64(key),
+            "clip_bound": clip_bound, **fields}
+    return tc.post("/v1/enroll", json=body), key

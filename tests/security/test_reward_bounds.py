@@ -4,7 +4,6 @@ a pull-mode answer of [1e300, -1e300] is refused (the query fails, the server st
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import io
 import sqlite3
 import threading
@@ -15,25 +14,16 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from server_app import QueryItem, generate_key, public_key_b64
+from server_app import QueryItem
 from server_app._broker import BrokerError
 from tests.apps.conftest import Member
+from tests.security.conftest import enroll_new
 
 
 def _png() -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", (4, 4)).save(buf, format="PNG")
     return buf.getvalue()
-
-
-def _enroll(tc: TestClient, name: str, clip_bound: Any) -> Any:
-    key = generate_key()
-    store = tc.app.state.store  # type: ignore[attr-defined]
-    store.upsert_roster(name, public_key_b64(key), hashlib.sha256(b"token-" + name.encode())
-                        .hexdigest())
-    body = {"name": name, "token": f"token-{name}", "public_key": public_key_b64(key),
-            "clip_bound": clip_bound}
-    return tc.post("/v1/enroll", json=body), key
 
 
 def _answer_in_pull_mode(tc: TestClient, member: Member,
@@ -67,7 +57,7 @@ def _answer_in_pull_mode(tc: TestClient, member: Member,
 def test_scores_outside_the_announced_bound_are_refused(
         server: tuple[TestClient, list[Member]]) -> None:
     tc, _ = server
-    resp, key = _enroll(tc, "evil", 2.0)
+    resp, key = enroll_new(tc, "evil", 2.0)
     assert resp.status_code == 200, resp.text
     evil = Member(tc, key, resp.json()["client_id"])
     refused = _answer_in_pull_mode(tc, evil, [1e300, -1e300])
@@ -80,12 +70,12 @@ def test_scores_outside_the_announced_bound_are_refused(
 def test_a_member_without_a_bound_is_not_trusted_and_bad_bounds_are_422(
         server: tuple[TestClient, list[Member]]) -> None:
     tc, _ = server
-    resp, key = _enroll(tc, "silent", None)  # an old client: it announces no bound
+    resp, key = enroll_new(tc, "silent", None)  # an old client: it announces no bound
     assert resp.status_code == 200, resp.text
     refused = _answer_in_pull_mode(tc, Member(tc, key, resp.json()["client_id"]), [0.1, 0.2])
     assert isinstance(refused, BrokerError) and "announced no clip bound" in str(refused)
     for bad in (-1, 0, 1e300):
-        resp, _ = _enroll(tc, f"bad{bad}".replace(".", "").replace("+", ""), bad)
+        resp, _ = enroll_new(tc, f"bad{bad}".replace(".", "").replace("+", ""), bad)
         assert resp.status_code == 422 and "clip_bound" in resp.json()["detail"]
 
 
