@@ -143,7 +143,7 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
         check = await signature_check(request, public_key_of=key_of, use_nonce=use_nonce,
                                       max_skew_s=cfg.max_clock_skew_s,
                                       recipient=own_id())
-        body = await request.body()
+        body = check.body
         scored_s = 0.0
 
         def serve() -> RewardResponse | MissingImages:

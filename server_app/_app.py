@@ -214,7 +214,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         ``{"payload": {...}}``, or the raw bytes of a bulk message (masked input, plain update)
         as ``application/octet-stream``. ``wait_next_s`` > 0 also waits (that long at most) for
         the next stage's input and returns it in ``next``."""
-        media, body = request.headers.get("content-type", ""), await request.body()
+        media, body = request.headers.get("content-type", ""), check.body
 
         def run() -> StageAck:
             client = check()  # authentication before anything else, as with a dependency

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 __all__ = [
     "BAD_SIGNATURE",
+    "HEADER_CONTENT_SHA256",
     "HEADER_NONCE",
     "HEADER_RECIPIENT",
     "HEADER_SENDER",
@@ -84,6 +85,7 @@ HEADER_TIMESTAMP = "x-fedmor-timestamp"
 HEADER_NONCE = "x-fedmor-nonce"
 HEADER_SIGNATURE = "x-fedmor-signature"
 HEADER_RECIPIENT = "x-fedmor-recipient"
+HEADER_CONTENT_SHA256 = "x-fedmor-content-sha256"  # signed: checked before the body is read
 # One answer for an unknown sender and a bad signature: a caller cannot probe which ids exist.
 BAD_SIGNATURE = "unknown sender or bad signature"
 _log = logging.getLogger("fedmor.auth")
@@ -102,7 +104,8 @@ class SignedRequest:
     """The authentication fields parsed from one request's headers."""
 
     def __init__(self, *, sender: str, timestamp: int, nonce: str, signature: bytes,
-                 recipient: str) -> None:
+                 recipient: str, content_sha256: str) -> None:
+        self.content_sha256 = content_sha256
         self.sender = sender
         self.recipient = recipient
         self.timestamp = timestamp
@@ -114,7 +117,7 @@ class SignedRequest:
         """Parse the four auth headers; raise ``AuthError`` (401) naming the missing/bad one."""
         lower = {k.lower(): v for k, v in headers.items()}
         missing = [h for h in (HEADER_SENDER, HEADER_TIMESTAMP, HEADER_NONCE, HEADER_SIGNATURE,
-                               HEADER_RECIPIENT) if not lower.get(h)]
+                               HEADER_RECIPIENT, HEADER_CONTENT_SHA256) if not lower.get(h)]
         if missing:
             raise AuthError(f"missing authentication header(s): {', '.join(missing)}")
         try:
@@ -128,8 +131,12 @@ class SignedRequest:
             signature = base64.b64decode(lower[HEADER_SIGNATURE], validate=True)
         except (binascii.Error, ValueError):
             raise AuthError(f"header {HEADER_SIGNATURE} is not base64") from None
+        content = lower[HEADER_CONTENT_SHA256].lower()
+        if len(content) != 64 or any(c not in "0123456789abcdef" for c in content):
+            raise AuthError(f"header {HEADER_CONTENT_SHA256} must be a hex sha256")
         return cls(sender=lower[HEADER_SENDER], timestamp=timestamp, nonce=nonce,
-                   signature=signature, recipient=lower[HEADER_RECIPIENT])
+                   signature=signature, recipient=lower[HEADER_RECIPIENT],
+                   content_sha256=content)
 
 
 def canonical_message(*, method: str, path: str, body: bytes, timestamp: int, nonce: str,
@@ -147,11 +154,14 @@ def sign_headers(key: Ed25519PrivateKey, *, sender: str, method: str, path: str,
     client id, or the server); ``path`` includes the query."""
     timestamp = int(time.time() if now is None else now)
     nonce = secrets.token_hex(16)
+    digest = hashlib.sha256(body).hexdigest()
     message = canonical_message(method=method, path=path, body=body, timestamp=timestamp,
-                                nonce=nonce, sender=sender, recipient=recipient)
+                                nonce=nonce, sender=sender, recipient=recipient,
+                                body_sha256=digest)
     return {
         HEADER_SENDER: sender,
         HEADER_RECIPIENT: recipient,
+        HEADER_CONTENT_SHA256: digest,
         HEADER_TIMESTAMP: str(timestamp),
         HEADER_NONCE: nonce,
         HEADER_SIGNATURE: base64.b64encode(key.sign(message)).decode(),
