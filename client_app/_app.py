@@ -1,6 +1,7 @@
 """The hospital's client app: ``create_client_app(settings, scorer) -> FastAPI``."""
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,6 +31,8 @@ from server_app._http import (
 from server_app._schemas import Health, MissingImages, RewardRequest, RewardResponse
 
 __all__ = ["create_client_app", "create_client_app_from_env"]
+
+_log = logging.getLogger("fedmor.client")
 
 
 # /v1/reward reads its body itself (after authentication); its schema is documented by hand.
@@ -74,7 +77,9 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
         yield
         if runner is not None and task is not None:
             runner.stop.set()
-            await task
+            await asyncio.wait([task])  # a worker that died was reported by /v1/health
+            if not task.cancelled() and task.exception() is not None:
+                _log.error("the round and query worker had stopped: %r", task.exception())
             runner.close()
 
     app = FastAPI(title="fedmor client", version=__version__, lifespan=lifespan,

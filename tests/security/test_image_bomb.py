@@ -6,10 +6,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import struct
+import time
 import zlib
+from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
+from client_app import ClientSettings, HashScorer, create_client_app
+from client_app._runner import ClientRunner
 from server_app import QueryItem
 from server_app._broker import BrokerError
 from server_app._local import LocalConsortium
@@ -66,3 +71,18 @@ def test_pull_member_answers_an_error_and_keeps_serving(hostile: LocalConsortium
     info = hostile.create_round(kind="rm_fedavg", vector_length=8, min_clients=3,
                                 stage_deadline_s=30)
     assert hostile.wait_round(info["round_id"])["status"] == "finished"
+
+
+def test_health_reports_a_dead_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def dies(self: ClientRunner) -> None:
+        raise MemoryError("decoding took it all")
+
+    monkeypatch.setattr(ClientRunner, "run_forever", dies)
+    cfg = ClientSettings(db_path=tmp_path / "c.db", identity_key=tmp_path / "c.pem",
+                         server_url="http://127.0.0.1:9")
+    with TestClient(create_client_app(cfg, HashScorer(), start_runner=True)) as tc:
+        deadline = time.monotonic() + 10
+        while (r := tc.get("/v1/health")).status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert r.status_code == 503
+        assert r.json()["status"] == "degraded" and "decoding took it all" in r.json()["detail"]
