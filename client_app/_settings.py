@@ -7,12 +7,12 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from server_app._settings import _EnvOverFile
+from server_app._settings import _AppHardening
 
 __all__ = ["ClientSettings"]
 
 
-class ClientSettings(_EnvOverFile):
+class ClientSettings(_AppHardening):
     """Everything a hospital's client app needs; every field has a working default."""
 
     model_config = SettingsConfigDict(env_prefix="FEDMOR_CLIENT_", extra="forbid")
@@ -52,10 +52,5 @@ class ClientSettings(_EnvOverFile):
     long_poll_s: float = Field(default=2.0, ge=0, le=30, description="how long the server may "
                                "hold a work-discovery (GET /v1/work) or stage-input request "
                                "until there is something (0: poll every poll_interval_s)")
-    docs_ui: bool = Field(default=False, description="serve /docs and /redoc (they load "
-                          "JavaScript from a CDN); /openapi.json is always served")
-    allow_readable_files: bool = Field(default=False, description="start even when the "
-                                       "identity key, TLS key or database is readable by "
-                                       "other users")
     retry_max_s: float = Field(default=5.0, gt=0, description="backoff cap")
     request_timeout_s: float = Field(default=60.0, gt=0)

@@ -27,7 +27,17 @@ class _EnvOverFile(BaseSettings):
         return env_settings, init_settings, file_secret_settings
 
 
-class ServerSettings(_EnvOverFile):
+class _AppHardening(_EnvOverFile):
+    """Settings both apps share that relax a safe default."""
+
+    docs_ui: bool = Field(default=False, description="serve /docs and /redoc (they load "
+                          "JavaScript from a CDN); /openapi.json is always served")
+    allow_readable_files: bool = Field(default=False, description="start even when the "
+                                       "identity key, TLS key or database is readable by "
+                                       "other users")
+
+
+class ServerSettings(_AppHardening):
     """Everything the consortium server needs; every field has a working default."""
 
     model_config = SettingsConfigDict(env_prefix="FEDMOR_SERVER_", extra="forbid")
@@ -50,13 +60,8 @@ class ServerSettings(_EnvOverFile):
     tick_interval_s: float = Field(default=1.0, gt=0)
     reward_timeout_s: float = Field(default=60.0, gt=0)
     reward_poll_s: float = Field(default=0.05, gt=0)
-    docs_ui: bool = Field(default=False, description="serve /docs and /redoc (they load "
-                          "JavaScript from a CDN); /openapi.json is always served")
     allow_http_reward_urls: bool = Field(default=False, description="accept plain-http push "
                                          "URLs at enrollment (local tests only)")
-    allow_readable_files: bool = Field(default=False, description="start even when the "
-                                       "identity key, TLS key or database is readable by "
-                                       "other users")
     work_recheck_s: float = Field(default=0.25, gt=0, description="a held GET /v1/work also "
                                   "re-reads the store this often: it notices reward queries "
                                   "queued by a broker in another process")
