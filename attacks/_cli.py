@@ -78,6 +78,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from sdk._runtime_options import add_runtime_arguments
 
     add_runtime_arguments(audit)
+    audit.add_argument("--recipient", default=None,
+                       help="the client app's client id (named in every signed query)")
     audit.set_defaults(handler=_audit)
 
 
@@ -158,8 +160,10 @@ def _audit(args: argparse.Namespace) -> int:
     )
     live = None
     if args.client_url:
-        if not args.clients or len(args.clients) != 1 or args.server_key is None:
-            raise ValueError("--client-url needs exactly one --client and --server-key")
+        if not args.clients or len(args.clients) != 1 or args.server_key is None \
+                or args.recipient is None:
+            raise ValueError("--client-url needs exactly one --client and --server-key, and "
+                             "--recipient (the member's client id)")
         import httpx
 
         from attacks._remote import RemoteRewardScorer
@@ -167,7 +171,8 @@ def _audit(args: argparse.Namespace) -> int:
 
         http = httpx.Client(base_url=args.client_url, timeout=120)
         key = load_private_key(args.server_key)
-        live = {args.clients[0]: RemoteRewardScorer(http, key, sender=args.sender)}
+        live = {args.clients[0]: RemoteRewardScorer(http, key, sender=args.sender,
+                                                         recipient=args.recipient)}
     report = audit_run_dir(
         args.run_dir, out, cfg, live=live, progress=lambda m: print(f"[audit] {m}", flush=True)
     )

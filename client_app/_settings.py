@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from sdk.wire import EnvOverFile
+from sdk.wire import AppHardening
 
 if TYPE_CHECKING:
     from sdk.models import Runtime
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["ClientSettings"]
 
 
-class ClientSettings(EnvOverFile):
+class ClientSettings(AppHardening):
     """Everything a hospital's client app needs; every field has a working default."""
 
     model_config = SettingsConfigDict(env_prefix="FEDMOR_CLIENT_", extra="forbid")

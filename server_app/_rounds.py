@@ -34,6 +34,16 @@ __all__ = ["RoundManager"]
 _GATHER_S = 0.002
 
 
+def _aggregate_problem(result: np.ndarray, bound: float) -> str | None:
+    """Why ``result`` (P,) cannot be published as a router version, or None."""
+    if not np.all(np.isfinite(result)):
+        return "contains NaN or infinity"
+    largest = float(np.max(np.abs(result))) if result.size else 0.0
+    if largest > bound:
+        return f"has a value of magnitude {largest:.3g}, outside [-{bound:g}, {bound:g}]"
+    return None
+
+
 class RoundManager:
     """Drives the server half of every open round; all methods are thread-safe."""
 
@@ -293,7 +303,15 @@ class RoundManager:
             self._fail(round_id, f"stage {stage}: {exc}")
             return
         last = index + 1 == len(server.stages)
-        result = self._published(round_id, server.result()) if last else None
+        result = None
+        if last:
+            # The kind's bound holds the mean delta; base + delta is what gets published.
+            mean = np.ascontiguousarray(server.result(), dtype="<f4")
+            problem = _aggregate_problem(mean, server.aggregate_bound)
+            if problem is not None:  # publish nothing: a poisoned router never goes out
+                self._fail(round_id, f"stage {stage}: the aggregate {problem}")
+                return
+            result = self._published(round_id, mean)
         with self.store.transaction():  # one commit (one fsync) per close
             self.store.put_closure(round_id, stage, broadcast)
             self.store.audit("server", "stage_closed", round_id=round_id, stage=stage,

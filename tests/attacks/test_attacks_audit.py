@@ -150,8 +150,10 @@ def test_audit_attacks_a_live_client_app_and_pays_its_budget(run_dir: Path, tmp_
         query_budget=64,
     )
     scorer = ClientScorer.from_pretrained(run_dir / "reward_models" / CLIENT)
-    with TestClient(create_client_app(settings, scorer=scorer)) as http:
-        live = RemoteRewardScorer(http, server_key)
+    app = create_client_app(settings, scorer=scorer)
+    app.state.store.put("client_id", "c-audited")  # as enrollment leaves it
+    with TestClient(app) as http:
+        live = RemoteRewardScorer(http, server_key, recipient="c-audited")
         report = audit_run_dir(
             run_dir,
             tmp_path / "out",
@@ -161,7 +163,7 @@ def test_audit_attacks_a_live_client_app_and_pays_its_budget(run_dir: Path, tmp_
         assert live.items_sent == 64  # 32 pairs x (chosen, rejected)
         with pytest.raises(AttackError, match="429"):
             live(load_pairs(run_dir / "data" / "clients" / CLIENT / "eval")[:1])
-        stranger = RemoteRewardScorer(http, generate_key())
+        stranger = RemoteRewardScorer(http, generate_key(), recipient="c-audited")
         with pytest.raises(AttackError, match="403"):
             stranger(load_pairs(run_dir / "data" / "clients" / CLIENT / "eval")[:1])
     local, remote = report.memberships[1], report.memberships[2]
