@@ -46,6 +46,7 @@ StagePayload = dict[str, Any] | bytes
 # background while a kind's input-free stages (SecAgg+'s key agreement) go ahead; a kind waits
 # on it only at the stage that needs it, and gets what the local update raised, if it failed.
 UpdateSource = Future[tuple[np.ndarray, float]]
+"""A member's local update for a round, computed in the background: (vector, weight n_k)."""
 
 
 # Round ``params`` addressed to the members' update sources, not to a round kind: a kind that
@@ -252,3 +253,4 @@ class FedAvgKind(RoundKind):
 
 
 ROUND_KINDS: dict[str, RoundKind] = {FedAvgKind.name: FedAvgKind()}
+"""Round kinds by name (``rm_fedavg``, ``router_secagg``): what a round's stages are and how each closes."""
