@@ -82,7 +82,7 @@ from sdk.router import (
     Router,
 )
 
-# Session 11: 2e-3 learned a little more ID than 1e-3 but lowered MoR's style win rate to 0.60.
+# 2e-3 learned a little more ID than 1e-3 but lowered MoR's style win rate to 0.60.
 LORA_LEARNING_RATE = 1e-3
 
 
@@ -120,19 +120,19 @@ def main() -> None:
                         help="GRPO steps per run (default 150 quick, 200)")
     parser.add_argument("--beta", type=float, default=None,
                         help="GRPO's KL penalty to the reference (default: GRPOSettings')")
-    # Session 8, 3 seeds: MoR's held-out best-of-3 0.804 frozen against 0.781 trained, ID
-    # 0.961 +- 0.006 against 0.959 +- 0.018 (docs/results.md, "Frozen vision encoder").
+    # Over 3 seeds: MoR's held-out best-of-3 0.804 frozen against 0.781 trained, ID
+    # 0.961 +- 0.006 against 0.959 +- 0.018.
     parser.add_argument("--freeze-vision", action=argparse.BooleanOptionalAction, default=True,
                         help="GRPO trains the projector and language model only (default); "
                         "--no-freeze-vision trains the vision encoder too (--lora-rank 0 "
                         "only: under LoRA, --lora-vision decides)")
-    # Session 11, 3 seeds, every method: with rank-8 adapters MoR's best-of-3 was 0.906 ID and
+    # Over 3 seeds, every method: with rank-8 adapters MoR's best-of-3 was 0.906 ID and
     # 0.800 held-out against 0.891 and 0.745 with the weights trained, and no seed collapsed
-    # (docs/results.md, "Session 11").
+    # (on a base warmed up for a fixed 1600 steps).
     parser.add_argument("--lora-rank", type=int, default=8,
                         help="GRPO trains LoRA adapters of this rank (alpha = 2 x rank) on the "
                         "language model's attention projections (default 8; 0: the weights)")
-    # Session 12, MoR seed 0 (docs/results.md, "Session 12"): neither lifted `poster`; ID
+    # Wider adapters, MoR seed 0: neither lifted `poster`; ID
     # best-of-3 0.890 with the MLPs too, 0.893 with the vision tower too, 0.897 without.
     parser.add_argument("--lora-targets", default=",".join(LoraSettings().target_modules),
                         help="comma-separated language-model projections that get adapters")
@@ -158,7 +158,7 @@ def main() -> None:
                         help="GRPO advantage scaling (default: GRPOSettings')")
     # -1.6: about what the normalized task judges give an unparseable answer themselves
     # (-1.58 / -1.37 / -1.70). At -3 (the clip floor) the format penalty outweighed the
-    # right/wrong signal: over 3 seeds MoR's ID best-of-3 was 0.959 at -1.6 (docs/results.md).
+    # right/wrong signal: over 3 seeds MoR's ID best-of-3 was 0.922 at -3, 0.959 at -1.6.
     parser.add_argument("--invalid-choice-reward", type=float, default=-1.6,
                         help="with style clients: the reward of an unparseable multiple-choice "
                         "answer and of an empty answer")
@@ -206,7 +206,7 @@ def main() -> None:
     seeds = args.seeds or (1 if quick else 3)
     # Quick: 150 steps of 8 prompts. At 40 of 4, MoR and PluralLLM-alpha tied on ID expected
     # accuracy over 3 GRPO seeds (0.747-0.774 vs 0.746-0.757); at 150 of 8 MoR led by 0.018 and
-    # 0.050 (0.864, 0.882 vs 0.846, 0.832; base 0.717) in 2 seeds (docs/alignment.md, "Session 4").
+    # 0.050 (0.864, 0.882 vs 0.846, 0.832; base 0.717) in 2 seeds.
     learning_rate = args.learning_rate or (LORA_LEARNING_RATE if args.lora_rank else None)
     grpo = GRPOSettings(steps=args.steps or (150 if quick else 200), prompts_per_step=8,
                         num_generations=args.num_generations, max_completion_length=8,
