@@ -50,6 +50,7 @@ from sdk.wire import (
 __all__ = ["ClientRunner", "RunnerError", "UpdateFn"]
 
 UpdateFn = Callable[[str, RoundInfo, "np.ndarray | None"], tuple[np.ndarray, int]]
+"""``update_source`` signature: ``(name, round, base router or None) -> (update, n_k)``."""
 _log = logging.getLogger("fedmor.client")
 _RETRYABLE = {408, 425, 429, 500, 502, 503, 504}
 _FINISHED = ("done", "abandoned", "ended")  # local round statuses with nothing left to do
