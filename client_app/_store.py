@@ -75,10 +75,13 @@ class ClientStore(SQLiteFile):
                    "VALUES (?,?,?,?,?)", (time.time(), caller, query_sha256, len(item_hashes),
                                           json.dumps(item_hashes)))
 
-    def items_used(self, caller: str) -> int:
-        """How many items ``caller`` had scored so far (for the query budget)."""
-        return int(self._one("SELECT COALESCE(SUM(items), 0) FROM query_audit WHERE caller=?",
-                             (caller,)))
+    def items_since(self, caller: str, since: float) -> list[tuple[float, int]]:
+        """(time, items) of ``caller``'s queries answered since ``since`` (the reward budget's
+        window), oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT ts, items FROM query_audit WHERE caller=? AND ts>=? "
+                                    "ORDER BY id", (caller, since)).fetchall()
+        return [(float(ts), int(n)) for ts, n in rows]
 
     def audit_log(self) -> list[dict[str, Any]]:
         """All audit records, oldest first."""

@@ -26,6 +26,7 @@ from sdk.wire import (
     RosterFile,
     RoundCreate,
     RoundInfo,
+    RoundRefusal,
     RouterVersionInfo,
     SignatureCheck,
     SizeLimit,
@@ -86,6 +87,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                     _log.exception("deadline tick failed")
 
         task = asyncio.create_task(ticker())
+        _log.info("fedmor server %s: store %s, %d enrolled member(s)", __version__, cfg.db_path,
+                  len(store.clients()))
         yield
         task.cancel()
         with suppress(asyncio.CancelledError):
@@ -161,6 +164,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                                     reward_url=req.reward_url, new_id=f"c-{uuid.uuid4().hex[:12]}")
         if created:
             store.audit(row["client_id"], "enrolled", name=req.name)
+            _log.info("enrolled %s as %s", req.name, row["client_id"])
         return EnrollResponse(client_id=row["client_id"], name=row["name"],
                               server_public_key=public_key_b64(key))
 
@@ -168,7 +172,10 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
               dependencies=[Depends(admin)])
     def create_round(req: RoundCreate) -> RoundInfo:
         """Open a round (admin)."""
-        return rounds.create(req)
+        info = rounds.create(req)
+        _log.info("round %d opened: %s over %d participants", info.round_id, info.kind,
+                  len(info.participants))
+        return info
 
     @app.get("/v1/rounds", response_model=list[RoundInfo], tags=["rounds"])
     def list_rounds(_: Caller, status: Annotated[str | None, Query(
@@ -199,6 +206,15 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                                  wait_next_s, body_sha256=check.body_sha256)
 
         return json_response(await run_in_threadpool(run))
+
+    @app.post("/v1/rounds/{round_id}/refusal", response_model=RoundInfo, tags=["rounds"])
+    def refuse(client: Client, round_id: Annotated[int, Path(ge=1, le=2**62)],
+               body: RoundRefusal) -> RoundInfo:
+        """A participant's site policy refuses the round: it sends nothing more there; the
+        refusal and its reason show in the round's ``refusals`` (idempotent)."""
+        _log.warning("client %s refused round %d: %s (%s)", client, round_id, body.reason,
+                     body.detail)
+        return rounds.refuse(round_id, client, body.reason, body.detail)
 
     @app.get("/v1/rounds/{round_id}/stages/{stage}", response_model=StageBroadcast,
              tags=["rounds"])

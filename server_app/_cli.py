@@ -17,7 +17,7 @@ def _server(args: argparse.Namespace) -> int:
     if args.port is not None:
         cfg = cfg.model_copy(update={"port": args.port})
     serve(create_app(cfg), host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert,
-          tls_key=cfg.tls_key)
+          tls_key=cfg.tls_key, log_level=cfg.log_level)
     return 0
 
 

@@ -3,6 +3,7 @@ persist every input, and rebuild open rounds from the store after a restart (by 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from sdk.wire import (
     ROUND_KINDS,
     NotFoundError,
     PayloadError,
+    Refusal,
     RoundCreate,
     RoundFailed,
     RoundInfo,
@@ -27,6 +29,8 @@ from server_app._lookup import RoundLookup, started
 from server_app._store import ConflictError, Store, payload_record
 
 __all__ = ["RoundManager"]
+
+_log = logging.getLogger("fedmor.server")
 
 # How long a group commit waits for queued messages to join it: far below one fsync (~4 ms
 # here), so a lone message loses little, while a stage's burst shares one commit.
@@ -46,6 +50,7 @@ class RoundManager:
         self._arrivals = threading.Condition()  # a submission finished storing its message
         self._storing = 0  # admitted submissions still parsing or storing their message
         self._rounds = RoundLookup(store)
+        self._refusers: dict[int, set[str]] = {}  # live rounds' refusing members, cached
         self._recover()
 
     # -- creation and recovery -----------------------------------------------------------------
@@ -253,12 +258,38 @@ class RoundManager:
                                 f"before stage {stage}")
         return out.model_copy(update={"ready": True, "payload": closed[client_id]})
 
+    def refuse(self, round_id: int, client_id: str, reason: str, detail: str) -> RoundInfo:
+        """Record that ``client_id``'s site policy refused the round: it is expected in no
+        later stage, so a stage that waits only for it closes now instead of at its deadline."""
+        with self._lock:
+            row, server, _ = self._participant(round_id, client_id)
+            if self.store.put_refusal(round_id, client_id, reason, detail):
+                self.store.audit(client_id, "round_refused", round_id=round_id, reason=reason)
+                self._refused(round_id).add(client_id)
+            if row["status"] == "open" and server is not None:
+                index = int(row["stage_index"])
+                if self._expected(round_id, server, index) <= self.store.submitted(
+                        round_id, server.stages[index]):
+                    self._close(round_id)
+                self._notify()
+        return self.info(round_id)
+
+    def _refused(self, round_id: int) -> set[str]:
+        found = self._refusers.get(round_id)
+        if found is None:
+            found = self._refusers[round_id] = {
+                r["client_id"] for r in self.store.refusals(round_id)}
+        return found
+
     # -- stage closing -------------------------------------------------------------------------
     def _expected(self, round_id: int, server: ServerRound, index: int) -> set[str]:
         if index == 0:
-            return set(self._rounds.spec(round_id).participants)
-        closed = self._rounds.closure(round_id, server.stages[index - 1]) or {}
-        return set(closed) if closed else self.store.submitted(round_id, server.stages[index - 1])
+            expected = set(self._rounds.spec(round_id).participants)
+        else:
+            closed = self._rounds.closure(round_id, server.stages[index - 1]) or {}
+            expected = set(closed) if closed else self.store.submitted(
+                round_id, server.stages[index - 1])
+        return expected - self._refused(round_id)
 
     def tick(self, now: float | None = None) -> None:
         """Close every stage whose deadline passed (called lazily and by a background task)."""
@@ -299,6 +330,8 @@ class RoundManager:
                 self.store.update_round(round_id, status="finished", router_version=version,
                                         finished_at=time.time())
                 self.store.audit("server", "round_finished", round_id=round_id, version=version)
+            _log.info("round %d: stage %s closed (%d present, dropouts: %s)", round_id, stage,
+                      len(present), sorted(missing) or "none")
         if last:
             self._forget(round_id)
             self.store.checkpoint_soon()  # the round's megabytes leave the log between rounds
@@ -309,12 +342,14 @@ class RoundManager:
             self.store.update_round(round_id, status="failed", error=reason,
                                     finished_at=time.time())
             self.store.audit("server", "round_failed", round_id=round_id, reason=reason)
+        _log.warning("round %d failed: %s", round_id, reason)
         self._forget(round_id)
         self.store.checkpoint_soon()
         self._notify()
 
     def _forget(self, round_id: int) -> None:
         self._rounds.forget(round_id)  # an ended round: its closures stay in the store
+        self._refusers.pop(round_id, None)
 
     def _notify(self) -> None:
         """Wake every long-polling ``broadcast`` (and, through ``on_change``, ``/v1/work``)."""
@@ -365,7 +400,8 @@ class RoundManager:
             dropouts=sorted(dropouts), vector_length=spec.vector_length,
             stage_deadline_s=spec.stage_deadline_s, params=spec.params, min_clients=spec.min_clients,
             base_version=spec.base_version, router_version=row["router_version"],
-            error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"])
+            error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],
+            refusals=[Refusal.model_validate(r) for r in self.store.refusals(round_id)])
 
     def list(self, status: str | None = None) -> list[RoundInfo]:
         """All rounds (that started), oldest first."""

@@ -41,6 +41,7 @@ from sdk.wire._kinds import (
     ROUND_KINDS,
 )
 from sdk.wire._protocols import (
+    DEMO_SAMPLES_PARAM,
     DEMO_TRAIN_PARAM,
     ROUTER_ROUND_PARAM,
     UPDATE_PARAMS,
@@ -49,6 +50,7 @@ from sdk.wire._protocols import (
     PayloadError,
     RoundFailed,
     RoundKind,
+    RoundPrivacy,
     RoundSpec,
     ServerRound,
     StagePayload,
@@ -70,12 +72,14 @@ from sdk.wire._schemas import (
     Health,
     MissingImages,
     PendingQuery,
+    Refusal,
     RewardAnswer,
     RewardItem,
     RewardRequest,
     RewardResponse,
     RoundCreate,
     RoundInfo,
+    RoundRefusal,
     RouterVersionInfo,
     StageAck,
     StageBroadcast,
@@ -102,6 +106,7 @@ from sdk.wire._wal import (
 )
 
 __all__ = [
+    "DEMO_SAMPLES_PARAM",
     "DEMO_TRAIN_PARAM",
     "ERROR_RESPONSES",
     "HEADER_NONCE",
@@ -127,6 +132,7 @@ __all__ = [
     "PayloadError",
     "PendingQuery",
     "PurgeClock",
+    "Refusal",
     "RewardAnswer",
     "RewardItem",
     "RewardRequest",
@@ -137,6 +143,8 @@ __all__ = [
     "RoundFailed",
     "RoundInfo",
     "RoundKind",
+    "RoundPrivacy",
+    "RoundRefusal",
     "RoundSpec",
     "RouterVersionInfo",
     "SQLiteFile",

@@ -13,12 +13,14 @@ __all__ = [
     "Health",
     "MissingImages",
     "PendingQuery",
+    "Refusal",
     "RewardAnswer",
     "RewardItem",
     "RewardRequest",
     "RewardResponse",
     "RoundCreate",
     "RoundInfo",
+    "RoundRefusal",
     "RouterVersionInfo",
     "StageAck",
     "StageBroadcast",
@@ -78,6 +80,22 @@ class RoundCreate(_Wire):
     params: dict[str, Any] = Field(default_factory=dict, description="kind-specific options")
 
 
+class RoundRefusal(_Wire):
+    """A member's refusal of a round its site policy does not allow (``POST
+    /v1/rounds/{id}/refusal``): it sends nothing more in that round and never retries it."""
+
+    reason: str = Field(pattern=r"^[a-z_]{1,40}$", description="which policy rule refused it "
+                        "(round_kind, participants, threshold, dp, epsilon, local_samples, ...)")
+    detail: str = Field(default="", max_length=1000, description="the rule, in words")
+
+
+class Refusal(RoundRefusal):
+    """A refusal as the server recorded it (``RoundInfo.refusals``)."""
+
+    client_id: str
+    at: float
+
+
 class RoundInfo(_Wire):
     """Status of one round."""
 
@@ -98,6 +116,8 @@ class RoundInfo(_Wire):
     error: str | None
     created_at: float
     finished_at: float | None
+    refusals: list[Refusal] = Field(default_factory=list, description="members whose site "
+                                    "policy refused this round, and why")
 
 
 class StageSubmit(_Wire):

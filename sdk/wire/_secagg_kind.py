@@ -40,6 +40,7 @@ from sdk.wire._protocols import (
     PayloadError,
     RoundFailed,
     RoundKind,
+    RoundPrivacy,
     RoundSpec,
     ServerRound,
     StagePayload,
@@ -245,6 +246,14 @@ class SecAggKind(RoundKind):
     def prepare(self, params: dict[str, Any]) -> dict[str, Any]:
         """Fix the public graph seed at creation so a restart rebuilds the same round."""
         return {"graph_seed": os.urandom(32).hex(), **params}
+
+    def privacy(self, spec: RoundSpec) -> RoundPrivacy:
+        """Masked; every stage needs ``threshold`` answers, and the masked-input close also
+        ``min_clients``: no aggregate combines fewer survivors than the larger of the two."""
+        params, _ = _round_params(spec)
+        dp = SecAggRoundParams.parse(spec.params).dp is not None
+        return RoundPrivacy(masked=True, dp=dp,
+                            min_survivors=max(params.threshold, spec.min_clients))
 
     def server(self, spec: RoundSpec) -> ServerRound:
         return _Server(spec)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import tomllib
+from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 __all__ = ["EnvOverFile", "load_settings"]
@@ -16,6 +17,10 @@ _S = TypeVar("_S", bound=BaseSettings)
 
 class EnvOverFile(BaseSettings):
     """Environment variables override values given at construction (read from a file)."""
+
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="the app's log (start-up, enrollment, rounds, refusals); "
+                                    "debug adds uvicorn's access log")
 
     @classmethod
     def settings_customise_sources(

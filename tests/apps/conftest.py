@@ -17,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 
-from sdk.consortium import LocalConsortium
+from sdk.consortium import OPEN_POLICY, LocalConsortium
 from sdk.wire import RoundCreate
 from server_app import (
     ROUND_KINDS,
@@ -41,7 +41,10 @@ N_CLIENTS = 5
 def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
     with LocalConsortium(tmp_path_factory.mktemp("consortium"), N_CLIENTS, tls=True,
                          server={"stage_deadline_s": 20.0, "max_request_bytes": 2**21},
-                         clients={"max_request_bytes": 2**21}) as c:
+                         clients={"max_request_bytes": 2**21},
+                         # the protocol tests run every kind and size of round on random
+                         # updates: stand-ins and a policy that takes part in everything
+                         demo=True, policy=OPEN_POLICY) as c:
         c.start()
         c.wait_enrolled()
         yield c

@@ -103,7 +103,8 @@ def test_reward_budget_rate_limit_clip_and_image_cache(tmp_path: Path) -> None:
     png = _png()
     digest = hashlib.sha256(png).hexdigest()
     item: dict[str, Any] = {"image_sha256": digest, "prompt": "p", "response": "r"}
-    with _client_app(tmp_path, key, _Wild(), query_budget=3, rate_limit_per_minute=100,
+    with _client_app(tmp_path, key, _Wild(), policy={"reward_budget": 3},
+                     rate_limit_per_minute=100,
                      clip=2.0) as tc:
         missing = _reward_call(tc, key, [item])
         assert missing.status_code == 409 and missing.json()["missing"] == [digest]
@@ -138,10 +139,10 @@ def test_the_clip_bound_comes_from_the_scorer_unless_set(tmp_path: Path) -> None
 
 def test_settings_file_with_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "client.toml"
-    path.write_text('name = "hospital-a"\nport = 9500\nquery_budget = 10\n')
+    path.write_text('name = "hospital-a"\nport = 9500\n[policy]\nreward_budget = 10\n')
     monkeypatch.setenv("FEDMOR_CLIENT_PORT", "9600")
     cfg = load_settings(ClientSettings, path)
-    assert (cfg.name, cfg.port, cfg.query_budget) == ("hospital-a", 9600, 10)
+    assert (cfg.name, cfg.port, cfg.policy.reward_budget) == ("hospital-a", 9600, 10)
     with pytest.raises(ValueError, match="typo"):
         ClientSettings(typo=1)  # type: ignore[call-arg]
 
@@ -176,9 +177,10 @@ def test_public_api_is_pinned() -> None:
         "generate_key", "load_or_create_key", "load_private_key", "load_settings",
         "parse_public_key", "public_key_b64", "ready_update", "sign_headers"])
     assert sorted(client_app.__all__) == sorted([
-        "ClientRunner", "ClientSettings", "ClientStore", "HashScorer", "RateLimited",
-        "RewardService", "RunnerError", "Scorer", "UpdateFn", "create_client_app",
-        "create_client_app_from_env", "demo_update", "load_object"])
+        "ClientRunner", "ClientSettings", "ClientStore", "HashScorer", "PolicyDenied",
+        "PolicyRefused", "RateLimited", "RewardService", "RunnerError", "Scorer", "SitePolicy",
+        "UpdateFn", "create_client_app", "create_client_app_from_env", "demo_update",
+        "describe_policy", "load_object"])
     for mod in (server_app, client_app):
         for name in mod.__all__:
             assert hasattr(mod, name), name
