@@ -12,9 +12,10 @@ __all__ = ["register"]
 def _client(args: argparse.Namespace) -> int:
     from client_app._app import create_client_app
     from client_app._settings import ClientSettings
-    from sdk.wire import load_settings, serve
+    from sdk.wire import configure_logging, load_settings, serve
 
     cfg = load_settings(ClientSettings, args.config)
+    configure_logging(cfg.log_level)
     update = {"port": args.port} if args.port is not None else {}
     if args.demo:
         update["demo"] = True

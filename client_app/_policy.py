@@ -12,10 +12,11 @@ from collections import Counter
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sdk.wire import ROUND_KINDS, RoundFailed, RoundInfo, RoundPrivacy, RoundSpec
+from sdk.secagg import composed_epsilon
+from sdk.wire import ROUND_KINDS, DPTerms, RoundFailed, RoundInfo, RoundPrivacy, RoundSpec
 
-__all__ = ["PolicyDenied", "PolicyRefused", "SitePolicy", "check_request", "check_round",
-           "check_update", "describe_policy"]
+__all__ = ["PolicyDenied", "PolicyRefused", "SitePolicy", "check_epsilon", "check_request",
+           "check_round", "check_update", "describe_policy"]
 
 _WINDOWS = {"hour": 3600.0, "day": 86_400.0}
 
@@ -37,6 +38,12 @@ class SitePolicy(BaseModel):
                                      "(SecAgg threshold, or min_clients if larger)")
     require_dp: bool = Field(default=False, description="refuse router rounds without "
                              "client-level DP (clipping and noise)")
+    max_epsilon: float | None = Field(default=None, gt=0, description="this site's own "
+                                      "epsilon budget over every DP round it takes part in "
+                                      "(RDP accountant, at epsilon_delta); set, it also "
+                                      "refuses rounds without DP")
+    epsilon_delta: float = Field(default=1e-5, gt=0, lt=1, description="the delta at which "
+                                 "the site accounts its epsilon")
     min_local_samples: int = Field(
         default=2, ge=1, description="fewest local pairs an update may be computed from: an "
                                      "update on one sample can be inverted to that sample")
@@ -76,9 +83,10 @@ def _privacy(info: RoundInfo) -> RoundPrivacy:
     return ROUND_KINDS[info.kind].privacy(spec)
 
 
-def check_round(policy: SitePolicy, info: RoundInfo) -> None:
-    """Raise ``PolicyRefused`` unless ``policy`` allows taking part in the round (its kind and
-    params, before any local update exists); ``ValueError`` on params its kind refuses."""
+def check_round(policy: SitePolicy, info: RoundInfo) -> RoundPrivacy:
+    """The round's privacy terms; raises ``PolicyRefused`` unless ``policy`` allows taking part
+    in the round (its kind and params, before any local update exists), ``ValueError`` on
+    params its kind refuses."""
     if info.kind not in policy.round_kinds:
         raise PolicyRefused("round_kind", f"kind {info.kind!r} is not among this site's "
                                           f"round_kinds {policy.round_kinds}")
@@ -90,9 +98,23 @@ def check_round(policy: SitePolicy, info: RoundInfo) -> None:
         raise PolicyRefused("threshold", f"an aggregate of {privacy.min_survivors} survivor(s) "
                                          f"could be accepted, min_threshold is "
                                          f"{policy.min_threshold}")
-    if policy.require_dp and not privacy.dp:
+    if (policy.require_dp or policy.max_epsilon is not None) and privacy.dp is None:
         raise PolicyRefused("dp", "the round adds no differential-privacy noise and this site "
-                                  "requires it (require_dp)")
+                                  "requires it (require_dp or max_epsilon)")
+    return privacy
+
+
+def check_epsilon(policy: SitePolicy, spent: list[float], terms: DPTerms) -> float:
+    """This site's epsilon (at ``policy.epsilon_delta``) after its earlier DP rounds (their
+    noise multipliers, ``spent``) and this one; raises ``PolicyRefused`` past ``max_epsilon``.
+    Every round counts as sampled (rate 1): the site knows it took part."""
+    epsilon = composed_epsilon([(z, 1.0) for z in [*spent, terms.noise_multiplier]],
+                               policy.epsilon_delta)
+    if policy.max_epsilon is not None and epsilon > policy.max_epsilon:
+        raise PolicyRefused("epsilon", f"taking part would bring this site's epsilon to "
+                                       f"{epsilon:.3g} > max_epsilon {policy.max_epsilon:g} "
+                                       f"(delta {policy.epsilon_delta:g})")
+    return epsilon
 
 
 def check_update(policy: SitePolicy, samples: float) -> None:
@@ -130,11 +152,15 @@ def describe_policy(policy: SitePolicy) -> str:
                      f">= {policy.min_participants} members")
     others = [k for k in policy.round_kinds if k not in ("router_secagg", "rm_fedavg")]
     sends += [f"updates in {k} rounds" for k in others]
+    dp_only = policy.require_dp or policy.max_epsilon is not None
     if sends:
         sends.append(f"each computed from >= {policy.min_local_samples} local samples"
-                     + (", only with differential-privacy noise" if policy.require_dp else ""))
+                     + (", only with differential-privacy noise" if dp_only else ""))
+    if policy.max_epsilon is not None:
+        sends.append(f"until its DP rounds add up to epsilon {policy.max_epsilon:g} at delta "
+                     f"{policy.epsilon_delta:g}")
     never = [] if plain else ["plain (unmasked) updates"]
-    if policy.require_dp:
+    if dp_only:
         never.append("updates without DP noise")
     lines = ["this site sends: " + ("; ".join(sends) if sends else "no router updates")]
     if never:

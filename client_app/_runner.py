@@ -23,7 +23,13 @@ import httpx
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from client_app._policy import PolicyDenied, PolicyRefused, check_round, check_update
+from client_app._policy import (
+    PolicyDenied,
+    PolicyRefused,
+    check_epsilon,
+    check_round,
+    check_update,
+)
 from client_app._scorer import load_object
 from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
@@ -228,7 +234,7 @@ class ClientRunner:
         if me not in info.participants:
             return "not_participant"
         try:
-            check_round(self.settings.policy, info)
+            self._admit(info)
         except PolicyRefused as exc:
             return self._refuse(round_id, exc)
         except (ValueError, KeyError) as exc:
@@ -282,6 +288,18 @@ class ClientRunner:
         if status != "done":
             _log.info("round %d: %s (%s)", round_id, status, detail)
         return status
+
+    def _admit(self, info: RoundInfo) -> None:
+        """Check the round against the site policy; a DP round is counted against the site's
+        epsilon budget before anything is sent (a failed round still counts: never less)."""
+        policy = self.settings.policy
+        privacy = check_round(policy, info)
+        if privacy.dp is not None:
+            epsilon = check_epsilon(policy, self.store.dp_spent(besides=info.round_id),
+                                    privacy.dp)
+            self.store.record_dp(info.round_id, privacy.dp.noise_multiplier, epsilon)
+            _log.info("round %d: DP (noise multiplier %.3g); this site's epsilon %.3g",
+                      info.round_id, privacy.dp.noise_multiplier, epsilon)
 
     def _refuse(self, round_id: int, refusal: PolicyRefused) -> str:
         """Record a policy refusal locally (so it is never retried), then tell the server."""

@@ -30,6 +30,10 @@ CREATE TABLE IF NOT EXISTS rounds (round_id INTEGER PRIMARY KEY, status TEXT NOT
 CREATE TABLE IF NOT EXISTS sent (round_id INTEGER NOT NULL, stage TEXT NOT NULL,
     payload TEXT NOT NULL, PRIMARY KEY (round_id, stage));
 CREATE TABLE IF NOT EXISTS round_state (round_id INTEGER PRIMARY KEY, state TEXT NOT NULL);
+-- the DP rounds this site agreed to take part in (counted before it sends anything), and its
+-- epsilon after each
+CREATE TABLE IF NOT EXISTS dp_ledger (round_id INTEGER PRIMARY KEY,
+    noise_multiplier REAL NOT NULL, epsilon REAL NOT NULL, at REAL NOT NULL);
 """
 
 
@@ -89,6 +93,26 @@ class ClientStore(SQLiteFile):
             rows = self._db.execute("SELECT ts, caller, query_sha256, items FROM query_audit "
                                     "ORDER BY id").fetchall()
         return [dict(zip(("ts", "caller", "query_sha256", "items"), r, strict=True))
+                for r in rows]
+
+    def record_dp(self, round_id: int, noise_multiplier: float, epsilon: float) -> None:
+        """Count a DP round against this site's budget (once per round)."""
+        self._exec("INSERT OR IGNORE INTO dp_ledger VALUES (?,?,?,?)",
+                   (round_id, noise_multiplier, epsilon, time.time()))
+
+    def dp_spent(self, *, besides: int | None = None) -> list[float]:
+        """The noise multipliers of the DP rounds counted so far (but ``besides``)."""
+        with self._lock:
+            rows = self._db.execute("SELECT noise_multiplier FROM dp_ledger WHERE round_id IS "
+                                    "NOT ? ORDER BY round_id", (besides,)).fetchall()
+        return [float(r[0]) for r in rows]
+
+    def dp_ledger(self) -> list[dict[str, float]]:
+        """Every counted DP round: round_id, noise_multiplier, epsilon (after it), at."""
+        with self._lock:
+            rows = self._db.execute("SELECT round_id, noise_multiplier, epsilon, at FROM "
+                                    "dp_ledger ORDER BY round_id").fetchall()
+        return [dict(zip(("round_id", "noise_multiplier", "epsilon", "at"), r, strict=True))
                 for r in rows]
 
     def use_nonce(self, sender: str, nonce: str, ts: float, *, keep_s: float) -> bool:

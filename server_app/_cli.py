@@ -9,11 +9,12 @@ __all__ = ["register"]
 
 
 def _server(args: argparse.Namespace) -> int:
-    from sdk.wire import load_settings, serve
+    from sdk.wire import configure_logging, load_settings, serve
     from server_app._app import create_app
     from server_app._settings import ServerSettings
 
     cfg = load_settings(ServerSettings, args.config)
+    configure_logging(cfg.log_level)
     if args.port is not None:
         cfg = cfg.model_copy(update={"port": args.port})
     serve(create_app(cfg), host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert,

@@ -11,14 +11,18 @@ from typing import Any
 
 import numpy as np
 
+from sdk.secagg import composed_epsilon
 from sdk.wire import (
     ROUND_KINDS,
+    DPAccount,
+    DPTerms,
     NotFoundError,
     PayloadError,
     Refusal,
     RoundCreate,
     RoundFailed,
     RoundInfo,
+    RoundKind,
     RoundSpec,
     ServerRound,
     StageAck,
@@ -73,17 +77,20 @@ class RoundManager:
         if base is not None and int(base["length"]) != req.vector_length:
             raise PayloadError(f"vector_length {req.vector_length} differs from the current "
                                f"router version's length {base['length']}")
+        params = kind.prepare(req.params)
+        keys = [clients[p]["public_key"] for p in participants]
+        dp = self._dp_terms(kind, req, participants, keys, params)  # outside the lock: opacus
         failure: Exception | None = None
         with self._lock:
             with self.store.transaction():  # one commit (one fsync) for the new round
                 round_id = self.store.create_round(req.kind, {})
                 spec = RoundSpec(
                     round_id=round_id, kind=req.kind, participants=participants,
-                    public_keys=[clients[p]["public_key"] for p in participants],
+                    public_keys=keys,
                     vector_length=req.vector_length, min_clients=req.min_clients,
                     stage_deadline_s=req.stage_deadline_s or self.default_deadline_s,
                     base_version=None if base is None else int(base["version"]),
-                    params=kind.prepare(req.params))
+                    params=params)
                 try:
                     server = kind.server(spec)
                 except (ValueError, RoundFailed) as exc:
@@ -95,11 +102,42 @@ class RoundManager:
                                             stage_opened_at=time.time())
                     self.store.audit("admin", "round_created", round_id=round_id,
                                      kind=req.kind, participants=participants)
+                    if dp is not None:
+                        self.store.put_round_dp(round_id, dp[0].model_dump(), dp[1])
             if failure is not None:
                 raise PayloadError(f"cannot start round: {failure}") from failure
             self._rounds.live[round_id] = server
             self._notify()  # idle clients long-polling ``/v1/work`` learn of it at once
         return self.info(round_id)
+
+    @staticmethod
+    def _dp_terms(kind: RoundKind, req: RoundCreate, participants: list[str], keys: list[str],
+                  params: dict[str, Any]) -> tuple[DPTerms, float] | None:
+        """The round's DP terms and epsilon (None without DP, or with params its kind refuses:
+        creating its server half then fails the round with the reason)."""
+        spec = RoundSpec(round_id=0, kind=req.kind, participants=participants, public_keys=keys,
+                         vector_length=req.vector_length, min_clients=req.min_clients,
+                         stage_deadline_s=1.0, params=params)
+        try:
+            dp = kind.privacy(spec).dp
+        except (ValueError, KeyError, RuntimeError):
+            return None
+        if dp is None:
+            return None
+        return dp, composed_epsilon([(dp.noise_multiplier, dp.sample_rate)], dp.delta)
+
+    def _dp_account(self, round_id: int, status: str) -> DPAccount | None:
+        """A DP round's terms and cost; the composed total once it finished (every finished
+        DP round up to it, at its delta)."""
+        found = self.store.round_dp(round_id)
+        if found is None:
+            return None
+        terms, epsilon = found
+        total = None
+        if status == "finished":
+            total = composed_epsilon([(t["noise_multiplier"], t["sample_rate"])
+                                      for t in self.store.finished_dp(round_id)], terms["delta"])
+        return DPAccount(**terms, epsilon=epsilon, epsilon_total=total)
 
     def _recover(self) -> None:
         """Rebuild every open round by replaying its stored messages and closures in order;
@@ -401,7 +439,8 @@ class RoundManager:
             stage_deadline_s=spec.stage_deadline_s, params=spec.params, min_clients=spec.min_clients,
             base_version=spec.base_version, router_version=row["router_version"],
             error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],
-            refusals=[Refusal.model_validate(r) for r in self.store.refusals(round_id)])
+            refusals=[Refusal.model_validate(r) for r in self.store.refusals(round_id)],
+            dp=self._dp_account(round_id, row["status"]))
 
     def list(self, status: str | None = None) -> list[RoundInfo]:
         """All rounds (that started), oldest first."""

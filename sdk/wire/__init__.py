@@ -66,6 +66,8 @@ from sdk.wire._roster import (
     add_to_roster,
 )
 from sdk.wire._schemas import (
+    DPAccount,
+    DPTerms,
     EnrollRequest,
     EnrollResponse,
     ErrorBody,
@@ -91,6 +93,7 @@ from sdk.wire._secagg_kind import (
     SecAggRoundParams,
 )
 from sdk.wire._serve import (
+    configure_logging,
     serve,
 )
 from sdk.wire._settings import (
@@ -121,6 +124,8 @@ __all__ = [
     "AuthError",
     "ClientRound",
     "ConflictError",
+    "DPAccount",
+    "DPTerms",
     "EnrollRequest",
     "EnrollResponse",
     "EnvOverFile",
@@ -164,6 +169,7 @@ __all__ = [
     "add_to_roster",
     "authenticate",
     "canonical_message",
+    "configure_logging",
     "decode_vector",
     "encode_update",
     "encode_vector",

@@ -21,6 +21,8 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict, Field
 
+from sdk.wire._schemas import DPTerms
+
 __all__ = [
     "DEMO_SAMPLES_PARAM",
     "DEMO_TRAIN_PARAM",
@@ -102,8 +104,8 @@ class RoundPrivacy(BaseModel):
     masked: bool = Field(description="the server learns only the sum of the survivors' updates")
     min_survivors: int = Field(ge=1, description="the fewest members whose updates an accepted "
                                "aggregate may combine (SecAgg's threshold, else min_clients)")
-    dp: bool = Field(default=False, description="each member clips its update and adds its "
-                     "share of Gaussian noise")
+    dp: DPTerms | None = Field(default=None, description="each member clips its update and "
+                               "adds its share of Gaussian noise")
 
 
 def encode_vector(vector: np.ndarray) -> str:

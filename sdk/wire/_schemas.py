@@ -7,6 +7,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "DPAccount",
+    "DPTerms",
     "EnrollRequest",
     "EnrollResponse",
     "ErrorBody",
@@ -80,6 +82,26 @@ class RoundCreate(_Wire):
     params: dict[str, Any] = Field(default_factory=dict, description="kind-specific options")
 
 
+class DPTerms(_Wire):
+    """A round's client-level DP: each member clips its update to L2 norm ``clip_norm`` and
+    adds its share of Gaussian noise, so that any accepted aggregate carries std
+    ``noise_multiplier * clip_norm`` (the sensitivity to one member; weights are 1)."""
+
+    clip_norm: float
+    noise_multiplier: float
+    sample_rate: float
+    delta: float
+
+
+class DPAccount(DPTerms):
+    """A DP round's privacy cost as the server accounts it (opacus' RDP accountant)."""
+
+    epsilon: float = Field(description="this round alone, at ``delta``")
+    epsilon_total: float | None = Field(default=None, description="every finished DP round "
+                                        "of this server up to this one, composed, at "
+                                        "``delta``; set once the round finished")
+
+
 class RoundRefusal(_Wire):
     """A member's refusal of a round its site policy does not allow (``POST
     /v1/rounds/{id}/refusal``): it sends nothing more in that round and never retries it."""
@@ -118,6 +140,8 @@ class RoundInfo(_Wire):
     finished_at: float | None
     refusals: list[Refusal] = Field(default_factory=list, description="members whose site "
                                     "policy refused this round, and why")
+    dp: DPAccount | None = Field(default=None, description="client-level DP of the round and "
+                                 "its accounted cost; None: no DP")
 
 
 class StageSubmit(_Wire):
