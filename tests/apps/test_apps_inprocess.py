@@ -122,6 +122,42 @@ def test_reward_budget_rate_limit_clip_and_image_cache(tmp_path: Path) -> None:
         assert [_reward_call(tc, key, [full]).status_code for _ in range(3)] == [200, 200, 429]
 
 
+def test_reward_policy_windowed_budget_and_request_limits(tmp_path: Path) -> None:
+    import sqlite3
+    import time
+
+    from client_app import ClientStore
+
+    key = generate_key()
+    png = base64.b64encode(_png()).decode()
+    digest = hashlib.sha256(_png()).hexdigest()
+
+    def items(*prompts: str) -> list[dict[str, Any]]:
+        return [{"image_sha256": digest, "image_b64": png, "prompt": p, "response": f"r{i}"}
+                for i, p in enumerate(prompts)]
+
+    ClientStore(tmp_path / "c.db").close()  # the schema; then an old and a recent query
+    with sqlite3.connect(tmp_path / "c.db") as db:
+        db.executemany("INSERT INTO query_audit(ts, caller, query_sha256, items, item_hashes) "
+                       "VALUES (?, 'server', 'q', ?, '[]')",
+                       [(time.time() - 7200, 100), (time.time() - 60, 1)])
+    policy = {"reward_budget": 3, "reward_window": "hour", "max_items_per_prompt": 2,
+              "max_items_per_request": 4}
+    with _client_app(tmp_path, key, HashScorer(), policy=policy) as tc:
+        same = _reward_call(tc, key, items("p", "p", "p"))
+        assert same.status_code == 403 and "max_items_per_prompt" in same.json()["detail"]
+        many = _reward_call(tc, key, items("a", "b", "c", "d", "e"))
+        assert many.status_code == 403 and "max_items_per_request" in many.json()["detail"]
+        # 100 items two hours ago are out of the window, 1 a minute ago is in: 2 more fit.
+        assert _reward_call(tc, key, items("a", "b")).status_code == 200
+        over = _reward_call(tc, key, items("c"))
+        assert over.status_code == 429 and "3 of 3 items used in the last hour" in \
+            over.json()["detail"]
+    with _client_app(tmp_path / "off", key, None, policy={"serve_rewards": False}) as tc:
+        off = _reward_call(tc, key, items("a"))
+        assert off.status_code == 403 and "does not serve reward queries" in off.json()["detail"]
+
+
 class _WildBounded(_Wild):
     clip = 1.5  # as a trained scorer's normalizer declares its bound c
 
