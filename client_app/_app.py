@@ -28,7 +28,9 @@ from sdk.wire import (
     RewardRequest,
     RewardResponse,
     SizeLimit,
+    StoredGauge,
     install_errors,
+    install_ops,
     load_or_create_key,
     signature_check,
 )
@@ -140,6 +142,18 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     install_errors(app)
     app.add_exception_handler(RateLimited, _rate_limited)
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
+    install_ops(app, prefix="fedmor_client", store=store, gauges=[
+        StoredGauge.counting("fedmor_client_rounds", "this member's rounds by its own status "
+                             "(done, refused, abandoned, ...)", "status", store,
+                             "SELECT status, COUNT(*) FROM rounds GROUP BY status"),
+        StoredGauge.counting("fedmor_client_refusals", "rounds this site's policy refused, by "
+                             "reason", "reason", store,
+                             "SELECT substr(detail, 1, instr(detail, ':') - 1), COUNT(*) FROM "
+                             "rounds WHERE status='refused' GROUP BY 1"),
+        StoredGauge.counting("fedmor_client_reward_items", "reward items scored, by caller",
+                             "caller", store,
+                             "SELECT caller, SUM(items) FROM query_audit GROUP BY caller"),
+    ])
     if cfg.demo:
         app.add_middleware(_DemoHeader)
 

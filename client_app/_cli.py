@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
+
+from sdk.cli import add_backup_command
 
 __all__ = ["register"]
 
@@ -40,6 +43,12 @@ def _policy_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings() -> type[Any]:
+    from client_app._settings import ClientSettings
+
+    return ClientSettings
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``fedmor client`` and its ``policy show``."""
     p = sub.add_parser("client", help="run a member's client app (reward queries + rounds)")
@@ -55,3 +64,4 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show = policy.add_parser("show", help="print the effective site policy in words")
     show.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
     show.set_defaults(handler=_policy_show)
+    add_backup_command(groups, settings=_settings, app="client")

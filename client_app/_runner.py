@@ -227,12 +227,13 @@ class ClientRunner:
     def run_round(self, round_id: int) -> str:
         """Take part in one round until it ends for us; returns our local status."""
         status = self.store.round_status(round_id)
-        if status in _FINISHED:
+        if status in _FINISHED and not self._reused(round_id):
             return status
         info = RoundInfo.model_validate(self.request("GET", f"/v1/rounds/{round_id}").json())
         me = self.client_id
         if me not in info.participants:
             return "not_participant"
+        self.store.set_round(round_id, "checking", created_at=info.created_at)
         try:
             self._admit(info)
         except PolicyRefused as exc:
@@ -253,7 +254,7 @@ class ClientRunner:
                                                  state=self.store.round_state(round_id))
         except (RoundFailed, ValueError, KeyError) as exc:
             return self._end(round_id, "abandoned", str(exc))
-        self.store.set_round(round_id, "running")
+        self.store.set_round(round_id, "running", created_at=info.created_at)
         wait = self.settings.long_poll_s
         ahead: StageBroadcast | None = None  # the next stage's input, returned with an ack
         try:
@@ -289,15 +290,29 @@ class ClientRunner:
             _log.info("round %d: %s (%s)", round_id, status, detail)
         return status
 
+    def _reused(self, round_id: int) -> bool:
+        """Whether the server lists a round this client ended under an id it reuses for a new
+        one (a server restored from a backup older than the round); then forget the old one."""
+        known = self.store.round_created(round_id)
+        if known is None:  # recorded before creation times were kept
+            return False
+        info = RoundInfo.model_validate(self.request("GET", f"/v1/rounds/{round_id}").json())
+        if info.created_at == known:
+            return False
+        _log.warning("round %d: the server reuses the id for a new round (restored from a "
+                     "backup?); taking part in the new one", round_id)
+        self.store.drop_round(round_id)
+        return True
+
     def _admit(self, info: RoundInfo) -> None:
         """Check the round against the site policy; a DP round is counted against the site's
         epsilon budget before anything is sent (a failed round still counts: never less)."""
         policy = self.settings.policy
         privacy = check_round(policy, info)
         if privacy.dp is not None:
-            epsilon = check_epsilon(policy, self.store.dp_spent(besides=info.round_id),
-                                    privacy.dp)
-            self.store.record_dp(info.round_id, privacy.dp.noise_multiplier, epsilon)
+            here = (info.round_id, info.created_at)
+            epsilon = check_epsilon(policy, self.store.dp_spent(besides=here), privacy.dp)
+            self.store.record_dp(*here, privacy.dp.noise_multiplier, epsilon)
             _log.info("round %d: DP (noise multiplier %.3g); this site's epsilon %.3g",
                       info.round_id, privacy.dp.noise_multiplier, epsilon)
 
@@ -349,7 +364,8 @@ class ClientRunner:
             self._long_poll_works = False  # a server without /v1/work: poll as before
             self._poll_lists()
             return False
-        fresh = [r for r in work.rounds if self.store.round_status(r) not in _FINISHED]
+        fresh = [r for r in work.rounds
+                 if self.store.round_status(r) not in _FINISHED or self._reused(r)]
         for round_id in fresh:
             self.run_round(round_id)
         self.answer_pending(work.queries)

@@ -33,9 +33,11 @@ from sdk.wire import (
     StageAck,
     StageBroadcast,
     StageSubmit,
+    StoredGauge,
     Work,
     authenticate,
     install_errors,
+    install_ops,
     load_or_create_key,
     public_key_b64,
     signature_check,
@@ -103,6 +105,16 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.state.settings = cfg
     install_errors(app)
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
+    install_ops(app, prefix="fedmor_server", store=store, gauges=[
+        StoredGauge.counting("fedmor_server_rounds", "rounds by status", "status", store,
+                             "SELECT status, COUNT(*) FROM rounds GROUP BY status"),
+        StoredGauge.counting("fedmor_server_refusals", "members' policy refusals of rounds, "
+                             "by reason", "reason", store,
+                             "SELECT reason, COUNT(*) FROM round_refusals GROUP BY reason"),
+        StoredGauge.counting("fedmor_server_reward_queries", "queued (pull-mode) reward "
+                             "queries by member", "client_id", store,
+                             "SELECT client_id, COUNT(*) FROM reward_queries GROUP BY client_id"),
+    ])
 
     keys: dict[str, str] = {}  # an enrolled client's key never changes: no store read per request
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
+
+from sdk.cli import add_backup_command
 
 __all__ = ["register"]
 
@@ -48,12 +51,20 @@ def _roster_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings() -> type[Any]:
+    from server_app._settings import ServerSettings
+
+    return ServerSettings
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the server-side subcommands."""
     p = sub.add_parser("server", help="run the consortium server")
     p.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
     p.add_argument("--port", type=int, default=None)
     p.set_defaults(handler=_server)
+    add_backup_command(p.add_subparsers(dest="server_command"), settings=_settings,
+                       app="server")
 
     keys = sub.add_parser("keys", help="identity keys").add_subparsers(dest="keys_command")
     new = keys.add_parser("new", help="create an Ed25519 identity key, print its public key")

@@ -40,6 +40,11 @@ from sdk.wire._http import (
 from sdk.wire._kinds import (
     ROUND_KINDS,
 )
+from sdk.wire._ops import (
+    StoredGauge,
+    backup_sqlite,
+    install_ops,
+)
 from sdk.wire._protocols import (
     DEMO_SAMPLES_PARAM,
     DEMO_TRAIN_PARAM,
@@ -163,11 +168,13 @@ __all__ = [
     "StageBroadcast",
     "StagePayload",
     "StageSubmit",
+    "StoredGauge",
     "UpdateSource",
     "WalCheckpointer",
     "Work",
     "add_to_roster",
     "authenticate",
+    "backup_sqlite",
     "canonical_message",
     "configure_logging",
     "decode_vector",
@@ -175,6 +182,7 @@ __all__ = [
     "encode_vector",
     "generate_key",
     "install_errors",
+    "install_ops",
     "load_or_create_key",
     "load_private_key",
     "load_settings",
