@@ -11,18 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from sdk.secagg import composed_epsilon
 from sdk.wire import (
     ROUND_KINDS,
-    DPAccount,
-    DPTerms,
     NotFoundError,
     PayloadError,
-    Refusal,
     RoundCreate,
     RoundFailed,
     RoundInfo,
-    RoundKind,
     RoundSpec,
     ServerRound,
     StageAck,
@@ -30,6 +25,7 @@ from sdk.wire import (
     StagePayload,
 )
 from server_app._lookup import RoundLookup, started
+from server_app._records import RoundRecords
 from server_app._store import ConflictError, Store, payload_record
 
 __all__ = ["RoundManager"]
@@ -54,7 +50,7 @@ class RoundManager:
         self._arrivals = threading.Condition()  # a submission finished storing its message
         self._storing = 0  # admitted submissions still parsing or storing their message
         self._rounds = RoundLookup(store)
-        self._refusers: dict[int, set[str]] = {}  # live rounds' refusing members, cached
+        self.records = RoundRecords(store)
         self._recover()
 
     # -- creation and recovery -----------------------------------------------------------------
@@ -79,7 +75,7 @@ class RoundManager:
                                f"router version's length {base['length']}")
         params = kind.prepare(req.params)
         keys = [clients[p]["public_key"] for p in participants]
-        dp = self._dp_terms(kind, req, participants, keys, params)  # outside the lock: opacus
+        dp = self.records.dp_terms(kind, req, participants, keys, params)  # outside the lock
         failure: Exception | None = None
         with self._lock:
             with self.store.transaction():  # one commit (one fsync) for the new round
@@ -109,35 +105,6 @@ class RoundManager:
             self._rounds.live[round_id] = server
             self._notify()  # idle clients long-polling ``/v1/work`` learn of it at once
         return self.info(round_id)
-
-    @staticmethod
-    def _dp_terms(kind: RoundKind, req: RoundCreate, participants: list[str], keys: list[str],
-                  params: dict[str, Any]) -> tuple[DPTerms, float] | None:
-        """The round's DP terms and epsilon (None without DP, or with params its kind refuses:
-        creating its server half then fails the round with the reason)."""
-        spec = RoundSpec(round_id=0, kind=req.kind, participants=participants, public_keys=keys,
-                         vector_length=req.vector_length, min_clients=req.min_clients,
-                         stage_deadline_s=1.0, params=params)
-        try:
-            dp = kind.privacy(spec).dp
-        except (ValueError, KeyError, RuntimeError):
-            return None
-        if dp is None:
-            return None
-        return dp, composed_epsilon([(dp.noise_multiplier, dp.sample_rate)], dp.delta)
-
-    def _dp_account(self, round_id: int, status: str) -> DPAccount | None:
-        """A DP round's terms and cost; the composed total once it finished (every finished
-        DP round up to it, at its delta)."""
-        found = self.store.round_dp(round_id)
-        if found is None:
-            return None
-        terms, epsilon = found
-        total = None
-        if status == "finished":
-            total = composed_epsilon([(t["noise_multiplier"], t["sample_rate"])
-                                      for t in self.store.finished_dp(round_id)], terms["delta"])
-        return DPAccount(**terms, epsilon=epsilon, epsilon_total=total)
 
     def _recover(self) -> None:
         """Rebuild every open round by replaying its stored messages and closures in order;
@@ -301,9 +268,7 @@ class RoundManager:
         later stage, so a stage that waits only for it closes now instead of at its deadline."""
         with self._lock:
             row, server, _ = self._participant(round_id, client_id)
-            if self.store.put_refusal(round_id, client_id, reason, detail):
-                self.store.audit(client_id, "round_refused", round_id=round_id, reason=reason)
-                self._refused(round_id).add(client_id)
+            self.records.refuse(round_id, client_id, reason, detail)
             if row["status"] == "open" and server is not None:
                 index = int(row["stage_index"])
                 if self._expected(round_id, server, index) <= self.store.submitted(
@@ -311,13 +276,6 @@ class RoundManager:
                     self._close(round_id)
                 self._notify()
         return self.info(round_id)
-
-    def _refused(self, round_id: int) -> set[str]:
-        found = self._refusers.get(round_id)
-        if found is None:
-            found = self._refusers[round_id] = {
-                r["client_id"] for r in self.store.refusals(round_id)}
-        return found
 
     # -- stage closing -------------------------------------------------------------------------
     def _expected(self, round_id: int, server: ServerRound, index: int) -> set[str]:
@@ -327,7 +285,7 @@ class RoundManager:
             closed = self._rounds.closure(round_id, server.stages[index - 1]) or {}
             expected = set(closed) if closed else self.store.submitted(
                 round_id, server.stages[index - 1])
-        return expected - self._refused(round_id)
+        return expected - self.records.refusers(round_id)
 
     def tick(self, now: float | None = None) -> None:
         """Close every stage whose deadline passed (called lazily and by a background task)."""
@@ -387,7 +345,7 @@ class RoundManager:
 
     def _forget(self, round_id: int) -> None:
         self._rounds.forget(round_id)  # an ended round: its closures stay in the store
-        self._refusers.pop(round_id, None)
+        self.records.forget(round_id)
 
     def _notify(self) -> None:
         """Wake every long-polling ``broadcast`` (and, through ``on_change``, ``/v1/work``)."""
@@ -439,8 +397,8 @@ class RoundManager:
             stage_deadline_s=spec.stage_deadline_s, params=spec.params, min_clients=spec.min_clients,
             base_version=spec.base_version, router_version=row["router_version"],
             error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],
-            refusals=[Refusal.model_validate(r) for r in self.store.refusals(round_id)],
-            dp=self._dp_account(round_id, row["status"]))
+            refusals=self.records.refusals(round_id),
+            dp=self.records.dp_account(round_id, row["status"]))
 
     def list(self, status: str | None = None) -> list[RoundInfo]:
         """All rounds (that started), oldest first."""

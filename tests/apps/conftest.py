@@ -7,6 +7,7 @@ file, ``test_apps_rounds.py``, and kill the server / a client only at its end.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Iterator
@@ -37,16 +38,23 @@ from server_app import (
 N_CLIENTS = 5
 
 
-@pytest.fixture(scope="session")
-def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
-    with LocalConsortium(tmp_path_factory.mktemp("consortium"), N_CLIENTS, tls=True,
-                         server={"stage_deadline_s": 20.0, "max_request_bytes": 2**21},
-                         clients={"max_request_bytes": 2**21},
-                         # the protocol tests run every kind and size of round on random
-                         # updates: stand-ins and a policy that takes part in everything
-                         demo=True, policy=OPEN_POLICY) as c:
+@contextlib.contextmanager
+def running(workdir: Path, n_clients: int, **options: Any) -> Iterator[LocalConsortium]:
+    """A started ``LocalConsortium`` whose clients all enrolled, stopped on exit."""
+    with LocalConsortium(workdir, n_clients, **options) as c:
         c.start()
         c.wait_enrolled()
+        yield c
+
+
+@pytest.fixture(scope="session")
+def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
+    with running(tmp_path_factory.mktemp("consortium"), N_CLIENTS, tls=True,
+                 server={"stage_deadline_s": 20.0, "max_request_bytes": 2**21},
+                 clients={"max_request_bytes": 2**21},
+                 # the protocol tests run every kind and size of round on random updates:
+                 # stand-ins and a policy that takes part in everything
+                 demo=True, policy=OPEN_POLICY) as c:
         yield c
 
 

@@ -13,15 +13,15 @@ import pytest
 
 from sdk.consortium import LocalConsortium
 
+from .conftest import running
+
 _REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
-    with LocalConsortium(tmp_path_factory.mktemp("ops"), 3, demo=True,
-                         server={"stage_deadline_s": 30.0}) as c:
-        c.start()
-        c.wait_enrolled()
+    with running(tmp_path_factory.mktemp("ops"), 3, demo=True,
+                 server={"stage_deadline_s": 30.0}) as c:
         yield c
 
 

@@ -18,6 +18,8 @@ from client_app import SitePolicy, demo_update, describe_policy
 from sdk.consortium import LocalConsortium
 from sdk.wire import DEMO_SAMPLES_PARAM, RoundInfo
 
+from .conftest import running
+
 _REPO = Path(__file__).resolve().parents[2]
 LENGTH = 256  # every round of the module (a published router fixes the length)
 
@@ -25,10 +27,8 @@ LENGTH = 256  # every round of the module (a published router fixes the length)
 @pytest.fixture(scope="module")
 def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
     """Four demo clients (stand-in updates) under the client app's default policy."""
-    with LocalConsortium(tmp_path_factory.mktemp("policy"), 4, demo=True,
-                         server={"stage_deadline_s": 30.0}) as c:
-        c.start()
-        c.wait_enrolled()
+    with running(tmp_path_factory.mktemp("policy"), 4, demo=True,
+                 server={"stage_deadline_s": 30.0}) as c:
         yield c
 
 
