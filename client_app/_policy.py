@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sdk.secagg import composed_epsilon
 from sdk.wire import ROUND_KINDS, DPTerms, RoundFailed, RoundInfo, RoundPrivacy, RoundSpec
@@ -56,6 +56,14 @@ class SitePolicy(BaseModel):
                                        "request")
     max_items_per_prompt: int = Field(default=16, ge=1, description="responses to one "
                                       "(image, prompt) in one request")
+
+    @field_validator("round_kinds")
+    @classmethod
+    def _known_kinds(cls, kinds: list[str]) -> list[str]:
+        unknown = sorted(set(kinds) - set(ROUND_KINDS))
+        if unknown:  # a typo would silently refuse every round of that kind
+            raise ValueError(f"unknown round kind(s) {unknown}; known: {sorted(ROUND_KINDS)}")
+        return kinds
 
     @property
     def window_s(self) -> float:

@@ -124,6 +124,8 @@ def test_policy_show_says_what_leaves_the_site(tmp_path: Path) -> None:
                                          require_dp=True, serve_rewards=False))
     assert "plain router updates" in relaxed and "never: updates without DP noise" in relaxed
     assert "reward queries: not served" in relaxed
+    with pytest.raises(ValueError, match="unknown round kind"):
+        SitePolicy(round_kinds=["router_secag"])
 
 
 def test_a_dp_round_completes_with_a_dropout_and_its_epsilon_is_the_accountants(
