@@ -18,7 +18,7 @@ def _client(args: argparse.Namespace) -> int:
     from sdk.wire import configure_logging, load_settings, serve
 
     cfg = load_settings(ClientSettings, args.config)
-    configure_logging(cfg.log_level)
+    configure_logging(cfg.log_level, cfg.log_format)
     update = {"port": args.port} if args.port is not None else {}
     if args.demo:
         update["demo"] = True
@@ -29,7 +29,7 @@ def _client(args: argparse.Namespace) -> int:
         print(f"fedmor client: {exc}", file=sys.stderr)
         return 2
     serve(app, host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
-          log_level=cfg.log_level)
+          log_level=cfg.log_level, log_format=cfg.log_format)
     return 0
 
 

@@ -17,11 +17,11 @@ def _server(args: argparse.Namespace) -> int:
     from server_app._settings import ServerSettings
 
     cfg = load_settings(ServerSettings, args.config)
-    configure_logging(cfg.log_level)
+    configure_logging(cfg.log_level, cfg.log_format)
     if args.port is not None:
         cfg = cfg.model_copy(update={"port": args.port})
     serve(create_app(cfg), host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert,
-          tls_key=cfg.tls_key, log_level=cfg.log_level)
+          tls_key=cfg.tls_key, log_level=cfg.log_level, log_format=cfg.log_format)
     return 0
 
 

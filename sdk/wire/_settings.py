@@ -21,6 +21,9 @@ class EnvOverFile(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="the app's log (start-up, enrollment, rounds, refusals); "
                                     "debug adds uvicorn's access log")
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="json: one JSON object per line (ts, level, logger, msg), "
+                                    "for a log collector")
 
     @classmethod
     def settings_customise_sources(

@@ -3,6 +3,7 @@ restored after a restart, completes the next round."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,7 @@ _REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
     with running(tmp_path_factory.mktemp("ops"), 3, demo=True,
-                 server={"stage_deadline_s": 30.0}) as c:
+                 server={"stage_deadline_s": 30.0, "log_format": "json"}) as c:
         yield c
 
 
@@ -52,6 +53,13 @@ def test_readiness_and_metrics(ops: LocalConsortium) -> None:
     assert _metric(client, 'fedmor_client_refusals{reason="round_kind"}') == 1
     assert _metric(client, 'fedmor_client_rounds{status="done"}') == 1
     assert 'fedmor_client_request_seconds_count{method="GET",route="/v1/ready"}' in client
+    # The server logs JSON lines (log_format = "json"), one per round event and refusal.
+    lines = [json.loads(line) for line in (ops.dir / "server.log").read_text().splitlines()
+             if line.startswith("{")]
+    messages = [(line["level"], line["msg"]) for line in lines]
+    assert ("INFO", f"round {done['round_id']} opened: router_secagg over 3 participants") \
+        in messages
+    assert sum(level == "WARNING" and "refused round" in msg for level, msg in messages) == 3
 
 
 def _backup(ops: LocalConsortium, module: str, who: str, out: Path) -> None:
