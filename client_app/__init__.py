@@ -2,6 +2,7 @@
 
 from client_app._app import create_client_app, create_client_app_from_env
 from client_app._demo import demo_update
+from client_app._policy import PolicyDenied, PolicyRefused, SitePolicy, describe_policy
 from client_app._runner import ClientRunner, RunnerError, UpdateFn
 from client_app._scorer import HashScorer, Scorer, load_object
 from client_app._service import RateLimited, RewardService
@@ -13,13 +14,17 @@ __all__ = [
     "ClientSettings",
     "ClientStore",
     "HashScorer",
+    "PolicyDenied",
+    "PolicyRefused",
     "RateLimited",
     "RewardService",
     "RunnerError",
     "Scorer",
+    "SitePolicy",
     "UpdateFn",
     "create_client_app",
     "create_client_app_from_env",
     "demo_update",
+    "describe_policy",
     "load_object",
 ]

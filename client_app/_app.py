@@ -13,7 +13,8 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from client_app._runner import ClientRunner
+from client_app._policy import describe_policy
+from client_app._runner import ClientRunner, resolve_update_fn
 from client_app._scorer import Scorer, load_object
 from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
@@ -27,9 +28,11 @@ from sdk.wire import (
     RewardRequest,
     RewardResponse,
     SizeLimit,
+    StoredGauge,
     check_private_files,
     docs_ui,
     install_errors,
+    install_ops,
     load_or_create_key,
     signature_check,
 )
@@ -37,6 +40,7 @@ from sdk.wire import (
 __all__ = ["create_client_app", "create_client_app_from_env"]
 
 _log = logging.getLogger("fedmor.client")
+DEMO_HEADER = "x-fedmor-demo"
 
 
 # /v1/reward reads its body itself (after authentication); its schema is documented by hand.
@@ -63,6 +67,45 @@ def _clip_bound(cfg: ClientSettings, scorer: Scorer) -> float:
     return DEFAULT_CLIP
 
 
+class _DemoHeader:
+    """ASGI middleware: every response of a demo-mode app says so (``x-fedmor-demo: true``)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def marked(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []),
+                                      (DEMO_HEADER.encode(), b"true")]
+            await send(message)
+
+        await self.app(scope, receive, marked)
+
+
+def _configured_scorer(cfg: ClientSettings) -> Scorer:
+    """The site's reward model: ``reward_model_dir``, else ``scorer``, else (demo only) the
+    hash scorer; otherwise the app refuses to start, naming the settings to fill."""
+    if cfg.reward_model_dir is not None:
+        from sdk.reward import ClientScorer
+
+        return ClientScorer.from_pretrained(cfg.reward_model_dir, base=cfg.reward_base_dir,
+                                            runtime=cfg.reward_runtime())
+    name = cfg.scorer or ("client_app._scorer:HashScorer" if cfg.demo or
+                          not cfg.policy.serve_rewards else None)
+    if name is None:
+        raise ValueError("no reward model configured: set reward_model_dir (an sdk.reward "
+                         "checkpoint) or scorer (module:factory) in the client settings, or "
+                         "policy.serve_rewards = false; demo = true (--demo) uses the hash "
+                         "scorer instead")
+    factory = load_object(name)
+    return cast(Scorer, factory() if callable(factory) else factory)
+
+
 def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | None = None, *,
                       start_runner: bool = False) -> FastAPI:
     """Build the client app; with ``start_runner`` it also enrolls and runs rounds in a
@@ -70,25 +113,26 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     cfg = settings or ClientSettings()
     if not cfg.allow_readable_files:
         check_private_files(cfg.db_path, cfg.identity_key, cfg.tls_key)
+    scorer = scorer or _configured_scorer(cfg)
+    # Refuses to start without one (unless it takes part in no rounds).
+    update_fn = resolve_update_fn(cfg) if start_runner and cfg.run_rounds else None
     store = ClientStore(cfg.db_path)
     key = load_or_create_key(cfg.identity_key)
-    if scorer is None and cfg.reward_model_dir is not None:
-        from sdk.reward import ClientScorer
-
-        scorer = ClientScorer.from_pretrained(cfg.reward_model_dir, base=cfg.reward_base_dir,
-                                              runtime=cfg.reward_runtime())
-    if scorer is None:
-        factory = load_object(cfg.scorer)
-        scorer = cast(Scorer, factory() if callable(factory) else factory)
-    service = RewardService(store, scorer, clip=_clip_bound(cfg, scorer), budget=cfg.query_budget,
+    service = RewardService(store, scorer, clip=_clip_bound(cfg, scorer), policy=cfg.policy,
                             rate_per_minute=cfg.rate_limit_per_minute)
+    if cfg.demo:
+        _log.warning("DEMO MODE: stand-ins answer for whatever is not configured (hash-scorer "
+                     "rewards, random router updates); every reward answer carries %s: true",
+                     DEMO_HEADER)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runner = ClientRunner(cfg, store=store, key=key, service=service) if start_runner \
-            else None
+        runner = ClientRunner(cfg, store=store, key=key, service=service,
+                              update_fn=update_fn) if start_runner else None
         task = asyncio.create_task(asyncio.to_thread(runner.run_forever)) if runner else None
         app.state.runner, app.state.runner_task = runner, task
+        _log.info("fedmor client %s (%s): rounds %s; policy: %s", __version__, cfg.name,
+                  "on" if runner else "off", describe_policy(cfg.policy).replace("\n", "; "))
         yield
         if runner is not None and task is not None:
             runner.stop.set()
@@ -106,6 +150,20 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     install_errors(app)
     app.add_exception_handler(RateLimited, _rate_limited)
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
+    install_ops(app, prefix="fedmor_client", store=store, gauges=[
+        StoredGauge.counting("fedmor_client_rounds", "this member's rounds by its own status "
+                             "(done, refused, abandoned, ...)", "status", store,
+                             "SELECT status, COUNT(*) FROM rounds GROUP BY status"),
+        StoredGauge.counting("fedmor_client_refusals", "rounds this site's policy refused, by "
+                             "reason", "reason", store,
+                             "SELECT substr(detail, 1, instr(detail, ':') - 1), COUNT(*) FROM "
+                             "rounds WHERE status='refused' GROUP BY 1"),
+        StoredGauge.counting("fedmor_client_reward_items", "reward items scored, by caller",
+                             "caller", store,
+                             "SELECT caller, SUM(items) FROM query_audit GROUP BY caller"),
+    ])
+    if cfg.demo:
+        app.add_middleware(_DemoHeader)
 
     server_key: list[str] = []  # learned at enrollment, then fixed: no store read per query
 

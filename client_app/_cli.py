@@ -1,9 +1,13 @@
-"""``fedmor client`` (registered by sdk.cli)."""
+"""``fedmor client`` (registered by sdk.cli) and ``fedmor client policy show``."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import Any
+
+from sdk.cli import add_backup_command
 
 __all__ = ["register"]
 
@@ -11,20 +15,53 @@ __all__ = ["register"]
 def _client(args: argparse.Namespace) -> int:
     from client_app._app import create_client_app
     from client_app._settings import ClientSettings
-    from sdk.wire import load_settings, serve
+    from sdk.wire import configure_logging, load_settings, serve
 
     cfg = load_settings(ClientSettings, args.config)
-    if args.port is not None:
-        cfg = cfg.model_copy(update={"port": args.port})
-    serve(create_client_app(cfg, start_runner=not args.no_rounds), host=cfg.host,
-          port=cfg.port, tls_cert=cfg.tls_cert, tls_key=cfg.tls_key)
+    configure_logging(cfg.log_level, cfg.log_format)
+    update = {"port": args.port} if args.port is not None else {}
+    if args.demo:
+        update["demo"] = True
+    cfg = cfg.model_copy(update=update)
+    try:
+        app = create_client_app(cfg, start_runner=not args.no_rounds)
+    except ValueError as exc:  # a setting to fill: say which, without a traceback
+        print(f"fedmor client: {exc}", file=sys.stderr)
+        return 2
+    serve(app, host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
+          log_level=cfg.log_level, log_format=cfg.log_format)
     return 0
 
 
+def _policy_show(args: argparse.Namespace) -> int:
+    from client_app._policy import describe_policy
+    from client_app._settings import ClientSettings
+    from sdk.wire import load_settings
+
+    cfg = load_settings(ClientSettings, args.config)
+    print(describe_policy(cfg.policy))
+    return 0
+
+
+def _settings() -> type[Any]:
+    from client_app._settings import ClientSettings
+
+    return ClientSettings
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``fedmor client``."""
+    """Add ``fedmor client`` and its ``policy show``."""
     p = sub.add_parser("client", help="run a member's client app (reward queries + rounds)")
     p.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
     p.add_argument("--port", type=int, default=None)
     p.add_argument("--no-rounds", action="store_true", help="serve reward queries only")
+    p.add_argument("--demo", action="store_true", help="stand-ins for an unconfigured reward "
+                   "model and update function (hash scorer, random updates); never for a site")
     p.set_defaults(handler=_client)
+    groups = p.add_subparsers(dest="client_command")
+    policy = groups.add_parser("policy", help="the site policy").add_subparsers(
+        dest="policy_command", required=True)
+    show = policy.add_parser("show", help="print the effective site policy in words")
+    show.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
+    show.set_defaults(handler=_policy_show)
+    add_backup_command(groups, settings=_settings, app="client")

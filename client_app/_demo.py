@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from sdk.wire import DEMO_TRAIN_PARAM, RoundInfo
+from sdk.wire import DEMO_SAMPLES_PARAM, DEMO_TRAIN_PARAM, RoundInfo
 
 __all__ = ["TRAIN_PARAM", "demo_update"]
 
@@ -18,7 +18,8 @@ training that runs elsewhere (the site's accelerator); 0 when absent, at most 60
 
 
 def demo_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
-    """(update (vector_length,) float32 in [-0.5, 0.5], weight n_k in [1, 10]) from the name."""
+    """(update (vector_length,) float32 in [-0.5, 0.5], weight n_k in [1, 10]) from the name
+    (n_k: the round's ``demo_samples``, if given)."""
     wait = info.params.get(TRAIN_PARAM, 0)
     if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= 60:
         raise ValueError(f"round parameter {TRAIN_PARAM} must be 0-60 seconds, not {wait!r}")
@@ -27,4 +28,7 @@ def demo_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np
                           "little")
     rng = np.random.default_rng(seed)
     update = rng.uniform(-0.5, 0.5, info.vector_length).astype(np.float32)
-    return update, int(seed % 10) + 1
+    samples = info.params.get(DEMO_SAMPLES_PARAM, int(seed % 10) + 1)
+    if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= 1000:
+        raise ValueError(f"round parameter {DEMO_SAMPLES_PARAM} must be 1-1000, not {samples!r}")
+    return update, samples

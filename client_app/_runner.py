@@ -23,6 +23,13 @@ import numpy as np
 import tenacity
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from client_app._policy import (
+    PolicyDenied,
+    PolicyRefused,
+    check_epsilon,
+    check_round,
+    check_update,
+)
 from client_app._scorer import load_object
 from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
@@ -48,13 +55,14 @@ from sdk.wire import (
     sign_headers,
 )
 
-__all__ = ["ClientRunner", "RunnerError", "UpdateFn"]
+__all__ = ["ClientRunner", "RunnerError", "UpdateFn", "resolve_update_fn"]
+
+_log = logging.getLogger("fedmor.client")
 
 UpdateFn = Callable[[str, RoundInfo, "np.ndarray | None"], tuple[np.ndarray, int]]
 """``update_source`` signature: ``(name, round, base router or None) -> (update, n_k)``."""
-_log = logging.getLogger("fedmor.client")
 _RETRYABLE = {408, 425, 429, 500, 502, 503, 504}
-_FINISHED = ("done", "abandoned", "ended")  # local round statuses with nothing left to do
+_FINISHED = ("done", "abandoned", "ended", "refused")  # local round statuses with nothing left to do
 
 
 class _Retry(Exception):
@@ -67,6 +75,25 @@ class RunnerError(RuntimeError):
     def __init__(self, status: int, message: str) -> None:
         self.status = status
         super().__init__(message)
+
+
+def resolve_update_fn(settings: ClientSettings) -> UpdateFn:
+    """The site's local router update: ``update_source``, else (demo only) the random demo
+    update; otherwise a ``ValueError`` naming the setting to fill."""
+    name = settings.update_source or ("client_app._demo:demo_update" if settings.demo else None)
+    if name is None:
+        raise ValueError("no update function configured: set update_source (module:function, "
+                         "e.g. client_app._router_update:router_update) in the client settings "
+                         "or run with --no-rounds; demo = true (--demo) sends random updates "
+                         "instead")
+    loaded = load_object(name)
+    if not callable(loaded):
+        raise ValueError(f"update_source {name!r} is not callable")
+    return loaded  # type: ignore[no-any-return]
+
+
+def _no_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
+    raise ValueError("this client takes part in no rounds (run_rounds = false)")
 
 
 def _verify(settings: ClientSettings) -> ssl.SSLContext | bool:
@@ -83,10 +110,8 @@ class ClientRunner:
         self.settings = settings
         self.store = store or ClientStore(settings.db_path)
         self.key = key or load_or_create_key(settings.identity_key)
-        loaded = update_fn or load_object(settings.update_source)
-        if not callable(loaded):
-            raise ValueError(f"update_source {settings.update_source!r} is not callable")
-        self.update_fn: UpdateFn = loaded  # type: ignore[assignment]
+        self.update_fn: UpdateFn = update_fn or (resolve_update_fn(settings)
+                                                 if settings.run_rounds else _no_update)
         self.service = service
         self.stop = threading.Event()
         self.http = httpx.Client(base_url=settings.server_url, verify=_verify(settings),
@@ -168,6 +193,7 @@ class ClientRunner:
             self.request("POST", "/v1/enroll", body, signed=False).json())
         self.store.put("server_public_key", resp.server_public_key)
         self.store.put("client_id", resp.client_id)
+        _log.info("enrolled with %s as %s", self.settings.server_url, resp.client_id)
         return resp.client_id
 
     # -- rounds --------------------------------------------------------------------------------
@@ -208,8 +234,11 @@ class ClientRunner:
         def run() -> None:  # whatever it raises goes to the stage that waits for the update
             try:
                 base = self._base(info)
-                params, weight = self.update_fn(self.settings.name, info, base)
-                out.set_result((as_delta(params, base), weight))
+                params, samples = self.update_fn(self.settings.name, info, base)
+                check_update(self.settings.policy, samples)
+                out.set_result((as_delta(params, base), samples))
+            except PolicyRefused as exc:
+                out.set_exception(exc)
             except (ValueError, KeyError) as exc:
                 out.set_exception(RoundFailed(f"the local update failed: {exc}"))
             except BaseException as exc:
@@ -221,12 +250,19 @@ class ClientRunner:
     def run_round(self, round_id: int) -> str:
         """Take part in one round until it ends for us; returns our local status."""
         status = self.store.round_status(round_id)
-        if status in _FINISHED:
+        if status in _FINISHED and not self._reused(round_id):
             return status
         info = RoundInfo.model_validate(self.request("GET", f"/v1/rounds/{round_id}").json())
         me = self.client_id
         if me not in info.participants:
             return "not_participant"
+        self.store.set_round(round_id, "checking", created_at=info.created_at)
+        try:
+            self._admit(info)
+        except PolicyRefused as exc:
+            return self._refuse(round_id, exc)
+        except (ValueError, KeyError) as exc:
+            return self._end(round_id, "abandoned", f"cannot read the round's terms: {exc}")
         spec = RoundSpec(round_id=info.round_id, kind=info.kind, participants=info.participants,
                          public_keys=info.public_keys, vector_length=info.vector_length,
                          min_clients=info.min_clients, stage_deadline_s=info.stage_deadline_s,
@@ -241,7 +277,7 @@ class ClientRunner:
                                                  state=self.store.round_state(round_id))
         except (RoundFailed, ValueError, KeyError) as exc:
             return self._end(round_id, "abandoned", str(exc))
-        self.store.set_round(round_id, "running")
+        self.store.set_round(round_id, "running", created_at=info.created_at)
         wait = self.settings.long_poll_s
         ahead: StageBroadcast | None = None  # the next stage's input, returned with an ack
         try:
@@ -263,13 +299,18 @@ class ClientRunner:
             if exc.status not in (404, 409):  # 499 (stopping) resumes after restart
                 raise
             return self._end(round_id, "abandoned", str(exc))  # dropped or round closed
+        except PolicyRefused as exc:  # the local update may not leave (too few samples)
+            return self._refuse(round_id, exc)
         except (PayloadError, RoundFailed, ValueError) as exc:
             return self._end(round_id, "abandoned", str(exc))
+        _log.info("round %d: done", round_id)
         return self._end(round_id, "done")
 
     def _end(self, round_id: int, status: str, detail: str = "") -> str:
         self.store.set_round(round_id, status, detail)
         self.store.forget_round(round_id)
+        if status != "done":
+            _log.info("round %d: %s (%s)", round_id, status, detail)
         return status
 
     def sweep_rounds(self) -> None:
@@ -287,6 +328,43 @@ class ClientRunner:
             if status != "open":
                 self._end(round_id, "ended", f"round {status}")
 
+    def _reused(self, round_id: int) -> bool:
+        """Whether the server lists a round this client ended under an id it reuses for a new
+        one (a server restored from a backup older than the round); then forget the old one."""
+        known = self.store.round_created(round_id)
+        if known is None:  # recorded before creation times were kept
+            return False
+        info = RoundInfo.model_validate(self.request("GET", f"/v1/rounds/{round_id}").json())
+        if info.created_at == known:
+            return False
+        _log.warning("round %d: the server reuses the id for a new round (restored from a "
+                     "backup?); taking part in the new one", round_id)
+        self.store.drop_round(round_id)
+        return True
+
+    def _admit(self, info: RoundInfo) -> None:
+        """Check the round against the site policy; a DP round is counted against the site's
+        epsilon budget before anything is sent (a failed round still counts: never less)."""
+        policy = self.settings.policy
+        privacy = check_round(policy, info)
+        if privacy.dp is not None:
+            here = (info.round_id, info.created_at)
+            epsilon = check_epsilon(policy, self.store.dp_spent(besides=here), privacy.dp)
+            self.store.record_dp(*here, privacy.dp.noise_multiplier, epsilon)
+            _log.info("round %d: DP (noise multiplier %.3g); this site's epsilon %.3g",
+                      info.round_id, privacy.dp.noise_multiplier, epsilon)
+
+    def _refuse(self, round_id: int, refusal: PolicyRefused) -> str:
+        """Record a policy refusal locally (so it is never retried), then tell the server."""
+        _log.warning("round %d refused: %s", round_id, refusal)
+        self._end(round_id, "refused", f"{refusal.reason}: {refusal.detail}")
+        try:
+            self.request("POST", f"/v1/rounds/{round_id}/refusal",
+                         {"reason": refusal.reason, "detail": refusal.detail[:1000]})
+        except RunnerError as exc:  # the local record stands; the server sees a dropout
+            _log.warning("round %d: could not report the refusal: %s", round_id, exc)
+        return "refused"
+
     # -- pull-mode reward queries --------------------------------------------------------------
     def answer_pending(self, queries: list[PendingQuery] | None = None) -> int:
         """Answer ``queries`` (default: every queued one, fetched); returns how many."""
@@ -301,7 +379,7 @@ class ClientRunner:
                 out = self.service.score("server", RewardRequest(items=q.items))
                 answer = ({"missing": out.missing} if isinstance(out, MissingImages)
                           else {"scores": out.scores})
-            except (RateLimited, PayloadError) as exc:
+            except (RateLimited, PayloadError, PolicyDenied) as exc:
                 answer = {"error": str(exc)}
             except Exception:  # a bad item costs its own answer, never the worker
                 _log.exception("scoring reward query %s failed", q.query_id)
@@ -328,7 +406,8 @@ class ClientRunner:
             self._long_poll_works = False  # a server without /v1/work: poll as before
             self._poll_lists()
             return False
-        fresh = [r for r in work.rounds if self.store.round_status(r) not in _FINISHED]
+        fresh = [r for r in work.rounds
+                 if self.store.round_status(r) not in _FINISHED or self._reused(r)]
         for round_id in fresh:
             self.run_round(round_id)
         self.answer_pending(work.queries)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import collections
+import contextlib
 import hashlib
 import io
 import json
@@ -18,6 +19,7 @@ import time
 import numpy as np
 from PIL import Image
 
+from client_app._policy import SitePolicy, check_request
 from client_app._scorer import Scorer
 from client_app._store import ClientStore
 from sdk.data import DEFAULT_MAX_IMAGE_SIDE, open_bounded_image
@@ -30,23 +32,37 @@ class RateLimited(RuntimeError):
     """A caller exceeded its rate limit or query budget (HTTP 429)."""
 
 
+class _Window:
+    """One caller's scored items over the policy's sliding window: (time, items) entries and
+    their running total, so a query costs no scan of the audit log."""
+
+    def __init__(self, entries: list[tuple[float, int]]) -> None:
+        self.entries: collections.deque[list[float]] = collections.deque(
+            [ts, n] for ts, n in entries)
+        self.total = sum(n for _, n in entries)
+
+    def trim(self, since: float) -> None:
+        while self.entries and self.entries[0][0] < since:
+            self.total -= int(self.entries.popleft()[1])
+
+
 class RewardService:
     """Scores batches for authenticated callers; only clipped floats leave."""
 
-    def __init__(self, store: ClientStore, scorer: Scorer, *, clip: float, budget: int,
+    def __init__(self, store: ClientStore, scorer: Scorer, *, clip: float, policy: SitePolicy,
                  rate_per_minute: int, decoded_cache_bytes: int = 256 * 2**20,
                  max_image_side: int = DEFAULT_MAX_IMAGE_SIDE) -> None:
         self.store = store
         self.scorer = scorer
         self.clip = clip
-        self.budget = budget
+        self.policy = policy
         self.rate_per_minute = rate_per_minute
         self._calls: dict[str, collections.deque[float]] = collections.defaultdict(
             collections.deque)
-        # Items scored (or reserved by a batch being scored) per caller: read from the audit log
-        # once, then kept here, so a query costs no scan of the log and two concurrent batches
-        # cannot both pass the budget check.
-        self._used: dict[str, int] = {}
+        # Items scored (or reserved by a batch being scored) per caller in the budget's window:
+        # read from the audit log once, then kept here, so two concurrent batches cannot both
+        # pass the budget check.
+        self._used: dict[str, _Window] = {}
         # Decoded RGB images by sha256 (LRU): the same images come back in every GRPO step, and
         # decoding 16 PNGs costs a few ms per batch. Content-addressed, so never stale. Bounded
         # by decoded bytes, not by count: a caller chooses how large its images are.
@@ -56,8 +72,9 @@ class RewardService:
         self.max_image_side = max_image_side
         self._lock = threading.Lock()
 
-    def _admit(self, caller: str, n: int) -> None:
-        """Check the rate limit and reserve ``n`` items of the caller's budget."""
+    def _admit(self, caller: str, n: int) -> list[float]:
+        """Check the rate limit and reserve ``n`` items of the caller's budget; returns the
+        reservation (for ``_release``)."""
         with self._lock:
             now = time.monotonic()
             calls = self._calls[caller]
@@ -66,19 +83,30 @@ class RewardService:
             if len(calls) >= self.rate_per_minute:
                 raise RateLimited(f"rate limit of {self.rate_per_minute} queries per minute "
                                   f"reached for {caller!r}")
-            if caller not in self._used:
-                self._used[caller] = self.store.items_used(caller)
-            used = self._used[caller]
-            if used + n > self.budget:
-                raise RateLimited(f"query budget exhausted for {caller!r}: {used} of "
-                                  f"{self.budget} items used, {n} more requested")
+            wall = time.time()
+            since = wall - self.policy.window_s
+            window = self._used.get(caller)
+            if window is None:
+                window = self._used[caller] = _Window(self.store.items_since(caller, since))
+            window.trim(since)
+            budget = self.policy.reward_budget
+            if window.total + n > budget:
+                raise RateLimited(f"query budget exhausted for {caller!r}: {window.total} of "
+                                  f"{budget} items used in the last {self.policy.reward_window}"
+                                  f", {n} more requested")
             calls.append(now)
-            self._used[caller] = used + n
+            reservation = [wall, float(n)]
+            window.entries.append(reservation)
+            window.total += n
+            return reservation
 
-    def _release(self, caller: str, n: int) -> None:
+    def _release(self, caller: str, reservation: list[float]) -> None:
         """Give back a reservation whose batch was not scored (nothing was audited)."""
         with self._lock:
-            self._used[caller] -= n
+            window = self._used[caller]
+            with contextlib.suppress(ValueError):  # already out of the window
+                window.entries.remove(reservation)
+                window.total -= int(reservation[1])
 
     def _cached_image(self, sha256: str) -> Image.Image | None:
         with self._lock:
@@ -104,13 +132,18 @@ class RewardService:
         return image
 
     def score(self, caller: str, req: RewardRequest) -> RewardResponse | MissingImages:
-        """Scores for ``req``, or the image hashes the caller must resend."""
-        self._admit(caller, len(req.items))
+        """Scores for ``req``, or the image hashes the caller must resend; ``PolicyDenied``
+        for a request the site policy refuses, ``RateLimited`` past a limit."""
+        check_request(self.policy, [(i.image_sha256, i.prompt) for i in req.items])
+        reservation = self._admit(caller, len(req.items))
         try:
-            return self._score(caller, req)
+            out = self._score(caller, req)
         except BaseException:
-            self._release(caller, len(req.items))
+            self._release(caller, reservation)
             raise
+        if isinstance(out, MissingImages):
+            self._release(caller, reservation)
+        return out
 
     def _images(self, req: RewardRequest) -> list[Image.Image] | MissingImages:
         """The batch's decoded images; bytes that arrived are verified, decoded, then stored."""
@@ -151,7 +184,6 @@ class RewardService:
     def _score(self, caller: str, req: RewardRequest) -> RewardResponse | MissingImages:
         images = self._images(req)
         if isinstance(images, MissingImages):
-            self._release(caller, len(req.items))
             return images
         try:
             raw = self.scorer.score(images, [i.prompt for i in req.items],

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
+from client_app._policy import SitePolicy
 from sdk.wire import AppHardening
 
 if TYPE_CHECKING:
@@ -49,14 +50,19 @@ class ClientSettings(AppHardening):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         default="auto", description="the reward model's dtype (auto: bfloat16 on a GPU that "
         "supports it, float32 otherwise); scores always leave as float32")
-    scorer: str = Field(default="client_app._scorer:HashScorer",
-                        description="module:factory returning the reward scorer")
-    update_source: str = Field(default="client_app._demo:demo_update",
-                               description="module:function computing the local router update")
+    scorer: str | None = Field(default=None, description="module:factory returning the reward "
+                               "scorer (or give reward_model_dir)")
+    update_source: str | None = Field(default=None, description="module:function computing "
+                                      "the local router update, e.g. "
+                                      "client_app._router_update:router_update")
+    demo: bool = Field(default=False, description="stand-ins for what is not configured: the "
+                       "hash scorer and random updates (every reward answer says so in the "
+                       "x-fedmor-demo header); never for a real site")
+    policy: SitePolicy = Field(default_factory=SitePolicy, description="what this site lets "
+                               "leave: rounds it takes part in, reward queries it answers")
     clip: float | None = Field(default=None, gt=0, description="scores are clipped to "
                                "[-clip, clip]; None: the scorer's own bound c (a reward model's "
                                "normalizer), else sdk.reward.DEFAULT_CLIP")
-    query_budget: int = Field(default=100_000, ge=0, description="items each caller may score")
     rate_limit_per_minute: int = Field(default=600, ge=1)
     max_request_bytes: int = Field(default=32 * 2**20, ge=1024)
     max_clock_skew_s: float = Field(default=300.0, gt=0)

@@ -24,12 +24,19 @@ CREATE TABLE IF NOT EXISTS images (sha256 TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS query_audit (
     id INTEGER PRIMARY KEY, ts REAL NOT NULL, caller TEXT NOT NULL,
     query_sha256 TEXT NOT NULL, items INTEGER NOT NULL, item_hashes TEXT NOT NULL);
+-- created_at: the server's creation time, which tells a round from a later one under the same
+-- id (a server restored from a backup hands out the ids created after the backup again)
 CREATE TABLE IF NOT EXISTS rounds (round_id INTEGER PRIMARY KEY, status TEXT NOT NULL,
-    detail TEXT);
+    detail TEXT, created_at REAL);
 -- payload: JSON text, or a BLOB for a binary stage message
 CREATE TABLE IF NOT EXISTS sent (round_id INTEGER NOT NULL, stage TEXT NOT NULL,
     payload TEXT NOT NULL, PRIMARY KEY (round_id, stage));
 CREATE TABLE IF NOT EXISTS round_state (round_id INTEGER PRIMARY KEY, state TEXT NOT NULL);
+-- the DP rounds this site agreed to take part in (counted before it sends anything), and its
+-- epsilon after each
+CREATE TABLE IF NOT EXISTS dp_ledger (round_id INTEGER NOT NULL, created_at REAL NOT NULL,
+    noise_multiplier REAL NOT NULL, epsilon REAL NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (round_id, created_at));
 """
 
 
@@ -42,6 +49,10 @@ class ClientStore(SQLiteFile):
         super().__init__(path, _SCHEMA, synchronous="NORMAL")
         # Deleted rows (a round's secrets) are overwritten, not left in free pages.
         self._db.execute("PRAGMA secure_delete=ON")
+        with self._lock:  # a file from before rounds.created_at
+            columns = {r[1] for r in self._db.execute("PRAGMA table_info(rounds)")}
+            if "created_at" not in columns:
+                self._db.execute("ALTER TABLE rounds ADD COLUMN created_at REAL")
 
     def _one(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         with self._lock:
@@ -77,10 +88,13 @@ class ClientStore(SQLiteFile):
                    "VALUES (?,?,?,?,?)", (time.time(), caller, query_sha256, len(item_hashes),
                                           json.dumps(item_hashes)))
 
-    def items_used(self, caller: str) -> int:
-        """How many items ``caller`` had scored so far (for the query budget)."""
-        return int(self._one("SELECT COALESCE(SUM(items), 0) FROM query_audit WHERE caller=?",
-                             (caller,)))
+    def items_since(self, caller: str, since: float) -> list[tuple[float, int]]:
+        """(time, items) of ``caller``'s queries answered since ``since`` (the reward budget's
+        window), oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT ts, items FROM query_audit WHERE caller=? AND ts>=? "
+                                    "ORDER BY id", (caller, since)).fetchall()
+        return [(float(ts), int(n)) for ts, n in rows]
 
     def audit_log(self) -> list[dict[str, Any]]:
         """All audit records, oldest first."""
@@ -88,6 +102,30 @@ class ClientStore(SQLiteFile):
             rows = self._db.execute("SELECT ts, caller, query_sha256, items FROM query_audit "
                                     "ORDER BY id").fetchall()
         return [dict(zip(("ts", "caller", "query_sha256", "items"), r, strict=True))
+                for r in rows]
+
+    def record_dp(self, round_id: int, created_at: float, noise_multiplier: float,
+                  epsilon: float) -> None:
+        """Count a DP round (its id and the server's creation time) against this site's
+        budget, once."""
+        self._exec("INSERT OR IGNORE INTO dp_ledger VALUES (?,?,?,?,?)",
+                   (round_id, created_at, noise_multiplier, epsilon, time.time()))
+
+    def dp_spent(self, *, besides: tuple[int, float]) -> list[float]:
+        """The noise multipliers of the DP rounds counted so far, but the round ``besides``
+        (round id, creation time)."""
+        with self._lock:
+            rows = self._db.execute("SELECT noise_multiplier FROM dp_ledger WHERE NOT "
+                                    "(round_id=? AND created_at=?) ORDER BY at",
+                                    besides).fetchall()
+        return [float(r[0]) for r in rows]
+
+    def dp_ledger(self) -> list[dict[str, float]]:
+        """Every counted DP round: round_id, noise_multiplier, epsilon (after it), at."""
+        with self._lock:
+            rows = self._db.execute("SELECT round_id, noise_multiplier, epsilon, at FROM "
+                                    "dp_ledger ORDER BY at").fetchall()
+        return [dict(zip(("round_id", "noise_multiplier", "epsilon", "at"), r, strict=True))
                 for r in rows]
 
     def use_nonce(self, sender: str, nonce: str, ts: float, *, keep_s: float) -> bool:
@@ -103,9 +141,23 @@ class ClientStore(SQLiteFile):
         value = self._one("SELECT status FROM rounds WHERE round_id=?", (round_id,))
         return None if value is None else str(value)
 
-    def set_round(self, round_id: int, status: str, detail: str = "") -> None:
-        """Record this client's progress in a round."""
-        self._exec("INSERT OR REPLACE INTO rounds VALUES (?,?,?)", (round_id, status, detail))
+    def set_round(self, round_id: int, status: str, detail: str = "",
+                  created_at: float | None = None) -> None:
+        """Record this client's progress in a round (``created_at``: the server's, kept once
+        given)."""
+        self._exec("INSERT INTO rounds VALUES (?,?,?,?) ON CONFLICT(round_id) DO UPDATE SET "
+                   "status=excluded.status, detail=excluded.detail, "
+                   "created_at=COALESCE(excluded.created_at, created_at)",
+                   (round_id, status, detail, created_at))
+
+    def round_created(self, round_id: int) -> float | None:
+        """The server's creation time of the round this client recorded under ``round_id``."""
+        value = self._one("SELECT created_at FROM rounds WHERE round_id=?", (round_id,))
+        return None if value is None else float(value)
+
+    def drop_round(self, round_id: int) -> None:
+        """Forget this client's record of a round: the server reuses its id for a new one."""
+        self._exec("DELETE FROM rounds WHERE round_id=?", (round_id,))
 
     def sent(self, round_id: int) -> dict[str, StagePayload]:
         """The stage messages already sent in a round (to resend identically after a restart)."""

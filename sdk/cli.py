@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import tomllib
 
@@ -46,6 +47,26 @@ def _registrars() -> list[Registrar]:
         module, _, attr = target.partition(":")
         out.append(getattr(importlib.import_module(module), attr or "register"))
     return out
+
+
+def add_backup_command(group: argparse._SubParsersAction[argparse.ArgumentParser], *,
+                       settings: Callable[[], type[Any]], app: str) -> None:
+    """Add ``backup OUT [--config FILE]`` to an app's subcommand ``group``: an online backup of
+    the SQLite database its settings (the class ``settings`` returns, imported only when the
+    command runs) name; the app may keep running."""
+    p = group.add_parser("backup", help=f"online backup of the {app}'s SQLite database")
+    p.add_argument("out", type=Path, help="the backup file to create")
+    p.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
+
+    def run(args: argparse.Namespace) -> int:
+        from sdk.wire import backup_sqlite, load_settings
+
+        cfg = load_settings(settings(), args.config)
+        size = backup_sqlite(Path(cfg.db_path), args.out)
+        print(f"backed up {cfg.db_path} to {args.out} ({size} bytes)")
+        return 0
+
+    p.set_defaults(handler=run)
 
 
 def build_parser() -> argparse.ArgumentParser:

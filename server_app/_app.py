@@ -28,6 +28,7 @@ from sdk.wire import (
     RosterFile,
     RoundCreate,
     RoundInfo,
+    RoundRefusal,
     RouterRollback,
     RouterVersionInfo,
     SignatureCheck,
@@ -35,12 +36,14 @@ from sdk.wire import (
     StageAck,
     StageBroadcast,
     StageSubmit,
+    StoredGauge,
     Work,
     authenticate,
     check_private_files,
     check_reward_url,
     docs_ui,
     install_errors,
+    install_ops,
     load_or_create_key,
     public_key_b64,
     signature_check,
@@ -106,6 +109,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                     _log.exception("deadline tick failed")
 
         task = asyncio.create_task(ticker())
+        _log.info("fedmor server %s: store %s, %d enrolled member(s)", __version__, cfg.db_path,
+                  len(store.clients()))
         yield
         task.cancel()
         with suppress(asyncio.CancelledError):
@@ -120,6 +125,16 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.state.settings = cfg
     install_errors(app)
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
+    install_ops(app, prefix="fedmor_server", store=store, gauges=[
+        StoredGauge.counting("fedmor_server_rounds", "rounds by status", "status", store,
+                             "SELECT status, COUNT(*) FROM rounds GROUP BY status"),
+        StoredGauge.counting("fedmor_server_refusals", "members' policy refusals of rounds, "
+                             "by reason", "reason", store,
+                             "SELECT reason, COUNT(*) FROM round_refusals GROUP BY reason"),
+        StoredGauge.counting("fedmor_server_reward_queries", "queued (pull-mode) reward "
+                             "queries by member", "client_id", store,
+                             "SELECT client_id, COUNT(*) FROM reward_queries GROUP BY client_id"),
+    ])
 
     keys: dict[str, str] = {}  # an enrolled client's key never changes: no store read per request
 
@@ -191,6 +206,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             raise PermissionError(ENROLLMENT_REFUSED) from None
         if created:
             store.audit(row["client_id"], "enrolled", name=req.name)
+            _log.info("enrolled %s as %s", req.name, row["client_id"])
         return EnrollResponse(client_id=row["client_id"], name=row["name"],
                               server_public_key=public_key_b64(key))
 
@@ -198,7 +214,10 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
               dependencies=[Depends(admin)])
     def create_round(req: RoundCreate) -> RoundInfo:
         """Open a round (admin)."""
-        return rounds.create(req)
+        info = rounds.create(req)
+        _log.info("round %d opened: %s over %d participants", info.round_id, info.kind,
+                  len(info.participants))
+        return info
 
     @app.get("/v1/rounds", response_model=list[RoundInfo], tags=["rounds"])
     def list_rounds(_: Caller, status: Annotated[str | None, Query(
@@ -229,6 +248,15 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                                  wait_next_s, body_sha256=check.body_sha256)
 
         return json_response(await run_in_threadpool(run))
+
+    @app.post("/v1/rounds/{round_id}/refusal", response_model=RoundInfo, tags=["rounds"])
+    def refuse(client: Client, round_id: Annotated[int, Path(ge=1, le=2**62)],
+               body: RoundRefusal) -> RoundInfo:
+        """A participant's site policy refuses the round: it sends nothing more there; the
+        refusal and its reason show in the round's ``refusals`` (idempotent)."""
+        _log.warning("client %s refused round %d: %s (%s)", client, round_id, body.reason,
+                     body.detail)
+        return rounds.refuse(round_id, client, body.reason, body.detail)
 
     @app.get("/v1/rounds/{round_id}/stages/{stage}", response_model=StageBroadcast,
              tags=["rounds"])

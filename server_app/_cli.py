@@ -6,20 +6,24 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
+
+from sdk.cli import add_backup_command
 
 __all__ = ["register"]
 
 
 def _server(args: argparse.Namespace) -> int:
-    from sdk.wire import load_settings, serve
+    from sdk.wire import configure_logging, load_settings, serve
     from server_app._app import create_app
     from server_app._settings import ServerSettings
 
     cfg = load_settings(ServerSettings, args.config)
+    configure_logging(cfg.log_level, cfg.log_format)
     if args.port is not None:
         cfg = cfg.model_copy(update={"port": args.port})
     serve(create_app(cfg), host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert,
-          tls_key=cfg.tls_key)
+          tls_key=cfg.tls_key, log_level=cfg.log_level, log_format=cfg.log_format)
     return 0
 
 
@@ -70,12 +74,20 @@ def _admin_rollback(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings() -> type[Any]:
+    from server_app._settings import ServerSettings
+
+    return ServerSettings
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the server-side subcommands."""
     p = sub.add_parser("server", help="run the consortium server")
     p.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
     p.add_argument("--port", type=int, default=None)
     p.set_defaults(handler=_server)
+    add_backup_command(p.add_subparsers(dest="server_command"), settings=_settings,
+                       app="server")
 
     keys = sub.add_parser("keys", help="identity keys").add_subparsers(dest="keys_command")
     new = keys.add_parser("new", help="create an Ed25519 identity key, print its public key")

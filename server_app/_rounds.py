@@ -3,6 +3,7 @@ persist every input, and rebuild open rounds from the store after a restart (by 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -25,9 +26,12 @@ from sdk.wire import (
     from_delta,
 )
 from server_app._lookup import RoundLookup, started
+from server_app._records import RoundRecords
 from server_app._store import ConflictError, Store, payload_record
 
 __all__ = ["RoundManager"]
+
+_log = logging.getLogger("fedmor.server")
 
 # How long a group commit waits for queued messages to join it: far below one fsync (~4 ms
 # here), so a lone message loses little, while a stage's burst shares one commit.
@@ -57,6 +61,7 @@ class RoundManager:
         self._arrivals = threading.Condition()  # a submission finished storing its message
         self._storing = 0  # admitted submissions still parsing or storing their message
         self._rounds = RoundLookup(store)
+        self.records = RoundRecords(store)
         self._recover()
 
     # -- creation and recovery -----------------------------------------------------------------
@@ -79,17 +84,20 @@ class RoundManager:
         if base is not None and int(base["length"]) != req.vector_length:
             raise PayloadError(f"vector_length {req.vector_length} differs from the current "
                                f"router version's length {base['length']}")
+        params = kind.prepare(req.params)
+        keys = [clients[p]["public_key"] for p in participants]
+        dp = self.records.dp_terms(kind, req, participants, keys, params)  # outside the lock
         failure: Exception | None = None
         with self._lock:
             with self.store.transaction():  # one commit (one fsync) for the new round
                 round_id = self.store.create_round(req.kind, {})
                 spec = RoundSpec(
                     round_id=round_id, kind=req.kind, participants=participants,
-                    public_keys=[clients[p]["public_key"] for p in participants],
+                    public_keys=keys,
                     vector_length=req.vector_length, min_clients=req.min_clients,
                     stage_deadline_s=req.stage_deadline_s or self.default_deadline_s,
                     base_version=None if base is None else int(base["version"]),
-                    params=kind.prepare(req.params))
+                    params=params)
                 try:
                     server = kind.server(spec)
                 except (ValueError, RoundFailed) as exc:
@@ -101,6 +109,8 @@ class RoundManager:
                                             stage_opened_at=time.time())
                     self.store.audit("admin", "round_created", round_id=round_id,
                                      kind=req.kind, participants=participants)
+                    if dp is not None:
+                        self.store.put_round_dp(round_id, dp[0].model_dump(), dp[1])
             if failure is not None:
                 raise PayloadError(f"cannot start round: {failure}") from failure
             self._rounds.live[round_id] = server
@@ -264,12 +274,29 @@ class RoundManager:
                                 f"before stage {stage}")
         return out.model_copy(update={"ready": True, "payload": closed[client_id]})
 
+    def refuse(self, round_id: int, client_id: str, reason: str, detail: str) -> RoundInfo:
+        """Record that ``client_id``'s site policy refused the round: it is expected in no
+        later stage, so a stage that waits only for it closes now instead of at its deadline."""
+        with self._lock:
+            row, server, _ = self._participant(round_id, client_id)
+            self.records.refuse(round_id, client_id, reason, detail)
+            if row["status"] == "open" and server is not None:
+                index = int(row["stage_index"])
+                if self._expected(round_id, server, index) <= self.store.submitted(
+                        round_id, server.stages[index]):
+                    self._close(round_id)
+                self._notify()
+        return self.info(round_id)
+
     # -- stage closing -------------------------------------------------------------------------
     def _expected(self, round_id: int, server: ServerRound, index: int) -> set[str]:
         if index == 0:
-            return set(self._rounds.spec(round_id).participants)
-        closed = self._rounds.closure(round_id, server.stages[index - 1]) or {}
-        return set(closed) if closed else self.store.submitted(round_id, server.stages[index - 1])
+            expected = set(self._rounds.spec(round_id).participants)
+        else:
+            closed = self._rounds.closure(round_id, server.stages[index - 1]) or {}
+            expected = set(closed) if closed else self.store.submitted(
+                round_id, server.stages[index - 1])
+        return expected - self.records.refusers(round_id)
 
     def tick(self, now: float | None = None) -> None:
         """Close every stage whose deadline passed (called lazily and by a background task)."""
@@ -325,6 +352,8 @@ class RoundManager:
                 self.store.update_round(round_id, status="finished", router_version=version,
                                         finished_at=time.time())
                 self.store.audit("server", "round_finished", round_id=round_id, version=version)
+            _log.info("round %d: stage %s closed (%d present, dropouts: %s)", round_id, stage,
+                      len(present), sorted(missing) or "none")
         if last:
             self._forget(round_id)
             self.store.checkpoint_soon()  # the round's megabytes leave the log between rounds
@@ -335,12 +364,14 @@ class RoundManager:
             self.store.update_round(round_id, status="failed", error=reason,
                                     finished_at=time.time())
             self.store.audit("server", "round_failed", round_id=round_id, reason=reason)
+        _log.warning("round %d failed: %s", round_id, reason)
         self._forget(round_id)
         self.store.checkpoint_soon()
         self._notify()
 
     def _forget(self, round_id: int) -> None:
         self._rounds.forget(round_id)  # an ended round: its closures stay in the store
+        self.records.forget(round_id)
 
     def _notify(self) -> None:
         """Wake every long-polling ``broadcast`` (and, through ``on_change``, ``/v1/work``)."""
@@ -391,7 +422,9 @@ class RoundManager:
             dropouts=sorted(dropouts), vector_length=spec.vector_length,
             stage_deadline_s=spec.stage_deadline_s, params=spec.params, min_clients=spec.min_clients,
             base_version=spec.base_version, router_version=row["router_version"],
-            error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"])
+            error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],
+            refusals=self.records.refusals(round_id),
+            dp=self.records.dp_account(round_id, row["status"]))
 
     def list(self, status: str | None = None) -> list[RoundInfo]:
         """All rounds (that started), oldest first."""

@@ -41,6 +41,13 @@ CREATE TABLE IF NOT EXISTS router_versions (
 CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY, ts REAL NOT NULL, actor TEXT NOT NULL,
     action TEXT NOT NULL, detail TEXT NOT NULL);
+-- a member's site policy refused the round: it sends nothing more there
+CREATE TABLE IF NOT EXISTS round_refusals (
+    round_id INTEGER NOT NULL, client_id TEXT NOT NULL, reason TEXT NOT NULL,
+    detail TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (round_id, client_id));
+-- a DP round's terms (sdk.wire.DPTerms as JSON) and its own epsilon, fixed at creation
+CREATE TABLE IF NOT EXISTS round_dp (
+    round_id INTEGER PRIMARY KEY, terms TEXT NOT NULL, epsilon REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS images (sha256 TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS client_images (
     client_id TEXT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY (client_id, sha256));
@@ -335,6 +342,39 @@ class Store(SQLiteFile):
         else:
             row = self._one("SELECT * FROM router_versions WHERE version=?", (version,))
         return None if row is None else dict(row)
+
+    def put_refusal(self, round_id: int, client_id: str, reason: str, detail: str) -> bool:
+        """Record a member's refusal of a round (the first one stands); False if already
+        recorded."""
+        with self._lock:
+            if self._one("SELECT 1 FROM round_refusals WHERE round_id=? AND client_id=?",
+                         (round_id, client_id)) is not None:
+                return False
+            self._write("INSERT INTO round_refusals VALUES (?,?,?,?,?)",
+                        (round_id, client_id, reason, detail, time.time()))
+        return True
+
+    def refusals(self, round_id: int) -> list[dict[str, Any]]:
+        """The round's refusals, oldest first."""
+        return [dict(r) for r in self._all("SELECT client_id, reason, detail, at FROM "
+                                           "round_refusals WHERE round_id=? ORDER BY at",
+                                           (round_id,))]
+
+    def put_round_dp(self, round_id: int, terms: dict[str, Any], epsilon: float) -> None:
+        """Record a DP round's terms and its own epsilon."""
+        self._write("INSERT OR REPLACE INTO round_dp VALUES (?,?,?)",
+                    (round_id, json.dumps(terms), epsilon))
+
+    def round_dp(self, round_id: int) -> tuple[dict[str, Any], float] | None:
+        """(terms, epsilon) of a DP round, or None."""
+        row = self._one("SELECT terms, epsilon FROM round_dp WHERE round_id=?", (round_id,))
+        return None if row is None else (json.loads(row[0]), float(row[1]))
+
+    def finished_dp(self, up_to: int) -> list[dict[str, Any]]:
+        """The terms of every finished DP round with an id <= ``up_to``, oldest first."""
+        return [json.loads(r[0]) for r in self._all(
+            "SELECT d.terms FROM round_dp d JOIN rounds r ON r.round_id = d.round_id "
+            "WHERE r.status='finished' AND d.round_id<=? ORDER BY d.round_id", (up_to,))]
 
     # -- audit ---------------------------------------------------------------------------------
     def audit(self, actor: str, action: str, **detail: Any) -> None:

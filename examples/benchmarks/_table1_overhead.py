@@ -80,7 +80,8 @@ def routed_step_overhead(policy: Path, queries: Sequence[Query], grpo: GRPOSetti
         InProcessRewardSource([ClientScorer.from_pretrained(d).score for d in rm_dirs]), "local")
     # A fresh consortium: a roster or server store left by an earlier run holds stale clients.
     shutil.rmtree(out / "overhead" / "consortium", ignore_errors=True)
-    consortium = LocalConsortium(out / "overhead" / "consortium", len(rm_dirs))
+    consortium = LocalConsortium(out / "overhead" / "consortium", len(rm_dirs),
+                                 clients={"run_rounds": False})  # reward queries only
     for site, rm_dir in zip(consortium.names, rm_dirs, strict=True):
         consortium.client_cfg[site]["reward_model_dir"] = str(rm_dir)
     previous = os.environ.get("OMP_NUM_THREADS")

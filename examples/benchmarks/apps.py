@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 from _scratch import scratch_dir
 
 from client_app._demo import TRAIN_PARAM
-from sdk.consortium import LocalConsortium
+from sdk.consortium import OPEN_POLICY, LocalConsortium
 from server_app import QueryItem, RewardBroker, Store, load_private_key
 
 
@@ -149,6 +149,8 @@ def main() -> None:
     log(f"building a tiny reward model in {root}")
     model_dir = build_reward_model(root)
     with LocalConsortium(root / "consortium", n_clients,
+                         # random updates in rounds of every kind: stand-ins, open policy
+                         demo=True, policy=OPEN_POLICY,
                          # Idle clients long-poll GET /v1/work: no fast polling needed.
                          server={"stage_deadline_s": 300.0, "max_request_bytes": 64 * 2**20}) \
             as c:

@@ -29,10 +29,15 @@ from cryptography.x509.oid import NameOID
 
 from sdk.wire import add_to_roster, load_or_create_key, public_key_b64
 
-__all__ = ["LocalConsortium", "free_port", "make_pki", "wait_healthy"]
+__all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "free_port", "make_pki", "wait_healthy"]
 
 ADMIN_TOKEN = "local-admin-token"
 """The admin bearer token of a local consortium's server (127.0.0.1 only; never for a deployment)."""
+OPEN_POLICY: dict[str, Any] = {
+    "round_kinds": ["router_secagg", "rm_fedavg"], "min_participants": 1, "min_threshold": 1,
+    "min_local_samples": 1}
+"""A site policy that takes part in every round: for tests and benchmarks of the protocols on
+throw-away data, never for a site (the client app's defaults refuse plain and small rounds)."""
 _REPO = Path(__file__).resolve().parents[2]  # so ``python -m server_app`` finds the packages
 
 
@@ -123,7 +128,11 @@ class LocalConsortium:
 
     def __init__(self, workdir: Path, n_clients: int, *, tls: bool = False,
                  server: dict[str, Any] | None = None,
-                 clients: dict[str, Any] | None = None) -> None:
+                 clients: dict[str, Any] | None = None, demo: bool = False,
+                 policy: dict[str, Any] | None = None) -> None:
+        """``demo``: the clients may stand in the hash scorer and random updates for what
+        ``clients`` leaves unconfigured; ``policy``: the clients' site policy (None: the client
+        app's safe default)."""
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.tls = tls
@@ -146,7 +155,8 @@ class LocalConsortium:
                 "identity_key": str(key_path), "db_path": str(workdir / name / "client.db"),
                 "roster_file": str(roster), "port": port,
                 "public_url": f"{scheme}://127.0.0.1:{port}", "poll_interval_s": 0.05,
-                "retry_max_s": 0.5, **self._tls("server_ca"), **(clients or {})}
+                "retry_max_s": 0.5, "demo": demo, **self._tls("server_ca"),
+                **({"policy": policy} if policy is not None else {}), **(clients or {})}
         self.server_cfg: dict[str, Any] = {
             "db_path": str(workdir / "server" / "server.db"),
             "identity_key": str(workdir / "server" / "identity.pem"),

@@ -9,7 +9,7 @@ from sdk.secagg._client import SecAggClient
 from sdk.secagg._client_state import ClientState
 from sdk.secagg._config import SecAggConfig
 from sdk.secagg._crypto import Roster, generate_identities
-from sdk.secagg._dp import DPConfig, client_noise_std, clip_and_noise
+from sdk.secagg._dp import DPConfig, client_noise_std, clip_and_noise, composed_epsilon
 from sdk.secagg._errors import (
     Attack,
     ConfigError,
@@ -82,6 +82,7 @@ __all__ = [
     "UnmaskingResponse",
     "client_noise_std",
     "clip_and_noise",
+    "composed_epsilon",
     "default_degree",
     "drive_round",
     "generate_identities",

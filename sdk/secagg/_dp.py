@@ -13,7 +13,7 @@ import math
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["DPConfig", "client_noise_std", "clip_and_noise"]
+__all__ = ["DPConfig", "client_noise_std", "clip_and_noise", "composed_epsilon"]
 
 
 class DPConfig(BaseModel):
@@ -74,3 +74,15 @@ def clip_and_noise(update: np.ndarray, cfg: DPConfig, *, min_survivors: int, max
         x *= cfg.clip_norm / norm
     std = client_noise_std(cfg, min_survivors=min_survivors, max_weight=max_weight)
     return x + rng.normal(0.0, std, size=x.shape[0])
+
+
+def composed_epsilon(rounds: list[tuple[float, float]], delta: float) -> float:
+    """Epsilon at ``delta`` after one step per ``(noise_multiplier, sample_rate)`` in ``rounds``
+    (rounds of different noise compose), via opacus' RDP accountant; 0 for no rounds."""
+    if not rounds:
+        return 0.0
+    from opacus.accountants import RDPAccountant
+
+    acc = RDPAccountant()
+    acc.history = [(z, q, 1) for z, q in rounds]
+    return float(acc.get_epsilon(delta=delta))

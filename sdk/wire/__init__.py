@@ -45,7 +45,13 @@ from sdk.wire._http import (
 from sdk.wire._kinds import (
     ROUND_KINDS,
 )
+from sdk.wire._ops import (
+    StoredGauge,
+    backup_sqlite,
+    install_ops,
+)
 from sdk.wire._protocols import (
+    DEMO_SAMPLES_PARAM,
     DEMO_TRAIN_PARAM,
     ROUTER_ROUND_PARAM,
     UPDATE_PARAMS,
@@ -55,6 +61,7 @@ from sdk.wire._protocols import (
     PayloadError,
     RoundFailed,
     RoundKind,
+    RoundPrivacy,
     RoundSpec,
     ServerRound,
     StagePayload,
@@ -72,18 +79,22 @@ from sdk.wire._roster import (
     add_to_roster,
 )
 from sdk.wire._schemas import (
+    DPAccount,
+    DPTerms,
     EnrollRequest,
     EnrollResponse,
     ErrorBody,
     Health,
     MissingImages,
     PendingQuery,
+    Refusal,
     RewardAnswer,
     RewardItem,
     RewardRequest,
     RewardResponse,
     RoundCreate,
     RoundInfo,
+    RoundRefusal,
     RouterRollback,
     RouterVersionInfo,
     StageAck,
@@ -96,6 +107,7 @@ from sdk.wire._secagg_kind import (
     SecAggRoundParams,
 )
 from sdk.wire._serve import (
+    configure_logging,
     serve,
 )
 from sdk.wire._settings import (
@@ -112,6 +124,7 @@ from sdk.wire._wal import (
 )
 
 __all__ = [
+    "DEMO_SAMPLES_PARAM",
     "DEMO_TRAIN_PARAM",
     "ERROR_RESPONSES",
     "HEADER_CONTENT_SHA256",
@@ -129,6 +142,8 @@ __all__ = [
     "AuthError",
     "ClientRound",
     "ConflictError",
+    "DPAccount",
+    "DPTerms",
     "EnrollRequest",
     "EnrollResponse",
     "EnvOverFile",
@@ -141,6 +156,7 @@ __all__ = [
     "PayloadError",
     "PendingQuery",
     "PurgeClock",
+    "Refusal",
     "RewardAnswer",
     "RewardItem",
     "RewardRequest",
@@ -151,6 +167,8 @@ __all__ = [
     "RoundFailed",
     "RoundInfo",
     "RoundKind",
+    "RoundPrivacy",
+    "RoundRefusal",
     "RoundSpec",
     "RouterRollback",
     "RouterVersionInfo",
@@ -165,15 +183,18 @@ __all__ = [
     "StageBroadcast",
     "StagePayload",
     "StageSubmit",
+    "StoredGauge",
     "UpdateSource",
     "WalCheckpointer",
     "Work",
     "add_to_roster",
     "as_delta",
     "authenticate",
+    "backup_sqlite",
     "canonical_message",
     "check_private_files",
     "check_reward_url",
+    "configure_logging",
     "decode_vector",
     "docs_ui",
     "encode_update",
@@ -181,6 +202,7 @@ __all__ = [
     "from_delta",
     "generate_key",
     "install_errors",
+    "install_ops",
     "load_or_create_key",
     "load_private_key",
     "load_settings",

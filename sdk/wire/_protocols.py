@@ -21,7 +21,10 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sdk.wire._schemas import DPTerms
+
 __all__ = [
+    "DEMO_SAMPLES_PARAM",
     "DEMO_TRAIN_PARAM",
     "ROUTER_ROUND_PARAM",
     "UPDATE_PARAMS",
@@ -31,6 +34,7 @@ __all__ = [
     "PayloadError",
     "RoundFailed",
     "RoundKind",
+    "RoundPrivacy",
     "RoundSpec",
     "ServerRound",
     "StagePayload",
@@ -60,7 +64,9 @@ ROUTER_ROUND_PARAM = "router_round"
 """The federation's round index (the router lr schedule's clock), read by the router update."""
 DEMO_TRAIN_PARAM = "demo_train_s"
 """Seconds the demo update waits, standing in for local training elsewhere (0-60)."""
-UPDATE_PARAMS = frozenset({ROUTER_ROUND_PARAM, DEMO_TRAIN_PARAM})
+DEMO_SAMPLES_PARAM = "demo_samples"
+"""The sample count n_k the demo update reports (1-1000; default: 1-10 from the name)."""
+UPDATE_PARAMS = frozenset({ROUTER_ROUND_PARAM, DEMO_TRAIN_PARAM, DEMO_SAMPLES_PARAM})
 """Round ``params`` addressed to the members' update sources, not to a round kind (a kind passes
 them through)."""
 
@@ -115,6 +121,19 @@ class RoundSpec(BaseModel):
     stage_deadline_s: float
     base_version: int | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+
+
+class RoundPrivacy(BaseModel):
+    """What a round exposes of one member's update, as its kind and params set it: what a
+    member's site policy checks before it sends anything."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    masked: bool = Field(description="the server learns only the sum of the survivors' updates")
+    min_survivors: int = Field(ge=1, description="the fewest members whose updates an accepted "
+                               "aggregate may combine (SecAgg's threshold, else min_clients)")
+    dp: DPTerms | None = Field(default=None, description="each member clips its update and "
+                               "adds its share of Gaussian noise")
 
 
 def encode_vector(vector: np.ndarray) -> str:
@@ -190,6 +209,11 @@ class RoundKind(ABC):
     def prepare(self, params: dict[str, Any]) -> dict[str, Any]:
         """Fill in creation-time parameters (seeds) before the spec is persisted."""
         return dict(params)
+
+    def privacy(self, spec: RoundSpec) -> RoundPrivacy:
+        """What the round exposes (default: plain updates to the server); raises
+        ``ValueError`` on params the kind refuses."""
+        return RoundPrivacy(masked=False, min_survivors=spec.min_clients)
 
     @abstractmethod
     def server(self, spec: RoundSpec) -> ServerRound:

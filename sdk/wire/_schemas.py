@@ -8,18 +8,22 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "DPAccount",
+    "DPTerms",
     "EnrollRequest",
     "EnrollResponse",
     "ErrorBody",
     "Health",
     "MissingImages",
     "PendingQuery",
+    "Refusal",
     "RewardAnswer",
     "RewardItem",
     "RewardRequest",
     "RewardResponse",
     "RoundCreate",
     "RoundInfo",
+    "RoundRefusal",
     "RouterVersionInfo",
     "StageAck",
     "StageBroadcast",
@@ -99,6 +103,42 @@ class RoundCreate(_Wire):
         return value
 
 
+class DPTerms(_Wire):
+    """A round's client-level DP: each member clips its update to L2 norm ``clip_norm`` and
+    adds its share of Gaussian noise, so that any accepted aggregate carries std
+    ``noise_multiplier * clip_norm`` (the sensitivity to one member; weights are 1)."""
+
+    clip_norm: float
+    noise_multiplier: float
+    sample_rate: float
+    delta: float
+
+
+class DPAccount(DPTerms):
+    """A DP round's privacy cost as the server accounts it (opacus' RDP accountant)."""
+
+    epsilon: float = Field(description="this round alone, at ``delta``")
+    epsilon_total: float | None = Field(default=None, description="every finished DP round "
+                                        "of this server up to this one, composed, at "
+                                        "``delta``; set once the round finished")
+
+
+class RoundRefusal(_Wire):
+    """A member's refusal of a round its site policy does not allow (``POST
+    /v1/rounds/{id}/refusal``): it sends nothing more in that round and never retries it."""
+
+    reason: str = Field(pattern=r"^[a-z_]{1,40}$", description="which policy rule refused it "
+                        "(round_kind, participants, threshold, dp, epsilon, local_samples, ...)")
+    detail: str = Field(default="", max_length=1000, description="the rule, in words")
+
+
+class Refusal(RoundRefusal):
+    """A refusal as the server recorded it (``RoundInfo.refusals``)."""
+
+    client_id: str
+    at: float
+
+
 class RoundInfo(_Wire):
     """Status of one round."""
 
@@ -119,6 +159,10 @@ class RoundInfo(_Wire):
     error: str | None
     created_at: float
     finished_at: float | None
+    refusals: list[Refusal] = Field(default_factory=list, description="members whose site "
+                                    "policy refused this round, and why")
+    dp: DPAccount | None = Field(default=None, description="client-level DP of the round and "
+                                 "its accounted cost; None: no DP")
 
 
 class StageSubmit(_Wire):

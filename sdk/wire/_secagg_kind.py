@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, model_validator
 
 from sdk.secagg import (
     ClientState,
+    DPConfig,
     MaskedInput,
     Roster,
     RoundAborted,
@@ -31,6 +32,7 @@ from sdk.secagg import (
     SecAggError,
     SecAggServer,
     Stage,
+    client_noise_std,
     parse_client_message,
     parse_server_message,
 )
@@ -40,11 +42,13 @@ from sdk.wire._protocols import (
     PayloadError,
     RoundFailed,
     RoundKind,
+    RoundPrivacy,
     RoundSpec,
     ServerRound,
     StagePayload,
     UpdateSource,
 )
+from sdk.wire._schemas import DPTerms
 
 __all__ = ["SecAggKind", "SecAggRoundParams"]
 
@@ -58,23 +62,25 @@ class SecAggRoundParams(SecAggConfig):
 
     graph_seed: str = Field(pattern=r"^[0-9a-fA-F]{64}$")  # 32 bytes, hex
 
-    @field_validator("dp", mode="before")
-    @classmethod
-    def _no_dp(cls, value: object) -> None:
-        # The members' update sources report n_k > 1 (their pair counts), while distributed DP
-        # noise only fits the quantization with max_weight = 1: either the clients would drop
-        # out (weight > max_weight) or the noise would swamp the clip range. Not over REST yet.
-        if value is not None:
-            raise ValueError("dp is not supported for REST rounds (members report weights "
-                             "n_k > 1; DP needs max_weight = 1): use sdk.router.SecureAggregator")
-        return None
+    @model_validator(mode="after")
+    def _uniform_weights_under_dp(self) -> SecAggRoundParams:
+        # Each member's noise std is z * C * max_weight / sqrt(t): with weights n_k the noise
+        # would have to cover max_weight x the sensitivity. Under DP every member weighs 1.
+        if self.dp is not None and self.max_weight != 1:
+            raise ValueError(f"dp: weights are uniform under DP, max_weight must be 1, not "
+                             f"{self.max_weight} (leave it out)")
+        return self
 
     @classmethod
     def parse(cls, params: dict[str, Any]) -> SecAggRoundParams:
         """Validate a round's ``params`` (the update-source keys aside), with one readable
         ``ValueError`` naming every bad key."""
+        data = {k: v for k, v in params.items() if k not in UPDATE_PARAMS}
+        if data.get("dp") is not None and "max_weight" not in data and not data.get(
+                "quantization"):
+            data["max_weight"] = 1  # the DP default: uniform weights
         try:
-            return cls.model_validate({k: v for k, v in params.items() if k not in UPDATE_PARAMS})
+            return cls.model_validate(data)
         except ValidationError as exc:
             problems = [
                 f"unknown parameter {'.'.join(map(str, e['loc']))!r}" if e["type"] == "extra_forbidden"
@@ -102,8 +108,22 @@ def _round_params(spec: RoundSpec) -> tuple[RoundParams, Roster]:
         raise ValueError(f"threshold {params.threshold} < min_clients {spec.min_clients}: an "
                          f"aggregate of fewer than min_clients survivors could be accepted; "
                          f"raise threshold (at most degree + 1 = {params.degree + 1}) or omit it")
+    if params.dp is not None:
+        _check_dp_range(params)
     roster = Roster.from_raw({i + 1: base64.b64decode(k) for i, k in enumerate(spec.public_keys)})
     return params, roster
+
+
+def _check_dp_range(params: RoundParams) -> None:
+    """A member's clipped, noised coordinates must fit the quantization's clip range: clipping
+    the noise there would bias the aggregate and void the noise's calibration."""
+    assert params.dp is not None
+    std = client_noise_std(params.dp, min_survivors=params.threshold, max_weight=1)
+    need = params.dp.clip_norm + 4 * std
+    if params.quantization.clip_range < need:
+        raise ValueError(f"dp: clip_range {params.quantization.clip_range:g} < clip_norm + 4 x "
+                         f"each member's noise std ({params.dp.clip_norm:g} + 4 x {std:.3g} = "
+                         f"{need:.3g}); raise clip_range to at least that")
 
 
 class _Server(ServerRound):
@@ -174,7 +194,8 @@ class _Client(ClientRound):
     def __init__(self, spec: RoundSpec, client_id: str, key: Ed25519PrivateKey,
                  update: UpdateSource, state: dict[str, Any] | None) -> None:
         index = spec.participants.index(client_id) + 1
-        _, roster = _round_params(spec)
+        params, roster = _round_params(spec)
+        self._dp = params.dp is not None  # uniform weights: n_k only counts for the policy
         self._update = update
         # The update is provided later (``_provide``): the key stages run while it is computed.
         if state:
@@ -198,7 +219,7 @@ class _Client(ClientRound):
         if vector.dtype not in (np.float32, np.float64):
             vector = vector.astype(np.float64)
         try:
-            self._sm.provide_input(vector, int(weight))
+            self._sm.provide_input(vector, 1 if self._dp else int(weight))
         except SecAggError as exc:
             raise RoundFailed(f"the local update is not valid for this round: {exc}") from exc
 
@@ -239,6 +260,12 @@ class _Client(ClientRound):
         return self._sm.export_state().model_dump(mode="json")
 
 
+def dp_terms(dp: DPConfig) -> DPTerms:
+    """The wire form of a DP configuration (``target_epsilon`` resolved to its noise)."""
+    return DPTerms(clip_norm=dp.clip_norm, noise_multiplier=dp.resolved_noise_multiplier(),
+                   sample_rate=dp.sample_rate, delta=dp.delta)
+
+
 class SecAggKind(RoundKind):
     """SecAgg+ (sdk.secagg): the server only learns the weighted sum of the survivors."""
 
@@ -247,6 +274,13 @@ class SecAggKind(RoundKind):
     def prepare(self, params: dict[str, Any]) -> dict[str, Any]:
         """Fix the public graph seed at creation so a restart rebuilds the same round."""
         return {"graph_seed": os.urandom(32).hex(), **params}
+
+    def privacy(self, spec: RoundSpec) -> RoundPrivacy:
+        """Masked; every stage needs ``threshold`` answers, and the masked-input close also
+        ``min_clients``: no aggregate combines fewer survivors than the larger of the two."""
+        params, _ = _round_params(spec)
+        return RoundPrivacy(masked=True, dp=None if params.dp is None else dp_terms(params.dp),
+                            min_survivors=max(params.threshold, spec.min_clients))
 
     def server(self, spec: RoundSpec) -> ServerRound:
         return _Server(spec)

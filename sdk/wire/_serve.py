@@ -2,18 +2,47 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 from typing import Any
 
-__all__ = ["serve"]
+__all__ = ["configure_logging", "serve"]
 
 
-def serve(app: Any, *, host: str, port: int, tls_cert: Path | None, tls_key: Path | None) -> None:
-    """Run ``app`` on uvicorn, over HTTPS when a certificate is given."""
+class _JsonLines(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": round(record.created, 3), "level": record.levelname,
+               "logger": record.name, "msg": record.getMessage()}
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def configure_logging(level: str, fmt: str = "text") -> None:
+    """The apps' ``fedmor.*`` loggers write to stderr at ``level``: timestamped text lines, or
+    (``fmt="json"``) one JSON object per line."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(_JsonLines() if fmt == "json" else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log = logging.getLogger("fedmor")
+    log.handlers[:] = [handler]
+    log.propagate = False
+    log.setLevel(level.upper())
+
+
+def serve(app: Any, *, host: str, port: int, tls_cert: Path | None, tls_key: Path | None,
+          log_level: str = "info", log_format: str = "text") -> None:
+    """Run ``app`` on uvicorn, over HTTPS when a certificate is given, logging at
+    ``log_level`` (uvicorn's access log only at debug: every long poll would be a line)."""
     import uvicorn
 
     if (tls_cert is None) != (tls_key is None):
         raise ValueError("give both tls_cert and tls_key, or neither")
-    uvicorn.run(app, host=host, port=port, log_level="warning",
+    configure_logging(log_level, log_format)
+    logging.getLogger("fedmor").info("listening on %s://%s:%d", "https" if tls_cert else "http",
+                                     host, port)
+    uvicorn.run(app, host=host, port=port, log_level=log_level,
+                access_log=log_level == "debug",
                 ssl_certfile=str(tls_cert) if tls_cert else None,
                 ssl_keyfile=str(tls_key) if tls_key else None)

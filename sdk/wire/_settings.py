@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import tomllib
 from pydantic import Field
@@ -17,6 +17,13 @@ _S = TypeVar("_S", bound=BaseSettings)
 
 class EnvOverFile(BaseSettings):
     """Environment variables override values given at construction (read from a file)."""
+
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="the app's log (start-up, enrollment, rounds, refusals); "
+                                    "debug adds uvicorn's access log")
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="json: one JSON object per line (ts, level, logger, msg), "
+                                    "for a log collector")
 
     @classmethod
     def settings_customise_sources(

@@ -49,6 +49,23 @@ class SQLiteFile:
         self.checkpoints = WalCheckpointer(self.path)
         self._nonce_purge = PurgeClock()
 
+    def ready(self) -> str | None:
+        """None if the database answers a read and grants a write lock, else the reason."""
+        try:
+            with self._lock:
+                self._db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+                if not self._db.in_transaction:  # a group commit in flight holds it already
+                    self._db.execute("BEGIN IMMEDIATE")
+                    self._db.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            return str(exc)
+        return None
+
+    def read(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        """Rows of a read-only query (for metrics)."""
+        with self._lock:
+            return [tuple(r) for r in self._db.execute(sql, args).fetchall()]
+
     def close(self) -> None:
         """Stop the checkpoint thread and close the connection."""
         self.checkpoints.close()

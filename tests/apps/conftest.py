@@ -7,6 +7,7 @@ file, ``test_apps_rounds.py``, and kill the server / a client only at its end.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 
-from sdk.consortium import LocalConsortium
+from sdk.consortium import OPEN_POLICY, LocalConsortium
 from sdk.wire import RoundCreate
 from server_app import (
     ROUND_KINDS,
@@ -37,13 +38,23 @@ from server_app import (
 N_CLIENTS = 5
 
 
-@pytest.fixture(scope="session")
-def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
-    with LocalConsortium(tmp_path_factory.mktemp("consortium"), N_CLIENTS, tls=True,
-                         server={"stage_deadline_s": 20.0, "max_request_bytes": 2**21},
-                         clients={"max_request_bytes": 2**21}) as c:
+@contextlib.contextmanager
+def running(workdir: Path, n_clients: int, **options: Any) -> Iterator[LocalConsortium]:
+    """A started ``LocalConsortium`` whose clients all enrolled, stopped on exit."""
+    with LocalConsortium(workdir, n_clients, **options) as c:
         c.start()
         c.wait_enrolled()
+        yield c
+
+
+@pytest.fixture(scope="session")
+def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
+    with running(tmp_path_factory.mktemp("consortium"), N_CLIENTS, tls=True,
+                 server={"stage_deadline_s": 20.0, "max_request_bytes": 2**21},
+                 clients={"max_request_bytes": 2**21},
+                 # the protocol tests run every kind and size of round on random updates:
+                 # stand-ins and a policy that takes part in everything
+                 demo=True, policy=OPEN_POLICY) as c:
         yield c
 
 

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from client_app import ClientRunner, ClientSettings, ClientStore, demo_update
 from client_app._demo import TRAIN_PARAM
+from sdk.consortium import OPEN_POLICY
 from sdk.wire import RoundFailed, RoundInfo
 from server_app import ROUND_KINDS, ClientRound, RoundManager, RoundSpec, UpdateSource, ready_update
 
@@ -93,8 +94,9 @@ def test_the_runner_abandons_a_round_whose_local_update_fails(
     def no_pairs(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
         raise ValueError("no local pairs")
 
-    runner = ClientRunner(ClientSettings(name="m0", db_path=tmp_path / "a.db"), store=store,
-                          key=a.key, update_fn=no_pairs)
+    runner = ClientRunner(ClientSettings(name="m0", db_path=tmp_path / "a.db",
+                                         policy=OPEN_POLICY),  # type: ignore[arg-type]
+                          store=store, key=a.key, update_fn=no_pairs)
     runner.http = tc  # the real app, in process
     rid = tc.post("/v1/rounds", json={"kind": "rm_fedavg", "vector_length": 2, "min_clients": 2},
                   headers={"authorization": "Bearer adm"}).json()["round_id"]

@@ -59,11 +59,12 @@ def test_every_endpoint_documented() -> None:
     for path in ("/v1/health", "/v1/enroll", "/v1/rounds", "/v1/rounds/{round_id}",
                  "/v1/rounds/{round_id}/stages/{stage}", "/v1/router/latest",
                  "/v1/router/{version}", "/v1/reward/pending",
-                 "/v1/reward/answers/{query_id}", "/v1/work"):
+                 "/v1/reward/answers/{query_id}", "/v1/work", "/v1/rounds/{round_id}/refusal",
+                 "/v1/ready", "/metrics"):
         assert path in paths, path
         for op in paths[path].values():
             assert "200" in op["responses"] or "204" in op["responses"]
-    assert "/v1/reward" in _client().openapi()["paths"]
+    assert {"/v1/reward", "/v1/ready", "/metrics"} <= set(_client().openapi()["paths"])
 
 
 pytestmark = pytest.mark.filterwarnings("ignore")

@@ -106,7 +106,8 @@ def test_reward_budget_rate_limit_clip_and_image_cache(tmp_path: Path) -> None:
     png = _png()
     digest = hashlib.sha256(png).hexdigest()
     item: dict[str, Any] = {"image_sha256": digest, "prompt": "p", "response": "r"}
-    with _client_app(tmp_path, key, _Wild(), query_budget=3, rate_limit_per_minute=100,
+    with _client_app(tmp_path, key, _Wild(), policy={"reward_budget": 3},
+                     rate_limit_per_minute=100,
                      clip=2.0) as tc:
         missing = _reward_call(tc, key, [item])
         assert missing.status_code == 409 and missing.json()["missing"] == [digest]
@@ -122,6 +123,42 @@ def test_reward_budget_rate_limit_clip_and_image_cache(tmp_path: Path) -> None:
     with _client_app(tmp_path / "b", key, HashScorer(), rate_limit_per_minute=2) as tc:
         full = dict(item, image_b64=base64.b64encode(png).decode())
         assert [_reward_call(tc, key, [full]).status_code for _ in range(3)] == [200, 200, 429]
+
+
+def test_reward_policy_windowed_budget_and_request_limits(tmp_path: Path) -> None:
+    import sqlite3
+    import time
+
+    from client_app import ClientStore
+
+    key = generate_key()
+    png = base64.b64encode(_png()).decode()
+    digest = hashlib.sha256(_png()).hexdigest()
+
+    def items(*prompts: str) -> list[dict[str, Any]]:
+        return [{"image_sha256": digest, "image_b64": png, "prompt": p, "response": f"r{i}"}
+                for i, p in enumerate(prompts)]
+
+    ClientStore(tmp_path / "c.db").close()  # the schema; then an old and a recent query
+    with sqlite3.connect(tmp_path / "c.db") as db:
+        db.executemany("INSERT INTO query_audit(ts, caller, query_sha256, items, item_hashes) "
+                       "VALUES (?, 'server', 'q', ?, '[]')",
+                       [(time.time() - 7200, 100), (time.time() - 60, 1)])
+    policy = {"reward_budget": 3, "reward_window": "hour", "max_items_per_prompt": 2,
+              "max_items_per_request": 4}
+    with _client_app(tmp_path, key, HashScorer(), policy=policy) as tc:
+        same = _reward_call(tc, key, items("p", "p", "p"))
+        assert same.status_code == 403 and "max_items_per_prompt" in same.json()["detail"]
+        many = _reward_call(tc, key, items("a", "b", "c", "d", "e"))
+        assert many.status_code == 403 and "max_items_per_request" in many.json()["detail"]
+        # 100 items two hours ago are out of the window, 1 a minute ago is in: 2 more fit.
+        assert _reward_call(tc, key, items("a", "b")).status_code == 200
+        over = _reward_call(tc, key, items("c"))
+        assert over.status_code == 429 and "3 of 3 items used in the last hour" in \
+            over.json()["detail"]
+    with _client_app(tmp_path / "off", key, None, policy={"serve_rewards": False}) as tc:
+        off = _reward_call(tc, key, items("a"))
+        assert off.status_code == 403 and "does not serve reward queries" in off.json()["detail"]
 
 
 class _WildBounded(_Wild):
@@ -141,10 +178,10 @@ def test_the_clip_bound_comes_from_the_scorer_unless_set(tmp_path: Path) -> None
 
 def test_settings_file_with_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "client.toml"
-    path.write_text('name = "hospital-a"\nport = 9500\nquery_budget = 10\n')
+    path.write_text('name = "hospital-a"\nport = 9500\n[policy]\nreward_budget = 10\n')
     monkeypatch.setenv("FEDMOR_CLIENT_PORT", "9600")
     cfg = load_settings(ClientSettings, path)
-    assert (cfg.name, cfg.port, cfg.query_budget) == ("hospital-a", 9600, 10)
+    assert (cfg.name, cfg.port, cfg.policy.reward_budget) == ("hospital-a", 9600, 10)
     with pytest.raises(ValueError, match="typo"):
         ClientSettings(typo=1)  # type: ignore[call-arg]
 
@@ -179,9 +216,10 @@ def test_public_api_is_pinned() -> None:
         "generate_key", "load_or_create_key", "load_private_key", "load_settings",
         "parse_public_key", "public_key_b64", "ready_update", "sign_headers"])
     assert sorted(client_app.__all__) == sorted([
-        "ClientRunner", "ClientSettings", "ClientStore", "HashScorer", "RateLimited",
-        "RewardService", "RunnerError", "Scorer", "UpdateFn", "create_client_app",
-        "create_client_app_from_env", "demo_update", "load_object"])
+        "ClientRunner", "ClientSettings", "ClientStore", "HashScorer", "PolicyDenied",
+        "PolicyRefused", "RateLimited", "RewardService", "RunnerError", "Scorer", "SitePolicy",
+        "UpdateFn", "create_client_app", "create_client_app_from_env", "demo_update",
+        "describe_policy", "load_object"])
     for mod in (server_app, client_app):
         for name in mod.__all__:
             assert hasattr(mod, name), name

@@ -31,7 +31,8 @@ def _spec(n: int, min_clients: int, **params: Any) -> RoundSpec:
 
 @pytest.mark.parametrize(("params", "needle"), [
     ({"thresold": 2}, "unknown parameter 'thresold'"),
-    ({"dp": {"noise_multiplier": 1.0}}, "dp is not supported"),
+    ({"dp": {"noise_multiplier": 1.0}}, "raise clip_range"),
+    ({"dp": {"noise_multiplier": 1.0}, "clip_range": 4.0, "max_weight": 9}, "max_weight must"),
     ({"threshold": 1}, "threshold 1 < min_clients 2"),
     ({"clip_range": 2.0, "quantization": {"clip_range": 1.0}}, "contradicts quantization"),
     ({"degree": "many"}, "degree:"),

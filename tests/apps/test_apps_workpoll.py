@@ -90,6 +90,7 @@ def test_work_refuses_bad_wait_and_strangers(server: tuple[TestClient, list[Memb
 def test_runner_falls_back_to_polling_against_a_server_without_work(
         server: tuple[TestClient, list[Member]], tmp_path: Path) -> None:
     from client_app import ClientRunner, ClientSettings, ClientStore
+    from sdk.consortium import OPEN_POLICY
 
     tc, (a, b) = server
     app = tc.app
@@ -98,8 +99,9 @@ def test_runner_falls_back_to_polling_against_a_server_without_work(
     assert a.call("GET", "/v1/work").status_code == 404
     store = ClientStore(tmp_path / "a.db")
     store.put("client_id", a.client_id)
-    runner = ClientRunner(ClientSettings(name="m0", db_path=tmp_path / "a.db"), store=store,
-                          key=a.key)
+    runner = ClientRunner(ClientSettings(name="m0", db_path=tmp_path / "a.db", demo=True,
+                                         policy=OPEN_POLICY),  # type: ignore[arg-type]
+                          store=store, key=a.key)
     runner.http = tc  # the real app, in process
     rid = tc.post("/v1/rounds", json={"kind": "rm_fedavg", "vector_length": 2, "min_clients": 2},
                   headers=ADMIN).json()["round_id"]

@@ -147,7 +147,7 @@ def test_audit_attacks_a_live_client_app_and_pays_its_budget(run_dir: Path, tmp_
         db_path=tmp_path / "client.db",
         identity_key=tmp_path / "client.pem",
         server_public_key=public_key_b64(server_key),
-        query_budget=64,
+        policy={"reward_budget": 64},  # type: ignore[arg-type]
     )
     scorer = ClientScorer.from_pretrained(run_dir / "reward_models" / CLIENT)
     app = create_client_app(settings, scorer=scorer)

@@ -1,0 +1,138 @@
+"""What an operator's tooling reads from either app: readiness (``/v1/ready``: the database
+answers), Prometheus metrics (``/metrics``) and online backups of the SQLite file.
+
+Each app gets its own ``CollectorRegistry``: several apps in one process (tests) keep their
+own counts. Gauges that describe stored state (rounds by status, refusals by reason) are read
+from the store at scrape time, so they survive restarts and never drift from it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sdk.wire._sqlite import SQLiteFile
+
+__all__ = ["StoredGauge", "backup_sqlite", "install_ops"]
+
+
+class StoredGauge:
+    """A gauge family computed at scrape time: ``read()`` returns {label value: value}."""
+
+    def __init__(self, name: str, doc: str, label: str,
+                 read: Callable[[], dict[str, float]]) -> None:
+        self.name, self.doc, self.label, self.read = name, doc, label, read
+
+    @classmethod
+    def counting(cls, name: str, doc: str, label: str, store: SQLiteFile,
+                 sql: str) -> StoredGauge:
+        """A gauge from a ``SELECT label, count ... GROUP BY`` query on ``store``."""
+        def read() -> dict[str, float]:
+            return {str(k): float(v) for k, v in store.read(sql)}  # type: ignore[arg-type]
+
+        return cls(name, doc, label, read)
+
+
+class _Collector:
+    def __init__(self, gauges: Iterable[StoredGauge]) -> None:
+        self.gauges = list(gauges)
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        for g in self.gauges:
+            family = GaugeMetricFamily(g.name, g.doc, labels=[g.label])
+            for value, count in sorted(g.read().items()):
+                family.add_metric([value], count)
+            yield family
+
+
+class _RequestMetrics:
+    """ASGI middleware: requests by method, route template and status, and their latency."""
+
+    def __init__(self, app: ASGIApp, *, requests: Any, latency: Any) -> None:
+        self.app, self.requests, self.latency = app, requests, latency
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [500]
+
+        async def observed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", "unmatched")  # the template: no ids in labels
+            self.requests.labels(scope["method"], path, str(status[0])).inc()
+            self.latency.labels(scope["method"], path).observe(time.perf_counter() - started)
+
+
+def install_ops(app: FastAPI, *, prefix: str, store: SQLiteFile,
+                gauges: Iterable[StoredGauge] = ()) -> None:
+    """Add ``GET /v1/ready`` (503 with the reason unless the database answers) and
+    ``GET /metrics`` (Prometheus text: ``{prefix}_requests_total``,
+    ``{prefix}_request_seconds`` and the ``gauges``) to ``app``."""
+    from prometheus_client import (
+        CONTENT_TYPE_LATEST,
+        CollectorRegistry,
+        Counter,
+        Histogram,
+        generate_latest,
+    )
+
+    registry = CollectorRegistry()
+    requests = Counter(f"{prefix}_requests", "HTTP requests", ["method", "route", "status"],
+                       registry=registry)
+    latency = Histogram(f"{prefix}_request_seconds", "HTTP request latency",
+                        ["method", "route"], registry=registry)
+    registry.register(_Collector(gauges))
+    app.add_middleware(_RequestMetrics, requests=requests, latency=latency)
+
+    @app.get("/v1/ready", tags=["meta"], responses={503: {"description": "not ready"}})
+    def ready() -> JSONResponse:
+        """Readiness probe: the database answers a read and takes a write lock."""
+        problem = store.ready()
+        if problem is not None:
+            return JSONResponse({"detail": f"database not ready: {problem}"}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", tags=["meta"], response_class=Response,
+             responses={200: {"content": {CONTENT_TYPE_LATEST: {}},
+                              "description": "Prometheus text format"}})
+    def metrics() -> Response:
+        """Prometheus metrics."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def backup_sqlite(source: Path, out: Path) -> int:
+    """Copy the SQLite database at ``source`` (in use or not) to ``out`` with SQLite's online
+    backup API: a consistent snapshot, committed transactions only. Returns its size in bytes."""
+    if not source.exists():
+        raise FileNotFoundError(f"no database at {source}")
+    if out.exists():
+        raise FileExistsError(f"{out} exists; refusing to overwrite it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    dst = sqlite3.connect(out)
+    try:
+        src.backup(dst)
+    finally:
+        dst.close()
+        src.close()
+    out.chmod(0o600)  # it holds what the live file holds (round secrets on a member)
+    return out.stat().st_size
+
