@@ -30,13 +30,14 @@ def command_targets() -> list[str]:
     """``module:function`` of each subcommand group, by group name (the order ``--help`` lists
     them in: installers do not keep the table's order).
 
-    The installed entry points of ``fedmor.commands``; without any (a source checkout whose
-    install predates the group), the same table read from the checkout's pyproject.toml.
+    The installed entry points of ``fedmor.commands``, completed by the same table read from
+    the checkout's pyproject.toml when there is one: a group added after the install (an
+    editable install's metadata is not rebuilt) still registers.
     """
     table = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    if not table and _PYPROJECT.exists():
+    if _PYPROJECT.exists():
         project = tomllib.loads(_PYPROJECT.read_text()).get("project", {})
-        table = dict(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
+        table |= dict(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
     return [table[name] for name in sorted(table)]
 
 

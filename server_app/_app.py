@@ -2,7 +2,6 @@
 
 
 import asyncio
-import hmac
 import logging
 import ssl
 import uuid
@@ -16,7 +15,6 @@ from starlette.concurrency import run_in_threadpool
 from sdk._version import __version__
 from sdk.wire import (
     ERROR_RESPONSES,
-    AuthError,
     EnrollRequest,
     EnrollResponse,
     Health,
@@ -33,14 +31,15 @@ from sdk.wire import (
     StageBroadcast,
     StageSubmit,
     Work,
-    authenticate,
     install_errors,
     load_or_create_key,
     public_key_b64,
-    signature_check,
     stage_payload,
 )
+from server_app._access import Access, Identity
 from server_app._broker import RewardBroker
+from server_app._rewards import AlignmentService
+from server_app._rewards_api import install_rate_limit, rewards_router
 from server_app._rounds import RoundManager
 from server_app._settings import ServerSettings
 from server_app._store import ConflictError, Store
@@ -68,7 +67,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     key = load_or_create_key(cfg.identity_key)
     if cfg.roster_file is not None:
         for entry in RosterFile.load(cfg.roster_file).clients:
-            store.upsert_roster(entry.name, entry.public_key, entry.token_sha256)
+            store.upsert_roster(entry.name, entry.public_key, entry.token_sha256, entry.role)
     work = Signal()  # bumped when a round opens or moves on, or a pull query is queued
     rounds = RoundManager(store, default_deadline_s=cfg.stage_deadline_s, on_change=work.bump)
     verify: Any = ssl.create_default_context(cafile=str(cfg.tls_ca)) if cfg.tls_ca else True
@@ -101,48 +100,21 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     install_errors(app)
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
 
-    keys: dict[str, str] = {}  # an enrolled client's key never changes: no store read per request
-
-    def key_of(sender: str) -> str | None:
-        if sender not in keys:
-            client = store.client(sender)
-            if client is None:
-                return None
-            keys[sender] = str(client["public_key"])
-        return keys[sender]
-
-    def use_nonce(sender: str, nonce: str, ts: float) -> bool:
-        return store.use_nonce(sender, nonce, ts, keep_s=2 * cfg.max_clock_skew_s + 60)
-
-    async def client_id(request: Request) -> str:
-        return await authenticate(request, public_key_of=key_of, use_nonce=use_nonce,
-                                  max_skew_s=cfg.max_clock_skew_s)
-
-    def admin(request: Request) -> None:
-        header = request.headers.get("authorization", "")
-        if cfg.admin_token is None:
-            raise AuthError("admin endpoints are disabled (no admin_token configured)", status=403)
-        expected = f"Bearer {cfg.admin_token.get_secret_value()}"
-        if not hmac.compare_digest(header.encode(), expected.encode()):
-            raise AuthError("missing or wrong admin bearer token")
-
-    async def caller(request: Request) -> str:
-        """A signed client, or the admin bearer token."""
-        if request.headers.get("authorization"):
-            admin(request)
-            return "admin"
-        return await client_id(request)
+    access = Access(store, cfg)
+    app.state.access = access
+    app.state.rewards = AlignmentService(store, broker, cfg.alignment)
+    app.include_router(rewards_router(app.state.rewards, access))
+    install_rate_limit(app)
 
     async def client_check(request: Request) -> SignatureCheck:
         """The signature check of ``request`` to run in the endpoint's own worker thread: the
         round endpoints then cost one thread hop, not two (auth, then the work). A hop is a
         wake-up, and on a busy machine each stage of a round waited for a few of them."""
-        return await signature_check(request, public_key_of=key_of, use_nonce=use_nonce,
-                                     max_skew_s=cfg.max_clock_skew_s)
+        return await access.member_check(request)
 
-    Client = Annotated[str, Depends(client_id)]
+    Client = Annotated[str, Depends(access.member)]
     ClientCheck = Annotated[SignatureCheck, Depends(client_check)]
-    Caller = Annotated[str, Depends(caller)]
+    Caller = Annotated[Identity, Depends(access.caller)]
 
     def json_response(model: StageAck | StageBroadcast) -> Response:
         # Serialized once here, not validated again against ``response_model`` (which still
@@ -162,12 +134,12 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         if created:
             store.audit(row["client_id"], "enrolled", name=req.name)
         return EnrollResponse(client_id=row["client_id"], name=row["name"],
-                              server_public_key=public_key_b64(key))
+                              server_public_key=public_key_b64(key), role=row["role"])
 
     @app.post("/v1/rounds", response_model=RoundInfo, tags=["rounds"],
-              dependencies=[Depends(admin)])
+              dependencies=[Depends(access.operator)])
     def create_round(req: RoundCreate) -> RoundInfo:
-        """Open a round (admin)."""
+        """Open a round (admin token, or a signed ``operator`` identity)."""
         return rounds.create(req)
 
     @app.get("/v1/rounds", response_model=list[RoundInfo], tags=["rounds"])
@@ -194,7 +166,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         media, body = request.headers.get("content-type", ""), await request.body()
 
         def run() -> StageAck:
-            client = check()  # authentication before anything else, as with a dependency
+            client = access.as_member(check())  # authentication first, as with a dependency
             return rounds.submit(round_id, stage, client, stage_payload(media, body),
                                  wait_next_s, body_sha256=check.body_sha256)
 
@@ -208,7 +180,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         """The server's input for this client's stage (``ready`` false until available);
         ``wait_s`` > 0 holds the request until it is ready or that time passed."""
         return json_response(await run_in_threadpool(
-            lambda: rounds.broadcast(round_id, stage, check(), wait_s=wait_s)))
+            lambda: rounds.broadcast(round_id, stage, access.as_member(check()),
+                                     wait_s=wait_s)))
 
     @app.get("/v1/router/latest", response_model=RouterVersionInfo, tags=["router"])
     def router_latest(_: Caller) -> RouterVersionInfo:

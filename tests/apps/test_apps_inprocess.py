@@ -177,7 +177,7 @@ def test_public_api_is_pinned() -> None:
         "parse_public_key", "public_key_b64", "ready_update", "sign_headers"])
     assert sorted(client_app.__all__) == sorted([
         "ClientRunner", "ClientSettings", "ClientStore", "HashScorer", "RateLimited",
-        "RewardService", "RunnerError", "Scorer", "UpdateFn", "create_client_app",
+        "AlignmentService", "RunnerError", "Scorer", "UpdateFn", "create_client_app",
         "create_client_app_from_env", "demo_update", "load_object"])
     for mod in (server_app, client_app):
         for name in mod.__all__:
