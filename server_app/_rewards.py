@@ -348,5 +348,6 @@ class AlignmentService:
         return self.counts.model_copy(update={
             "step": row.get("step"), "last_loss": row.get("last_loss"),
             "router_version": row.get("router_version"), "cached_images": len(self.images),
+            "member_query_bytes": self.broker.bytes_sent,
             "online_state_sha256": hashlib.sha256(bytes(row["state"])).hexdigest()
             if row else None})

@@ -82,7 +82,8 @@ class RestRewardFunction:
     Images go by content hash; their PNG bytes only when the server says it lacks them (one
     resend). Batches over ``max_items`` are split. ``history`` keeps the mean reward per call,
     ``failed`` the completions the server scored with its failure value (a member timed out
-    or refused).
+    or refused), ``judge_counts`` the completions per judging member when the server's
+    settings reveal judges.
     """
 
     def __init__(self, server_url: str, key: Ed25519PrivateKey | Path, sender: str, *,
@@ -94,6 +95,7 @@ class RestRewardFunction:
         self.timeout_s, self.max_items = timeout_s, max_items
         self.history: list[float] = []
         self.failed = 0
+        self.judge_counts: dict[str, int] = {}  # per member id, when the server reveals judges
         self.requests = 0
         self.bytes_sent = 0
         self._png = PngCache()
@@ -139,6 +141,9 @@ class RestRewardFunction:
             raise RewardShapeError(f"the server returned {len(out.rewards)} rewards for "
                                    f"{len(items)} completions")
         self.failed += out.failed
+        for judge in out.judges or []:
+            if judge:
+                self.judge_counts[judge] = self.judge_counts.get(judge, 0) + 1
         return out.rewards
 
     async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],

@@ -90,5 +90,7 @@ class AlignerStats(_Wire):
     router_version: int | None = None
     router_updates: int = 0
     cached_images: int = 0
+    member_query_bytes: int = Field(default=0, description="request bytes the server's broker "
+                                    "sent to members (push mode)")
     online_state_sha256: str | None = Field(default=None, description="hash of the saved "
                                             "online router state (head, U, rng)")

@@ -160,9 +160,14 @@ def test_cli_keys_and_roster(tmp_path: Path, capsys: pytest.CaptureFixture[str])
                               "--key-file", str(key)])
     assert args.handler(args) == 0
     assert "enrollment token" in capsys.readouterr().out
+    args = parser.parse_args(["roster", "add", "--roster", str(roster), "--name", "job",
+                              "--public-key", public, "--role", "aligner"])
+    assert args.handler(args) == 0
+    assert "job (aligner)" in capsys.readouterr().out
     args = parser.parse_args(["roster", "list", "--roster", str(roster)])
     args.handler(args)
-    assert capsys.readouterr().out.strip() == f"h1\t{public}"
+    assert capsys.readouterr().out.strip().splitlines() == [f"h1\tmember\t{public}",
+                                                           f"job\taligner\t{public}"]
     with pytest.raises(ValueError, match="exists"):
         args = parser.parse_args(["keys", "new", "--out", str(key)])
         args.handler(args)
