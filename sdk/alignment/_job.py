@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import ssl
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,9 @@ def run_align_job(job: AlignJob, *, callbacks: list[Any] | None = None) -> Path:
     """Enroll (or reuse the id), run GRPO with rewards from the server, return ``job.out``.
 
     Writes ``job.out/policy``, ``job.out/metrics.json`` (trl's log, rewards, the server's
-    feedback acks, the failed-item count) and checkpoints under ``job.out/trainer`` every
-    ``grpo.save_steps`` steps.
+    feedback acks, rank 0's request counts), ``job.out/rest_rank{r}.json`` per rank (requests,
+    bytes, items the server scored with its failure value) and checkpoints under
+    ``job.out/trainer`` every ``grpo.save_steps`` steps.
     """
     from sdk.alignment._grpo import align
     from sdk.alignment._rest_rewards import RestRewardFunction
@@ -84,11 +86,16 @@ def run_align_job(job: AlignJob, *, callbacks: list[Any] | None = None) -> Path:
     out = align(job.policy, reward_fn, queries, job.grpo, out_dir=job.out,
                 callbacks=callbacks or [], progress=lambda line: print(line, flush=True),
                 progress_every=job.progress_every)
+    # Every rank asked the server for its own completions: one record per rank.
+    rank = int(os.environ.get("RANK", "0"))
+    rest = {"rank": rank, "requests": reward_fn.requests, "bytes_sent": reward_fn.bytes_sent,
+            "failed_items": reward_fn.failed, "reward_calls": len(reward_fn.history),
+            "server": job.server}
+    (out / f"rest_rank{rank}.json").write_text(json.dumps(rest, indent=1))
     metrics_path = out / "metrics.json"
-    if metrics_path.exists():  # rank 0 wrote it
+    if rank == 0 and metrics_path.exists():
         metrics = json.loads(metrics_path.read_text())
-        metrics["rest"] = {"requests": reward_fn.requests, "bytes_sent": reward_fn.bytes_sent,
-                           "failed_items": reward_fn.failed, "server": job.server}
+        metrics["rest"] = rest
         metrics_path.write_text(json.dumps(metrics, indent=1, default=str))
     return out
 
