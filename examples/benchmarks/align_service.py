@@ -146,9 +146,8 @@ def main() -> None:
         c.wait_enrolled()
         length = Router(RouterConfig(**ROUTER), ["a", "b"],
                         HashingEncoder().encoder_id).num_params()
-        info = c.create_round(kind="router_secagg", vector_length=length, min_clients=2,
-                              params={"clip_range": 8.0})
-        c.wait_round(info["round_id"])
+        c.run_round(kind="router_secagg", vector_length=length, min_clients=2,
+                    params={"clip_range": 8.0})
         local = _in_process(c, policy, queries, work / "in_process", grpo)
         one, touched_one = _rest_run(c, [sys.executable], policy, queries, work / "rest1", grpo)
         two, touched_two = _rest_run(

@@ -274,3 +274,11 @@ class LocalConsortium:
                 return info
             time.sleep(0.05)
         raise TimeoutError(f"round {round_id} still open after {timeout_s:g} s")
+
+    def run_round(self, timeout_s: float = 120.0, **body: Any) -> dict[str, Any]:
+        """Open a round as admin (``body``: a ``RoundCreate``) and wait until it finished;
+        raises if it failed."""
+        done = self.wait_round(self.create_round(**body)["round_id"], timeout_s=timeout_s)
+        if done["status"] != "finished":
+            raise RuntimeError(f"round {done['round_id']} failed: {done['error']}")
+        return done

@@ -33,9 +33,8 @@ def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsor
         c.wait_enrolled()
         length = Router(RouterConfig(**ROUTER), ["a", "b"],
                         HashingEncoder().encoder_id).num_params()
-        info = c.create_round(kind="router_secagg", vector_length=length, min_clients=2,
-                              params={"clip_range": 8.0})
-        assert c.wait_round(info["round_id"])["status"] == "finished"
+        c.run_round(kind="router_secagg", vector_length=length, min_clients=2,
+                    params={"clip_range": 8.0})
         yield c
 
 
@@ -91,9 +90,8 @@ def test_two_torchrun_ranks_share_the_servers_router(
     steps = 3
     # A fresh online phase: a new router version is published first.
     length = Router(RouterConfig(**ROUTER), ["a", "b"], HashingEncoder().encoder_id).num_params()
-    info = consortium.create_round(kind="router_secagg", vector_length=length, min_clients=2,
-                                   params={"clip_range": 8.0})
-    assert consortium.wait_round(info["round_id"])["status"] == "finished"
+    consortium.run_round(kind="router_secagg", vector_length=length, min_clients=2,
+                         params={"clip_range": 8.0})
     consortium.stop("server")  # the service builds its pipeline on the new version
     consortium.start_server()
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
