@@ -179,10 +179,11 @@ def test_public_api_is_pinned() -> None:
         "RosterEntry", "RosterFile", "RoundKind", "RoundManager", "RoundSpec", "ServerRound",
         "ServerSettings", "Store", "UpdateSource", "add_to_roster", "create_app", "create_app_from_env",
         "generate_key", "load_or_create_key", "load_private_key", "load_settings",
-        "parse_public_key", "public_key_b64", "ready_update", "sign_headers"])
+        "parse_public_key", "public_key_b64", "ready_update", "sign_headers",
+        "AlignmentService", "AlignmentSettings"])
     assert sorted(client_app.__all__) == sorted([
         "ClientRunner", "ClientSettings", "ClientStore", "HashScorer", "RateLimited",
-        "AlignmentService", "RunnerError", "Scorer", "UpdateFn", "create_client_app",
+        "RewardService", "RunnerError", "Scorer", "UpdateFn", "create_client_app",
         "create_client_app_from_env", "demo_update", "load_object"])
     for mod in (server_app, client_app):
         for name in mod.__all__:
