@@ -118,6 +118,7 @@ class _Pipeline:
     router_version: int | None
     # (batch step, contexts (n, d), arms) routed since the last applied feedback
     pending: list[tuple[int, Any, list[int]]] = field(default_factory=list)
+    run: str = ""
     step: int | None = None
     last_loss: float | None = None
 
@@ -290,13 +291,16 @@ class AlignmentService:
     async def feedback(self, fb: AlignerFeedback) -> AlignerFeedbackAck:
         """Apply the bandit update for ``fb.step`` once (as ``RouterFeedbackCallback`` does in
         one process): r_t = 1 when the loss did not rise, over the pairs of batches generated
-        before that step. A repeated step (another rank's copy) is acknowledged only."""
+        before that step. A repeated step (another rank's copy) is acknowledged only; a new
+        ``run`` starts its step and loss history afresh on the router learned so far."""
         import torch
 
         from sdk.alignment import loss_feedback
 
         async with self._lock:
             pipe = self._pipeline(_ONLINE)
+            if fb.run != pipe.run:  # another training run: its own steps and loss history
+                pipe.run, pipe.step, pipe.last_loss = fb.run, None, None
             if pipe.step is not None and fb.step <= pipe.step:
                 return AlignerFeedbackAck(step=fb.step, applied=False, feedback=None, pairs=0)
             r_t = loss_feedback(pipe.last_loss, fb.loss)
@@ -321,8 +325,8 @@ class AlignmentService:
         buf = io.BytesIO()
         torch.save(chooser.state_dict() if chooser is not None else {}, buf)
         assert pipe.router_version is not None
-        self.store.save_online(_ONLINE, pipe.router_version, pipe.step, pipe.last_loss,
-                               buf.getvalue())
+        self.store.save_online(_ONLINE, pipe.router_version, pipe.run, pipe.step,
+                               pipe.last_loss, buf.getvalue())
 
     def _restore(self, pipe: _Pipeline) -> None:
         import torch
@@ -339,7 +343,7 @@ class AlignmentService:
         chooser = pipe.reward_fn.selection.chooser
         if chooser is not None and state:
             chooser.load_state_dict(state)
-        pipe.step, pipe.last_loss = row["step"], row["last_loss"]
+        pipe.run, pipe.step, pipe.last_loss = row["run"], row["step"], row["last_loss"]
 
     def stats(self) -> AlignerStats:
         """The counters, the saved online router (step, last loss, version, state hash) and

@@ -47,8 +47,8 @@ CREATE TABLE IF NOT EXISTS client_images (
     client_id TEXT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY (client_id, sha256));
 -- the aligner's online router (Neural TS head, U, rng) per selection method, after each update
 CREATE TABLE IF NOT EXISTS online_router (
-    method TEXT PRIMARY KEY, router_version INTEGER NOT NULL, step INTEGER, last_loss REAL,
-    state BLOB NOT NULL, updated_at REAL NOT NULL);
+    method TEXT PRIMARY KEY, router_version INTEGER NOT NULL, run TEXT NOT NULL,
+    step INTEGER, last_loss REAL, state BLOB NOT NULL, updated_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS reward_queries (
     query_id INTEGER PRIMARY KEY AUTOINCREMENT, client_id TEXT NOT NULL, items TEXT NOT NULL,
     status TEXT NOT NULL, scores TEXT, created_at REAL NOT NULL, answered_at REAL);
@@ -365,11 +365,11 @@ class Store(SQLiteFile):
         return [dict(r) for r in self._all("SELECT * FROM audit ORDER BY id")]
 
     # -- the aligner's online router ----------------------------------------------------------
-    def save_online(self, method: str, router_version: int, step: int | None,
+    def save_online(self, method: str, router_version: int, run: str, step: int | None,
                     last_loss: float | None, state: bytes) -> None:
         """Keep the online router's state (durable before the feedback is acknowledged)."""
-        self._write("INSERT OR REPLACE INTO online_router VALUES (?,?,?,?,?,?)",
-                    (method, router_version, step, last_loss, state, time.time()))
+        self._write("INSERT OR REPLACE INTO online_router VALUES (?,?,?,?,?,?,?)",
+                    (method, router_version, run, step, last_loss, state, time.time()))
 
     def online(self, method: str) -> dict[str, Any] | None:
         """The saved online router of ``method``, or None."""

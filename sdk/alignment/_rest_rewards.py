@@ -14,6 +14,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,9 @@ class RestFeedbackCallback(TrainerCallback):
     def __init__(self, rewards: RestRewardFunction) -> None:
         self.rewards = rewards
         self.history: list[tuple[int, float, float | None, int]] = []
+        # One id per training run, so a later run's step 1 is not taken for a repeat (rank 0
+        # alone posts feedback: no other rank needs to agree on it).
+        self.run = uuid.uuid4().hex
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                logs: dict[str, float] | None = None, **kwargs: Any) -> None:
@@ -192,7 +196,7 @@ class RestFeedbackCallback(TrainerCallback):
         if not state.is_world_process_zero or not logs or "loss" not in logs:
             return
         r = self.rewards
-        fb = AlignerFeedback(step=state.global_step, loss=float(logs["loss"]))
+        fb = AlignerFeedback(step=state.global_step, loss=float(logs["loss"]), run=self.run)
         body, headers = _signed(r.key, r.sender, "/v1/rewards/feedback", fb.model_dump())
         resp = httpx.post(f"{r.url}/v1/rewards/feedback", content=body, headers=headers,
                           verify=r.verify, timeout=r.timeout_s)

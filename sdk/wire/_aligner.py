@@ -64,6 +64,9 @@ class AlignerFeedback(_Wire):
 
     step: int = Field(ge=0, le=2**40)
     loss: float = Field(allow_inf_nan=False)
+    run: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9_.:\-]*$",
+                     description="the training run: a new run starts its steps and loss "
+                     "history afresh (the router keeps what it learned)")
 
 
 class AlignerFeedbackAck(_Wire):

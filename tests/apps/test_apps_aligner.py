@@ -184,6 +184,9 @@ def test_feedback_applies_once_per_step_and_survives_a_restart(consortium: Local
         is False
     third = aligner.post("/v1/rewards/feedback", {"step": 3, "loss": 0.45}).json()
     assert third["applied"] and third["feedback"] == 0.0  # compared with the reloaded loss
+    # A later training run counts its steps from 1 again: not a repeat, no previous loss.
+    later = aligner.post("/v1/rewards/feedback", {"step": 1, "loss": 0.3, "run": "b"}).json()
+    assert later["applied"] and later["feedback"] is None
 
 
 def test_a_member_that_hangs_gives_the_failure_value(consortium: LocalConsortium,
