@@ -223,9 +223,13 @@ class AlignmentService:
         return pipeline
 
     def _pipeline(self, method: str) -> _Pipeline:
-        if method not in self._pipelines:
-            self._pipelines[method] = self._build(method)
-        return self._pipelines[method]
+        pipe = self._pipelines.get(method)
+        # A router-based method follows the newest published router: a new version (another
+        # federated round) starts a fresh online phase on it.
+        if pipe is None or (method in _ROUTED
+                            and pipe.router_version != self.store.latest_version()):
+            pipe = self._pipelines[method] = self._build(method)
+        return pipe
 
     # -- rewards -------------------------------------------------------------------------------
     def _images(self, items: list[AlignerItem]) -> tuple[list[Image.Image], list[str]]:

@@ -354,6 +354,11 @@ class Store(SQLiteFile):
             row = self._one("SELECT * FROM router_versions WHERE version=?", (version,))
         return None if row is None else dict(row)
 
+    def latest_version(self) -> int | None:
+        """The newest router version's number (no blob read), or None."""
+        row = self._one("SELECT MAX(version) AS v FROM router_versions")
+        return None if row is None or row["v"] is None else int(row["v"])
+
     # -- audit ---------------------------------------------------------------------------------
     def audit(self, actor: str, action: str, **detail: Any) -> None:
         """Append one audit record."""

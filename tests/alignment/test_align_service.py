@@ -92,7 +92,7 @@ def test_two_torchrun_ranks_share_the_servers_router(
     length = Router(RouterConfig(**ROUTER), ["a", "b"], HashingEncoder().encoder_id).num_params()
     consortium.run_round(kind="router_secagg", vector_length=length, min_clients=2,
                          params={"clip_range": 8.0})
-    consortium.stop("server")  # the service builds its pipeline on the new version
+    consortium.stop("server")  # fresh counters for the assertions below
     consortium.start_server()
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                 "--master_port", str(_port())]

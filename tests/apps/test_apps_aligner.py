@@ -187,6 +187,18 @@ def test_feedback_applies_once_per_step_and_survives_a_restart(consortium: Local
     # A later training run counts its steps from 1 again: not a repeat, no previous loss.
     later = aligner.post("/v1/rewards/feedback", {"step": 1, "loss": 0.3, "run": "b"}).json()
     assert later["applied"] and later["feedback"] is None
+    # A newly published router (another federated round) starts a fresh online phase on it.
+    length = Router(RouterConfig(**ROUTER), ["a", "b"],
+                    HashingEncoder(HashingEncoderConfig()).encoder_id).num_params()
+    consortium.run_round(kind="router_secagg", vector_length=length, min_clients=2,
+                         params={"clip_range": 8.0})
+    out = aligner.post("/v1/rewards", {"items": _items(with_bytes=True)[0], "step": 1}).json()
+    assert out["router_version"] == 2  # (the restarted server's image cache started empty)
+    fresh = aligner.get("/v1/rewards/stats").json()
+    assert fresh["router_version"] == 1  # nothing saved on version 2 before its first feedback
+    assert aligner.post("/v1/rewards/feedback", {"step": 2, "loss": 0.3, "run": "b"}).json()[
+        "feedback"] is None  # version 2's online phase has no previous loss
+    assert aligner.get("/v1/rewards/stats").json()["router_version"] == 2
 
 
 def test_a_member_that_hangs_gives_the_failure_value(consortium: LocalConsortium,
