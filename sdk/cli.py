@@ -30,14 +30,15 @@ def command_targets() -> list[str]:
     """``module:function`` of each subcommand group, by group name (the order ``--help`` lists
     them in: installers do not keep the table's order).
 
-    The installed entry points of ``fedmor.commands``, completed by the same table read from
-    the checkout's pyproject.toml when there is one: a group added after the install (an
-    editable install's metadata is not rebuilt) still registers.
+    In a source checkout (pyproject.toml beside the package) its own table: the installed
+    metadata may come from another checkout or an older install (an editable install's is not
+    rebuilt when a group is added). Otherwise the installed entry points of the group.
     """
-    table = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
     if _PYPROJECT.exists():
         project = tomllib.loads(_PYPROJECT.read_text()).get("project", {})
-        table |= dict(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
+        table = dict(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
+    else:
+        table = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
     return [table[name] for name in sorted(table)]
 
 

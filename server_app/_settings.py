@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from sdk.wire import EnvOverFile, load_settings
+from sdk.wire import AppHardening, load_settings
 
 __all__ = ["AlignmentSettings", "ServerSettings", "load_settings"]
 
@@ -49,7 +49,7 @@ class AlignmentSettings(BaseModel):
     image_cache_bytes: int = Field(default=256 * 2**20, ge=1024)
 
 
-class ServerSettings(EnvOverFile):
+class ServerSettings(AppHardening):
     """Everything the consortium server needs; every field has a working default."""
 
     model_config = SettingsConfigDict(env_prefix="FEDMOR_SERVER_", extra="forbid")
@@ -72,6 +72,8 @@ class ServerSettings(EnvOverFile):
     tick_interval_s: float = Field(default=1.0, gt=0)
     reward_timeout_s: float = Field(default=60.0, gt=0)
     reward_poll_s: float = Field(default=0.05, gt=0)
+    allow_http_reward_urls: bool = Field(default=False, description="accept plain-http push "
+                                         "URLs at enrollment (local tests only)")
     alignment: AlignmentSettings = Field(default_factory=AlignmentSettings)
     work_recheck_s: float = Field(default=0.25, gt=0, description="a held GET /v1/work also "
                                   "re-reads the store this often: it notices reward queries "

@@ -16,8 +16,9 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from sdk.alignment._export import write_base_reference
 from sdk.data import Query
-from sdk.models import load_vlm
+from sdk.models import Runtime, load_vlm
 from sdk.reward import LoraSettings
 
 __all__ = ["GRPORewardFunction", "GRPOSettings", "StepTimer", "align", "query_dataset"]
@@ -91,10 +92,8 @@ class GRPOSettings(BaseModel):
     lora: LoraSettings | None = Field(
         default=None, description="train LoRA adapters only (None: every unfrozen weight)")
     seed: int = 0
-    # trl / transformers options a real run on accelerators needs, passed through unchanged.
-    bf16: bool = Field(default=False, description="bfloat16 mixed precision (GPU)")
-    fp16: bool = Field(default=False, description="float16 mixed precision (GPU)")
-    gradient_checkpointing: bool = False
+    # trl / transformers options a real run on accelerators needs, passed through unchanged
+    # (precision and gradient checkpointing follow ``align``'s ``runtime``).
     gradient_accumulation_steps: int = Field(default=1, ge=1)
     deepspeed: Path | None = Field(default=None, description="a DeepSpeed config JSON (ZeRO); "
                                    "run under accelerate launch or torchrun")
@@ -115,12 +114,6 @@ class GRPOSettings(BaseModel):
                 return data  # the field's own validation reports it
             return {**data, "freeze_vision": not lora.train_vision}
         return data
-
-    @model_validator(mode="after")
-    def _one_precision(self) -> GRPOSettings:
-        if self.bf16 and self.fp16:
-            raise ValueError("bf16 and fp16 exclude each other: pick one mixed precision")
-        return self
 
     @model_validator(mode="after")
     def _freeze_vision_agrees_with_lora(self) -> GRPOSettings:
@@ -180,22 +173,29 @@ def align(
     callbacks: Sequence[TrainerCallback] = (),
     progress: Callable[[str], None] | None = print,
     progress_every: int | None = None,
+    runtime: Runtime | None = None,
+    merge_lora: bool = False,
 ) -> Path:
     """Run GRPO from ``policy_dir`` on ``queries``; save the aligned policy to ``out_dir``.
 
     Online strategies (MoR) get their feedback callback (``reward_fn.trainer_callbacks()``:
     in process a :class:`RouterFeedbackCallback`, over REST the server's) automatically. Writes
-    ``out_dir/policy`` (model + processor; with ``lora`` also ``out_dir/adapter``) and
+    ``out_dir/policy`` (model + processor); under ``lora`` instead ``out_dir/adapter`` (the
+    adapter, the processor and the base's path and config hash; merge it with
+    :func:`export_policy`, or here with ``merge_lora``, which also writes ``policy``), and
     ``out_dir/metrics.json`` (trl's log history, the reward per call and the router feedback)
     and returns ``out_dir``. ``progress`` gets one line (step, loss, reward, KL, seconds per
     step) every ``progress_every`` steps (default: about every tenth of the run); None keeps it
-    quiet.
+    quiet. ``runtime`` places the policy (device, dtype) and sets trl's ``bf16`` / ``fp16`` /
+    ``gradient_checkpointing`` to match.
     """
     s = settings or GRPOSettings()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(s.seed)
-    bundle = load_vlm(policy_dir)
+    rt = runtime or Runtime()
+    # trl turns gradient checkpointing on itself (GRPOConfig), so the load does not.
+    bundle = load_vlm(policy_dir, runtime=rt.model_copy(update={"gradient_checkpointing": False}))
     # Left padding: prompts of different lengths otherwise break Qwen's rope index (DESIGN.md).
     bundle.processor.tokenizer.padding_side = "left"
     if s.freeze_vision and s.lora is None:  # peft freezes every base weight under LoRA
@@ -217,14 +217,11 @@ def align(
         save_strategy="no" if s.save_steps is None else "steps",
         save_steps=s.save_steps or 500,
         report_to="none",
-        use_cpu=not torch.cuda.is_available(),
-        bf16=s.bf16,
-        fp16=s.fp16,
-        gradient_checkpointing=s.gradient_checkpointing,
         gradient_accumulation_steps=s.gradient_accumulation_steps,
         deepspeed=None if s.deepspeed is None else str(s.deepspeed),
         use_vllm=s.use_vllm,
         disable_tqdm=True,
+        **rt.trainer_precision(),
     )
     feedback = reward_fn.trainer_callbacks()
     all_callbacks: list[TrainerCallback] = [*callbacks, *feedback]
@@ -248,9 +245,12 @@ def align(
         policy: Any = trainer.accelerator.unwrap_model(trainer.model)
         if s.lora is not None:
             policy.save_pretrained(out / "adapter")  # what a federated LoRA round would ship
-            policy = policy.merge_and_unload()
-        policy.save_pretrained(out / "policy")
-        bundle.processor.save_pretrained(out / "policy")
+            bundle.processor.save_pretrained(out / "adapter")
+            write_base_reference(out / "adapter", Path(policy_dir))
+            policy = policy.merge_and_unload() if merge_lora else None
+        if policy is not None:
+            policy.save_pretrained(out / "policy")
+            bundle.processor.save_pretrained(out / "policy")
         metrics = {
             "settings": s.model_dump(),
             "selection": reward_fn.method,

@@ -17,7 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sdk._runtime_options import add_runtime_arguments, runtime_from_args
 from sdk.alignment._grpo import GRPOSettings
+from sdk.models import Runtime
 
 __all__ = ["AlignJob", "register", "run_align_job"]
 
@@ -44,6 +46,8 @@ class AlignJob(BaseModel):
     timeout_s: float = Field(default=300.0, gt=0)
     progress_every: int = Field(default=1, ge=1, description="a progress line every N steps")
     grpo: GRPOSettings = Field(default_factory=GRPOSettings)
+    runtime: Runtime = Field(default_factory=Runtime, description="device, dtype (bf16 / fp16 "
+                             "follow it) and gradient checkpointing of the policy")
 
 
 def _verify(job: AlignJob) -> Any:
@@ -85,7 +89,7 @@ def run_align_job(job: AlignJob, *, callbacks: list[Any] | None = None) -> Path:
                                    verify=_verify(job), timeout_s=job.timeout_s)
     out = align(job.policy, reward_fn, queries, job.grpo, out_dir=job.out,
                 callbacks=callbacks or [], progress=lambda line: print(line, flush=True),
-                progress_every=job.progress_every)
+                progress_every=job.progress_every, runtime=job.runtime)
     # Every rank asked the server for its own completions: one record per rank.
     rank = int(os.environ.get("RANK", "0"))
     rest = {"rank": rank, "requests": reward_fn.requests, "bytes_sent": reward_fn.bytes_sent,
@@ -114,6 +118,9 @@ def _handle(args: argparse.Namespace) -> int:
             data[flag] = value
     if args.steps is not None:
         data["grpo"] = {**data.get("grpo", {}), "steps": args.steps}
+    flags = runtime_from_args(args)
+    if flags != Runtime():  # the flags were given: they override the config's runtime
+        data["runtime"] = flags.model_dump()
     job = AlignJob.model_validate(data)
     out = run_align_job(job)
     print(f"aligned policy: {out / 'policy'}", flush=True)
@@ -136,4 +143,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--server-ca", dest="server_ca", type=Path, help="CA bundle (HTTPS)")
     p.add_argument("--method", help="reward-selection method (default: mor)")
     p.add_argument("--steps", type=int, help="GRPO steps (overrides the config's)")
+    add_runtime_arguments(p)
     p.set_defaults(handler=_handle)
