@@ -175,6 +175,7 @@ def align(
     progress_every: int | None = None,
     runtime: Runtime | None = None,
     merge_lora: bool = False,
+    resume: bool = False,
 ) -> Path:
     """Run GRPO from ``policy_dir`` on ``queries``; save the aligned policy to ``out_dir``.
 
@@ -187,7 +188,8 @@ def align(
     and returns ``out_dir``. ``progress`` gets one line (step, loss, reward, KL, seconds per
     step) every ``progress_every`` steps (default: about every tenth of the run); None keeps it
     quiet. ``runtime`` places the policy (device, dtype) and sets trl's ``bf16`` / ``fp16`` /
-    ``gradient_checkpointing`` to match.
+    ``gradient_checkpointing`` to match. ``resume``: continue from the newest checkpoint under
+    ``out_dir/trainer`` (written every ``settings.save_steps``), if there is one.
     """
     s = settings or GRPOSettings()
     out = Path(out_dir)
@@ -240,7 +242,10 @@ def align(
     )
     # Without tqdm, transformers prints every raw log dict; _Progress says the same in one line.
     trainer.remove_callback(PrinterCallback)
-    trainer.train()
+    checkpoints = sorted((out / "trainer").glob("checkpoint-*"),
+                         key=lambda p: int(p.name.rsplit("-", 1)[1]))
+    trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if resume and checkpoints
+                  else None)
     if trainer.accelerator.is_main_process:
         policy: Any = trainer.accelerator.unwrap_model(trainer.model)
         if s.lora is not None:

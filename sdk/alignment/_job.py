@@ -45,6 +45,8 @@ class AlignJob(BaseModel):
     max_queries: int | None = Field(default=None, ge=1, description="use the first N queries")
     timeout_s: float = Field(default=300.0, gt=0)
     progress_every: int = Field(default=1, ge=1, description="a progress line every N steps")
+    resume: bool = Field(default=False, description="continue from the newest checkpoint in "
+                         "out/trainer (grpo.save_steps writes them)")
     grpo: GRPOSettings = Field(default_factory=GRPOSettings)
     runtime: Runtime = Field(default_factory=Runtime, description="device, dtype (bf16 / fp16 "
                              "follow it) and gradient checkpointing of the policy")
@@ -89,7 +91,7 @@ def run_align_job(job: AlignJob, *, callbacks: list[Any] | None = None) -> Path:
                                    verify=_verify(job), timeout_s=job.timeout_s)
     out = align(job.policy, reward_fn, queries, job.grpo, out_dir=job.out,
                 callbacks=callbacks or [], progress=lambda line: print(line, flush=True),
-                progress_every=job.progress_every, runtime=job.runtime)
+                progress_every=job.progress_every, runtime=job.runtime, resume=job.resume)
     # Every rank asked the server for its own completions: one record per rank.
     rank = int(os.environ.get("RANK", "0"))
     rest = {"rank": rank, "requests": reward_fn.requests, "bytes_sent": reward_fn.bytes_sent,
@@ -116,6 +118,8 @@ def _handle(args: argparse.Namespace) -> int:
         value = getattr(args, flag)
         if value is not None:
             data[flag] = value
+    if args.resume:
+        data["resume"] = True
     if args.steps is not None:
         data["grpo"] = {**data.get("grpo", {}), "steps": args.steps}
     flags = runtime_from_args(args)
@@ -143,5 +147,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--server-ca", dest="server_ca", type=Path, help="CA bundle (HTTPS)")
     p.add_argument("--method", help="reward-selection method (default: mor)")
     p.add_argument("--steps", type=int, help="GRPO steps (overrides the config's)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the newest checkpoint in OUT/trainer")
     add_runtime_arguments(p)
     p.set_defaults(handler=_handle)

@@ -49,19 +49,19 @@ def _weights(directory: Path) -> dict[str, torch.Tensor]:
 
 
 def _run(c: LocalConsortium, launcher: list[str], base_policy: Path, data_dir: Path,
-         out: Path, steps: int) -> subprocess.CompletedProcess[str]:
+         out: Path, steps: int, *extra: str, **grpo: Any) -> subprocess.CompletedProcess[str]:
     cfg = c.identity_cfg["trainer"]
     job = out.parent / f"{out.name}.json"
     job.write_text(json.dumps({"grpo": {"steps": steps, "prompts_per_step": 2,
                                         "num_generations": 2, "max_completion_length": 4,
-                                        "warmup_steps": 0}}))
+                                        "warmup_steps": 0, **grpo}}))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.run(
         [*launcher, "-m", "sdk.cli", "align", "--server", c.server_url,
          "--identity", cfg["identity_key"], "--name", "trainer",
          "--token", cfg["enrollment_token"], "--policy", str(base_policy),
          "--queries", str(data_dir / "policy" / "train"), "--out", str(out),
-         "--config", str(job)],
+         "--config", str(job), *extra],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -84,7 +84,6 @@ def test_fedmor_align_trains_with_rewards_from_the_server(
     assert consortium.server_cfg["identity_key"] not in done.stdout + done.stderr
 
 
-@pytest.mark.slow
 def test_two_torchrun_ranks_share_the_servers_router(
         consortium: LocalConsortium, base_policy: Path, data_dir: Path, tmp_path: Path) -> None:
     steps = 3
@@ -106,6 +105,23 @@ def test_two_torchrun_ranks_share_the_servers_router(
     assert stats["router_updates"] == steps - 1  # the first step has no previous loss
     base, aligned = _weights(base_policy), _weights(tmp_path / "two" / "policy")
     assert any(not torch.equal(base[k], aligned[k]) for k in base)
+
+
+@pytest.mark.slow
+def test_fedmor_align_resumes_from_its_checkpoint(
+        consortium: LocalConsortium, base_policy: Path, data_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "resumable"
+    first = _run(consortium, [sys.executable], base_policy, data_dir, out, 2, save_steps=1)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert sorted(p.name for p in (out / "trainer").glob("checkpoint-*")) == [
+        "checkpoint-1", "checkpoint-2"]
+    again = _run(consortium, [sys.executable], base_policy, data_dir, out, 3, "--resume",
+                 save_steps=1)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    log = json.loads((out / "metrics.json").read_text())["log_history"]
+    assert [e["step"] for e in log if "loss" in e] == [1, 2, 3]  # 1-2 from the checkpoint
+    # ... and only step 3 was trained again.
+    assert "GRPO step 3/3" in again.stdout and "GRPO step 2/3" not in again.stdout
 
 
 def _port() -> int:
