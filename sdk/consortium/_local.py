@@ -32,6 +32,7 @@ from sdk.wire import Role, add_to_roster, load_or_create_key, public_key_b64
 __all__ = ["LocalConsortium", "free_port", "make_pki", "wait_healthy"]
 
 ADMIN_TOKEN = "local-admin-token"
+"""The admin bearer token of a local consortium's server (127.0.0.1 only; never for a deployment)."""
 _REPO = Path(__file__).resolve().parents[2]  # so ``python -m server_app`` finds the packages
 
 

@@ -46,10 +46,12 @@ __all__ = [
 
 # A stage message on the wire: a JSON object, or the raw bytes of an octet-stream body.
 StagePayload = dict[str, Any] | bytes
+"""A stage message on the wire: a JSON object, or the raw bytes of an octet-stream body."""
 # The client's local update (vector_length,) and weight n_k. The runner computes it in the
 # background while a kind's input-free stages (SecAgg+'s key agreement) go ahead; a kind waits
 # on it only at the stage that needs it, and gets what the local update raised, if it failed.
 UpdateSource = Future[tuple[np.ndarray, float]]
+"""A member's local update for a round, computed in the background: (vector, weight n_k)."""
 
 
 # Round ``params`` addressed to the members' update sources, not to a round kind: a kind that
@@ -59,6 +61,8 @@ ROUTER_ROUND_PARAM = "router_round"
 DEMO_TRAIN_PARAM = "demo_train_s"
 """Seconds the demo update waits, standing in for local training elsewhere (0-60)."""
 UPDATE_PARAMS = frozenset({ROUTER_ROUND_PARAM, DEMO_TRAIN_PARAM})
+"""Round ``params`` addressed to the members' update sources, not to a round kind (a kind passes
+them through)."""
 
 
 def as_delta(params: np.ndarray, base: np.ndarray | None) -> np.ndarray:

@@ -20,6 +20,7 @@ queries addressed to it); ``aligner``: the GRPO job (``/v1/rewards``); ``auditor
 ``operator``: the consortium's audit and operations staff. One identity has one role."""
 
 ROLES: tuple[str, ...] = get_args(Role)
+"""Every :data:`Role` in order, for command-line choices and validation messages."""
 
 
 class RosterEntry(BaseModel):
