@@ -7,8 +7,9 @@ own reward model); train the router over REST under secure aggregation (each cli
 locally with ``sdk.router.router_update``), download the final router and print a Table-4-style
 comparison on the clients' eval pairs.
 Stage C: warm the tiny policy up (cached; in a second process while stages A and B run), train
-held-out style judges, align the policy with GRPO where MoR routes every completion to one
-client and the score comes back from that client process over REST, and evaluate base vs
+held-out style judges, align the policy with GRPO as the consortium's aligner: every batch of
+completions goes to the server's ``POST /v1/rewards``, where MoR routes each completion to one
+client and the score comes back from that client process over REST; then evaluate base vs
 aligned. Everything goes to a run directory (config, data, checkpoints, ``metrics.json``, plots).
 """
 
@@ -78,23 +79,36 @@ def _judges(config: DemoConfig, run_dir: Path) -> dict[str, RewardModel]:
                               train_pairs=config.train_pairs, config=rm_config(config))
 
 
-def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: list[str],
-             router: Any, spec: Any, policy: Path,
-             judges: dict[str, RewardModel]) -> dict[str, Any]:
-    import asyncio
+_ALIGNER = "aligner"  # the roster name of the demo's GRPO job (role aligner)
 
+
+def _alignment_settings(config: DemoConfig, spec: Any, sites: list[str]) -> dict[str, Any]:
+    """The server's ``alignment`` section: the federation's encoder and router, the online
+    Neural TS settings and the demo's reward rules (the server hosts stage C's pipeline)."""
+    from sdk.alignment import ONLINE_ROUTER_CONFIG
+
+    return {"members": sites, "encoder": spec.encoder.model_dump(),
+            "router": spec.router.model_dump(),
+            "online": ONLINE_ROUTER_CONFIG.model_copy(update={"seed": config.seed}).model_dump(),
+            # An unparseable answer to a multiple-choice prompt gets a fixed low score and
+            # reaches no client: the style clients' prompts otherwise pulled MC answers out of
+            # format (docs/alignment.md, "Format rule"). An empty one gets the same.
+            "invalid_choice_reward": config.invalid_choice_reward,
+            "empty_reward": config.invalid_choice_reward,
+            # The demo is the whole consortium: it may see which client judged what.
+            "reveal_judges": True}
+
+
+def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: list[str],
+             policy: Path, judges: dict[str, RewardModel]) -> dict[str, Any]:
     from sdk.alignment import (
-        ONLINE_ROUTER_CONFIG,
-        BrokerRewardSource,
-        EmptyIsWorst,
         EvalSettings,
         GRPOSettings,
-        NeuralTSChooser,
-        SelectionRewardFunction,
+        RestRewardFunction,
         StepTimer,
         align,
+        enroll_identity,
         evaluate_policy,
-        make_selection,
     )
     from sdk.data import (
         HELDOUT_CATEGORIES,
@@ -103,34 +117,29 @@ def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: lis
         load_queries,
     )
     from sdk.reward import pairwise_accuracy
-    from sdk.router import HashingEncoder, NeuralThompsonRouter
-    from server_app import QueryItem, RewardBroker, Store, load_private_key
+    from sdk.wire import load_private_key
 
-    # The server's broker, in this process, on the running server's store and identity key.
-    broker = RewardBroker(Store(consortium.server_cfg["db_path"]),
-                          load_private_key(Path(consortium.server_cfg["identity_key"])),
-                          verify=consortium.verify, timeout_s=120)
-    online = ONLINE_ROUTER_CONFIG.model_copy(update={"seed": config.seed})
-    chooser = NeuralTSChooser(HashingEncoder(spec.encoder), NeuralThompsonRouter(router, online))
-    selection = make_selection("mor", chooser=chooser)
-    source = EmptyIsWorst(BrokerRewardSource(broker, client_ids, make_item=QueryItem),
-                          worst=config.invalid_choice_reward)
-    # An unparseable answer to a multiple-choice prompt gets a fixed low score and reaches no
-    # client: the style clients' prompts otherwise pulled MC answers out of format
-    # (docs/alignment.md, "Format rule").
-    reward_fn = SelectionRewardFunction(selection, source,
-                                        invalid_choice_reward=config.invalid_choice_reward)
+    # The GRPO job is a client of the server's REST API with its own aligner identity: it
+    # never opens the server's store or key; the server routes, queries and updates the router.
+    aligner = consortium.identity_cfg[_ALIGNER]
+    key = load_private_key(Path(aligner["identity_key"]))
+    sender = enroll_identity(consortium.server_url, key, name=_ALIGNER,
+                             token=aligner["enrollment_token"], verify=consortium.verify)
+    reward_fn = RestRewardFunction(consortium.server_url, key, sender.client_id,
+                                   verify=consortium.verify)
     grpo = GRPOSettings(steps=config.grpo_steps, prompts_per_step=config.grpo_prompts,
                         learning_rate=config.grpo_lr, num_generations=4,
                         max_completion_length=8, seed=config.seed)
     timer = StepTimer()
     say(f"stage C: GRPO with MoR, {grpo.steps} steps x {grpo.prompts_per_step} prompts x "
-        f"{grpo.num_generations} completions; every reward comes from a client process")
+        f"{grpo.num_generations} completions; every reward comes from a client process "
+        f"through the server's POST /v1/rewards")
     out = align(policy, reward_fn, load_queries(run_dir / "data" / "policy" / "train"), grpo,
                 out_dir=run_dir / "alignment", callbacks=[timer],
                 progress=lambda line: say(f"stage C: {line}"))
-    with contextlib.suppress(RuntimeError):  # trl's event loop owns the client's connections
-        asyncio.run(broker.aclose())
+    stats = consortium.admin.get("/v1/rewards/stats")  # as the consortium's operator
+    stats.raise_for_status()
+    service = stats.json()
 
     id_cats = [c for c in config.clients if c in MULTIPLE_CHOICE_CATEGORIES]
     evals = {c: load_queries(run_dir / "data" / "policy" / "eval" / c)[: config.eval_queries]
@@ -161,11 +170,13 @@ def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: lis
                    for c, a in judge_accuracy.items()},
         "steps": [{"step": e["step"], "loss": e["loss"], "reward": e.get("reward")}
                   for e in log if "loss" in e],
-        "arm_counts": dict(zip(config.clients, getattr(selection, "arm_counts", []),
-                               strict=False)),
+        "arm_counts": {c: reward_fn.judge_counts.get(i, 0)
+                       for c, i in zip(config.clients, client_ids, strict=True)},
         "mean_step_s": sum(timer.durations) / max(len(timer.durations), 1),
-        "empty_completions": source.empty,
-        "bytes": {"reward_queries": broker.bytes_sent},
+        "empty_completions": service["empty"],
+        "failed_completions": service["failed"],
+        "bytes": {"reward_queries": service["member_query_bytes"],
+                  "aligner_requests": reward_fn.bytes_sent},
     }
 
 
@@ -205,12 +216,14 @@ def _running_consortium(config: DemoConfig, run_dir: Path,
 
     consortium = LocalConsortium(
         run_dir / "consortium", len(config.clients),
-        server={"stage_deadline_s": config.stage_deadline_s},
+        server={"stage_deadline_s": config.stage_deadline_s, "reward_timeout_s": 120.0},
         clients={"update_source": "client_app._router_update:router_update"},
+        identities={_ALIGNER: "aligner"},
         # Secure rounds of as few as two synthetic sites (each could learn the other's update
         # from the sum): allowed here explicitly, refused by a site's default policy.
         policy={"min_participants": 2, "min_threshold": 2})
     spec = router_spec(config, run_dir, consortium.names)
+    consortium.server_cfg["alignment"] = _alignment_settings(config, spec, consortium.names)
     spec_path = run_dir / "router" / "spec.json"
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(spec.model_dump_json(indent=2))
@@ -292,8 +305,8 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
             background.join()
             say(f"stage C: the warm-up took {walls['stage_c_warmup']:.0f} s in the background; "
                 f"waited {time.perf_counter() - waited:.0f} s for it")
-            metrics["stage_c"] = _stage_c(config, run_dir, consortium, client_ids, router, spec,
-                                          policy, judges)
+            metrics["stage_c"] = _stage_c(config, run_dir, consortium, client_ids, policy,
+                                          judges)
             _print_stage_c(metrics["stage_c"])
             walls["stage_c"] = time.perf_counter() - t
 

@@ -31,13 +31,15 @@ def command_targets() -> list[str]:
     """``module:function`` of each subcommand group, by group name (the order ``--help`` lists
     them in: installers do not keep the table's order).
 
-    The installed entry points of ``fedmor.commands``; without any (a source checkout whose
-    install predates the group), the same table read from the checkout's pyproject.toml.
+    In a source checkout (pyproject.toml beside the package) its own table: the installed
+    metadata may come from another checkout or an older install (an editable install's is not
+    rebuilt when a group is added). Otherwise the installed entry points of the group.
     """
-    table = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    if not table and _PYPROJECT.exists():
+    if _PYPROJECT.exists():
         project = tomllib.loads(_PYPROJECT.read_text()).get("project", {})
         table = dict(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
+    else:
+        table = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
     return [table[name] for name in sorted(table)]
 
 

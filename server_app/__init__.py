@@ -21,12 +21,15 @@ from sdk.wire import (
 )
 from server_app._app import create_app, create_app_from_env
 from server_app._broker import BrokerError, QueryItem, RewardBroker
+from server_app._rewards import AlignmentService
 from server_app._rounds import RoundManager
-from server_app._settings import ServerSettings, load_settings
+from server_app._settings import AlignmentSettings, ServerSettings, load_settings
 from server_app._store import Store
 
 __all__ = [
     "ROUND_KINDS",
+    "AlignmentService",
+    "AlignmentSettings",
     "AuthError",
     "BrokerError",
     "ClientRound",

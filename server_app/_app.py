@@ -2,7 +2,6 @@
 
 
 import asyncio
-import hmac
 import logging
 import ssl
 import uuid
@@ -17,7 +16,6 @@ from starlette.concurrency import run_in_threadpool
 from sdk._version import __version__
 from sdk.wire import (
     ERROR_RESPONSES,
-    AuthError,
     EnrollRequest,
     EnrollResponse,
     Health,
@@ -38,7 +36,6 @@ from sdk.wire import (
     StageSubmit,
     StoredGauge,
     Work,
-    authenticate,
     check_private_files,
     check_reward_url,
     docs_ui,
@@ -46,10 +43,12 @@ from sdk.wire import (
     install_ops,
     load_or_create_key,
     public_key_b64,
-    signature_check,
     stage_payload,
 )
+from server_app._access import Access, Identity
 from server_app._broker import RewardBroker
+from server_app._rewards import AlignmentService
+from server_app._rewards_api import install_rate_limit, rewards_router
 from server_app._rounds import RoundManager
 from server_app._settings import ServerSettings
 from server_app._store import ConflictError, Store
@@ -91,7 +90,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     key = load_or_create_key(cfg.identity_key)
     if cfg.roster_file is not None:
         for entry in RosterFile.load(cfg.roster_file).clients:
-            store.upsert_roster(entry.name, entry.public_key, entry.token_sha256)
+            store.upsert_roster(entry.name, entry.public_key, entry.token_sha256, entry.role)
     work = Signal()  # bumped when a round opens or moves on, or a pull query is queued
     rounds = RoundManager(store, default_deadline_s=cfg.stage_deadline_s, on_change=work.bump)
     verify: Any = ssl.create_default_context(cafile=str(cfg.tls_ca)) if cfg.tls_ca else True
@@ -136,48 +135,21 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                              "SELECT client_id, COUNT(*) FROM reward_queries GROUP BY client_id"),
     ])
 
-    keys: dict[str, str] = {}  # an enrolled client's key never changes: no store read per request
-
-    def key_of(sender: str) -> str | None:
-        if sender not in keys:
-            client = store.client(sender)
-            if client is None:
-                return None
-            keys[sender] = str(client["public_key"])
-        return keys[sender]
-
-    def use_nonce(sender: str, nonce: str, ts: float) -> bool:
-        return store.use_nonce(sender, nonce, ts, keep_s=2 * cfg.max_clock_skew_s + 60)
-
-    async def client_id(request: Request) -> str:
-        return await authenticate(request, public_key_of=key_of, use_nonce=use_nonce,
-                                  max_skew_s=cfg.max_clock_skew_s)
-
-    def admin(request: Request) -> None:
-        header = request.headers.get("authorization", "")
-        if cfg.admin_token is None:
-            raise AuthError("admin endpoints are disabled (no admin_token configured)", status=403)
-        expected = f"Bearer {cfg.admin_token.get_secret_value()}"
-        if not hmac.compare_digest(header.encode(), expected.encode()):
-            raise AuthError("missing or wrong admin bearer token")
-
-    async def caller(request: Request) -> str:
-        """A signed client, or the admin bearer token."""
-        if request.headers.get("authorization"):
-            admin(request)
-            return "admin"
-        return await client_id(request)
+    access = Access(store, cfg)
+    app.state.access = access
+    app.state.rewards = AlignmentService(store, broker, cfg.alignment)
+    app.include_router(rewards_router(app.state.rewards, access))
+    install_rate_limit(app)
 
     async def client_check(request: Request) -> SignatureCheck:
         """The signature check of ``request`` to run in the endpoint's own worker thread: the
         round endpoints then cost one thread hop, not two (auth, then the work). A hop is a
         wake-up, and on a busy machine each stage of a round waited for a few of them."""
-        return await signature_check(request, public_key_of=key_of, use_nonce=use_nonce,
-                                     max_skew_s=cfg.max_clock_skew_s)
+        return await access.member_check(request)
 
-    Client = Annotated[str, Depends(client_id)]
+    Client = Annotated[str, Depends(access.member)]
     ClientCheck = Annotated[SignatureCheck, Depends(client_check)]
-    Caller = Annotated[str, Depends(caller)]
+    Caller = Annotated[Identity, Depends(access.caller)]
 
     def json_response(model: StageAck | StageBroadcast) -> Response:
         # Serialized once here, not validated again against ``response_model`` (which still
@@ -208,12 +180,12 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             store.audit(row["client_id"], "enrolled", name=req.name)
             _log.info("enrolled %s as %s", req.name, row["client_id"])
         return EnrollResponse(client_id=row["client_id"], name=row["name"],
-                              server_public_key=public_key_b64(key))
+                              server_public_key=public_key_b64(key), role=row["role"])
 
     @app.post("/v1/rounds", response_model=RoundInfo, tags=["rounds"],
-              dependencies=[Depends(admin)])
+              dependencies=[Depends(access.operator)])
     def create_round(req: RoundCreate) -> RoundInfo:
-        """Open a round (admin)."""
+        """Open a round (admin token, or a signed ``operator`` identity)."""
         info = rounds.create(req)
         _log.info("round %d opened: %s over %d participants", info.round_id, info.kind,
                   len(info.participants))
@@ -243,7 +215,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         media, body = request.headers.get("content-type", ""), check.body
 
         def run() -> StageAck:
-            client = check()  # authentication before anything else, as with a dependency
+            client = access.as_member(check())  # authentication first, as with a dependency
             return rounds.submit(round_id, stage, client, stage_payload(media, body),
                                  wait_next_s, body_sha256=check.body_sha256)
 
@@ -266,7 +238,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         """The server's input for this client's stage (``ready`` false until available);
         ``wait_s`` > 0 holds the request until it is ready or that time passed."""
         return json_response(await run_in_threadpool(
-            lambda: rounds.broadcast(round_id, stage, check(), wait_s=wait_s)))
+            lambda: rounds.broadcast(round_id, stage, access.as_member(check()),
+                                     wait_s=wait_s)))
 
     @app.get("/v1/router/latest", response_model=RouterVersionInfo, tags=["router"])
     def router_latest(_: Caller) -> RouterVersionInfo:
@@ -277,7 +250,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         return _version_info(row)
 
     @app.post("/v1/router", response_model=RouterVersionInfo, tags=["router"],
-              dependencies=[Depends(admin)],
+              dependencies=[Depends(access.admin)],
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/octet-stream": {"schema": {"type": "string",
                                                           "format": "binary"}}}}})
@@ -306,7 +279,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                         headers={"x-fedmor-sha256": row["sha256"]})
 
     @app.post("/v1/router/rollback", response_model=RouterVersionInfo, tags=["router"],
-              dependencies=[Depends(admin)])
+              dependencies=[Depends(access.admin)])
     def router_rollback(req: RouterRollback) -> RouterVersionInfo:
         """Publish an earlier router version again as the newest (admin): members fetch it as
         ``latest`` and the next round starts from it. Nothing is deleted; versions only grow."""

@@ -129,6 +129,8 @@ class RewardBroker:
         client = self._clients.get(client_id) or self.store.client(client_id)
         if client is None:
             raise BrokerError(f"unknown client {client_id}")
+        if client["role"] != "member":  # an aligner or auditor never answers reward queries
+            raise BrokerError(f"{client_id} is not a member (role {client['role']})")
         self._clients[client_id] = client
         if not items:
             return []

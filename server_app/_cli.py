@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk.cli import add_backup_command
+from sdk.wire import ROLES
 
 __all__ = ["register"]
 
@@ -40,8 +41,9 @@ def _roster_add(args: argparse.Namespace) -> int:
     from sdk.wire import add_to_roster, load_private_key, public_key_b64
 
     public = args.public_key or public_key_b64(load_private_key(args.key_file))
-    token = add_to_roster(args.roster, name=args.name, public_key=public)
-    print(f"added {args.name}; one-time enrollment token (give it to the site): {token}")
+    token = add_to_roster(args.roster, name=args.name, public_key=public, role=args.role)
+    print(f"added {args.name} ({args.role}); one-time enrollment token (give it to the site): "
+          f"{token}")
     return 0
 
 
@@ -49,7 +51,7 @@ def _roster_list(args: argparse.Namespace) -> int:
     from sdk.wire import RosterFile
 
     for entry in RosterFile.load(args.roster).clients:
-        print(f"{entry.name}\t{entry.public_key}")
+        print(f"{entry.name}\t{entry.role}\t{entry.public_key}")
     return 0
 
 
@@ -99,6 +101,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add = roster.add_parser("add", help="add a member, print its enrollment token")
     add.add_argument("--roster", type=Path, default=Path("roster.json"))
     add.add_argument("--name", required=True)
+    add.add_argument("--role", default="member", choices=ROLES,
+                     help="member (default), aligner (the GRPO job), auditor or operator")
     who = add.add_mutually_exclusive_group(required=True)
     who.add_argument("--public-key", help="base64 Ed25519 public key")
     who.add_argument("--key-file", type=Path, help="PEM private key to take the public key from")

@@ -3,13 +3,51 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from sdk.wire import AppHardening, load_settings
 
-__all__ = ["ServerSettings", "load_settings"]
+__all__ = ["AlignmentSettings", "ServerSettings", "load_settings"]
+
+
+class AlignmentSettings(BaseModel):
+    """The reward service for the aligner role (``POST /v1/rewards``): the online router and
+    the reward rules. The encoder, router and Neural TS sections are validated against
+    ``sdk.router``'s ``HashingEncoderConfig``, ``RouterConfig`` and ``NeuralTSConfig`` when the
+    service first builds its pipeline (torch is imported only then)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    members: list[str] | None = Field(
+        default=None, description="roster names in the router's output order (default: every "
+        "enrolled member, oldest first)")
+    encoder: dict[str, Any] = Field(default_factory=dict, description="HashingEncoderConfig")
+    router: dict[str, Any] = Field(default_factory=dict, description="RouterConfig")
+    online: dict[str, Any] = Field(
+        default_factory=lambda: {"nu": 0.01, "lr": 0.01},
+        description="NeuralTSConfig of the online phase (sdk.alignment.ONLINE_ROUTER_CONFIG)")
+    selection_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="keyword arguments per selection method, e.g. "
+        '{"random": {"seed": 1}} (the router-based ones get the router)')
+    invalid_choice_reward: float | None = Field(
+        default=None, description="reward of a multiple-choice answer naming no option (asked "
+        "of no member); None: the rule is off")
+    empty_reward: float = Field(default=-3.0, description="reward of an empty completion "
+                                "(asked of no member)")
+    failure_reward: float = Field(default=-3.0, description="reward of an item whose member "
+                                  "timed out or refused (counted and reported)")
+    clip: float = Field(default=3.0, gt=0, description="rewards are clipped to [-clip, clip]")
+    reveal_judges: bool = Field(default=False, description="return the judging member's id "
+                                "per item (which member judged a response is consortium-"
+                                "internal by default)")
+    max_items: int = Field(default=256, ge=1, le=1024, description="items per request")
+    max_requests_per_minute: int = Field(default=600, ge=1, description="per aligner")
+    image_cache_items: int = Field(default=4096, ge=1)
+    image_cache_bytes: int = Field(default=256 * 2**20, ge=1024)
+
 
 class ServerSettings(AppHardening):
     """Everything the consortium server needs; every field has a working default."""
@@ -36,6 +74,7 @@ class ServerSettings(AppHardening):
     reward_poll_s: float = Field(default=0.05, gt=0)
     allow_http_reward_urls: bool = Field(default=False, description="accept plain-http push "
                                          "URLs at enrollment (local tests only)")
+    alignment: AlignmentSettings = Field(default_factory=AlignmentSettings)
     work_recheck_s: float = Field(default=0.25, gt=0, description="a held GET /v1/work also "
                                   "re-reads the store this often: it notices reward queries "
                                   "queued by a broker in another process")

@@ -17,10 +17,12 @@ __all__ = ["ConflictError", "Store", "payload_record"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS roster (
-    name TEXT PRIMARY KEY, public_key TEXT NOT NULL, token_sha256 TEXT, token_used_at REAL);
+    name TEXT PRIMARY KEY, public_key TEXT NOT NULL, token_sha256 TEXT, token_used_at REAL,
+    role TEXT NOT NULL DEFAULT 'member');
 CREATE TABLE IF NOT EXISTS clients (
     client_id TEXT PRIMARY KEY, name TEXT UNIQUE NOT NULL, public_key TEXT NOT NULL,
-    reward_url TEXT, enrolled_at REAL NOT NULL, clip_bound REAL);
+    reward_url TEXT, enrolled_at REAL NOT NULL, clip_bound REAL,
+    role TEXT NOT NULL DEFAULT 'member');
 CREATE TABLE IF NOT EXISTS rounds (
     round_id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, spec TEXT NOT NULL,
     status TEXT NOT NULL, stage_index INTEGER NOT NULL, stage_opened_at REAL NOT NULL,
@@ -51,6 +53,10 @@ CREATE TABLE IF NOT EXISTS round_dp (
 CREATE TABLE IF NOT EXISTS images (sha256 TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS client_images (
     client_id TEXT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY (client_id, sha256));
+-- the aligner's online router (Neural TS head, U, rng) per selection method, after each update
+CREATE TABLE IF NOT EXISTS online_router (
+    method TEXT PRIMARY KEY, router_version INTEGER NOT NULL, run TEXT NOT NULL,
+    step INTEGER, last_loss REAL, state BLOB NOT NULL, updated_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS reward_queries (
     query_id INTEGER PRIMARY KEY AUTOINCREMENT, client_id TEXT NOT NULL, items TEXT NOT NULL,
     status TEXT NOT NULL, scores TEXT, created_at REAL NOT NULL, answered_at REAL);
@@ -84,10 +90,19 @@ class Store(SQLiteFile):
         columns = {r["name"] for r in self._db.execute("PRAGMA table_info(clients)")}
         if "clip_bound" not in columns:  # a store created before members announced it
             self._db.execute("ALTER TABLE clients ADD COLUMN clip_bound REAL")
+        self._add_role_columns()
         # Group commit: stage messages stored with ``defer_commit`` sit in one open transaction
         # until ``flush`` (or any durable write) commits them all with one fsync.
         self._pending = False
         self._depth = 0  # nesting of ``transaction`` blocks
+
+    def _add_role_columns(self) -> None:
+        """A store written before roles existed: every identity in it is a member."""
+        for table in ("roster", "clients"):
+            columns = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
+            if "role" not in columns:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN role TEXT NOT NULL "
+                                 "DEFAULT 'member'")
 
     def _one(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Row | None:
         with self._lock:
@@ -156,14 +171,16 @@ class Store(SQLiteFile):
             return int(cur.lastrowid or 0)
 
     # -- roster and clients --------------------------------------------------------------------
-    def upsert_roster(self, name: str, public_key: str, token_sha256: str | None) -> None:
+    def upsert_roster(self, name: str, public_key: str, token_sha256: str | None,
+                      role: str = "member") -> None:
         """Add or update a roster entry; a used token stays used unless the hash changes."""
         self._write(
-            "INSERT INTO roster(name, public_key, token_sha256) VALUES (?,?,?) "
+            "INSERT INTO roster(name, public_key, token_sha256, role) VALUES (?,?,?,?) "
             "ON CONFLICT(name) DO UPDATE SET public_key=excluded.public_key, "
             "token_used_at=CASE WHEN roster.token_sha256 IS excluded.token_sha256 "
-            "THEN roster.token_used_at ELSE NULL END, token_sha256=excluded.token_sha256",
-            (name, public_key, token_sha256),
+            "THEN roster.token_used_at ELSE NULL END, token_sha256=excluded.token_sha256, "
+            "role=excluded.role",
+            (name, public_key, token_sha256, role),
         )
 
     def roster(self) -> list[dict[str, Any]]:
@@ -187,6 +204,9 @@ class Store(SQLiteFile):
                 raise PermissionError(f"wrong enrollment token for {name!r}")
             existing = self._one("SELECT * FROM clients WHERE name=?", (name,))
             if existing is not None:
+                if existing["role"] != entry["role"]:
+                    raise ConflictError(f"{name!r} is enrolled as {existing['role']}, the "
+                                        f"roster now says {entry['role']}: enroll a new name")
                 if existing["public_key"] == public_key:
                     return dict(existing), False
                 raise ConflictError(f"{name!r} is already enrolled with another key")
@@ -197,8 +217,8 @@ class Store(SQLiteFile):
                 self._db.execute("UPDATE roster SET token_used_at=? WHERE name=?", (now, name))
                 self._db.execute(
                     "INSERT INTO clients(client_id, name, public_key, reward_url, enrolled_at, "
-                    "clip_bound) VALUES (?,?,?,?,?,?)",
-                    (new_id, name, public_key, reward_url, now, clip_bound))
+                    "clip_bound, role) VALUES (?,?,?,?,?,?,?)",
+                    (new_id, name, public_key, reward_url, now, clip_bound, entry["role"]))
             row = self._one("SELECT * FROM clients WHERE client_id=?", (new_id,))
             assert row is not None
             return dict(row), True
@@ -208,9 +228,11 @@ class Store(SQLiteFile):
         row = self._one("SELECT * FROM clients WHERE client_id=?", (client_id,))
         return None if row is None else dict(row)
 
-    def clients(self) -> list[dict[str, Any]]:
-        """All enrolled clients, oldest first."""
-        return [dict(r) for r in self._all("SELECT * FROM clients ORDER BY enrolled_at")]
+    def clients(self, role: str | None = "member") -> list[dict[str, Any]]:
+        """Enrolled identities with ``role`` (default: the members; None: all), oldest
+        first."""
+        return [dict(r) for r in self._all("SELECT * FROM clients WHERE ?1 IS NULL OR role=?1 "
+                                           "ORDER BY enrolled_at", (role,))]
 
     def use_nonce(self, sender: str, nonce: str, ts: float, *, keep_s: float) -> bool:
         """Record a nonce; False if ``sender`` already used it (a replay)."""
@@ -376,6 +398,11 @@ class Store(SQLiteFile):
             "SELECT d.terms FROM round_dp d JOIN rounds r ON r.round_id = d.round_id "
             "WHERE r.status='finished' AND d.round_id<=? ORDER BY d.round_id", (up_to,))]
 
+    def latest_version(self) -> int | None:
+        """The newest router version's number (no blob read), or None."""
+        row = self._one("SELECT MAX(version) AS v FROM router_versions")
+        return None if row is None or row["v"] is None else int(row["v"])
+
     # -- audit ---------------------------------------------------------------------------------
     def audit(self, actor: str, action: str, **detail: Any) -> None:
         """Append one audit record."""
@@ -385,6 +412,18 @@ class Store(SQLiteFile):
     def audit_log(self) -> list[dict[str, Any]]:
         """All audit records, oldest first."""
         return [dict(r) for r in self._all("SELECT * FROM audit ORDER BY id")]
+
+    # -- the aligner's online router ----------------------------------------------------------
+    def save_online(self, method: str, router_version: int, run: str, step: int | None,
+                    last_loss: float | None, state: bytes) -> None:
+        """Keep the online router's state (durable before the feedback is acknowledged)."""
+        self._write("INSERT OR REPLACE INTO online_router VALUES (?,?,?,?,?,?,?)",
+                    (method, router_version, run, step, last_loss, state, time.time()))
+
+    def online(self, method: str) -> dict[str, Any] | None:
+        """The saved online router of ``method``, or None."""
+        row = self._one("SELECT * FROM online_router WHERE method=?", (method,))
+        return None if row is None else dict(row)
 
     # -- reward broker -------------------------------------------------------------------------
     def put_images(self, images: dict[str, bytes]) -> None:

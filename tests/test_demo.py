@@ -91,7 +91,10 @@ def test_demo_stage_c_every_reward_came_from_a_client_process(
     stage_c = metrics["stage_c"]
     assert [s["step"] for s in stage_c["steps"]] == [1, 2, 3]
     completions = 3 * stage_c["grpo"]["prompts_per_step"] * stage_c["grpo"]["num_generations"]
-    assert sum(stage_c["arm_counts"].values()) == completions
+    # The server revealed its judges to the demo (the whole consortium): every completion but
+    # the empty ones went to the client its router chose.
+    assert sum(stage_c["arm_counts"].values()) + stage_c["empty_completions"] == completions
+    assert stage_c["failed_completions"] == 0
     # The broker's audit trail in the server's store: the routed queries scored every GRPO
     # completion but the empty ones (those get -c without a query).
     with sqlite3.connect(run_dir / "consortium" / "server" / "server.db") as db:

@@ -1,7 +1,7 @@
 """Stage C: GRPO alignment with routed rewards, the baselines' reward rules, evaluation and
 communication accounting."""
 
-from sdk.alignment._broker_source import BrokerRewardSource, RewardQueryBroker
+from sdk.alignment._broker_source import BrokerRewardSource, PngCache, RewardQueryBroker
 from sdk.alignment._chooser import ONLINE_ROUTER_CONFIG, NeuralTSChooser
 from sdk.alignment._communication import (
     CommunicationSetting,
@@ -31,9 +31,22 @@ from sdk.alignment._evaluation import (
 from sdk.alignment._export import export_policy
 from sdk.alignment._fedavg import fedavg_state_dicts, train_fedavg_reward_model
 from sdk.alignment._feedback import RouterFeedbackCallback, loss_feedback, sync_router_update
-from sdk.alignment._grpo import GRPOSettings, StepTimer, align, query_dataset
+from sdk.alignment._grpo import (
+    GRPORewardFunction,
+    GRPOSettings,
+    StepTimer,
+    align,
+    query_dataset,
+)
+from sdk.alignment._job import AlignJob, run_align_job
 from sdk.alignment._llm_judge import JUDGE_DIMENSIONS, JudgeError, LLMJudge, load_judge_prompt
 from sdk.alignment._parsing import is_correct, normalize_answer, parse_choice
+from sdk.alignment._rest_rewards import (
+    RestFeedbackCallback,
+    RestRewardError,
+    RestRewardFunction,
+    enroll_identity,
+)
 from sdk.alignment._reward_function import SelectionRewardFunction, message_text
 from sdk.alignment._reward_source import (
     InProcessRewardSource,
@@ -65,6 +78,7 @@ __all__ = [
     "JUDGE_DIMENSIONS",
     "ONLINE_ROUTER_CONFIG",
     "SELECTIONS",
+    "AlignJob",
     "AlignmentError",
     "ArchitectureMismatchError",
     "ArmChooser",
@@ -77,6 +91,7 @@ __all__ = [
     "EmptyIsWorst",
     "EvalSettings",
     "FedAvgRM",
+    "GRPORewardFunction",
     "GRPOSettings",
     "InProcessRewardSource",
     "JudgeError",
@@ -86,8 +101,12 @@ __all__ = [
     "NeuralTSChooser",
     "PendingFeedback",
     "PluralLLMAlpha",
+    "PngCache",
     "PolicyEvaluation",
     "RandomSelection",
+    "RestFeedbackCallback",
+    "RestRewardError",
+    "RestRewardFunction",
     "RewardQueryBroker",
     "RewardSelection",
     "RewardShapeError",
@@ -104,6 +123,7 @@ __all__ = [
     "best_of_n_accuracy",
     "check_lengths",
     "communication_bytes",
+    "enroll_identity",
     "evaluate_policy",
     "export_policy",
     "fedavg_state_dicts",
@@ -122,6 +142,7 @@ __all__ = [
     "register_selection",
     "right_option_probabilities",
     "routed_scores",
+    "run_align_job",
     "style_scores",
     "sync_router_update",
     "train_fedavg_reward_model",

@@ -18,7 +18,30 @@ from sdk.alignment._errors import RewardShapeError
 from sdk.alignment._reward_source import check_client_index, check_lengths
 from sdk.router import image_digest
 
-__all__ = ["BrokerRewardSource", "RewardQueryBroker"]
+__all__ = ["BrokerRewardSource", "PngCache", "RewardQueryBroker"]
+
+
+class PngCache:
+    """PNG bytes of images, encoded once per distinct image (content hash of the pixels) and
+    kept for the ``max_items`` most recently used: GRPO sends one image with M completions."""
+
+    def __init__(self, max_items: int = 4096) -> None:
+        self._png: OrderedDict[str, bytes] = OrderedDict()
+        self._max = max_items
+
+    def encode(self, image: Image.Image | None) -> bytes:
+        """The image as RGB PNG bytes; an item without an image cannot go over REST."""
+        if image is None:
+            raise RewardShapeError("the REST reward path needs an image for every query")
+        key = image_digest(image)
+        if key not in self._png:
+            buf = io.BytesIO()
+            image.convert("RGB").save(buf, format="PNG")
+            self._png[key] = buf.getvalue()
+            while len(self._png) > self._max:
+                self._png.popitem(last=False)
+        self._png.move_to_end(key)
+        return self._png[key]
 
 
 class RewardQueryBroker(Protocol):
@@ -48,26 +71,12 @@ class BrokerRewardSource:
         self.broker = broker
         self.client_ids = list(client_ids)
         self.make_item = make_item
-        self._png: OrderedDict[str, bytes] = OrderedDict()
-        self._max = max_cached_images
+        self._png = PngCache(max_cached_images)
 
     @property
     def num_clients(self) -> int:
         """Number of clients K."""
         return len(self.client_ids)
-
-    def _encode(self, image: Image.Image | None) -> bytes:
-        if image is None:
-            raise RewardShapeError("the REST reward path needs an image for every query")
-        key = image_digest(image)
-        if key not in self._png:
-            buf = io.BytesIO()
-            image.convert("RGB").save(buf, format="PNG")
-            self._png[key] = buf.getvalue()
-            while len(self._png) > self._max:
-                self._png.popitem(last=False)
-        self._png.move_to_end(key)
-        return self._png[key]
 
     async def score(
         self,
@@ -79,7 +88,7 @@ class BrokerRewardSource:
         """Ask client ``client_ids[client_index]`` through the broker."""
         n = check_lengths(images, prompts, responses)
         check_client_index(client_index, len(self.client_ids))
-        items = [self.make_item(self._encode(i), p, r)
+        items = [self.make_item(self._png.encode(i), p, r)
                  for i, p, r in zip(images, prompts, responses, strict=True)]
         scores = [float(s) for s in await self.broker.query(self.client_ids[client_index], items)]
         if len(scores) != n:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import torch
 from datasets import Dataset
@@ -17,13 +17,36 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from sdk.alignment._export import write_base_reference
-from sdk.alignment._feedback import RouterFeedbackCallback
-from sdk.alignment._reward_function import SelectionRewardFunction
 from sdk.data import Query
 from sdk.models import Runtime, load_vlm
 from sdk.reward import LoraSettings
 
-__all__ = ["GRPOSettings", "StepTimer", "align", "query_dataset"]
+__all__ = ["GRPORewardFunction", "GRPOSettings", "StepTimer", "align", "query_dataset"]
+
+
+class GRPORewardFunction(Protocol):
+    """What :func:`align` trains with: trl's async reward callable plus what it reports.
+
+    :class:`~sdk.alignment.SelectionRewardFunction` (rewards in this process) and
+    :class:`~sdk.alignment.RestRewardFunction` (rewards from the consortium server) are two.
+    """
+
+    __name__: str
+    history: list[float]
+
+    @property
+    def method(self) -> str:
+        """The reward-selection method's name."""
+        ...
+
+    def trainer_callbacks(self) -> list[TrainerCallback]:
+        """Callbacks the method needs (the online router's feedback), each with ``history``."""
+        ...
+
+    async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
+                       **columns: Any) -> list[float]:
+        """One reward per completion."""
+        ...
 
 
 class GRPOSettings(BaseModel):
@@ -69,6 +92,15 @@ class GRPOSettings(BaseModel):
     lora: LoraSettings | None = Field(
         default=None, description="train LoRA adapters only (None: every unfrozen weight)")
     seed: int = 0
+    # trl / transformers options a real run on accelerators needs, passed through unchanged
+    # (precision and gradient checkpointing follow ``align``'s ``runtime``).
+    gradient_accumulation_steps: int = Field(default=1, ge=1)
+    deepspeed: Path | None = Field(default=None, description="a DeepSpeed config JSON (ZeRO); "
+                                   "run under accelerate launch or torchrun")
+    use_vllm: bool = Field(default=False, description="generate with vLLM (needs a GPU and the "
+                           "vllm package; not run on CPU)")
+    save_steps: int | None = Field(default=None, ge=1, description="a resumable checkpoint "
+                                   "every this many steps under out_dir/trainer (None: none)")
 
     @model_validator(mode="before")
     @classmethod
@@ -133,26 +165,31 @@ class StepTimer(TrainerCallback):
 
 def align(
     policy_dir: str | Path,
-    reward_fn: SelectionRewardFunction,
+    reward_fn: GRPORewardFunction,
     queries: Sequence[Query],
     settings: GRPOSettings | None = None,
     *,
     out_dir: str | Path,
     callbacks: Sequence[TrainerCallback] = (),
     progress: Callable[[str], None] | None = print,
+    progress_every: int | None = None,
     runtime: Runtime | None = None,
     merge_lora: bool = False,
+    resume: bool = False,
 ) -> Path:
     """Run GRPO from ``policy_dir`` on ``queries``; save the aligned policy to ``out_dir``.
 
-    Online strategies (MoR) get a :class:`RouterFeedbackCallback` automatically. Writes
+    Online strategies (MoR) get their feedback callback (``reward_fn.trainer_callbacks()``:
+    in process a :class:`RouterFeedbackCallback`, over REST the server's) automatically. Writes
     ``out_dir/policy`` (model + processor); under ``lora`` instead ``out_dir/adapter`` (the
     adapter, the processor and the base's path and config hash; merge it with
     :func:`export_policy`, or here with ``merge_lora``, which also writes ``policy``), and
     ``out_dir/metrics.json`` (trl's log history, the reward per call and the router feedback)
-    and returns ``out_dir``. ``progress`` gets one line (step, loss, mean reward) about every
-    tenth of the run; None keeps it quiet. ``runtime`` places the policy (device, dtype) and
-    sets trl's ``bf16`` / ``fp16`` / ``gradient_checkpointing`` to match.
+    and returns ``out_dir``. ``progress`` gets one line (step, loss, reward, KL, seconds per
+    step) every ``progress_every`` steps (default: about every tenth of the run); None keeps it
+    quiet. ``runtime`` places the policy (device, dtype) and sets trl's ``bf16`` / ``fp16`` /
+    ``gradient_checkpointing`` to match. ``resume``: continue from the newest checkpoint under
+    ``out_dir/trainer`` (written every ``settings.save_steps``), if there is one.
     """
     s = settings or GRPOSettings()
     out = Path(out_dir)
@@ -179,17 +216,20 @@ def align(
         scale_rewards=s.scale_rewards,
         seed=s.seed,
         logging_steps=1,
-        save_strategy="no",
+        save_strategy="no" if s.save_steps is None else "steps",
+        save_steps=s.save_steps or 500,
         report_to="none",
+        gradient_accumulation_steps=s.gradient_accumulation_steps,
+        deepspeed=None if s.deepspeed is None else str(s.deepspeed),
+        use_vllm=s.use_vllm,
         disable_tqdm=True,
         **rt.trainer_precision(),
     )
-    feedback = RouterFeedbackCallback(reward_fn.selection)
-    all_callbacks: list[TrainerCallback] = [*callbacks]
+    feedback = reward_fn.trainer_callbacks()
+    all_callbacks: list[TrainerCallback] = [*callbacks, *feedback]
     if progress is not None:
-        all_callbacks.append(_Progress(progress, every=max(s.steps // 10, 1), total=s.steps))
-    if reward_fn.selection.chooser is not None:
-        all_callbacks.append(feedback)
+        every = progress_every or max(s.steps // 10, 1)
+        all_callbacks.append(_Progress(progress, every=every, total=s.steps))
     reward_funcs: list[Any] = [reward_fn]  # trl accepts async callables; its hint predates them
     trainer = GRPOTrainer(
         model=bundle.model,
@@ -202,7 +242,10 @@ def align(
     )
     # Without tqdm, transformers prints every raw log dict; _Progress says the same in one line.
     trainer.remove_callback(PrinterCallback)
-    trainer.train()
+    checkpoints = sorted((out / "trainer").glob("checkpoint-*"),
+                         key=lambda p: int(p.name.rsplit("-", 1)[1]))
+    trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if resume and checkpoints
+                  else None)
     if trainer.accelerator.is_main_process:
         policy: Any = trainer.accelerator.unwrap_model(trainer.model)
         if s.lora is not None:
@@ -215,10 +258,10 @@ def align(
             bundle.processor.save_pretrained(out / "policy")
         metrics = {
             "settings": s.model_dump(),
-            "selection": reward_fn.selection.name,
+            "selection": reward_fn.method,
             "log_history": trainer.state.log_history,
             "mean_reward_per_call": reward_fn.history,
-            "router_feedback": feedback.history,
+            "router_feedback": [h for cb in feedback for h in getattr(cb, "history", [])],
         }
         (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
     return out
@@ -256,9 +299,17 @@ class _Progress(TrainerCallback):
 
     def __init__(self, say: Callable[[str], None], *, every: int, total: int) -> None:
         self.say, self.every, self.total = say, every, total
+        self._last = time.perf_counter()
+        self._last_step = 0
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
         if logs and "loss" in logs and state.global_step % self.every == 0:
+            now = time.perf_counter()
+            per_step = (now - self._last) / max(state.global_step - self._last_step, 1)
+            self._last, self._last_step = now, state.global_step
             self.say(f"GRPO step {state.global_step}/{self.total} loss {logs['loss']:.4f} "
-                     f"reward {logs.get('reward', float('nan')):.3f}")
+                     f"reward {logs.get('reward', float('nan')):.3f} "
+                     f"kl {logs.get('kl', float('nan')):.4f} {per_step:.1f} s/step")

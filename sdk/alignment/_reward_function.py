@@ -68,6 +68,17 @@ class SelectionRewardFunction:
         self.history: list[float] = []
         self.__name__ = f"reward_{selection.name}"  # trl logs reward columns under this name
 
+    @property
+    def method(self) -> str:
+        """The selection's registered name."""
+        return self.selection.name
+
+    def trainer_callbacks(self) -> list[Any]:
+        """The in-process router feedback, for online strategies (MoR)."""
+        from sdk.alignment._feedback import RouterFeedbackCallback
+
+        return [RouterFeedbackCallback(self.selection)] if self.selection.chooser else []
+
     async def __call__(
         self,
         prompts: Sequence[Any],

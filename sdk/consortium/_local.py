@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from sdk.wire import add_to_roster, load_or_create_key, public_key_b64
+from sdk.wire import Role, add_to_roster, load_or_create_key, public_key_b64
 
 __all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "free_port", "make_pki", "wait_healthy"]
 
@@ -129,10 +129,11 @@ class LocalConsortium:
     def __init__(self, workdir: Path, n_clients: int, *, tls: bool = False,
                  server: dict[str, Any] | None = None,
                  clients: dict[str, Any] | None = None, demo: bool = False,
-                 policy: dict[str, Any] | None = None) -> None:
+                 policy: dict[str, Any] | None = None,
+                 identities: dict[str, Role] | None = None) -> None:
         """``demo``: the clients may stand in the hash scorer and random updates for what
         ``clients`` leaves unconfigured; ``policy``: the clients' site policy (None: the client
-        app's safe default)."""
+        app's safe default); ``identities``: non-member identities (name -> role)."""
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.tls = tls
@@ -157,6 +158,15 @@ class LocalConsortium:
                 "public_url": f"{scheme}://127.0.0.1:{port}", "poll_interval_s": 0.05,
                 "retry_max_s": 0.5, "demo": demo, **self._tls("server_ca"),
                 **({"policy": policy} if policy is not None else {}), **(clients or {})}
+        # Non-member identities (name -> role): a key file and a one-time token each, enrolled by
+        # whoever runs as them (``identity_key`` and ``enrollment_token`` in ``identity_cfg``).
+        self.identity_cfg: dict[str, dict[str, Any]] = {}
+        for name, role in (identities or {}).items():
+            key_path = workdir / name / "identity.pem"
+            token = add_to_roster(roster, name=name, role=role,
+                                  public_key=public_key_b64(load_or_create_key(key_path)))
+            self.identity_cfg[name] = {"name": name, "identity_key": str(key_path),
+                                       "enrollment_token": token, "role": role}
         self.server_cfg: dict[str, Any] = {
             "db_path": str(workdir / "server" / "server.db"),
             "identity_key": str(workdir / "server" / "identity.pem"),
@@ -239,11 +249,12 @@ class LocalConsortium:
 
     # -- admin helpers -------------------------------------------------------------------------
     def enrolled(self) -> list[str]:
-        """Client ids the server knows (from its own store file)."""
+        """Member ids the server knows, by name (from its own store file)."""
         import sqlite3
 
         with sqlite3.connect(self.server_cfg["db_path"]) as db:
-            return [r[0] for r in db.execute("SELECT client_id FROM clients ORDER BY name")]
+            return [r[0] for r in db.execute("SELECT client_id FROM clients WHERE "
+                                             "role='member' ORDER BY name")]
 
     def wait_enrolled(self, timeout_s: float = 60.0) -> list[str]:
         """Block until every client has enrolled; returns their ids."""
@@ -286,3 +297,11 @@ class LocalConsortium:
                 return info
             time.sleep(0.05)
         raise TimeoutError(f"round {round_id} still open after {timeout_s:g} s")
+
+    def run_round(self, timeout_s: float = 120.0, **body: Any) -> dict[str, Any]:
+        """Open a round as admin (``body``: a ``RoundCreate``) and wait until it finished;
+        raises if it failed."""
+        done = self.wait_round(self.create_round(**body)["round_id"], timeout_s=timeout_s)
+        if done["status"] != "finished":
+            raise RuntimeError(f"round {done['round_id']} failed: {done['error']}")
+        return done

@@ -7,6 +7,14 @@ signature check), the settings base and the uvicorn runner. ``server_app`` and `
 import this package and never each other.
 """
 
+from sdk.wire._aligner import (
+    AlignerFeedback,
+    AlignerFeedbackAck,
+    AlignerItem,
+    AlignerRequest,
+    AlignerResponse,
+    AlignerStats,
+)
 from sdk.wire._auth import (
     HEADER_CONTENT_SHA256,
     HEADER_NONCE,
@@ -74,6 +82,8 @@ from sdk.wire._protocols import (
     ready_update,
 )
 from sdk.wire._roster import (
+    ROLES,
+    Role,
     RosterEntry,
     RosterFile,
     add_to_roster,
@@ -134,10 +144,17 @@ __all__ = [
     "HEADER_SIGNATURE",
     "HEADER_TIMESTAMP",
     "NONCES_TABLE",
+    "ROLES",
     "ROUND_KINDS",
     "ROUTER_ROUND_PARAM",
     "SERVER_SENDER",
     "UPDATE_PARAMS",
+    "AlignerFeedback",
+    "AlignerFeedbackAck",
+    "AlignerItem",
+    "AlignerRequest",
+    "AlignerResponse",
+    "AlignerStats",
     "AppHardening",
     "AuthError",
     "ClientRound",
@@ -161,6 +178,7 @@ __all__ = [
     "RewardItem",
     "RewardRequest",
     "RewardResponse",
+    "Role",
     "RosterEntry",
     "RosterFile",
     "RoundCreate",

@@ -6,12 +6,21 @@ import hashlib
 import json
 import secrets
 from pathlib import Path
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from sdk.wire._auth import parse_public_key
 
-__all__ = ["RosterEntry", "RosterFile", "add_to_roster"]
+__all__ = ["ROLES", "Role", "RosterEntry", "RosterFile", "add_to_roster"]
+
+Role = Literal["member", "aligner", "auditor", "operator"]
+"""What an enrolled identity may do at the server. ``member``: an institution (rounds, reward
+queries addressed to it); ``aligner``: the GRPO job (``/v1/rewards``); ``auditor`` and
+``operator``: the consortium's audit and operations staff. One identity has one role."""
+
+ROLES: tuple[str, ...] = get_args(Role)
+"""Every :data:`Role` in order, for command-line choices and validation messages."""
 
 
 class RosterEntry(BaseModel):
@@ -22,6 +31,7 @@ class RosterEntry(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
     public_key: str
     token_sha256: str | None = None
+    role: Role = "member"
 
 
 class RosterFile(BaseModel):
@@ -44,14 +54,14 @@ class RosterFile(BaseModel):
         tmp.replace(path)
 
 
-def add_to_roster(path: Path, *, name: str, public_key: str) -> str:
-    """Add (or re-key) ``name`` and return a fresh one-time enrollment token (only its hash is
-    stored)."""
+def add_to_roster(path: Path, *, name: str, public_key: str, role: Role = "member") -> str:
+    """Add (or re-key) ``name`` with ``role`` and return a fresh one-time enrollment token
+    (only its hash is stored)."""
     parse_public_key(public_key)
     roster = RosterFile.load(path)
     token = secrets.token_urlsafe(24)
     entry = RosterEntry(name=name, public_key=public_key,
-                        token_sha256=hashlib.sha256(token.encode()).hexdigest())
+                        token_sha256=hashlib.sha256(token.encode()).hexdigest(), role=role)
     roster.clients = [c for c in roster.clients if c.name != name] + [entry]
     roster.save(path)
     return token

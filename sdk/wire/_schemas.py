@@ -74,6 +74,7 @@ class EnrollResponse(_Wire):
     client_id: str
     name: str
     server_public_key: str
+    role: str = Field(default="member", description="what this identity may do (roster role)")
 
 
 class RoundCreate(_Wire):

@@ -19,6 +19,9 @@ def test_public_api_is_pinned() -> None:
         "message_text", "normalize_answer", "option_probabilities", "parameter_count", "right_option_probabilities", "parse_choice", "query_dataset",
         "register_selection", "routed_scores", "style_scores", "sync_router_update", "train_fedavg_reward_model", "warmup_cache_key",
         "warmup_policy",
+        # alignment as a client of the consortium server (rewards over REST, fedmor align)
+        "AlignJob", "GRPORewardFunction", "PngCache", "RestFeedbackCallback", "RestRewardError",
+        "RestRewardFunction", "enroll_identity", "run_align_job",
     ])
     for name in alignment.__all__:
         assert hasattr(alignment, name), name

@@ -200,9 +200,14 @@ def test_cli_keys_and_roster(tmp_path: Path, capsys: pytest.CaptureFixture[str])
                               "--key-file", str(key)])
     assert args.handler(args) == 0
     assert "enrollment token" in capsys.readouterr().out
+    args = parser.parse_args(["roster", "add", "--roster", str(roster), "--name", "job",
+                              "--public-key", public, "--role", "aligner"])
+    assert args.handler(args) == 0
+    assert "job (aligner)" in capsys.readouterr().out
     args = parser.parse_args(["roster", "list", "--roster", str(roster)])
     args.handler(args)
-    assert capsys.readouterr().out.strip() == f"h1\t{public}"
+    assert capsys.readouterr().out.strip().splitlines() == [f"h1\tmember\t{public}",
+                                                           f"job\taligner\t{public}"]
     with pytest.raises(ValueError, match="exists"):
         args = parser.parse_args(["keys", "new", "--out", str(key)])
         args.handler(args)
@@ -214,7 +219,8 @@ def test_public_api_is_pinned() -> None:
         "RosterEntry", "RosterFile", "RoundKind", "RoundManager", "RoundSpec", "ServerRound",
         "ServerSettings", "Store", "UpdateSource", "add_to_roster", "create_app", "create_app_from_env",
         "generate_key", "load_or_create_key", "load_private_key", "load_settings",
-        "parse_public_key", "public_key_b64", "ready_update", "sign_headers"])
+        "parse_public_key", "public_key_b64", "ready_update", "sign_headers",
+        "AlignmentService", "AlignmentSettings"])
     assert sorted(client_app.__all__) == sorted([
         "ClientRunner", "ClientSettings", "ClientStore", "HashScorer", "PolicyDenied",
         "PolicyRefused", "RateLimited", "RewardService", "RunnerError", "Scorer", "SitePolicy",

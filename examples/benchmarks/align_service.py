@@ -1,0 +1,171 @@
+"""Alignment as a consortium service: GRPO steps with rewards through ``POST /v1/rewards``
+against the same steps with the same reward models scored in-process; 1 and 2 ranks.
+
+A local consortium (one server, two member apps with the hash scorer, one aligner identity) on
+127.0.0.1 and a tiny policy. In-process: ``align`` with MoR over the same published router and
+two in-process hash scorers. REST: ``fedmor align`` as its own process (``python -m sdk.cli``),
+then under ``torch.distributed.run --nproc_per_node 2``. The aligner's process tree is watched
+while it runs (its open files, every 0.1 s): ``aligner_holds_server_key`` is true if it ever
+opened the server's database or identity key. Step time is the median of trl's ``step_time``
+after the first step. The last stdout line is one JSON object.
+
+    .venv/bin/python examples/benchmarks/align_service.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from client_app import HashScorer
+from sdk.alignment import (
+    ONLINE_ROUTER_CONFIG,
+    EmptyIsWorst,
+    GRPOSettings,
+    InProcessRewardSource,
+    NeuralTSChooser,
+    SelectionRewardFunction,
+    align,
+    make_selection,
+)
+from sdk.consortium import LocalConsortium, free_port
+from sdk.data import SynthConfig, load_queries, synthesize
+from sdk.models import build_tiny_vlm
+from sdk.router import HashingEncoder, NeuralThompsonRouter, Router, RouterConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+ROUTER = {"d_model": 16, "num_layers": 1, "num_heads": 2, "dim_feedforward": 32}
+EMPTY = -1.0
+
+
+def _runtime(out: Path) -> float:
+    """Median seconds per optimizer step after the first (trl's ``step_time``, rank 0): the
+    first step also pays one-off costs (the server builds its pipeline on the first batch,
+    importing torch and the router: 3-14 s here)."""
+    log = json.loads((out / "metrics.json").read_text())["log_history"]
+    times = [float(e["step_time"]) for e in log if "step_time" in e and "loss" in e]
+    return float(np.median(times[1:] if len(times) > 1 else times))
+
+
+def _open_files(pid: int) -> set[str]:
+    """Paths the process ``pid`` and its descendants hold open now."""
+    found: set[str] = set()
+    pending = [pid]
+    while pending:
+        p = pending.pop()
+        try:
+            for fd in os.listdir(f"/proc/{p}/fd"):
+                try:
+                    found.add(os.readlink(f"/proc/{p}/fd/{fd}"))
+                except OSError:
+                    continue
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    pending += [int(c) for c in fh.read().split()]
+        except OSError:
+            continue
+    return found
+
+
+def _rest_run(c: LocalConsortium, launcher: list[str], policy: Path, queries: Path, out: Path,
+              grpo: GRPOSettings) -> tuple[float, bool]:
+    """(seconds per step, whether the aligner ever opened a server file)."""
+    cfg = c.identity_cfg["aligner"]
+    job = out.with_suffix(".json")
+    job.write_text(json.dumps({"grpo": grpo.model_dump(mode="json"), "progress_every": 100}))
+    secrets = {str(Path(c.server_cfg["db_path"]).resolve()),
+               str(Path(c.server_cfg["identity_key"]).resolve())}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [*launcher, "-m", "sdk.cli", "align", "--server", c.server_url, "--identity",
+         cfg["identity_key"], "--name", "aligner", "--token", cfg["enrollment_token"],
+         "--policy", str(policy), "--queries", str(queries), "--out", str(out),
+         "--config", str(job)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    touched: set[str] = set()
+
+    def watch() -> None:
+        while proc.poll() is None:
+            touched.update(f for f in _open_files(proc.pid)
+                           if any(f.startswith(s) for s in secrets))
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    output, _ = proc.communicate(timeout=1800)
+    watcher.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"fedmor align failed:\n{output[-4000:]}")
+    return _runtime(out), bool(touched)
+
+
+def _in_process(c: LocalConsortium, policy: Path, queries: Path, out: Path,
+                grpo: GRPOSettings) -> float:
+    """The same MoR steps with the published router and two hash scorers in this process."""
+    blob = c.admin.get("/v1/router/latest").json()["version"]
+    params = np.frombuffer(c.admin.get(f"/v1/router/{blob}").content, dtype="<f4").copy()
+    encoder = HashingEncoder()
+    router = Router(RouterConfig(**ROUTER), ["m0", "m1"], encoder.encoder_id)
+    router.set_flat_params(params)
+    chooser = NeuralTSChooser(encoder, NeuralThompsonRouter(router, ONLINE_ROUTER_CONFIG))
+    scorer = HashScorer()
+    source = EmptyIsWorst(InProcessRewardSource([scorer.score, scorer.score]), worst=EMPTY)
+    reward_fn = SelectionRewardFunction(make_selection("mor", chooser=chooser), source)
+    align(policy, reward_fn, load_queries(queries), grpo, out_dir=out, progress=None)
+    return _runtime(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="5 steps (else 20)")
+    args = parser.parse_args()
+    steps = 5 if args.quick else 20
+    grpo = GRPOSettings(steps=steps, prompts_per_step=2, num_generations=2,
+                        max_completion_length=4, warmup_steps=0)
+    work = Path(tempfile.mkdtemp(prefix="fedmor-align-service-"))
+    synthesize(SynthConfig(train_pairs=4, eval_pairs=4, heldout_pairs=4, warmup_queries=16,
+                           policy_train_queries=16, policy_eval_queries=4), work / "data")
+    queries = work / "data" / "policy" / "train"
+    policy = build_tiny_vlm("qwen2_5_vl", work / "policy",
+                            corpus=[q.prompt for q in load_queries(queries)])
+    alignment = {"router": ROUTER, "empty_reward": EMPTY,
+                 "online": ONLINE_ROUTER_CONFIG.model_dump()}
+    with LocalConsortium(work / "consortium", 2, identities={"aligner": "aligner"},
+                         server={"alignment": alignment}) as c:
+        c.start()
+        c.wait_enrolled()
+        length = Router(RouterConfig(**ROUTER), ["a", "b"],
+                        HashingEncoder().encoder_id).num_params()
+        c.run_round(kind="router_secagg", vector_length=length, min_clients=2,
+                    params={"clip_range": 8.0})
+        local = _in_process(c, policy, queries, work / "in_process", grpo)
+        one, touched_one = _rest_run(c, [sys.executable], policy, queries, work / "rest1", grpo)
+        two, touched_two = _rest_run(
+            c, [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                "--master_port", str(free_port())], policy, queries, work / "rest2", grpo)
+        stats: dict[str, Any] = c.admin.get("/v1/rewards/stats").json()
+    result = {
+        "steps": steps, "in_process_step_s": round(local, 3), "rest_step_s": round(one, 3),
+        "rest_two_rank_step_s": round(two, 3),
+        "rest_step_overhead_ratio": round(one / local, 3),
+        "rest_step_overhead_s": round(one - local, 3),
+        "two_rank_speedup": round(one / two, 3), "ranks": [1, 2],
+        "aligner_holds_server_key": touched_one or touched_two,
+        "server_items": stats["items"], "server_failed": stats["failed"],
+        "feedback_applied": stats["feedback_applied"], "work_dir": str(work),
+    }
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Wire schemas of the aligner role: reward batches, per-step feedback and the service's stats.
+
+The aligner (the GRPO job) sends (image, prompt, response) items and gets one scalar each; which
+member judged an item stays inside the server unless the consortium's settings allow it.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["AlignerFeedback", "AlignerFeedbackAck", "AlignerItem", "AlignerRequest",
+           "AlignerResponse", "AlignerStats"]
+
+_SHA256 = r"^[0-9a-f]{64}$"
+MAX_ALIGNER_BATCH = 1024
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AlignerItem(_Wire):
+    """One completion to reward. The image travels by content hash; its bytes (base64) only
+    when the server answered that it lacks them."""
+
+    image_sha256: str = Field(pattern=_SHA256)
+    image_b64: str | None = Field(default=None, max_length=16_000_000)
+    prompt: str = Field(max_length=20_000)
+    response: str = Field(max_length=20_000)
+    group: str = Field(default="", max_length=128,
+                       description="the prompt's group id (completions of one prompt)")
+    options: list[str] = Field(default_factory=list, max_length=26,
+                               description="a multiple-choice prompt's options (the format "
+                               "rule); empty for an open prompt")
+
+
+class AlignerRequest(_Wire):
+    """A batch of completions and the reward-selection method to apply."""
+
+    items: list[AlignerItem] = Field(min_length=1, max_length=MAX_ALIGNER_BATCH)
+    method: str = Field(default="mor", pattern=r"^[a-z_]{1,40}$",
+                        description="a registered selection of sdk.alignment")
+    step: int = Field(default=0, ge=0, le=2**40, description="the trainer's global step when "
+                      "the batch was generated: feedback for step s covers batches with "
+                      "step < s")
+
+
+class AlignerResponse(_Wire):
+    """One normalized, clipped reward per item, or (``missing`` non-empty, ``rewards`` empty)
+    the image hashes to resend with their bytes."""
+
+    rewards: list[float] = Field(default_factory=list)
+    missing: list[str] = Field(default_factory=list)
+    failed: int = Field(default=0, description="items given the failure value because their "
+                        "member timed out or refused")
+    judges: list[str] | None = Field(default=None, description="the member id that scored "
+                                     "each item (only if the server's settings allow it; "
+                                     "empty string: no member was asked)")
+    router_version: int | None = None
+
+
+class AlignerFeedback(_Wire):
+    """The trainer's logged GRPO loss after ``step`` (the online router's bandit feedback)."""
+
+    step: int = Field(ge=0, le=2**40)
+    loss: float = Field(allow_inf_nan=False)
+    run: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9_.:\-]*$",
+                     description="the training run: a new run starts its steps and loss "
+                     "history afresh (the router keeps what it learned)")
+
+
+class AlignerFeedbackAck(_Wire):
+    """Whether the feedback was applied (once per step: another rank's copy is not)."""
+
+    step: int
+    applied: bool
+    feedback: float | None = Field(description="r_t: 1 when the loss did not rise, 0 when it "
+                                   "did, null without a previous loss")
+    pairs: int = Field(description="routed (context, member) pairs the update used")
+
+
+class AlignerStats(_Wire):
+    """Counters of the reward service since the server started (the online state: persisted)."""
+
+    batches: int = 0
+    items: int = 0
+    failed: int = 0
+    empty: int = 0
+    invalid_choices: int = 0
+    feedback_applied: int = 0
+    step: int | None = None
+    last_loss: float | None = None
+    router_version: int | None = None
+    router_updates: int = 0
+    cached_images: int = 0
+    member_query_bytes: int = Field(default=0, description="request bytes the server's broker "
+                                    "sent to members (push mode)")
+    online_state_sha256: str | None = Field(default=None, description="hash of the saved "
+                                            "online router state (head, U, rng)")

@@ -1,0 +1,128 @@
+"""Who may call what: signed identities with a roster role, and the admin bearer token.
+
+Every signed request names its sender; the sender's enrolled row gives its public key and its
+role (``member``, ``aligner``, ``auditor``, ``operator``). Member endpoints (stages, work,
+pending queries, answers) refuse the other roles, the aligner's endpoints refuse everyone but an
+aligner, and the admin token opens only the admin endpoints.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any, NamedTuple
+
+from fastapi import Request
+
+from sdk.wire import AuthError, SignatureCheck, authenticate, signature_check
+from server_app._settings import ServerSettings
+from server_app._store import Store
+
+__all__ = ["ADMIN", "Access", "Identity"]
+
+ADMIN = "admin"
+"""The caller id of a request that presented the admin bearer token."""
+
+
+class Identity(NamedTuple):
+    """An authenticated caller: its id and role (``admin`` for the bearer token)."""
+
+    caller_id: str
+    role: str
+
+
+def _refuse(identity: Identity, allowed: tuple[str, ...], what: str) -> AuthError:
+    return AuthError(f"{what} are for the {' or '.join(allowed)} role; caller "
+                     f"{identity.caller_id!r} has role {identity.role!r}", status=403)
+
+
+class Access:
+    """The server's authentication: key and role lookups (cached: an enrolled identity's key
+    and role never change), nonces, and one check per kind of endpoint."""
+
+    def __init__(self, store: Store, cfg: ServerSettings) -> None:
+        self.store, self.cfg = store, cfg
+        self._rows: dict[str, tuple[str, str]] = {}  # caller id -> (public key, role)
+
+    def _row(self, sender: str) -> tuple[str, str] | None:
+        if sender not in self._rows:
+            client = self.store.client(sender)
+            if client is None:
+                return None
+            self._rows[sender] = (str(client["public_key"]), str(client["role"]))
+        return self._rows[sender]
+
+    def key_of(self, sender: str) -> str | None:
+        """The enrolled public key of ``sender`` (None: unknown)."""
+        row = self._row(sender)
+        return None if row is None else row[0]
+
+    def role_of(self, sender: str) -> str:
+        """The role of an enrolled ``sender`` (call after its signature checked out)."""
+        row = self._row(sender)
+        assert row is not None, sender
+        return row[1]
+
+    def use_nonce(self, sender: str, nonce: str, ts: float) -> bool:
+        """Record a request's nonce; False if it was used (a replay)."""
+        return self.store.use_nonce(sender, nonce, ts, keep_s=2 * self.cfg.max_clock_skew_s + 60)
+
+    def _kw(self) -> dict[str, Any]:
+        return {"public_key_of": self.key_of, "use_nonce": self.use_nonce,
+                "max_skew_s": self.cfg.max_clock_skew_s}
+
+    async def identity(self, request: Request) -> Identity:
+        """A signed caller and its role."""
+        sender = await authenticate(request, **self._kw())
+        return Identity(sender, self.role_of(sender))
+
+    def admin(self, request: Request) -> None:
+        """Accept only the admin bearer token."""
+        header = request.headers.get("authorization", "")
+        if self.cfg.admin_token is None:
+            raise AuthError("admin endpoints are disabled (no admin_token configured)", status=403)
+        expected = f"Bearer {self.cfg.admin_token.get_secret_value()}"
+        if not hmac.compare_digest(header.encode(), expected.encode()):
+            raise AuthError("missing or wrong admin bearer token")
+
+    async def caller(self, request: Request) -> Identity:
+        """A signed identity of any role, or the admin bearer token."""
+        if request.headers.get("authorization"):
+            self.admin(request)
+            return Identity(ADMIN, ADMIN)
+        return await self.identity(request)
+
+    async def operator(self, request: Request) -> Identity:
+        """The admin bearer token or a signed ``operator`` identity (opening rounds)."""
+        found = await self.caller(request)
+        if found.role not in (ADMIN, "operator"):
+            raise _refuse(found, ("operator", ADMIN), "admin endpoints")
+        return found
+
+    async def member(self, request: Request) -> str:
+        """A signed ``member`` (the round and reward-query endpoints); returns its id."""
+        return self.as_member((await self.identity(request)).caller_id)
+
+    async def aligner(self, request: Request) -> str:
+        """A signed ``aligner`` (the GRPO job's reward endpoints); returns its id."""
+        if request.headers.get("authorization"):
+            raise AuthError("the alignment endpoints take a signed aligner identity, not the "
+                            "admin bearer token", status=403)
+        found = await self.identity(request)
+        return self.require(found, ("aligner",), "alignment endpoints")
+
+    @staticmethod
+    def require(found: Identity, allowed: tuple[str, ...], what: str) -> str:
+        """``found``'s id if its role is allowed, else a 403 naming the role."""
+        if found.role not in allowed:
+            raise _refuse(found, allowed, what)
+        return found.caller_id
+
+    def as_member(self, sender: str) -> str:
+        """``sender`` if its role is ``member`` (after its signature checked out), else 403."""
+        return self.require(Identity(sender, self.role_of(sender)), ("member",),
+                            "round and reward-query endpoints")
+
+    async def member_check(self, request: Request) -> SignatureCheck:
+        """A signature check to run in the endpoint's own worker thread, followed there by
+        :meth:`as_member` (the round endpoints then cost one thread hop, not two)."""
+        return await signature_check(request, **self._kw())

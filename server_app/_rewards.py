@@ -1,0 +1,361 @@
+"""The reward service of the aligner role: the selection pipeline of stage C, on the server.
+
+A batch from the aligner is rewarded as ``sdk.alignment`` does in one process: the selection
+(MoR routes each completion to one member with the online router, or a baseline), the broker
+asks the chosen members, empty completions and off-format multiple-choice answers are scored
+without a query, and a member that times out or refuses gives the failure value for its items.
+The aligner's per-step loss is the Neural TS feedback; the online state is saved after each
+update and loaded again at start, so a restarted server continues the same bandit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import io
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from PIL import Image, UnidentifiedImageError
+
+from sdk.wire import (
+    AlignerFeedback,
+    AlignerFeedbackAck,
+    AlignerItem,
+    AlignerRequest,
+    AlignerResponse,
+    AlignerStats,
+    ConflictError,
+    PayloadError,
+)
+from server_app._broker import BrokerError, QueryItem, RewardBroker
+from server_app._settings import AlignmentSettings
+from server_app._store import Store
+
+__all__ = ["AlignmentService", "ImageCache", "RateLimited"]
+
+_log = logging.getLogger("fedmor.server.rewards")
+_ROUTED = ("mor", "mor_no_online")  # the selections that take the router
+_ONLINE = "mor"  # the one whose router learns from the aligner's feedback
+
+
+class RateLimited(RuntimeError):
+    """An aligner sent more requests than its per-minute allowance (HTTP 429)."""
+
+
+class ImageCache:
+    """Content-addressed image bytes, least recently used first out, bounded by count and
+    bytes: the aligner sends an image's bytes once, then its hash."""
+
+    def __init__(self, max_items: int, max_bytes: int) -> None:
+        self.max_items, self.max_bytes = max_items, max_bytes
+        self._data: OrderedDict[str, bytes] = OrderedDict()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get(self, digest: str) -> bytes | None:
+        """The bytes of ``digest`` (now the most recently used), or None."""
+        data = self._data.get(digest)
+        if data is not None:
+            self._data.move_to_end(digest)
+        return data
+
+    def put(self, digest: str, data: bytes) -> None:
+        """Keep ``data`` under its hash, dropping the oldest images over the bounds."""
+        if digest in self._data:
+            self._data.move_to_end(digest)
+            return
+        self._data[digest] = data
+        self._bytes += len(data)
+        while len(self._data) > 1 and (len(self._data) > self.max_items
+                                       or self._bytes > self.max_bytes):
+            _, old = self._data.popitem(last=False)
+            self._bytes -= len(old)
+
+
+class _Tolerant:
+    """A reward source over the broker's that gives ``failure`` to the items of a member that
+    timed out or refused, and records who judged what (for ``judges``)."""
+
+    def __init__(self, inner: Any, member_ids: list[str], failure: float) -> None:
+        self.inner, self.member_ids, self.failure = inner, member_ids, failure
+        self.failed = 0
+        self.judged: dict[tuple[int, str, str], list[str]] = {}
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.inner.num_clients)
+
+    async def score(self, client_index: int, images: Sequence[Image.Image | None],
+                    prompts: Sequence[str], responses: Sequence[str]) -> list[float]:
+        try:
+            scores = list(await self.inner.score(client_index, images, prompts, responses))
+            judge = self.member_ids[client_index]
+        except BrokerError as exc:
+            _log.warning("reward query to member %s failed: %s", client_index, exc)
+            self.failed += len(prompts)
+            scores, judge = [self.failure] * len(prompts), ""
+        for image, prompt, response in zip(images, prompts, responses, strict=True):
+            self.judged.setdefault((id(image), prompt, response), []).append(judge)
+        return scores
+
+
+@dataclass
+class _Pipeline:
+    """One selection method's reward function, its sources and (MoR) its online router."""
+
+    reward_fn: Any  # sdk.alignment.SelectionRewardFunction
+    tolerant: _Tolerant
+    empty_source: Any  # sdk.alignment.EmptyIsWorst
+    router_version: int | None
+    # (batch step, contexts (n, d), arms) routed since the last applied feedback
+    pending: list[tuple[int, Any, list[int]]] = field(default_factory=list)
+    run: str = ""
+    step: int | None = None
+    last_loss: float | None = None
+
+
+class AlignmentService:
+    """Rewards for the aligner: ``score`` a batch, apply ``feedback``, read ``stats``."""
+
+    def __init__(self, store: Store, broker: RewardBroker, settings: AlignmentSettings) -> None:
+        self.store, self.broker, self.cfg = store, broker, settings
+        self.images = ImageCache(settings.image_cache_items, settings.image_cache_bytes)
+        self.counts = AlignerStats()
+        self._pipelines: dict[str, _Pipeline] = {}
+        self._lock = asyncio.Lock()  # one batch at a time: the router and counters are shared
+        self._calls: dict[str, deque[float]] = {}
+
+    # -- limits --------------------------------------------------------------------------------
+    def admit(self, aligner_id: str, n_items: int) -> None:
+        """Refuse a batch over ``max_items`` (422) or over the per-minute rate (429)."""
+        if n_items > self.cfg.max_items:
+            raise PayloadError(f"{n_items} items exceed the server's limit of "
+                               f"{self.cfg.max_items} per request")
+        now = time.monotonic()
+        calls = self._calls.setdefault(aligner_id, deque())
+        while calls and calls[0] < now - 60.0:
+            calls.popleft()
+        if len(calls) >= self.cfg.max_requests_per_minute:
+            raise RateLimited(f"aligner {aligner_id} sent {len(calls)} requests in the last "
+                              f"minute (limit {self.cfg.max_requests_per_minute})")
+        calls.append(now)
+
+    # -- the pipeline --------------------------------------------------------------------------
+    def _members(self) -> list[dict[str, Any]]:
+        members = self.store.clients("member")
+        if self.cfg.members is None:
+            if not members:
+                raise ConflictError("no member is enrolled: nobody can score rewards yet")
+            return members
+        by_name = {m["name"]: m for m in members}
+        absent = [n for n in self.cfg.members if n not in by_name]
+        if absent:
+            raise ConflictError(f"alignment.members not enrolled (yet): {', '.join(absent)}")
+        return [by_name[n] for n in self.cfg.members]
+
+    def _chooser(self, method: str, n_members: int) -> tuple[Any, int]:
+        """The router of the latest published version, as an arm chooser; and that version."""
+        import numpy as np
+
+        from sdk.alignment import NeuralTSChooser
+        from sdk.router import (
+            HashingEncoder,
+            HashingEncoderConfig,
+            NeuralThompsonRouter,
+            NeuralTSConfig,
+            Router,
+            RouterConfig,
+        )
+
+        row = self.store.version()
+        if row is None:
+            raise ConflictError(f"selection {method!r} needs a router: none is published yet")
+        encoder = HashingEncoder(HashingEncoderConfig.model_validate(self.cfg.encoder))
+        router = Router(RouterConfig.model_validate(self.cfg.router),
+                        [f"member-{k}" for k in range(n_members)], encoder.encoder_id)
+        if router.num_params() != int(row["length"]):
+            raise ConflictError(f"router version {row['version']} has {row['length']} "
+                                f"parameters; alignment.router and alignment.members give "
+                                f"{router.num_params()}")
+        router.set_flat_params(np.frombuffer(bytes(row["blob"]), dtype="<f4").copy())
+        online = NeuralTSConfig.model_validate(self.cfg.online)
+        return NeuralTSChooser(encoder, NeuralThompsonRouter(router, online)), int(row["version"])
+
+    def _build(self, method: str) -> _Pipeline:
+        from sdk.alignment import (
+            SELECTIONS,
+            BrokerRewardSource,
+            EmptyIsWorst,
+            SelectionRewardFunction,
+            make_selection,
+        )
+
+        if method not in SELECTIONS:
+            raise PayloadError(f"unknown selection method {method!r}; registered: "
+                               f"{sorted(SELECTIONS)}")
+        members = self._members()
+        ids = [str(m["client_id"]) for m in members]
+        kwargs = dict(self.cfg.selection_options.get(method, {}))
+        version = None
+        if method in _ROUTED:
+            kwargs["chooser"], version = self._chooser(method, len(ids))
+        try:
+            selection = make_selection(method, **kwargs)
+        except TypeError as exc:
+            raise PayloadError(f"selection {method!r} cannot run on the server: {exc}") from None
+        tolerant = _Tolerant(BrokerRewardSource(self.broker, ids, make_item=QueryItem), ids,
+                             self.cfg.failure_reward)
+        empty = EmptyIsWorst(tolerant, worst=self.cfg.empty_reward)
+        fn = SelectionRewardFunction(selection, empty,
+                                     invalid_choice_reward=self.cfg.invalid_choice_reward)
+        pipeline = _Pipeline(fn, tolerant, empty, version)
+        if method == _ONLINE:
+            self._restore(pipeline)
+        return pipeline
+
+    def _pipeline(self, method: str) -> _Pipeline:
+        pipe = self._pipelines.get(method)
+        # A router-based method follows the newest published router: a new version (another
+        # federated round) starts a fresh online phase on it.
+        if pipe is None or (method in _ROUTED
+                            and pipe.router_version != self.store.latest_version()):
+            pipe = self._pipelines[method] = self._build(method)
+        return pipe
+
+    # -- rewards -------------------------------------------------------------------------------
+    def _images(self, items: list[AlignerItem]) -> tuple[list[Image.Image], list[str]]:
+        """Decoded images per item, or (when some are neither sent nor cached) their hashes."""
+        for item in items:
+            if item.image_b64 is None:
+                continue
+            try:
+                data = base64.b64decode(item.image_b64, validate=True)
+            except (binascii.Error, ValueError):
+                raise PayloadError(f"image {item.image_sha256[:12]}: image_b64 is not base64"
+                                   ) from None
+            if hashlib.sha256(data).hexdigest() != item.image_sha256:
+                raise PayloadError(f"image {item.image_sha256[:12]}: the bytes do not hash to "
+                                   "image_sha256")
+            self.images.put(item.image_sha256, data)
+        found = {i.image_sha256: self.images.get(i.image_sha256) for i in items}
+        missing = sorted(h for h, d in found.items() if d is None)
+        if missing:
+            return [], missing
+        decoded: dict[str, Image.Image] = {}
+        for digest, blob in found.items():
+            if blob is None:
+                continue
+            try:
+                decoded[digest] = Image.open(io.BytesIO(blob)).convert("RGB")
+            except (UnidentifiedImageError, OSError, ValueError):
+                raise PayloadError(f"image {digest[:12]} is not a readable image") from None
+        return [decoded[i.image_sha256] for i in items], []
+
+    async def score(self, req: AlignerRequest) -> AlignerResponse:
+        """One clipped reward per item (or the image hashes the server lacks)."""
+        images, missing = self._images(req.items)
+        if missing:
+            return AlignerResponse(missing=missing)
+        async with self._lock:
+            pipe = self._pipeline(req.method)
+            pipe.tolerant.failed, pipe.tolerant.judged = 0, {}
+            empty_before = pipe.empty_source.empty
+            invalid_before = pipe.reward_fn.invalid_choices
+            rewards = await pipe.reward_fn(
+                prompts=[i.prompt for i in req.items], completions=[i.response for i in req.items],
+                image=images, options=[i.options for i in req.items])
+            contexts, arms = pipe.reward_fn.selection.take_pending()
+            if contexts is not None and arms:
+                pipe.pending.append((req.step, contexts, arms))
+            c = self.counts
+            c.batches, c.items = c.batches + 1, c.items + len(req.items)
+            c.failed += pipe.tolerant.failed
+            c.empty += pipe.empty_source.empty - empty_before
+            c.invalid_choices += pipe.reward_fn.invalid_choices - invalid_before
+            judges = None
+            if self.cfg.reveal_judges:
+                judged = pipe.tolerant.judged
+                judges = [(judged.get((id(im), i.prompt, i.response)) or [""]).pop(0)
+                          for im, i in zip(images, req.items, strict=True)]
+        bound = self.cfg.clip
+        return AlignerResponse(rewards=[min(max(float(r), -bound), bound) for r in rewards],
+                               failed=pipe.tolerant.failed, judges=judges,
+                               router_version=pipe.router_version)
+
+    # -- online feedback -----------------------------------------------------------------------
+    async def feedback(self, fb: AlignerFeedback) -> AlignerFeedbackAck:
+        """Apply the bandit update for ``fb.step`` once (as ``RouterFeedbackCallback`` does in
+        one process): r_t = 1 when the loss did not rise, over the pairs of batches generated
+        before that step. A repeated step (another rank's copy) is acknowledged only; a new
+        ``run`` starts its step and loss history afresh on the router learned so far."""
+        import torch
+
+        from sdk.alignment import loss_feedback
+
+        async with self._lock:
+            pipe = self._pipeline(_ONLINE)
+            if fb.run != pipe.run:  # another training run: its own steps and loss history
+                pipe.run, pipe.step, pipe.last_loss = fb.run, None, None
+            if pipe.step is not None and fb.step <= pipe.step:
+                return AlignerFeedbackAck(step=fb.step, applied=False, feedback=None, pairs=0)
+            r_t = loss_feedback(pipe.last_loss, fb.loss)
+            due = [p for p in pipe.pending if p[0] < fb.step]
+            pipe.pending = [p for p in pipe.pending if p[0] >= fb.step]
+            chooser = pipe.reward_fn.selection.chooser
+            pairs = 0
+            if r_t is not None and due and chooser is not None:
+                arms = [a for _, _, batch_arms in due for a in batch_arms]
+                chooser.update(torch.cat([c for _, c, _ in due]), arms, [r_t] * len(arms))
+                pairs = len(arms)
+                self.counts.router_updates += 1
+            pipe.step, pipe.last_loss = fb.step, fb.loss
+            await asyncio.to_thread(self._save, pipe)
+            self.counts.feedback_applied += 1
+        return AlignerFeedbackAck(step=fb.step, applied=True, feedback=r_t, pairs=pairs)
+
+    def _save(self, pipe: _Pipeline) -> None:
+        import torch
+
+        chooser = pipe.reward_fn.selection.chooser
+        buf = io.BytesIO()
+        torch.save(chooser.state_dict() if chooser is not None else {}, buf)
+        assert pipe.router_version is not None
+        self.store.save_online(_ONLINE, pipe.router_version, pipe.run, pipe.step,
+                               pipe.last_loss, buf.getvalue())
+
+    def _restore(self, pipe: _Pipeline) -> None:
+        import torch
+
+        row = self.store.online(_ONLINE)
+        if row is None:
+            return
+        if row["router_version"] != pipe.router_version:
+            _log.info("router version %s was published since the online state was saved (on "
+                      "version %s): the online phase starts afresh", pipe.router_version,
+                      row["router_version"])
+            return
+        state = torch.load(io.BytesIO(bytes(row["state"])), weights_only=True)
+        chooser = pipe.reward_fn.selection.chooser
+        if chooser is not None and state:
+            chooser.load_state_dict(state)
+        pipe.run, pipe.step, pipe.last_loss = row["run"], row["step"], row["last_loss"]
+
+    def stats(self) -> AlignerStats:
+        """The counters, the saved online router (step, last loss, version, state hash) and
+        the image cache's size."""
+        row = self.store.online(_ONLINE) or {}
+        return self.counts.model_copy(update={
+            "step": row.get("step"), "last_loss": row.get("last_loss"),
+            "router_version": row.get("router_version"), "cached_images": len(self.images),
+            "member_query_bytes": self.broker.bytes_sent,
+            "online_state_sha256": hashlib.sha256(bytes(row["state"])).hexdigest()
+            if row else None})

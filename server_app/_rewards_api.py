@@ -1,0 +1,68 @@
+"""The aligner role's endpoints: ``POST /v1/rewards``, ``POST /v1/rewards/feedback`` and
+``GET /v1/rewards/stats`` (an ``APIRouter`` that ``create_app`` includes)."""
+
+# No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from sdk.wire import (
+    AlignerFeedback,
+    AlignerFeedbackAck,
+    AlignerRequest,
+    AlignerResponse,
+    AlignerStats,
+)
+from server_app._access import ADMIN, Access
+from server_app._rewards import AlignmentService, RateLimited
+
+__all__ = ["install_rate_limit", "rewards_router"]
+
+_429: dict[int | str, dict[str, Any]] = {429: {"description": "Too many requests from this aligner", "content": {
+    "application/json": {"schema": {"type": "object", "properties": {
+        "detail": {"type": "string"}}, "required": ["detail"]}}}}}
+
+
+async def _rate_limited(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=429, headers={"retry-after": "60"})
+
+
+def rewards_router(service: AlignmentService, access: Access) -> APIRouter:
+    """The endpoints over ``service``; only a signed ``aligner`` identity may call them (the
+    stats also take the admin bearer token)."""
+    router = APIRouter(prefix="/v1/rewards", tags=["alignment"])
+    Aligner = Annotated[str, Depends(access.aligner)]
+
+    @router.post("", response_model=AlignerResponse, responses=_429)
+    async def rewards(aligner: Aligner, req: AlignerRequest) -> AlignerResponse:
+        """One normalized, clipped reward per item, chosen by ``method`` (MoR by default: the
+        server's router picks one member per item and asks it). When the server lacks an
+        image, the answer lists it in ``missing`` (no rewards): send the batch again with
+        those images' bytes in ``image_b64``."""
+        service.admit(aligner, len(req.items))
+        return await service.score(req)
+
+    @router.post("/feedback", response_model=AlignerFeedbackAck)
+    async def feedback(_: Aligner, fb: AlignerFeedback) -> AlignerFeedbackAck:
+        """The trainer's loss after ``step``: the online router's Neural TS update, applied
+        once per step (a repeated step is acknowledged with ``applied`` false)."""
+        return await service.feedback(fb)
+
+    async def reader(request: Request) -> str:
+        found = await access.caller(request)
+        return Access.require(found, ("aligner", "operator", ADMIN), "the reward statistics")
+
+    @router.get("/stats", response_model=AlignerStats)
+    def stats(_: Annotated[str, Depends(reader)]) -> AlignerStats:
+        """Counters since the server started (batches, items, failures, empty and off-format
+        completions, feedback) and the online router's step, last loss and version."""
+        return service.stats()
+
+    return router
+
+
+def install_rate_limit(app: FastAPI) -> None:
+    """Map :class:`RateLimited` to 429 with a ``detail``."""
+    app.add_exception_handler(RateLimited, _rate_limited)

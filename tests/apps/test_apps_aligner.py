@@ -1,0 +1,222 @@
+"""The aligner role against real processes: ``POST /v1/rewards`` routes each item to the member
+the server's router chose, only an aligner may call it, feedback moves the online router once
+per step and survives a restart, and a member that hangs gives the failure value."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from PIL import Image
+
+from client_app import HashScorer
+from sdk.alignment import PngCache, RestRewardFunction, enroll_identity
+from sdk.consortium import LocalConsortium
+from sdk.router import HashingEncoder, HashingEncoderConfig, Router, RouterConfig
+from sdk.wire import load_private_key, sign_headers
+
+ROUTER = {"d_model": 16, "num_layers": 1, "num_heads": 2, "dim_feedforward": 32}
+FAILURE = -2.5
+
+
+def _image(seed: int) -> Image.Image:
+    pixels = np.random.default_rng(seed).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    return Image.fromarray(pixels)
+
+
+IMAGES = [_image(0), _image(1)]
+PROMPTS = [f"what is shown? {i}" for i in range(6)]
+RESPONSES = [f"a picture of thing {i}" for i in range(6)]
+
+
+class Aligner:
+    """Signed calls as the enrolled aligner (or anyone else's key and id)."""
+
+    def __init__(self, c: LocalConsortium, key_path: str, sender: str) -> None:
+        self.http = httpx.Client(base_url=c.server_url, verify=c.verify, timeout=60)
+        self.key, self.sender = load_private_key(Path(key_path)), sender
+
+    def post(self, path: str, payload: Any) -> httpx.Response:
+        body = json.dumps(payload).encode()
+        headers = sign_headers(self.key, sender=self.sender, method="POST", path=path,
+                               body=body) | {"content-type": "application/json"}
+        return self.http.post(path, content=body, headers=headers)
+
+    def get(self, path: str) -> httpx.Response:
+        return self.http.get(path, headers=sign_headers(self.key, sender=self.sender,
+                                                        method="GET", path=path, body=b""))
+
+
+@pytest.fixture(scope="module")
+def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
+    alignment = {"router": ROUTER, "reveal_judges": True, "failure_reward": FAILURE,
+                 "selection_options": {"best_single": {"client": 1}}}
+    with LocalConsortium(tmp_path_factory.mktemp("aligner"), 2,
+                         identities={"trainer": "aligner"},
+                         server={"alignment": alignment, "reward_timeout_s": 3.0}) as c:
+        c.start()
+        c.wait_enrolled()
+        length = Router(RouterConfig(**ROUTER), ["a", "b"],
+                        HashingEncoder(HashingEncoderConfig()).encoder_id).num_params()
+        c.run_round(kind="router_secagg", vector_length=length, min_clients=2,
+                    params={"clip_range": 8.0})
+        yield c
+
+
+@pytest.fixture(scope="module")
+def aligner(consortium: LocalConsortium) -> Aligner:
+    cfg = consortium.identity_cfg["trainer"]
+    enrolled = enroll_identity(consortium.server_url, load_private_key(Path(cfg["identity_key"])),
+                               name="trainer", token=cfg["enrollment_token"],
+                               verify=consortium.verify)
+    assert enrolled.role == "aligner"
+    return Aligner(consortium, cfg["identity_key"], enrolled.client_id)
+
+
+def _items(with_bytes: bool) -> tuple[list[dict[str, Any]], list[str]]:
+    pngs = [PngCache().encode(IMAGES[i % 2]) for i in range(6)]
+    digests = [hashlib.sha256(p).hexdigest() for p in pngs]
+    items = [{"image_sha256": d, "prompt": p, "response": r}
+             | ({"image_b64": base64.b64encode(png).decode()} if with_bytes
+                else {})
+             for d, p, r, png in zip(digests, PROMPTS, RESPONSES, pngs, strict=True)]
+    return items, digests
+
+
+def _audited(c: LocalConsortium, name: str) -> set[str]:
+    with sqlite3.connect(c.client_cfg[name]["db_path"]) as db:
+        rows = db.execute("SELECT item_hashes FROM query_audit WHERE caller='server'").fetchall()
+    return {h for (hashes,) in rows for h in json.loads(hashes)}
+
+
+def test_rewards_come_from_the_member_the_router_chose(consortium: LocalConsortium,
+                                                       aligner: Aligner) -> None:
+    items, digests = _items(with_bytes=False)
+    first = aligner.post("/v1/rewards", {"items": items, "step": 0})
+    assert first.status_code == 200, first.text
+    assert first.json()["rewards"] == [] and sorted(first.json()["missing"]) == sorted(
+        set(digests))  # the server asks for the bytes once
+    items, _ = _items(with_bytes=True)
+    resp = aligner.post("/v1/rewards", {"items": items, "step": 0})
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    members = dict(zip(consortium.enrolled(), consortium.names, strict=True))
+    assert set(out["judges"]) <= set(members) and out["failed"] == 0
+    assert out["router_version"] == 1
+    reference = HashScorer().score([IMAGES[i % 2] for i in range(6)], PROMPTS, RESPONSES)
+    assert out["rewards"] == pytest.approx(reference, abs=1e-6)
+    # Each item reached exactly the member the server named: its own audit log shows it.
+    for item, judge in zip(items, out["judges"], strict=True):
+        key = hashlib.sha256(json.dumps([item["image_sha256"], item["prompt"],
+                                         item["response"]]).encode()).hexdigest()
+        audited = {name: key in _audited(consortium, name) for name in consortium.names}
+        assert audited == {name: name == members[judge] for name in consortium.names}
+    # Hashes only, now that the server holds the images.
+    again = aligner.post("/v1/rewards", {"items": _items(False)[0], "step": 0})
+    assert again.status_code == 200 and len(again.json()["rewards"]) == 6
+
+
+def test_only_the_aligner_may_ask(consortium: LocalConsortium, aligner: Aligner) -> None:
+    items, _ = _items(with_bytes=False)
+    name = consortium.names[0]
+    member = Aligner(consortium, consortium.client_cfg[name]["identity_key"],
+                     consortium.enrolled()[0])
+    for path, body in (("/v1/rewards", {"items": items}),
+                       ("/v1/rewards/feedback", {"step": 1, "loss": 0.5})):
+        refused = member.post(path, body)
+        assert refused.status_code == 403 and "aligner role" in refused.json()["detail"]
+        admin = consortium.admin.post(path, json=body)
+        assert admin.status_code == 403 and "admin bearer token" in admin.json()["detail"]
+    # ... and the aligner is no member: the member endpoints refuse it.
+    assert aligner.get("/v1/work").status_code == 403
+    assert consortium.admin.get("/v1/rewards/stats").status_code == 200
+    bad = aligner.post("/v1/rewards", {"items": items, "method": "no_such_method"})
+    assert bad.status_code == 422 and "no_such_method" in bad.json()["detail"]
+    items[0]["image_b64"] = "aGVsbG8="  # bytes that do not hash to image_sha256
+    assert aligner.post("/v1/rewards", {"items": items}).status_code == 422
+
+
+def test_rest_reward_function_resends_images_only_when_asked(consortium: LocalConsortium,
+                                                             aligner: Aligner) -> None:
+    fn = RestRewardFunction(consortium.server_url, aligner.key, aligner.sender,
+                            verify=consortium.verify)
+    images = [_image(7)] * 4
+    prompts = [[{"role": "user", "content": [{"type": "image"},
+                                             {"type": "text", "text": p}]}]
+               for p in PROMPTS[:4]]
+    rewards = asyncio.run(fn(prompts=prompts, completions=RESPONSES[:4], image=images))
+    assert len(rewards) == 4 and fn.requests == 2  # the new image: asked for, then sent
+    again = asyncio.run(fn(prompts=prompts, completions=RESPONSES[:4], image=images))
+    assert fn.requests == 3 and len(again) == 4
+
+
+def test_feedback_applies_once_per_step_and_survives_a_restart(consortium: LocalConsortium,
+                                                               aligner: Aligner) -> None:
+    items, _ = _items(with_bytes=False)
+    first = aligner.post("/v1/rewards/feedback", {"step": 1, "loss": 0.5}).json()
+    assert first["applied"] and first["feedback"] is None  # no previous loss yet
+    assert aligner.post("/v1/rewards", {"items": items, "step": 1}).status_code == 200
+    second = aligner.post("/v1/rewards/feedback", {"step": 2, "loss": 0.4}).json()
+    assert second == {"step": 2, "applied": True, "feedback": 1.0, "pairs": 6}
+    repeat = aligner.post("/v1/rewards/feedback", {"step": 2, "loss": 0.9}).json()
+    assert repeat["applied"] is False  # the other rank's copy of step 2
+    before = aligner.get("/v1/rewards/stats").json()
+    assert before["step"] == 2 and before["last_loss"] == 0.4 and before["router_updates"] == 1
+
+    consortium.stop("server")
+    consortium.start_server()
+    after = aligner.get("/v1/rewards/stats").json()
+    assert after["online_state_sha256"] == before["online_state_sha256"]
+    assert (after["step"], after["last_loss"]) == (2, 0.4)
+    assert aligner.post("/v1/rewards/feedback", {"step": 2, "loss": 0.1}).json()["applied"] \
+        is False
+    third = aligner.post("/v1/rewards/feedback", {"step": 3, "loss": 0.45}).json()
+    assert third["applied"] and third["feedback"] == 0.0  # compared with the reloaded loss
+    # A later training run counts its steps from 1 again: not a repeat, no previous loss.
+    later = aligner.post("/v1/rewards/feedback", {"step": 1, "loss": 0.3, "run": "b"}).json()
+    assert later["applied"] and later["feedback"] is None
+    # A newly published router (another federated round) starts a fresh online phase on it.
+    length = Router(RouterConfig(**ROUTER), ["a", "b"],
+                    HashingEncoder(HashingEncoderConfig()).encoder_id).num_params()
+    consortium.run_round(kind="router_secagg", vector_length=length, min_clients=2,
+                         params={"clip_range": 8.0})
+    out = aligner.post("/v1/rewards", {"items": _items(with_bytes=True)[0], "step": 1}).json()
+    assert out["router_version"] == 2  # (the restarted server's image cache started empty)
+    fresh = aligner.get("/v1/rewards/stats").json()
+    assert fresh["router_version"] == 1  # nothing saved on version 2 before its first feedback
+    assert aligner.post("/v1/rewards/feedback", {"step": 2, "loss": 0.3, "run": "b"}).json()[
+        "feedback"] is None  # version 2's online phase has no previous loss
+    assert aligner.get("/v1/rewards/stats").json()["router_version"] == 2
+
+
+def test_a_member_that_hangs_gives_the_failure_value(consortium: LocalConsortium,
+                                                    aligner: Aligner) -> None:
+    items, _ = _items(with_bytes=True)
+    # best_single asks one member for everything: both hang, whichever it is.
+    pids = [consortium.procs[name].pid for name in consortium.names]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        resp = aligner.post("/v1/rewards", {"items": items, "method": "best_single"})
+        took = time.monotonic() - start
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert out["rewards"] == [FAILURE] * 6 and out["failed"] == 6 and out["judges"] == [""] * 6
+    assert took < 30  # the broker's timeout (3 s here), not a hung request
+    assert aligner.get("/v1/rewards/stats").json()["failed"] >= 6

@@ -1,0 +1,82 @@
+"""Roles: one roster, one enrollment, and each endpoint family refuses the other roles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from server_app import (
+    ServerSettings,
+    Store,
+    add_to_roster,
+    create_app,
+    generate_key,
+    public_key_b64,
+)
+from tests.apps.conftest import Member
+
+
+@pytest.fixture
+def roles(tmp_path: Path) -> dict[str, Member]:
+    roster = tmp_path / "roster.json"
+    keys = {name: generate_key() for name in ("m0", "m1", "job", "ops", "audit")}
+    role = {"m0": "member", "m1": "member", "job": "aligner", "ops": "operator",
+            "audit": "auditor"}
+    tokens = {n: add_to_roster(roster, name=n, public_key=public_key_b64(k),
+                               role=role[n])  # type: ignore[arg-type]
+              for n, k in keys.items()}
+    cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
+                         roster_file=roster, admin_token="adm")  # type: ignore[arg-type]
+    tc = TestClient(create_app(cfg))
+    out = {}
+    for name, key in keys.items():
+        resp = tc.post("/v1/enroll", json={"name": name, "token": tokens[name],
+                                           "public_key": public_key_b64(key)})
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["role"] == role[name]
+        out[name] = Member(tc, key, resp.json()["client_id"])
+    return out
+
+
+@pytest.mark.parametrize("who", ["job", "ops", "audit"])
+@pytest.mark.parametrize(("method", "path"), [("GET", "/v1/work"),
+                                              ("GET", "/v1/reward/pending"),
+                                              ("GET", "/v1/rounds/1/stages/advertise"),
+                                              ("POST", "/v1/reward/answers/1")])
+def test_member_endpoints_refuse_other_roles(roles: dict[str, Member], who: str, method: str,
+                                             path: str) -> None:
+    resp = roles[who].call(method, path, {"scores": [1.0]} if method == "POST" else None)
+    assert resp.status_code == 403
+    detail = resp.json()["detail"]
+    assert "member role" in detail and roles[who].client_id in detail
+
+
+def test_members_keep_their_endpoints_and_rounds_take_members_only(
+        roles: dict[str, Member]) -> None:
+    assert roles["m0"].call("GET", "/v1/work").status_code == 200
+    opened = roles["ops"].call("POST", "/v1/rounds", {"vector_length": 4, "min_clients": 2})
+    assert opened.status_code == 200, opened.text
+    assert sorted(opened.json()["participants"]) == sorted(
+        [roles["m0"].client_id, roles["m1"].client_id])
+    # Only the operator role (or the admin token) opens rounds.
+    for who in ("m0", "job", "audit"):
+        refused = roles[who].call("POST", "/v1/rounds", {"vector_length": 4})
+        assert refused.status_code == 403 and "operator" in refused.json()["detail"]
+    admin = roles["m0"].tc.post("/v1/rounds", json={"vector_length": 4},
+                                headers={"authorization": "Bearer adm"})
+    assert admin.status_code == 200
+    # Any signed role (and the admin) may read the rounds.
+    assert roles["job"].call("GET", "/v1/rounds").status_code == 200
+
+
+def test_a_store_from_before_roles_reads_every_identity_as_a_member(tmp_path: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "old.db") as db:
+        db.execute("CREATE TABLE clients (client_id TEXT PRIMARY KEY, name TEXT UNIQUE NOT "
+                   "NULL, public_key TEXT NOT NULL, reward_url TEXT, enrolled_at REAL NOT NULL)")
+        db.execute("INSERT INTO clients VALUES ('c-1', 'm0', 'k', NULL, 1.0)")
+    store = Store(tmp_path / "old.db")
+    assert [c["role"] for c in store.clients(None)] == ["member"]
