@@ -17,10 +17,21 @@ from attacks._baselines import (
     score_reconstruction,
 )
 from attacks._capture import capture_round, capture_run_dir, pooled_embeddings
+from attacks._capture_audit import CaptureAuditConfig, MemberTruth, audit_capture_dir
+from attacks._capture_dir import (
+    CAPTURE_DIR_FORMAT,
+    CapturedArtefact,
+    CaptureDir,
+    CapturedRound,
+    CaptureManifest,
+    RewardQuery,
+    RoundCapture,
+    write_capture,
+)
 from attacks._captured import CAPTURE_FORMAT, CapturedRouterUpdate, CaptureMeta
 from attacks._captured_attacks import CapturedAttackConfig, attack_captured_update
 from attacks._errors import AttackError, AttackInputError
-from attacks._html import render_html, write_report
+from attacks._html import VERDICT_CLASSES, render_html, write_report
 from attacks._inversion import (
     CapturedUpdate,
     InversionCheckpoint,
@@ -65,11 +76,12 @@ from attacks._mlp_reward import (
     train_mlp_reward,
 )
 from attacks._normalization import NORMALIZATION_SETTINGS, normalization_reports
-from attacks._plots import plot_reconstruction_grid, plot_roc
+from attacks._plots import plot_reconstruction_grid, plot_roc, roc_figure
 from attacks._remote import RemoteRewardScorer
 from attacks._report import (
     NO_LEAK,
     AuditReport,
+    CaptureCheck,
     MembershipReport,
     ReconstructionReport,
     membership_report,
@@ -86,6 +98,15 @@ from attacks._roc import (
     roc_curve,
     tpr_at_fpr,
 )
+from attacks._summary import (
+    ARTEFACT_KINDS,
+    ArtefactVerdict,
+    AuditSummary,
+    MemberSummary,
+    VerdictLevel,
+    summarize,
+    verdict_level,
+)
 from attacks._testbed import (
     PatchImageRouter,
     overfit_reward_model_scores,
@@ -94,20 +115,31 @@ from attacks._testbed import (
 )
 
 __all__ = [
+    "ARTEFACT_KINDS",
     "BASELINE_NAMES",
+    "CAPTURE_DIR_FORMAT",
     "CAPTURE_FORMAT",
     "DEFAULT_FPRS",
     "LPIPS_MIN_SIZE",
     "NORMALIZATION_SETTINGS",
     "NO_LEAK",
     "PSNR_CAP_DB",
+    "VERDICT_CLASSES",
+    "ArtefactVerdict",
     "AttackError",
     "AttackInputError",
     "AttackScores",
     "AuditConfig",
     "AuditReport",
+    "AuditSummary",
+    "CaptureAuditConfig",
+    "CaptureCheck",
+    "CaptureDir",
+    "CaptureManifest",
     "CaptureMeta",
+    "CapturedArtefact",
     "CapturedAttackConfig",
+    "CapturedRound",
     "CapturedRouterUpdate",
     "CapturedUpdate",
     "InversionCheckpoint",
@@ -115,6 +147,8 @@ __all__ = [
     "InversionResult",
     "LiraConfig",
     "LossFn",
+    "MemberSummary",
+    "MemberTruth",
     "MembershipReport",
     "MetricSummary",
     "MlpMembership",
@@ -124,11 +158,14 @@ __all__ = [
     "PatchImageRouter",
     "ReconstructionReport",
     "RemoteRewardScorer",
+    "RewardQuery",
     "RocCurve",
+    "RoundCapture",
     "SSIMParams",
     "ShadowTrainer",
     "TrainedMlpReward",
     "UpdateKind",
+    "VerdictLevel",
     "align_to_originals",
     "analytic_attack_on_update",
     "analytic_linear_candidates",
@@ -136,6 +173,7 @@ __all__ = [
     "as_batch",
     "attack_captured_update",
     "auc",
+    "audit_capture_dir",
     "audit_run_dir",
     "balance",
     "baseline_guesses",
@@ -171,14 +209,18 @@ __all__ = [
     "reconstruction_verdict",
     "render_html",
     "roc_curve",
+    "roc_figure",
     "score_reconstruction",
     "secure_mean",
     "smooth_images",
     "ssim",
     "ssim_per_image",
+    "summarize",
     "threshold_attack",
     "total_variation",
     "tpr_at_fpr",
     "train_mlp_reward",
+    "verdict_level",
+    "write_capture",
     "write_report",
 ]

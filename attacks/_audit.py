@@ -15,6 +15,7 @@ from ``router/spec.json`` (attacks._capture.capture_run_dir).
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,17 +24,30 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from attacks._audit_lira import lira_reports
-from attacks._captured import CapturedRouterUpdate
+from attacks._captured import CapturedRouterUpdate, CaptureMeta
 from attacks._captured_attacks import CapturedAttackConfig, attack_captured_update
 from attacks._errors import AttackInputError
 from attacks._html import write_report
 from attacks._membership import PairScorer, threshold_attack
 from attacks._report import AuditReport, MembershipReport, ReconstructionReport, membership_report
+from attacks._shadow_base import resolve_shadow_base
+from sdk.models import Runtime
 
 if TYPE_CHECKING:
     from sdk.reward import LoraSettings, RewardTrainingConfig
 
-__all__ = ["AuditConfig", "audit_run_dir"]
+__all__ = ["AuditConfig", "audit_run_dir", "update_owner"]
+
+_RAW, _ANSWERS = "reward model (raw scores)", "reward answers (/v1/reward)"
+
+
+def update_owner(meta: CaptureMeta) -> dict[str, Any]:
+    """``members`` and ``artefact`` of a report on a captured router update: the one sender of
+    a plaintext update, or every member behind an aggregate."""
+    members = sorted({meta.client_ids[i] for i in meta.client_indices})
+    if meta.setting == "plaintext":
+        return {"members": members, "artefact": "router update, plaintext (no secure aggregation)"}
+    return {"members": members, "artefact": "router aggregate (published)"}
 
 
 class AuditConfig(BaseModel):
@@ -49,6 +63,11 @@ class AuditConfig(BaseModel):
     shadow_steps: int | None = Field(
         default=None, ge=1, description="None: the target's recorded training steps"
     )
+    shadow_base: Path | None = Field(
+        default=None,
+        description="the targets' base VLM directory; None: from each checkpoint "
+        "(attacks._shadow_base)",
+    )
     shadow_batch_size: int | None = Field(
         default=None, ge=1, description="None: the target's recorded batch size"
     )
@@ -57,6 +76,8 @@ class AuditConfig(BaseModel):
     )
     capture: bool = Field(default=True, description="replay round 1 when nothing is captured")
     inversion: CapturedAttackConfig = CapturedAttackConfig()
+    runtime: Runtime = Field(default_factory=Runtime,
+                             description="device and dtype of the target and shadow models")
 
 
 def _client_dirs(run_dir: Path, clients: tuple[str, ...] | None) -> list[Path]:
@@ -110,13 +131,13 @@ def _client_reports(
     run_dir: Path,
     cfg: AuditConfig,
     live: PairScorer[Any] | None,
+    work: Path,
     say: Callable[[str], None],
 ) -> list[MembershipReport]:
     # sdk.reward imports torch and transformers: only when an audit runs.
     import torch
 
     from sdk.data import load_pairs
-    from sdk.models import size_with_hidden
     from sdk.reward import RewardModel, ScoreNormalizer
 
     client = ckpt.name
@@ -132,7 +153,7 @@ def _client_reports(
     non_idx = np.sort(rng.choice(len(held), n, replace=False))
     members = [train[int(i)] for i in mem_idx]
     non_members = [held[int(i)] for i in non_idx]
-    model = RewardModel.from_pretrained(ckpt)
+    model = RewardModel.from_pretrained(ckpt, runtime=cfg.runtime)
     normalizer = ScoreNormalizer.load(ckpt)
     raw = _margins(model, members + non_members)  # (2n, 2)
     norm = normalizer.normalize(torch.from_numpy(raw)).numpy()
@@ -140,11 +161,13 @@ def _client_reports(
         ("raw scores", raw),
         (f"normalized, clipped at c={normalizer.clip:g} (/v1/reward)", norm),
     ]
+    # The raw view is what a holder of the checkpoint sees; the others what a querier sees.
+    kinds = [_RAW, _ANSWERS, _ANSWERS]
     if live is not None:
         # The live app answers scores, not margins: store them as (margin, 0) rows.
         margins = np.asarray(live(members + non_members), dtype=np.float64)
         views.append(("live /v1/reward", np.stack([margins, np.zeros_like(margins)], axis=1)))
-    out = []
+    out: list[MembershipReport] = []
     for name, scores in views:
 
         def scorer(idx: Sequence[int], s: np.ndarray = scores) -> np.ndarray:
@@ -152,9 +175,10 @@ def _client_reports(
             return np.asarray(s[i, 0] - s[i, 1])
 
         attack = threshold_attack(scorer, list(range(n)), list(range(n, 2 * n)), seed=cfg.seed)
-        out.append(
-            membership_report(attack, setting=f"{client}: {name}", n_boot=cfg.n_boot, seed=cfg.seed)
+        rep = membership_report(
+            attack, setting=f"{client}: {name}", n_boot=cfg.n_boot, seed=cfg.seed
         )
+        out.append(rep.model_copy(update={"members": [client], "artefact": kinds[len(out)]}))
         say(f"{client}: threshold attack on {name}: {out[-1].verdict}")
     if cfg.shadow_models:
         # Shadows train on pairs from the same distribution that are not candidates, about as
@@ -163,40 +187,74 @@ def _client_reports(
         rest = [p for i, p in enumerate(train) if i not in taken]
         rest += [p for i, p in enumerate(held) if i not in held_taken]
         population = rest[: max(len(train) - n, 0)]
-        training = RewardModel.read_checkpoint_config(ckpt).get("training") or {}
-        # Shadows are built from scratch like the demo's clients: only a size built here can be.
-        size = size_with_hidden(model.bundle.hidden_size)
-        if size is None:
-            raise AttackInputError(
-                f"client {client}: LiRA shadows cannot copy a {model.bundle.hidden_size}-wide "
-                f"{model.architecture} (not a size fedmor builds); audit with shadow_models=0"
-            )
-        recipe = _shadow_recipe(training, model.lora, cfg)
-        dp = recipe.dp
-        private = "" if dp is None else f", record-level DP-SGD at epsilon {dp.target_epsilon:g}"
-        adapters = "" if recipe.lora is None else f", LoRA rank {recipe.lora.r}"
-        say(
-            f"{client}: LiRA with {cfg.shadow_models} shadow models ({size}{adapters}, "
-            f"{recipe.steps} steps of {recipe.batch_size} pairs at lr {recipe.lr:g} each on "
-            f"{len(population)} population pairs + half of the {2 * n} candidates{private})"
-        )
-        out += lira_reports(
-            client,
+        lira = _lira(
+            ckpt,
+            model,
             views[:2],
             members + non_members,
             population,
-            architecture=model.architecture,
-            size=size,
-            recipe=recipe,
-            n_shadow=cfg.shadow_models,
             clip=normalizer.clip,
-            n_boot=cfg.n_boot,
-            seed=cfg.seed,
-            say=lambda m: say(f"{client}: {m}"),
+            cfg=cfg,
+            work=work,
+            say=say,
         )
+        out += [
+            r.model_copy(update={"members": [client], "artefact": kinds[i]})
+            for i, r in enumerate(lira)
+        ]
         for m in out[-2:]:
             say(f"{m.setting}: {m.verdict}")
     return out
+
+
+def _lira(
+    ckpt: Path,
+    model: Any,
+    views: list[tuple[str, np.ndarray]],
+    candidates: list[Any],
+    population: list[Any],
+    *,
+    clip: float,
+    cfg: AuditConfig,
+    work: Path,
+    say: Callable[[str], None],
+) -> list[MembershipReport]:
+    """LiRA on the raw and the normalized view, its shadows starting from the target's own
+    base (attacks._shadow_base) and trained with the recipe its checkpoint records."""
+    from sdk.reward import RewardModel
+
+    client = ckpt.name
+    training = RewardModel.read_checkpoint_config(ckpt).get("training") or {}
+    recipe = _shadow_recipe(training, model.lora, cfg)
+    dp = recipe.dp
+    private = "" if dp is None else f", record-level DP-SGD at epsilon {dp.target_epsilon:g}"
+    adapters = "" if recipe.lora is None else f", LoRA rank {recipe.lora.r}"
+    work.mkdir(parents=True, exist_ok=True)
+    # The base may be a copy of a real-size backbone: scratch beside the report, not in /tmp.
+    with tempfile.TemporaryDirectory(prefix=f"shadows-{client}-", dir=work) as scratch:
+        base = resolve_shadow_base(
+            ckpt, model, Path(scratch), explicit=cfg.shadow_base, seed=cfg.seed
+        )
+        say(
+            f"{client}: LiRA with {cfg.shadow_models} shadow models ({base.label}{adapters}, "
+            f"{recipe.steps} steps of {recipe.batch_size} pairs at lr {recipe.lr:g} each on "
+            f"{len(population)} population pairs + half of the {len(candidates)} "
+            f"candidates{private})"
+        )
+        return lira_reports(
+            client,
+            views,
+            candidates,
+            population,
+            base=base,
+            recipe=recipe,
+            n_shadow=cfg.shadow_models,
+            clip=clip,
+            n_boot=cfg.n_boot,
+            seed=cfg.seed,
+            say=lambda m: say(f"{client}: {m}"),
+            runtime=cfg.runtime,
+        )
 
 
 def _update_files(
@@ -225,9 +283,8 @@ def _reconstructions(
             f"{path.name}: {captured.meta.setting} update of {captured.meta.n_samples} "
             f"sample(s) from {len(captured.meta.client_indices)} client(s)"
         )
-        reports += attack_captured_update(
-            captured, name=path.stem, config=cfg.inversion, progress=say
-        )
+        found = attack_captured_update(captured, name=path.stem, config=cfg.inversion, progress=say)
+        reports += [r.model_copy(update=update_owner(captured.meta)) for r in found]
     return reports
 
 
@@ -260,7 +317,7 @@ def audit_run_dir(
         raise AttackInputError(f"live scorers given for clients not audited: {unknown}")
     memberships: list[MembershipReport] = []
     for ckpt in ckpts:
-        memberships += _client_reports(ckpt, root, cfg, (live or {}).get(ckpt.name), say)
+        memberships += _client_reports(ckpt, root, cfg, (live or {}).get(ckpt.name), out, say)
     reconstructions = _reconstructions(captures, cfg, say)
     report = AuditReport(
         title=f"fedmor privacy audit of {root.name}",
@@ -302,7 +359,9 @@ def _summaries(
         for word, label in (("leaks", "leaks"), ("inconclusive", "is inconclusive")):
             names = [f"{r.setting} ({r.attack})" for r in rows if r.verdict.startswith(word)]
             if names:
-                parts.append(f"{label} in {len(names)} of {len(rows)} settings: " + "; ".join(names))
+                parts.append(
+                    f"{label} in {len(names)} of {len(rows)} settings: " + "; ".join(names)
+                )
         out.append(
             f"{family} " + ". It ".join(parts) + "."
             if parts

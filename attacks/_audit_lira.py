@@ -1,9 +1,9 @@
 """LiRA inside the audit: shadow reward models trained by the auditor on the client's own data.
 
 The auditor holds the run's data, so it can do what a strong attacker with data from the same
-distribution does: train ``n_shadow`` reward models with the client's recipe (its architecture
-and size, its LoRA adapters if it has any, Bradley-Terry for ``shadow_steps`` steps, and its
-record-level DP-SGD settings when its checkpoint recorded them: a DP-trained or an adapter-trained
+distribution does: train ``n_shadow`` reward models with the client's recipe (from its own
+base checkpoint, attacks._shadow_base; its LoRA adapters if it has any, Bradley-Terry for
+``shadow_steps`` steps, and its record-level DP-SGD settings when its checkpoint recorded them: a DP-trained or an adapter-trained
 client must be calibrated against shadows trained the same way) on the population pairs plus a
 random half of the candidates, and calibrate every candidate's margin against the shadows that
 did and did not train on it (attacks._membership.lira_attack). Shadows are cached by training
@@ -12,10 +12,8 @@ set, so the raw and the normalized view reuse the same models.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,9 +21,10 @@ import torch
 
 from attacks._membership import LiraConfig, lira_attack
 from attacks._report import MembershipReport, membership_report
+from attacks._shadow_base import ShadowBase
 
 if TYPE_CHECKING:
-    from sdk.models import ModelSize
+    from sdk.models import Runtime
     from sdk.reward import RewardTrainingConfig
 
 __all__ = ["lira_reports"]
@@ -38,18 +37,18 @@ class _Shadows:
     def __init__(
         self,
         pairs: Sequence[Any],
-        architecture: str,
-        size: ModelSize,
+        base: ShadowBase,
         recipe: RewardTrainingConfig,
         clip: float,
         seed: int,
         say: Callable[[str], None],
     ) -> None:
-        self.pairs, self.architecture, self.size, self.recipe = pairs, architecture, size, recipe
+        self.pairs, self.base, self.recipe = pairs, base, recipe
         self.clip, self.seed, self.say = clip, seed, say
         self.cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         self.candidates: list[int] = []
         self.planned = 0
+        self.runtime: Runtime | None = None
 
     def margins(self, train: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         key = tuple(sorted(train))
@@ -58,26 +57,20 @@ class _Shadows:
         return self.cache[key]
 
     def _train(self, train: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-        from sdk.models import build_tiny_vlm
-        from sdk.reward import RewardModel, pair_texts, train_reward_model
+        from sdk.reward import RewardModel, train_reward_model
 
         s = len(self.cache)
         start = time.perf_counter()
+        self.say(f"shadow model {s + 1}/{self.planned}: training on {len(train)} pairs")
         torch.manual_seed(self.seed + s)
         cfg = self.recipe.model_copy(
             update={"seed": self.seed + s, "eval_every": 0, "clip_bound": self.clip,
                     "fit_normalizer": True}
         )
-        with tempfile.TemporaryDirectory() as tmp:
-            backbone = build_tiny_vlm(
-                self.architecture,
-                Path(tmp) / "backbone",
-                corpus=pair_texts(train),
-                seed=self.seed + s,
-                size=self.size,
-            )
-            model = RewardModel.from_backbone(backbone, lora=cfg.lora)
-            result = train_reward_model(model, train, [], cfg, progress=False)
+        # Every shadow starts from the target's base; the seed sets its head and adapters.
+        model = RewardModel.from_backbone(self.base.path, lora=cfg.lora,
+                                          runtime=self.runtime)
+        result = train_reward_model(model, train, [], cfg, progress=False)
         cand = [self.pairs[i] for i in self.candidates]
         images, prompts = [p.image for p in cand], [p.prompt for p in cand]
         raw = torch.stack(
@@ -92,7 +85,7 @@ class _Shadows:
         private = "" if cfg.dp is None else f", DP-SGD epsilon {result.spent_epsilon:.3g}"
         adapters = "" if cfg.lora is None else f", LoRA rank {cfg.lora.r}"
         self.say(
-            f"shadow model {s + 1}/{self.planned} ({self.architecture} {self.size}{adapters}, "
+            f"shadow model {s + 1}/{self.planned} ({self.base.label}{adapters}, "
             f"{len(train)} pairs, {result.steps} steps{private}) trained in "
             f"{time.perf_counter() - start:.0f} s"
         )
@@ -105,22 +98,24 @@ def lira_reports(
     candidates: Sequence[Any],
     population: Sequence[Any],
     *,
-    architecture: str,
-    size: ModelSize,
+    base: ShadowBase,
     recipe: RewardTrainingConfig,
     n_shadow: int,
     clip: float,
     n_boot: int,
     seed: int,
     say: Callable[[str], None],
+    runtime: Runtime | None = None,
 ) -> list[MembershipReport]:
     """LiRA on each view ``(name, target margins (2n, 2))`` of the 2n candidates (first n
     members); view 0 is raw, every later one normalized and clipped at ``clip``. Every shadow
-    is a fresh ``architecture`` of ``size`` trained with ``recipe`` (the target's: its steps,
-    batch, learning rate, LoRA adapters and DP-SGD), seeded apart."""
+    starts from ``base`` (attacks._shadow_base) and trains with ``recipe`` (the target's: its
+    steps, batch, learning rate, LoRA adapters and DP-SGD), seeded apart, on ``runtime``'s
+    device and dtype."""
     pairs = list(candidates) + list(population)
     n2 = len(candidates)
-    shadows = _Shadows(pairs, architecture, size, recipe, clip, seed, say)
+    shadows = _Shadows(pairs, base, recipe, clip, seed, say)
+    shadows.runtime = runtime
     shadows.candidates = list(range(n2))
     shadows.planned = n_shadow
     cfg = LiraConfig(n_shadow=n_shadow, seed=seed)

@@ -11,7 +11,7 @@ how the demo runs.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -23,7 +23,7 @@ from attacks._errors import AttackInputError
 
 if TYPE_CHECKING:  # sdk.router imports transformers: only when a capture runs
     from sdk.router import EncodedBatch, LocalTrainingConfig, Router
-    from sdk.secagg import DPConfig
+    from sdk.secagg import ClientMessage, DPConfig
 
 __all__ = ["capture_round", "capture_run_dir", "pooled_embeddings"]
 
@@ -61,12 +61,14 @@ def capture_round(
     description: str = "",
     dp: DPConfig | None = None,
     seed: int = 0,
+    on_message: Callable[[ClientMessage], None] | None = None,
 ) -> CapturedRouterUpdate:
     """One round as the server sees it. ``client_batches`` are sdk.router ``EncodedBatch``es
     (one per client, rows = encoded responses); ``local`` a ``LocalTrainingConfig`` (or one
     per client) for ``update="parameters"``. ``plaintext`` needs exactly one client. With
     ``dp`` each client clips its delta and adds its share of the noise (sdk.secagg
-    ``clip_and_noise``, calibrated to all clients surviving) before sending."""
+    ``clip_and_noise``, calibrated to all clients surviving) before sending. ``on_message`` sees
+    every SecAgg message the server receives (attacks._capture_dir records them)."""
     from sdk.router import LocalTrainingConfig, train_router_locally
     from sdk.secagg import clip_and_noise, simulate_round
 
@@ -100,7 +102,8 @@ def capture_round(
     if setting == "plaintext":
         after = before + deltas[0].astype(np.float32)
     else:
-        after = before + simulate_round(deltas, sizes, rng=rng).mean.astype(np.float32)
+        mean = simulate_round(deltas, sizes, rng=rng, on_message=on_message).mean
+        after = before + mean.astype(np.float32)
     truth = torch.cat([pooled_embeddings(h, m) for h, m in padded])
     steps = 1 if update == "gradient" else cfg.epochs * -(-max(sizes) // cfg.batch_size)
     meta = CaptureMeta(

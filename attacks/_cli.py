@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attacks._report import AuditReport
 
 __all__ = ["register"]
 
@@ -15,8 +19,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="membership inference on a demo run's reward models and gradient inversion on "
         "its router updates; writes report.html",
     )
-    audit.add_argument("run_dir", type=Path, help="demo run directory (reward_models/, data/)")
-    audit.add_argument("--out", type=Path, help="report directory (default: RUN_DIR/audit)")
+    audit.add_argument(
+        "run_dir", type=Path, nargs="?", help="demo run directory (reward_models/, data/)"
+    )
+    audit.add_argument(
+        "--out",
+        type=Path,
+        help="report directory (default: RUN_DIR/audit, or CAPTURE-audit beside --capture)",
+    )
+    _capture_arguments(audit)
     audit.add_argument(
         "--max-pairs", type=int, default=200, help="members (and as many non-members) per client"
     )
@@ -35,6 +46,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     audit.add_argument(
         "--shadow-steps", type=int, help="training steps per shadow (default: the target's)"
+    )
+    audit.add_argument(
+        "--shadow-base",
+        type=Path,
+        help="the base VLM directory the targets were trained from (default: the frozen base "
+        "in a LoRA checkpoint, else the base directory the checkpoint records)",
     )
     audit.add_argument(
         "--update",
@@ -58,13 +75,76 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the server's Ed25519 identity PEM, to sign --client-url queries",
     )
     audit.add_argument("--sender", default="server", help="signer id the client app accepts")
+    from sdk._runtime_options import add_runtime_arguments
+
+    add_runtime_arguments(audit)
+    audit.add_argument("--recipient", default=None,
+                       help="the client app's client id (named in every signed query)")
     audit.set_defaults(handler=_audit)
+
+
+def _capture_arguments(audit: argparse.ArgumentParser) -> None:
+    """``--capture DIR`` and the audited member's ground truth."""
+    audit.add_argument(
+        "--capture",
+        type=Path,
+        help="attack a server's capture directory (manifest.json) instead of a run directory",
+    )
+    audit.add_argument(
+        "--member", help="with --capture: the audited member, whose ground truth follows"
+    )
+    audit.add_argument(
+        "--truth-embeddings",
+        type=Path,
+        help="with --member: safetensors with 'embeddings' (N, D) of the samples behind its "
+        "updates and 'pool' (M, D) of other samples",
+    )
+    audit.add_argument(
+        "--truth-pairs",
+        type=Path,
+        help="with --member: its data directory (train/ = members, eval/ = non-members)",
+    )
+
+
+def _print_summary(report: AuditReport) -> None:
+    """The report's summary, one line per member and artefact kind."""
+    for m in report.summary.members:
+        for v in m.verdicts:
+            print(f"{m.member}: {v.artefact}: {v.level.upper()}: {v.advice}")
+
+
+def _audit_capture(args: argparse.Namespace) -> int:
+    from attacks._capture_audit import CaptureAuditConfig, MemberTruth, audit_capture_dir
+    from attacks._captured_attacks import CapturedAttackConfig
+
+    given = args.truth_embeddings is not None or args.truth_pairs is not None
+    if given != (args.member is not None):
+        raise ValueError("--member and --truth-embeddings / --truth-pairs go together")
+    truth = (
+        {args.member: MemberTruth.load(args.truth_embeddings, args.truth_pairs)} if given else {}
+    )
+    out = args.out or args.capture.parent / f"{args.capture.name}-audit"
+    cfg = CaptureAuditConfig(
+        inversion=CapturedAttackConfig(steps=args.inversion_steps, seed=args.seed), seed=args.seed
+    )
+    report = audit_capture_dir(
+        args.capture, out, cfg, truth=truth, progress=lambda m: print(f"[audit] {m}", flush=True)
+    )
+    _print_summary(report)
+    print(f"wrote {out / 'report.json'} and {out / 'report.html'}")
+    return 0
 
 
 def _audit(args: argparse.Namespace) -> int:
     # Heavy imports (torch, transformers) only when the command runs.
     from attacks._audit import AuditConfig, audit_run_dir
     from attacks._captured_attacks import CapturedAttackConfig
+    from sdk._runtime_options import runtime_from_args
+
+    if (args.run_dir is None) == (args.capture is None):
+        raise ValueError("give either a RUN_DIR or --capture DIR")
+    if args.capture is not None:
+        return _audit_capture(args)
 
     out = args.out or args.run_dir / "audit"
     cfg = AuditConfig(
@@ -73,13 +153,17 @@ def _audit(args: argparse.Namespace) -> int:
         seed=args.seed,
         shadow_models=args.shadow_models,
         shadow_steps=args.shadow_steps,
+        shadow_base=args.shadow_base,
         updates=tuple(args.updates or ()),
         inversion=CapturedAttackConfig(steps=args.inversion_steps, seed=args.seed),
+        runtime=runtime_from_args(args),
     )
     live = None
     if args.client_url:
-        if not args.clients or len(args.clients) != 1 or args.server_key is None:
-            raise ValueError("--client-url needs exactly one --client and --server-key")
+        if not args.clients or len(args.clients) != 1 or args.server_key is None \
+                or args.recipient is None:
+            raise ValueError("--client-url needs exactly one --client and --server-key, and "
+                             "--recipient (the member's client id)")
         import httpx
 
         from attacks._remote import RemoteRewardScorer
@@ -87,7 +171,8 @@ def _audit(args: argparse.Namespace) -> int:
 
         http = httpx.Client(base_url=args.client_url, timeout=120)
         key = load_private_key(args.server_key)
-        live = {args.clients[0]: RemoteRewardScorer(http, key, sender=args.sender)}
+        live = {args.clients[0]: RemoteRewardScorer(http, key, sender=args.sender,
+                                                         recipient=args.recipient)}
     report = audit_run_dir(
         args.run_dir, out, cfg, live=live, progress=lambda m: print(f"[audit] {m}", flush=True)
     )
@@ -97,5 +182,6 @@ def _audit(args: argparse.Namespace) -> int:
         print(f"{r.setting} ({r.attack}): {r.verdict}")
     for note in report.notes[: len(report.notes) - 2]:
         print(note)
+    _print_summary(report)
     print(f"wrote {out / 'report.json'} and {out / 'report.html'}")
     return 0

@@ -9,17 +9,31 @@ from pathlib import Path
 from attacks._errors import AttackInputError
 from attacks._metrics import MetricSummary
 from attacks._plots import plot_roc
-from attacks._report import AuditReport, MembershipReport, ReconstructionReport
+from attacks._report import AuditReport, CaptureCheck, MembershipReport, ReconstructionReport
+from attacks._summary import AuditSummary, VerdictLevel, verdict_level
 
-__all__ = ["render_html", "write_report"]
+__all__ = ["VERDICT_CLASSES", "render_html", "write_report"]
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:0.9em}
 td,th{border:1px solid #bbb;padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#eee}.leak{color:#a00;font-weight:bold}.ok{color:#070}
+th{background:#eee}
+.verdict{font-weight:bold;padding:1px 6px;border-radius:3px;color:#fff}
+.v-leak{background:#c62828}.v-inconclusive{background:#f9a825;color:#222}
+.v-none{background:#2e7d32}
+#summary{display:flex;flex-wrap:wrap;gap:1em}
+.member{border:1px solid #bbb;border-radius:6px;padding:0.5em 1em;flex:1 1 480px}
+.member h3{margin:0.3em 0}.member table{width:100%;margin:0.3em 0}
+.member .verdict{white-space:nowrap}
 img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}
 """
+# The colour class of each verdict level: red, amber, green.
+VERDICT_CLASSES: dict[VerdictLevel, str] = {
+    "leak": "v-leak",
+    "inconclusive": "v-inconclusive",
+    "no measurable leak": "v-none",
+}
 
 
 def _esc(x: object) -> str:
@@ -31,8 +45,27 @@ def _fig(m: MetricSummary) -> str:
 
 
 def _verdict(v: str) -> str:
-    cls = "leak" if v.startswith("leaks") else "ok"
-    return f'<span class="{cls}">{_esc(v)}</span>'
+    return f'<span class="verdict {VERDICT_CLASSES[verdict_level(v)]}">{_esc(v)}</span>'
+
+
+def _summary(summary: AuditSummary) -> str:
+    """One card per member: a row per artefact kind with the verdict's word and colour, and
+    what to do about it."""
+    cards = []
+    for m in summary.members:
+        rows = "".join(
+            f'<tr class="artefact" data-artefact="{_esc(v.artefact)}"><td>{_esc(v.artefact)}</td>'
+            f'<td><span class="verdict {VERDICT_CLASSES[v.level]}">{_esc(v.level)}</span></td>'
+            f"<td>{_esc(v.advice)}<br><small>{len(v.settings)} of {v.n_settings} setting(s): "
+            f"{_esc('; '.join(v.settings))}</small></td></tr>"
+            for v in m.verdicts
+        )
+        cards.append(
+            f'<section class="member" data-member="{_esc(m.member)}"><h3>{_esc(m.member)}</h3>'
+            "<table><tr><th>artefact</th><th>verdict</th><th>what to do</th></tr>"
+            f"{rows}</table></section>"
+        )
+    return '<h2>Summary</h2><div id="summary">' + "".join(cards) + "</div>"
 
 
 def _img(path: Path, alt: str) -> str:
@@ -93,12 +126,28 @@ def _reconstruction_table(rows: list[ReconstructionReport]) -> str:
     )
 
 
+def _check_table(rows: list[CaptureCheck]) -> str:
+    body = "".join(
+        f"<tr><td>{_esc(r.attack)}</td><td>{_esc(r.setting)}</td><td>{_esc(r.recovered)}</td>"
+        f"<td>{_esc(r.statistic)}: {r.value:.4g}</td><td>{_esc(r.baseline)}</td>"
+        f"<td>{_verdict(r.verdict)}</td></tr>"
+        for r in rows
+    )
+    return (
+        "<table><tr><th>attack</th><th>setting</th><th>what the attacker recovered</th>"
+        "<th>statistic</th><th>trivial baseline</th><th>verdict</th></tr>" + body + "</table>"
+    )
+
+
 def render_html(report: AuditReport, out_dir: str | Path) -> Path:
     """Write ``out_dir/report.html`` (plus an ROC PNG when there are membership results);
     figures named in the report, relative to ``out_dir`` or absolute, are embedded inline."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     parts = [f"<h1>{_esc(report.title)}</h1>"]
+    summary = report.compute_summary()
+    if summary.members:
+        parts.append(_summary(summary))
     parts += [f"<p>{_esc(n)}</p>" for n in report.notes]
     if report.memberships:
         parts.append("<h2>Membership inference</h2>")
@@ -113,6 +162,9 @@ def render_html(report: AuditReport, out_dir: str | Path) -> Path:
         parts.append(_reconstruction_table(report.reconstructions))
         for rr in report.reconstructions:
             parts += [_img(_resolve(f, out), f"{rr.attack} / {rr.setting}") for f in rr.figures]
+    if report.checks:
+        parts.append("<h2>Captured artefacts</h2>")
+        parts.append(_check_table(report.checks))
     parts += [_img(_resolve(f, out), Path(f).name) for f in report.figures]
     page = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
@@ -129,6 +181,8 @@ def write_report(report: AuditReport, out_dir: str | Path) -> tuple[Path, Path]:
     """Write ``report.json`` and ``report.html`` into ``out_dir``; returns both paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # Rows may have changed since the report was built: its summary is derived afresh.
+    fresh = report.model_copy(update={"summary": report.compute_summary()})
     js = out / "report.json"
-    js.write_text(report.model_dump_json(indent=2), encoding="utf-8")
-    return js, render_html(report, out)
+    js.write_text(fresh.model_dump_json(indent=2), encoding="utf-8")
+    return js, render_html(fresh, out)

@@ -17,7 +17,7 @@ from attacks._errors import AttackInputError
 from attacks._metrics import ArrayLike, Layout, as_nchw
 from attacks._roc import RocCurve
 
-__all__ = ["plot_reconstruction_grid", "plot_roc"]
+__all__ = ["plot_reconstruction_grid", "plot_roc", "roc_figure"]
 
 _LOG_FLOOR = 1e-4  # log axes cannot show 0; points at FPR = 0 are drawn at this floor
 
@@ -30,16 +30,27 @@ def plot_roc(
     title: str = "Membership inference ROC",
 ) -> Path:
     """Write one PNG with two panels: ROC on linear axes, and on log-log axes (low FPRs)."""
+    return _save(roc_figure(curves, null_band=null_band, title=title), path)
+
+
+def roc_figure(
+    curves: Mapping[str, RocCurve],
+    *,
+    null_band: tuple[float, float] | None = None,
+    title: str = "Membership inference ROC",
+) -> Figure:
+    """The two-panel ROC figure; one legend for both panels, below them (a legend inside the
+    axes hides the curves it names)."""
     if not curves:
         raise AttackInputError("no ROC curves to plot")
     fig, (lin, log) = plt.subplots(1, 2, figsize=(10, 4.5))
     for name, c in curves.items():
         fpr, tpr = np.asarray(c.fpr), np.asarray(c.tpr)
-        lin.plot(fpr, tpr, label=f"{name} (AUC {c.area:.3f})")
-        log.plot(np.maximum(fpr, _LOG_FLOOR), np.maximum(tpr, _LOG_FLOOR), label=name)
+        (line,) = lin.plot(fpr, tpr, label=f"{name} (AUC {c.area:.3f})")
+        log.plot(np.maximum(fpr, _LOG_FLOOR), np.maximum(tpr, _LOG_FLOOR), color=line.get_color())
     grid = np.linspace(_LOG_FLOOR, 1.0, 200)
     lin.plot([0, 1], [0, 1], "k--", lw=0.8, label="random")
-    log.plot(grid, grid, "k--", lw=0.8, label="random")
+    log.plot(grid, grid, "k--", lw=0.8)
     lin.set(xlabel="false positive rate", ylabel="true positive rate", title="linear axes")
     log.set(
         xscale="log",
@@ -52,9 +63,10 @@ def plot_roc(
     log.set_ylim(_LOG_FLOOR, 1.0)
     if null_band is not None:
         lin.set_title(f"linear axes (null AUC band [{null_band[0]:.3f}, {null_band[1]:.3f}])")
-    lin.legend(loc="lower right", fontsize=8)
     fig.suptitle(title)
-    return _save(fig, path)
+    handles, labels = lin.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=8)
+    return fig
 
 
 def _hwc(img: np.ndarray) -> np.ndarray:
@@ -102,6 +114,7 @@ def _save(fig: Figure, path: str | Path) -> Path:
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
+    # "tight" keeps a legend placed outside the axes inside the PNG.
+    fig.savefig(out, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return out

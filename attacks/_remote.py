@@ -29,17 +29,20 @@ _PATH = "/v1/reward"
 class RemoteRewardScorer:
     """``scorer(pairs) -> margins (n,)`` through ``/v1/reward``: two scored items per pair
     (chosen, rejected). ``http`` is an ``httpx.Client`` with the app's ``base_url`` (an ASGI
-    test client works too). ``items_sent`` counts what the app's budget was charged."""
+    test client works too); ``recipient`` is the member's client id, which every signed query
+    names. ``items_sent`` counts what the app's budget was charged."""
 
     def __init__(
         self,
         http: httpx.Client,
         key: Ed25519PrivateKey,
         *,
+        recipient: str,
         sender: str = "server",
         batch_pairs: int = 64,
     ) -> None:
         self._http, self._key, self._sender = http, key, sender
+        self._recipient = recipient
         self._batch = batch_pairs
         self._sent: set[str] = set()  # image hashes the app already holds
         self.items_sent = 0
@@ -59,7 +62,8 @@ class RemoteRewardScorer:
 
         body = json.dumps({"items": items}).encode()
         headers = sign_headers(
-            self._key, sender=self._sender, method="POST", path=_PATH, body=body
+            self._key, sender=self._sender, method="POST", path=_PATH, body=body,
+            recipient=self._recipient,
         ) | {"content-type": "application/json"}
         resp = self._http.post(_PATH, content=body, headers=headers)
         if resp.status_code != 200:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from attacks._baselines import (
     align_to_originals,
@@ -27,10 +27,12 @@ from attacks._roc import (
     roc_curve,
     tpr_at_fpr,
 )
+from attacks._summary import AuditSummary, summarize
 
 __all__ = [
     "NO_LEAK",
     "AuditReport",
+    "CaptureCheck",
     "MembershipReport",
     "ReconstructionReport",
     "membership_report",
@@ -59,6 +61,8 @@ class ReconstructionReport(BaseModel):
     lpips_status: str = "unavailable: no LPIPS weights file given"
     verdict: str
     figures: list[str] = Field(default_factory=list)
+    members: list[str] = Field(default_factory=list, description="whose data; []: every member")
+    artefact: str = Field(default="gradient inversion", description="what was attacked")
 
     @property
     def primary_metric(self) -> str:
@@ -102,6 +106,8 @@ class MembershipReport(BaseModel):
     roc: RocCurve
     verdict: str
     figures: list[str] = Field(default_factory=list)
+    members: list[str] = Field(default_factory=list, description="whose data; []: every member")
+    artefact: str = Field(default="membership inference", description="what was attacked")
 
     def summary_row(self) -> dict[str, object]:
         """One compact JSON row: AUC with its interval, the null band, TPR at low FPR, verdict."""
@@ -116,6 +122,23 @@ class MembershipReport(BaseModel):
         }
 
 
+class CaptureCheck(BaseModel):
+    """A finding on a captured artefact without a reconstruction to score: what the attacker
+    recovered, one statistic beside its trivial baseline, and the verdict."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attack: str
+    setting: str
+    statistic: str
+    value: float
+    baseline: str = Field(description="the trivial baseline of the statistic, in words")
+    recovered: str = Field(default="", description="what the attacker holds, in words")
+    verdict: str
+    members: list[str] = Field(default_factory=list, description="whose data; []: every member")
+    artefact: str
+
+
 class AuditReport(BaseModel):
     """Everything an audit measured; serialized as report.json, rendered as report.html."""
 
@@ -124,8 +147,28 @@ class AuditReport(BaseModel):
     title: str = "fedmor privacy audit"
     reconstructions: list[ReconstructionReport] = Field(default_factory=list)
     memberships: list[MembershipReport] = Field(default_factory=list)
+    checks: list[CaptureCheck] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     figures: list[str] = Field(default_factory=list)
+    summary: AuditSummary = Field(
+        default_factory=AuditSummary, description="derived from the rows; recomputed on load"
+    )
+
+    @model_validator(mode="after")
+    def _summarize(self) -> AuditReport:
+        self.summary = self.compute_summary()
+        return self
+
+    def compute_summary(self) -> AuditSummary:
+        """Per member, the worst verdict of each artefact kind (attacks._summary)."""
+        rows: list[MembershipReport | ReconstructionReport | CaptureCheck] = [
+            *self.memberships,
+            *self.reconstructions,
+            *self.checks,
+        ]
+        return summarize(
+            (r.members, r.artefact, f"{r.setting} ({r.attack})", r.verdict) for r in rows
+        )
 
 
 def reconstruction_verdict(

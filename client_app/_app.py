@@ -29,6 +29,8 @@ from sdk.wire import (
     RewardResponse,
     SizeLimit,
     StoredGauge,
+    check_private_files,
+    docs_ui,
     install_errors,
     install_ops,
     load_or_create_key,
@@ -91,7 +93,8 @@ def _configured_scorer(cfg: ClientSettings) -> Scorer:
     if cfg.reward_model_dir is not None:
         from sdk.reward import ClientScorer
 
-        return ClientScorer.from_pretrained(cfg.reward_model_dir)
+        return ClientScorer.from_pretrained(cfg.reward_model_dir, base=cfg.reward_base_dir,
+                                            runtime=cfg.reward_runtime())
     name = cfg.scorer or ("client_app._scorer:HashScorer" if cfg.demo or
                           not cfg.policy.serve_rewards else None)
     if name is None:
@@ -108,6 +111,8 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     """Build the client app; with ``start_runner`` it also enrolls and runs rounds in a
     background thread while it serves."""
     cfg = settings or ClientSettings()
+    if not cfg.allow_readable_files:
+        check_private_files(cfg.db_path, cfg.identity_key, cfg.tls_key)
     scorer = scorer or _configured_scorer(cfg)
     # Refuses to start without one (unless it takes part in no rounds).
     update_fn = resolve_update_fn(cfg) if start_runner and cfg.run_rounds else None
@@ -125,20 +130,23 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
         runner = ClientRunner(cfg, store=store, key=key, service=service,
                               update_fn=update_fn) if start_runner else None
         task = asyncio.create_task(asyncio.to_thread(runner.run_forever)) if runner else None
-        app.state.runner = runner
+        app.state.runner, app.state.runner_task = runner, task
         _log.info("fedmor client %s (%s): rounds %s; policy: %s", __version__, cfg.name,
                   "on" if runner else "off", describe_policy(cfg.policy).replace("\n", "; "))
         yield
         if runner is not None and task is not None:
             runner.stop.set()
-            await task
+            await asyncio.wait([task])  # a worker that died was reported by /v1/health
+            if not task.cancelled() and task.exception() is not None:
+                _log.error("the round and query worker had stopped: %r", task.exception())
             runner.close()
 
     app = FastAPI(title="fedmor client", version=__version__, lifespan=lifespan,
-                  responses=ERROR_RESPONSES,
+                  responses=ERROR_RESPONSES, **docs_ui(cfg.docs_ui),
                   description="A member's client app: answers the consortium's reward queries "
                               "with normalized, clipped scores. See docs/rest-api.md.")
     app.state.store, app.state.service, app.state.settings = store, service, cfg
+    app.state.runner_task = None
     install_errors(app)
     app.add_exception_handler(RateLimited, _rate_limited)
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
@@ -171,6 +179,16 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
             server_key.append(learned)
         return server_key[0]
 
+    own: list[str] = []  # this member's client id, the recipient of every signed query
+
+    def own_id() -> str:
+        if not own:
+            stored = store.get("client_id")
+            if stored is None:
+                return "(not enrolled)"  # matches no request: nothing is addressed to it yet
+            own.append(stored)
+        return own[0]
+
     def use_nonce(sender: str, nonce: str, ts: float) -> bool:
         return store.use_nonce(sender, nonce, ts, keep_s=2 * cfg.max_clock_skew_s + 60)
 
@@ -180,9 +198,16 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
         except ValidationError as exc:
             raise RequestValidationError(exc.errors(include_url=False)) from None
 
-    @app.get("/v1/health", response_model=Health, tags=["meta"])
-    def health() -> Health:
-        """Liveness probe."""
+    @app.get("/v1/health", response_model=Health, tags=["meta"],
+             responses={503: {"model": Health, "description": "the background worker died"}})
+    def health() -> Any:
+        """Liveness probe: 503 once the background worker (rounds, pull-mode queries) died."""
+        task = app.state.runner_task
+        if task is not None and task.done():
+            error = None if task.cancelled() else task.exception()
+            dead = Health(status="degraded", app="fedmor-client", version=__version__,
+                          detail=f"the round and query worker stopped: {error!r}")
+            return JSONResponse(dead.model_dump(), status_code=503)
         return Health(app="fedmor-client", version=__version__)
 
     @app.post("/v1/reward", response_model=RewardResponse, tags=["reward"],
@@ -194,8 +219,9 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
         audited by hash."""
         started = time.perf_counter()
         check = await signature_check(request, public_key_of=key_of, use_nonce=use_nonce,
-                                      max_skew_s=cfg.max_clock_skew_s)
-        body = await request.body()
+                                      max_skew_s=cfg.max_clock_skew_s,
+                                      recipient=own_id())
+        body = check.body
         scored_s = 0.0
 
         def serve() -> RewardResponse | MissingImages:

@@ -9,7 +9,6 @@ at the stage that needs it) — every message is stored locally before it is sen
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -49,6 +48,7 @@ from sdk.wire import (
     StageBroadcast,
     UpdateSource,
     Work,
+    as_delta,
     load_or_create_key,
     public_key_b64,
     sign_headers,
@@ -59,6 +59,7 @@ __all__ = ["ClientRunner", "RunnerError", "UpdateFn", "resolve_update_fn"]
 _log = logging.getLogger("fedmor.client")
 
 UpdateFn = Callable[[str, RoundInfo, "np.ndarray | None"], tuple[np.ndarray, int]]
+_log = logging.getLogger("fedmor.client")
 _RETRYABLE = {408, 425, 429, 500, 502, 503, 504}
 _FINISHED = ("done", "abandoned", "ended", "refused")  # local round statuses with nothing left to do
 
@@ -166,7 +167,8 @@ class ClientRunner:
         if token is None:
             raise ValueError("not enrolled yet and no enrollment_token configured")
         body = {"name": self.settings.name, "token": token.get_secret_value(),
-                "public_key": public_key_b64(self.key), "reward_url": self.settings.public_url}
+                "public_key": public_key_b64(self.key), "reward_url": self.settings.public_url,
+                "clip_bound": None if self.service is None else self.service.clip}
         resp = EnrollResponse.model_validate(
             self.request("POST", "/v1/enroll", body, signed=False).json())
         self.store.put("server_public_key", resp.server_public_key)
@@ -211,9 +213,10 @@ class ClientRunner:
 
         def run() -> None:  # whatever it raises goes to the stage that waits for the update
             try:
-                vector, samples = self.update_fn(self.settings.name, info, self._base(info))
+                base = self._base(info)
+                params, samples = self.update_fn(self.settings.name, info, base)
                 check_update(self.settings.policy, samples)
-                out.set_result((vector, samples))
+                out.set_result((as_delta(params, base), samples))
             except PolicyRefused as exc:
                 out.set_exception(exc)
             except (ValueError, KeyError) as exc:
@@ -327,6 +330,21 @@ class ClientRunner:
             _log.warning("round %d: could not report the refusal: %s", round_id, exc)
         return "refused"
 
+    def sweep_rounds(self) -> None:
+        """Forget the secrets of every round that ended without us seeing it end (it finished,
+        failed or passed its deadline while this client was down or cut off): ``run_round``
+        only forgets the rounds it runs to their end."""
+        for round_id in self.store.rounds_with_secrets():
+            try:
+                info = self.request("GET", f"/v1/rounds/{round_id}", attempts=1)
+            except RunnerError as exc:
+                if exc.status == 404:  # the server does not know it (any more)
+                    self._end(round_id, "abandoned", "unknown to the server")
+                continue  # unreachable: try again on the next pass
+            status = info.json().get("status")
+            if status != "open":
+                self._end(round_id, "ended", f"round {status}")
+
     # -- pull-mode reward queries --------------------------------------------------------------
     def answer_pending(self, queries: list[PendingQuery] | None = None) -> int:
         """Answer ``queries`` (default: every queued one, fetched); returns how many."""
@@ -343,6 +361,9 @@ class ClientRunner:
                           else {"scores": out.scores})
             except (RateLimited, PayloadError, PolicyDenied) as exc:
                 answer = {"error": str(exc)}
+            except Exception:  # a bad item costs its own answer, never the worker
+                _log.exception("scoring reward query %s failed", q.query_id)
+                answer = {"error": "internal error while scoring this query"}
             self.request("POST", f"/v1/reward/answers/{q.query_id}", answer)
         return len(queries)
 
@@ -351,6 +372,7 @@ class ClientRunner:
         """One pass: run every open round we take part in, then answer queued queries. Returns
         whether the next pass may start at once: true after a long poll (the server held it
         until there was work, or ``long_poll_s`` passed), false when it polled instead."""
+        self.sweep_rounds()
         wait = self.settings.long_poll_s
         if not (wait and self._long_poll_works):
             self._poll_lists()
@@ -388,7 +410,11 @@ class ClientRunner:
         while not stop.is_set():
             again = False
             # A refused or garbled exchange ends this pass only; the next pass retries.
-            with contextlib.suppress(RunnerError, httpx.HTTPError, ValueError):
+            try:
                 again = self.poll_once()
+            except (RunnerError, httpx.HTTPError, ValueError):
+                pass
+            except Exception:  # anything else is logged: the worker outlives one bad pass
+                _log.exception("work pass failed")
             if not again:
                 stop.wait(self.settings.poll_interval_s)

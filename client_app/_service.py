@@ -17,11 +17,12 @@ import threading
 import time
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from client_app._policy import SitePolicy, check_request
 from client_app._scorer import Scorer
 from client_app._store import ClientStore
+from sdk.data import DEFAULT_MAX_IMAGE_SIDE, open_bounded_image
 from sdk.wire import MissingImages, PayloadError, RewardRequest, RewardResponse
 
 __all__ = ["RateLimited", "RewardService"]
@@ -49,7 +50,8 @@ class RewardService:
     """Scores batches for authenticated callers; only clipped floats leave."""
 
     def __init__(self, store: ClientStore, scorer: Scorer, *, clip: float, policy: SitePolicy,
-                 rate_per_minute: int, decoded_images: int = 1024) -> None:
+                 rate_per_minute: int, decoded_cache_bytes: int = 256 * 2**20,
+                 max_image_side: int = DEFAULT_MAX_IMAGE_SIDE) -> None:
         self.store = store
         self.scorer = scorer
         self.clip = clip
@@ -62,9 +64,12 @@ class RewardService:
         # pass the budget check.
         self._used: dict[str, _Window] = {}
         # Decoded RGB images by sha256 (LRU): the same images come back in every GRPO step, and
-        # decoding 16 PNGs costs a few ms per batch. Content-addressed, so never stale.
+        # decoding 16 PNGs costs a few ms per batch. Content-addressed, so never stale. Bounded
+        # by decoded bytes, not by count: a caller chooses how large its images are.
         self._decoded: collections.OrderedDict[str, Image.Image] = collections.OrderedDict()
-        self._decoded_max = decoded_images
+        self._decoded_bytes = 0
+        self._decoded_max_bytes = decoded_cache_bytes
+        self.max_image_side = max_image_side
         self._lock = threading.Lock()
 
     def _admit(self, caller: str, n: int) -> list[float]:
@@ -111,14 +116,19 @@ class RewardService:
             return image
 
     def _decode(self, sha256: str, data: bytes) -> Image.Image:
+        """Decode and cache one image; its declared size is checked before any pixel is."""
         try:
-            image = Image.open(io.BytesIO(data)).convert("RGB")
-        except (UnidentifiedImageError, OSError, ValueError):
-            raise PayloadError(f"image {sha256[:12]}… is not a readable image") from None
+            image = open_bounded_image(io.BytesIO(data), self.max_image_side)
+        except ValueError as exc:
+            raise PayloadError(f"image {sha256[:12]}… {exc}") from None
+        size = image.width * image.height * 3  # RGB bytes
         with self._lock:
-            self._decoded[sha256] = image
-            while len(self._decoded) > self._decoded_max:
-                self._decoded.popitem(last=False)
+            if sha256 not in self._decoded and size <= self._decoded_max_bytes:
+                self._decoded[sha256] = image
+                self._decoded_bytes += size
+            while self._decoded_bytes > self._decoded_max_bytes:
+                _, old = self._decoded.popitem(last=False)
+                self._decoded_bytes -= old.width * old.height * 3
         return image
 
     def score(self, caller: str, req: RewardRequest) -> RewardResponse | MissingImages:
@@ -136,7 +146,7 @@ class RewardService:
         return out
 
     def _images(self, req: RewardRequest) -> list[Image.Image] | MissingImages:
-        """The batch's decoded images; bytes that arrived are verified and cached first."""
+        """The batch's decoded images; bytes that arrived are verified, decoded, then stored."""
         raw: dict[str, bytes] = {}
         for item in req.items:
             if item.image_b64 is not None:
@@ -146,15 +156,19 @@ class RewardService:
                     raise PayloadError(f"image {item.image_sha256[:12]}… is not base64") from None
                 if hashlib.sha256(data).hexdigest() != item.image_sha256:
                     raise PayloadError(f"image bytes do not hash to {item.image_sha256}")
-                self.store.put_image(item.image_sha256, data)
                 raw[item.image_sha256] = data
+        # Every image that arrived decodes before any is kept: a batch with one bad image
+        # stores nothing.
+        arrived = {digest: self._decode(digest, data) for digest, data in raw.items()}
+        for digest, data in raw.items():
+            self.store.put_image(digest, data)
         images: dict[str, Image.Image] = {}
         missing: set[str] = set()
         for item in req.items:
             digest = item.image_sha256
             if digest in images or digest in missing:
                 continue
-            image = None if digest in raw else self._cached_image(digest)
+            image = arrived[digest] if digest in arrived else self._cached_image(digest)
             if image is None:
                 blob = raw[digest] if digest in raw else self.store.image(digest)
                 if blob is None:

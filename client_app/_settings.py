@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from client_app._policy import SitePolicy
-from sdk.wire import EnvOverFile
+from sdk.wire import AppHardening
+
+if TYPE_CHECKING:
+    from sdk.models import Runtime
 
 __all__ = ["ClientSettings"]
 
 
-class ClientSettings(EnvOverFile):
+class ClientSettings(AppHardening):
     """Everything a hospital's client app needs; every field has a working default."""
 
     model_config = SettingsConfigDict(env_prefix="FEDMOR_CLIENT_", extra="forbid")
@@ -37,6 +41,15 @@ class ClientSettings(EnvOverFile):
                                           "(default: the key learned at enrollment)")
     reward_model_dir: Path | None = Field(default=None, description="sdk.reward checkpoint "
                                           "(with normalizer.json); overrides ``scorer``")
+    reward_base_dir: Path | None = Field(default=None, description="base VLM checkpoint of a "
+                                         "LoRA (adapter-only) reward checkpoint (default: the "
+                                         "directory it was trained on)")
+    device: str = Field(default="auto", pattern=r"^(auto|cpu|mps|cuda(:\d+)?)$",
+                        description="where the reward model runs: auto (CUDA if available), "
+                        "cpu, cuda, cuda:N or mps")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto", description="the reward model's dtype (auto: bfloat16 on a GPU that "
+        "supports it, float32 otherwise); scores always leave as float32")
     scorer: str | None = Field(default=None, description="module:factory returning the reward "
                                "scorer (or give reward_model_dir)")
     update_source: str | None = Field(default=None, description="module:function computing "
@@ -60,3 +73,9 @@ class ClientSettings(EnvOverFile):
                                "until there is something (0: poll every poll_interval_s)")
     retry_max_s: float = Field(default=5.0, gt=0, description="backoff cap")
     request_timeout_s: float = Field(default=60.0, gt=0)
+
+    def reward_runtime(self) -> Runtime:
+        """The reward model's device and dtype, as the sdk's :class:`~sdk.models.Runtime`."""
+        from sdk.models import Runtime  # torch only when a reward model is loaded
+
+        return Runtime(device=self.device, dtype=self.dtype)

@@ -47,6 +47,8 @@ class ClientStore(SQLiteFile):
         # NORMAL: durable across an app crash (not a power cut), one fsync per checkpoint
         # instead of per query; the audit log is local bookkeeping, not an acknowledgement.
         super().__init__(path, _SCHEMA, synchronous="NORMAL")
+        # Deleted rows (a round's secrets) are overwritten, not left in free pages.
+        self._db.execute("PRAGMA secure_delete=ON")
         with self._lock:  # a file from before rounds.created_at
             columns = {r[1] for r in self._db.execute("PRAGMA table_info(rounds)")}
             if "created_at" not in columns:
@@ -192,6 +194,14 @@ class ClientStore(SQLiteFile):
             finally:
                 self._db.execute("PRAGMA synchronous=NORMAL")
         self.checkpoints.committed()
+
+    def rounds_with_secrets(self) -> list[int]:
+        """Rounds whose secrets or sent messages are still kept (a round this client has not
+        seen end, e.g. one that ended while it was down)."""
+        with self._lock:
+            rows = self._db.execute("SELECT round_id FROM round_state UNION "
+                                    "SELECT round_id FROM sent").fetchall()
+        return sorted(int(r[0]) for r in rows)
 
     def forget_round(self, round_id: int) -> None:
         """Drop a round's secrets and sent messages once it is over for this client (only its

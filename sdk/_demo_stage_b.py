@@ -48,7 +48,7 @@ def _round_bytes(db_path: str, round_ids: list[int], vector_length: int,
                         f"WHERE round_id IN ({marks})", round_ids).fetchone()[0]
         down = db.execute(f"SELECT COALESCE(SUM(LENGTH(broadcast)), 0) FROM stage_closures "
                           f"WHERE round_id IN ({marks})", round_ids).fetchone()[0]
-    downloads = 4 * vector_length * n_clients * (len(round_ids) - 1)  # round 1 has no base
+    downloads = 4 * vector_length * n_clients * len(round_ids)  # every round has a base
     return {"uplink": int(up), "downlink": int(down) + downloads}
 
 
@@ -77,13 +77,16 @@ def stage_b(config: DemoConfig, consortium: Any, spec: Any, trained: dict[str, A
     max_weight = max(1000, config.router_max_pairs)
     encoder = HashingEncoder(spec.encoder)
     rounds: list[dict[str, Any]] = []
+    # The seeded initial router is the federation's version 1, so every round sums deltas from
+    # a published base and the default clip range holds them (raw parameters, LayerNorm gains
+    # ~1, would not fit it).
+    consortium.publish_router(router.get_flat_params())
     for r in range(config.router_rounds):
         t = time.perf_counter()
-        # Router parameters (LayerNorm gains ~1) exceed the default clip range of 1.0.
         info = consortium.create_round(
             kind="router_secagg", vector_length=length, min_clients=len(config.clients),
             stage_deadline_s=config.stage_deadline_s,
-            params={"clip_range": 8.0, "max_weight": max_weight, ROUND_PARAM: r})
+            params={"max_weight": max_weight, ROUND_PARAM: r})
         done = consortium.wait_round(info["round_id"], timeout_s=6 * config.stage_deadline_s)
         if done["status"] != "finished":
             raise RuntimeError(f"router round {info['round_id']} failed: {done['error']}")

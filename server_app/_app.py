@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Annotated, Any
 
+import numpy as np
 from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -21,12 +22,14 @@ from sdk.wire import (
     EnrollResponse,
     Health,
     NotFoundError,
+    PayloadError,
     PendingQuery,
     RewardAnswer,
     RosterFile,
     RoundCreate,
     RoundInfo,
     RoundRefusal,
+    RouterRollback,
     RouterVersionInfo,
     SignatureCheck,
     SizeLimit,
@@ -36,6 +39,9 @@ from sdk.wire import (
     StoredGauge,
     Work,
     authenticate,
+    check_private_files,
+    check_reward_url,
+    docs_ui,
     install_errors,
     install_ops,
     load_or_create_key,
@@ -52,10 +58,22 @@ from server_app._work import Signal, find_work
 __all__ = ["create_app", "create_app_from_env"]
 
 _log = logging.getLogger("fedmor.server")
+ENROLLMENT_REFUSED = ("enrollment refused: the name, token and key must match a roster entry "
+                      "whose token is unused (ask the consortium operator)")
 _STAGE = Path(pattern=r"^[a-z_]{1,40}$")
 _STAGE_BODY = {"required": True, "content": {
     "application/json": {"schema": StageSubmit.model_json_schema()},
     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+
+
+def _initial_router(body: bytes) -> np.ndarray:
+    """Parse a published router: whole little-endian float32 values, all finite."""
+    if not body or len(body) % 4:
+        raise PayloadError(f"a router is whole float32 values; got {len(body)} bytes")
+    vector = np.frombuffer(body, dtype="<f4")
+    if not np.isfinite(vector).all():
+        raise PayloadError("the router holds non-finite values")
+    return vector
 
 
 def _version_info(row: dict[str, Any]) -> RouterVersionInfo:
@@ -67,6 +85,8 @@ def _version_info(row: dict[str, Any]) -> RouterVersionInfo:
 def create_app(settings: ServerSettings | None = None) -> FastAPI:
     """Build the server app; the store, identity key and roster are opened immediately."""
     cfg = settings or ServerSettings()
+    if not cfg.allow_readable_files:
+        check_private_files(cfg.db_path, cfg.identity_key, cfg.tls_key)
     store = Store(cfg.db_path)
     key = load_or_create_key(cfg.identity_key)
     if cfg.roster_file is not None:
@@ -98,7 +118,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         await broker.aclose()
 
     app = FastAPI(title="fedmor server", version=__version__, lifespan=lifespan,
-                  responses=ERROR_RESPONSES,
+                  responses=ERROR_RESPONSES, **docs_ui(cfg.docs_ui),
                   description="Consortium server: enrollment, secure router rounds, router "
                               "versions and the reward-query broker. See docs/rest-api.md.")
     app.state.store, app.state.rounds, app.state.broker = store, rounds, broker
@@ -172,8 +192,18 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     @app.post("/v1/enroll", response_model=EnrollResponse, tags=["enrollment"])
     def enroll(req: EnrollRequest) -> EnrollResponse:
         """Trade a one-time token plus the roster's identity key for a client id."""
-        row, created = store.enroll(name=req.name, token=req.token, public_key=req.public_key,
-                                    reward_url=req.reward_url, new_id=f"c-{uuid.uuid4().hex[:12]}")
+        if req.reward_url is not None:
+            check_reward_url(req.reward_url, allow_http=cfg.allow_http_reward_urls)
+        try:
+            row, created = store.enroll(name=req.name, token=req.token,
+                                        public_key=req.public_key, reward_url=req.reward_url,
+                                        new_id=f"c-{uuid.uuid4().hex[:12]}",
+                                        clip_bound=req.clip_bound)
+        except (PermissionError, ConflictError) as exc:
+            # The reason (which names are on the roster, whose token was used) stays in the
+            # operator's log; the caller learns only that it was refused.
+            _log.warning("enrollment refused: %s", exc)
+            raise PermissionError(ENROLLMENT_REFUSED) from None
         if created:
             store.audit(row["client_id"], "enrolled", name=req.name)
             _log.info("enrolled %s as %s", req.name, row["client_id"])
@@ -210,7 +240,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         ``{"payload": {...}}``, or the raw bytes of a bulk message (masked input, plain update)
         as ``application/octet-stream``. ``wait_next_s`` > 0 also waits (that long at most) for
         the next stage's input and returns it in ``next``."""
-        media, body = request.headers.get("content-type", ""), await request.body()
+        media, body = request.headers.get("content-type", ""), check.body
 
         def run() -> StageAck:
             client = check()  # authentication before anything else, as with a dependency
@@ -246,6 +276,24 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             raise NotFoundError("no router version exists yet")
         return _version_info(row)
 
+    @app.post("/v1/router", response_model=RouterVersionInfo, tags=["router"],
+              dependencies=[Depends(admin)],
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/octet-stream": {"schema": {"type": "string",
+                                                          "format": "binary"}}}}})
+    async def router_initial(request: Request) -> RouterVersionInfo:
+        """Publish the federation's starting router (admin): little-endian float32 parameters,
+        accepted only while no version exists. Rounds then sum deltas from it, which one
+        fixed-point clip range holds."""
+        vector = _initial_router(await request.body())
+        if store.version() is not None:
+            raise ConflictError("a router version exists already; rounds build on it")
+        version = store.add_version(None, vector.tobytes(), int(vector.shape[0]))
+        store.audit("admin", "router_published", version=version)
+        row = store.version(version)
+        assert row is not None
+        return _version_info(row)
+
     @app.get("/v1/router/{version}", tags=["router"], response_class=Response,
              responses={200: {"content": {"application/octet-stream": {}},
                               "description": "little-endian float32 router parameters"}})
@@ -256,6 +304,21 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             raise NotFoundError(f"router version {version} does not exist")
         return Response(bytes(row["blob"]), media_type="application/octet-stream",
                         headers={"x-fedmor-sha256": row["sha256"]})
+
+    @app.post("/v1/router/rollback", response_model=RouterVersionInfo, tags=["router"],
+              dependencies=[Depends(admin)])
+    def router_rollback(req: RouterRollback) -> RouterVersionInfo:
+        """Publish an earlier router version again as the newest (admin): members fetch it as
+        ``latest`` and the next round starts from it. Nothing is deleted; versions only grow."""
+        row = store.version(req.version)
+        if row is None:
+            raise NotFoundError(f"router version {req.version} does not exist")
+        with store.transaction():
+            version = store.add_version(None, bytes(row["blob"]), int(row["length"]))
+            store.audit("admin", "router_rolled_back", restored=req.version, version=version)
+        out = store.version(version)
+        assert out is not None
+        return _version_info(out)
 
     @app.get("/v1/reward/pending", response_model=list[PendingQuery], tags=["reward"])
     def pending(client: Client) -> list[PendingQuery]:

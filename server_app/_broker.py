@@ -103,13 +103,25 @@ class RewardBroker:
                         "image_b64": base64.b64encode(item.image).decode() if send else None})
         return out
 
-    @staticmethod
-    def _check(scores: object, n: int, client_id: str) -> list[float]:
+    def _check(self, scores: object, n: int, client_id: str) -> list[float]:
         if not isinstance(scores, list) or len(scores) != n:
             raise BrokerError(f"client {client_id} returned {scores!r:.80} instead of {n} scores")
-        out = [float(s) for s in scores]
+        try:
+            out = [float(s) for s in scores]
+        except (TypeError, ValueError):
+            raise BrokerError(f"client {client_id} returned a score that is not a number") \
+                from None
         if not all(math.isfinite(s) for s in out):
             raise BrokerError(f"client {client_id} returned a non-finite score")
+        # The bound the member announced at enrollment: one member's scores cannot outweigh
+        # the others' in a mixture by leaving its own range.
+        bound = self._clients[client_id].get("clip_bound")
+        if bound is None:
+            raise BrokerError(f"client {client_id} announced no clip bound at enrollment: its "
+                              "scores cannot be checked")
+        if any(abs(s) > bound for s in out):
+            raise BrokerError(f"client {client_id} returned a score outside its announced clip "
+                              f"bound [-{bound:g}, {bound:g}]")
         return out
 
     async def query(self, client_id: str, items: list[QueryItem]) -> list[float]:
@@ -159,7 +171,7 @@ class RewardBroker:
             body = json.dumps({"items": self._items(items, cached, force)}).encode()
             path = "/v1/reward"
             headers = sign_headers(self.key, sender=SERVER_SENDER, method="POST", path=path,
-                                   body=body)
+                                   body=body, recipient=client_id)
             headers["content-type"] = "application/json"
             self.bytes_sent += len(body)
             try:

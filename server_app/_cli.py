@@ -1,8 +1,10 @@
-"""``fedmor server``, ``fedmor keys new``, ``fedmor roster add|list`` (registered by sdk.cli)."""
+"""``fedmor server``, ``fedmor keys new``, ``fedmor roster add|list``, ``fedmor admin
+rollback`` (registered by sdk.cli)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,27 @@ def _settings() -> type[Any]:
     return ServerSettings
 
 
+def _admin_rollback(args: argparse.Namespace) -> int:
+    import ssl
+
+    import httpx
+
+    token = os.environ.get("FEDMOR_ADMIN_TOKEN")
+    if not token:
+        raise ValueError("set FEDMOR_ADMIN_TOKEN to the server's admin token")
+    verify: ssl.SSLContext | bool = (ssl.create_default_context(cafile=str(args.ca))
+                                     if args.ca else True)
+    resp = httpx.post(args.server.rstrip("/") + "/v1/router/rollback", verify=verify,
+                      json={"version": args.version}, timeout=30,
+                      headers={"authorization": f"Bearer {token}"})
+    if resp.status_code != 200:
+        raise ValueError(f"rollback refused ({resp.status_code}): {resp.text[:300]}")
+    info = resp.json()
+    print(f"router version {args.version} restored as version {info['version']} "
+          f"(sha256 {info['sha256']})")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the server-side subcommands."""
     p = sub.add_parser("server", help="run the consortium server")
@@ -83,3 +106,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     listing = roster.add_parser("list", help="list members")
     listing.add_argument("--roster", type=Path, default=Path("roster.json"))
     listing.set_defaults(handler=_roster_list)
+
+    admin = sub.add_parser("admin", help="operator commands over the server's admin API "
+                           "(token in FEDMOR_ADMIN_TOKEN)").add_subparsers(dest="admin_command")
+    rollback = admin.add_parser("rollback", help="publish an earlier router version again as "
+                                "the newest")
+    rollback.add_argument("--server", required=True, help="server URL, e.g. https://host:8443")
+    rollback.add_argument("--version", type=int, required=True, help="version to restore")
+    rollback.add_argument("--ca", type=Path, default=None, help="CA bundle of the server")
+    rollback.set_defaults(handler=_admin_rollback)

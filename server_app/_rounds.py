@@ -23,6 +23,7 @@ from sdk.wire import (
     StageAck,
     StageBroadcast,
     StagePayload,
+    from_delta,
 )
 from server_app._lookup import RoundLookup, started
 from server_app._records import RoundRecords
@@ -35,6 +36,16 @@ _log = logging.getLogger("fedmor.server")
 # How long a group commit waits for queued messages to join it: far below one fsync (~4 ms
 # here), so a lone message loses little, while a stage's burst shares one commit.
 _GATHER_S = 0.002
+
+
+def _aggregate_problem(result: np.ndarray, bound: float) -> str | None:
+    """Why ``result`` (P,) cannot be published as a router version, or None."""
+    if not np.all(np.isfinite(result)):
+        return "contains NaN or infinity"
+    largest = float(np.max(np.abs(result))) if result.size else 0.0
+    if largest > bound:
+        return f"has a value of magnitude {largest:.3g}, outside [-{bound:g}, {bound:g}]"
+    return None
 
 
 class RoundManager:
@@ -298,6 +309,13 @@ class RoundManager:
                 if current - float(row["stage_opened_at"]) >= spec.stage_deadline_s:
                     self._close(int(row["round_id"]))
 
+    def _published(self, round_id: int, mean_delta: np.ndarray) -> np.ndarray:
+        """The next router version: the round's base plus the weighted mean of the deltas."""
+        base_version = self._rounds.spec(round_id).base_version
+        row = None if base_version is None else self.store.version(base_version)
+        base = None if row is None else np.frombuffer(row["blob"], dtype="<f4")
+        return np.ascontiguousarray(from_delta(mean_delta, base), dtype="<f4")
+
     def _close(self, round_id: int) -> None:
         row, server = self._rounds.server(round_id)
         if server is None:
@@ -312,7 +330,15 @@ class RoundManager:
             self._fail(round_id, f"stage {stage}: {exc}")
             return
         last = index + 1 == len(server.stages)
-        result = np.ascontiguousarray(server.result(), dtype="<f4") if last else None
+        result = None
+        if last:
+            # The kind's bound holds the mean delta; base + delta is what gets published.
+            mean = np.ascontiguousarray(server.result(), dtype="<f4")
+            problem = _aggregate_problem(mean, server.aggregate_bound)
+            if problem is not None:  # publish nothing: a poisoned router never goes out
+                self._fail(round_id, f"stage {stage}: the aggregate {problem}")
+                return
+            result = self._published(round_id, mean)
         with self.store.transaction():  # one commit (one fsync) per close
             self.store.put_closure(round_id, stage, broadcast)
             self.store.audit("server", "stage_closed", round_id=round_id, stage=stage,

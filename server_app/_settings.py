@@ -7,11 +7,11 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
-from sdk.wire import EnvOverFile, load_settings
+from sdk.wire import AppHardening, load_settings
 
 __all__ = ["ServerSettings", "load_settings"]
 
-class ServerSettings(EnvOverFile):
+class ServerSettings(AppHardening):
     """Everything the consortium server needs; every field has a working default."""
 
     model_config = SettingsConfigDict(env_prefix="FEDMOR_SERVER_", extra="forbid")
@@ -34,6 +34,8 @@ class ServerSettings(EnvOverFile):
     tick_interval_s: float = Field(default=1.0, gt=0)
     reward_timeout_s: float = Field(default=60.0, gt=0)
     reward_poll_s: float = Field(default=0.05, gt=0)
+    allow_http_reward_urls: bool = Field(default=False, description="accept plain-http push "
+                                         "URLs at enrollment (local tests only)")
     work_recheck_s: float = Field(default=0.25, gt=0, description="a held GET /v1/work also "
                                   "re-reads the store this often: it notices reward queries "
                                   "queued by a broker in another process")

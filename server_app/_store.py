@@ -20,7 +20,7 @@ CREATE TABLE IF NOT EXISTS roster (
     name TEXT PRIMARY KEY, public_key TEXT NOT NULL, token_sha256 TEXT, token_used_at REAL);
 CREATE TABLE IF NOT EXISTS clients (
     client_id TEXT PRIMARY KEY, name TEXT UNIQUE NOT NULL, public_key TEXT NOT NULL,
-    reward_url TEXT, enrolled_at REAL NOT NULL);
+    reward_url TEXT, enrolled_at REAL NOT NULL, clip_bound REAL);
 CREATE TABLE IF NOT EXISTS rounds (
     round_id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, spec TEXT NOT NULL,
     status TEXT NOT NULL, stage_index INTEGER NOT NULL, stage_opened_at REAL NOT NULL,
@@ -81,6 +81,9 @@ class Store(SQLiteFile):
         # FULL: an ack must survive a power cut, not only a process kill.
         super().__init__(path, _SCHEMA, synchronous="FULL")
         self._db.row_factory = sqlite3.Row
+        columns = {r["name"] for r in self._db.execute("PRAGMA table_info(clients)")}
+        if "clip_bound" not in columns:  # a store created before members announced it
+            self._db.execute("ALTER TABLE clients ADD COLUMN clip_bound REAL")
         # Group commit: stage messages stored with ``defer_commit`` sit in one open transaction
         # until ``flush`` (or any durable write) commits them all with one fsync.
         self._pending = False
@@ -168,7 +171,7 @@ class Store(SQLiteFile):
         return [dict(r) for r in self._all("SELECT * FROM roster ORDER BY name")]
 
     def enroll(self, *, name: str, token: str, public_key: str, reward_url: str | None,
-               new_id: str) -> tuple[dict[str, Any], bool]:
+               new_id: str, clip_bound: float | None = None) -> tuple[dict[str, Any], bool]:
         """Consume ``name``'s one-time token and create the client; returns (client, created).
 
         A retry with the same name and key after success returns the same client (idempotent).
@@ -193,8 +196,9 @@ class Store(SQLiteFile):
             with self.transaction():
                 self._db.execute("UPDATE roster SET token_used_at=? WHERE name=?", (now, name))
                 self._db.execute(
-                    "INSERT INTO clients(client_id, name, public_key, reward_url, enrolled_at) "
-                    "VALUES (?,?,?,?,?)", (new_id, name, public_key, reward_url, now))
+                    "INSERT INTO clients(client_id, name, public_key, reward_url, enrolled_at, "
+                    "clip_bound) VALUES (?,?,?,?,?,?)",
+                    (new_id, name, public_key, reward_url, now, clip_bound))
             row = self._one("SELECT * FROM clients WHERE client_id=?", (new_id,))
             assert row is not None
             return dict(row), True

@@ -57,11 +57,14 @@ def test_demo_stage_b_router_is_the_secure_mean_of_the_clients_local_training(
     assert [r["dropouts"] for r in stage_b["rounds"]] == [[]] * CONFIG.router_rounds
     versions = _versions(run_dir)
     # Redo each round's local training here, in the clear, from the same base and spec: the
-    # secure aggregate published by the server equals sum_k n_k phi_k / sum_k n_k.
+    # secure aggregate published by the server equals sum_k n_k phi_k / sum_k n_k. The rounds
+    # sum deltas from the published seeded router (version 1) within the default clip range.
     monkeypatch.setenv(SPEC_ENV, str(run_dir / "router" / "spec.json"))
-    step = 2.0 ** -QuantizationConfig.fitted(num_clients=2, clip_range=8.0,
+    step = 2.0 ** -QuantizationConfig.fitted(num_clients=2, clip_range=1.0,
                                              max_weight=1000).scale_bits
-    base = None
+    base = versions[1].copy()
+    assert [r["router_version"] for r in stage_b["rounds"]] == \
+        list(range(2, CONFIG.router_rounds + 2))
     for index, r in enumerate(stage_b["rounds"]):
         info = RoundInfo.model_construct(round_id=r["round_id"], vector_length=len(versions[1]),
                                          params={ROUND_PARAM: index})

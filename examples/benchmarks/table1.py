@@ -21,7 +21,7 @@ judge: they are real tiny reward models trained as in the demo's stage A, and ea
 judged on their eval pairs by held-out judge reward models (another seed, another architecture):
 win rate against the rejected answer and mean judge score (``_table1_style.py``). With them, an
 unparseable answer to a multiple-choice prompt gets the lowest score and reaches no client, as
-in the demo (docs/alignment.md, "Format rule").
+in the demo, so the open prompts' rewards do not pull multiple-choice answers out of format.
 
 ``routed_step_overhead_ratio``: the same MoR GRPO step over REST vs in-process
 (``_table1_overhead.py``); median step time of the REST run over that of the in-process run.
@@ -29,7 +29,9 @@ in the demo (docs/alignment.md, "Format rule").
     .venv/bin/python examples/benchmarks/table1.py --quick
     .venv/bin/python examples/benchmarks/table1.py --out runs/table1 [--resume]
 
-The full run (3 seeds, 13 rows each) takes about 95 minutes on 2 cores. Every finished
+Settings come from flags or a config file (``--config run.toml``, the fields of
+``Table1Config`` in ``_table1_config.py``; the flags given override it). The full run (3 seeds,
+13 rows each) takes tens of minutes on 2 cores. Every finished
 (seed, method) row is saved to ``OUT/rows.jsonl`` at once; ``--resume`` continues a stopped run
 from those rows when the settings match (``_table1_rows.py``).
 """
@@ -40,21 +42,22 @@ import argparse
 import functools
 import json
 import statistics
-import tempfile
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from _table1_clients import RAW_SCALES, build_clients
+from _table1_config import Table1Config, UsageError
+from _table1_flags import add_model_flags, parse_model
+from _table1_methods import MethodFactory, method_registry, pick_methods
 from _table1_models import fedavg_reward_model, router_config, train_router
 from _table1_overhead import routed_step_overhead
 from _table1_rows import RowLog
-from _table1_setup import WARMUP, prepare_task_benchmark
+from _table1_setup import TaskBenchmark, prepare_task_benchmark
 from _table1_style import StyleClients, prepare_style_clients
-from _table1_summary import ROW_COLUMNS, headline, print_table, summarize
-from pydantic import ValidationError
+from _table1_summary import headline, print_table, summarize
 
 from sdk.alignment import (
     ONLINE_ROUTER_CONFIG,
@@ -63,254 +66,141 @@ from sdk.alignment import (
     GRPOSettings,
     InProcessRewardSource,
     NeuralTSChooser,
-    RewardSelection,
     SelectionRewardFunction,
     StepTimer,
-    WarmupConfig,
     align,
     evaluate_policy,
-    make_selection,
 )
-from sdk.data import (
-    HELDOUT_CATEGORIES,
-    TASK_CLIENTS,
-)
+from sdk.data import HELDOUT_CATEGORIES, TASK_CLIENTS, Query
 from sdk.reward import LoraSettings
-from sdk.router import (
-    HashingEncoder,
-    NeuralThompsonRouter,
-    Router,
-)
+from sdk.router import HashingEncoder, NeuralThompsonRouter, Router
 
-# Session 11: 2e-3 learned a little more ID than 1e-3 but lowered MoR's style win rate to 0.60.
+# GRPO's learning rate under LoRA: 2e-3 learned a little more of the task categories than 1e-3
+# but lowered MoR's style win rate (to 0.60).
 LORA_LEARNING_RATE = 1e-3
+Row = dict[str, Any]
 
 
 def say(message: str) -> None:
     print(message, flush=True)
 
 
-def _target(text: str) -> float | None:
-    if text.lower() == "none":
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a P(right) in (0, 1] or none, not {text!r}") from None
+def grpo_settings(config: Table1Config) -> GRPOSettings:
+    """GRPO's settings: the ones the config gives, GRPOSettings' defaults for the rest."""
+    # 150 steps of 8 prompts (quick): at 40 of 4, MoR and PluralLLM-alpha tied on in-domain
+    # expected accuracy over 3 GRPO seeds; at 150 of 8 MoR led by 0.02-0.05 in 2 seeds.
+    learning_rate = config.learning_rate or (LORA_LEARNING_RATE if config.lora_rank else None)
+    given = {"temperature": config.grpo_temperature, "scale_rewards": config.scale_rewards,
+             "beta": config.beta, "learning_rate": learning_rate or None}
+    lora = LoraSettings(r=config.lora_rank, alpha=2 * config.lora_rank,
+                        target_modules=tuple(config.lora_targets.split(",")),
+                        train_vision=config.lora_vision) if config.lora_rank else None
+    # With LoRA, GRPOSettings derives freeze_vision from the adapters' train_vision.
+    vision = {} if config.lora_rank else {"freeze_vision": config.freeze_vision}
+    return GRPOSettings(steps=config.steps or (150 if config.quick else 200), prompts_per_step=8,
+                        num_generations=config.num_generations, max_completion_length=8,
+                        **{k: v for k, v in given.items() if v is not None}, lora=lora, **vision)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--seeds", type=int, default=None, help="default: 1 quick, 3 full")
-    parser.add_argument("--overhead-steps", type=int, default=None,
-                        help="GRPO steps per path for the REST overhead (default 8 quick, 20)")
-    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "fedmor-table1")
-    parser.add_argument("--methods", default=None,
-                        help="comma-separated subset of the methods (default: all); the base "
-                        "row is always evaluated")
-    parser.add_argument("--raw-scales", choices=sorted(RAW_SCALES), default="mixed",
-                        help="the task clients' raw score scales (what mor_no_norm sees; "
-                        "default: as different as the style clients' real reward models)")
-    parser.add_argument("--router-rounds", type=int, default=30,
-                        help="FedAvg rounds of the offline router (fewer: a weaker router)")
-    parser.add_argument("--router-epochs", type=int, default=1,
-                        help="local epochs per router round")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="GRPO steps per run (default 150 quick, 200)")
-    parser.add_argument("--beta", type=float, default=None,
-                        help="GRPO's KL penalty to the reference (default: GRPOSettings')")
-    # Session 8, 3 seeds: MoR's held-out best-of-3 0.804 frozen against 0.781 trained, ID
-    # 0.961 +- 0.006 against 0.959 +- 0.018 (docs/results.md, "Frozen vision encoder").
-    parser.add_argument("--freeze-vision", action=argparse.BooleanOptionalAction, default=True,
-                        help="GRPO trains the projector and language model only (default); "
-                        "--no-freeze-vision trains the vision encoder too (--lora-rank 0 "
-                        "only: under LoRA, --lora-vision decides)")
-    # Session 11, 3 seeds, every method: with rank-8 adapters MoR's best-of-3 was 0.906 ID and
-    # 0.800 held-out against 0.891 and 0.745 with the weights trained, and no seed collapsed
-    # (docs/results.md, "Session 11").
-    parser.add_argument("--lora-rank", type=int, default=8,
-                        help="GRPO trains LoRA adapters of this rank (alpha = 2 x rank) on the "
-                        "language model's attention projections (default 8; 0: the weights)")
-    # Session 12, MoR seed 0 (docs/results.md, "Session 12"): neither lifted `poster`; ID
-    # best-of-3 0.890 with the MLPs too, 0.893 with the vision tower too, 0.897 without.
-    parser.add_argument("--lora-targets", default=",".join(LoraSettings().target_modules),
-                        help="comma-separated language-model projections that get adapters")
-    parser.add_argument("--lora-vision", action="store_true",
-                        help="also adapt the vision tower's attention (LoraSettings.train_vision; "
-                        "needs --lora-rank > 0)")
-    parser.add_argument("--learning-rate", type=float, default=None,
-                        help="GRPO's learning rate (default: 1e-3 with LoRA, GRPOSettings' "
-                        "without)")
-    parser.add_argument("--warmup-target", type=_target, default=WARMUP.stop_at_expected,
-                        help="the base policy's warm-up stops once the task categories' "
-                        "validation P(right) averages this (default %(default)s; none: all "
-                        f"{WARMUP.steps} steps)")
-    parser.add_argument("--warmup-label-noise", type=float, default=WARMUP.label_noise,
-                        help="share of warm-up queries trained on a random option (default "
-                        "%(default)s)")
-    parser.add_argument("--num-generations", type=int, default=4,
-                        help="GRPO's group size M (completions per prompt)")
-    parser.add_argument("--grpo-temperature", type=float, default=None,
-                        help="GRPO's sampling temperature (default: GRPOSettings'); the "
-                        "evaluation samples at 1.0 either way")
-    parser.add_argument("--scale-rewards", choices=("none", "group", "batch"), default=None,
-                        help="GRPO advantage scaling (default: GRPOSettings')")
-    # -1.6: about what the normalized task judges give an unparseable answer themselves
-    # (-1.58 / -1.37 / -1.70). At -3 (the clip floor) the format penalty outweighed the
-    # right/wrong signal: over 3 seeds MoR's ID best-of-3 was 0.959 at -1.6 (docs/results.md).
-    parser.add_argument("--invalid-choice-reward", type=float, default=-1.6,
-                        help="with style clients: the reward of an unparseable multiple-choice "
-                        "answer and of an empty answer")
-    parser.add_argument("--style", action=argparse.BooleanOptionalAction, default=True,
-                        help="add the style clients (real reward models, held-out judges)")
-    parser.add_argument("--resume", action="store_true",
-                        help="reuse the (seed, method) rows already in OUT/rows.jsonl when they "
-                        "were made with the same settings")
-    args = parser.parse_args()
-    # Under LoRA only the adapters train (GRPOSettings.lora), so the vision tower moves with
-    # --lora-vision and never with --no-freeze-vision; with --lora-rank 0 there are no adapters.
-    if args.lora_rank < 0:
-        parser.error(f"--lora-rank must be >= 0 (0: no LoRA), got {args.lora_rank}")
-    if args.lora_rank and not args.freeze_vision:
-        parser.error("--no-freeze-vision has no effect with LoRA (--lora-rank > 0): "
-                     "--lora-vision trains adapters on the vision tower, --lora-rank 0 "
-                     "trains its weights")
-    if not args.lora_rank and args.lora_vision:
-        parser.error("--lora-vision needs LoRA but --lora-rank is 0; --no-freeze-vision "
-                     "trains the vision encoder's weights")
-    # What a saved row depends on; --seeds, --methods and --overhead-steps only choose which run.
-    settings = {k: v for k, v in vars(args).items()
-                if k not in ("out", "resume", "seeds", "methods", "overhead_steps")}
-    settings["row_columns"] = list(ROW_COLUMNS)  # rows saved before a column existed cannot resume
-    try:
-        warmup = WarmupConfig.model_validate(WARMUP.model_dump()
-                                             | {"stop_at_expected": args.warmup_target,
-                                                "label_noise": args.warmup_label_noise})
-    except ValidationError as e:
-        error = e.errors()[0]
-        flag = {"stop_at_expected": "--warmup-target", "label_noise": "--warmup-label-noise"}
-        parser.error(f"{flag[str(error['loc'][0])]}: {error['msg']}")
-    settings["warmup"] = warmup.model_dump()  # rows on another base policy cannot resume either
-    try:
-        log = RowLog(args.out, settings, resume=args.resume,
-                     defaults={k: parser.get_default(k) for k in settings})
-    except ValueError as e:  # other settings than the saved rows', or a corrupt row
-        parser.error(str(e))
-    if len(log):
-        say(f"resuming: {len(log)} saved rows in {log.path}")
-    # One intra-op thread: on a shared 2-core machine OpenMP spin-waiting made a tiny-model
-    # step ~10x slower with 2 threads (measured 1.06 s vs 0.12 s fwd+bwd, batch 16).
-    torch.set_num_threads(1)
-    quick = args.quick
-    seeds = args.seeds or (1 if quick else 3)
-    # Quick: 150 steps of 8 prompts. At 40 of 4, MoR and PluralLLM-alpha tied on ID expected
-    # accuracy over 3 GRPO seeds (0.747-0.774 vs 0.746-0.757); at 150 of 8 MoR led by 0.018 and
-    # 0.050 (0.864, 0.882 vs 0.846, 0.832; base 0.717) in 2 seeds (docs/alignment.md, "Session 4").
-    learning_rate = args.learning_rate or (LORA_LEARNING_RATE if args.lora_rank else None)
-    grpo = GRPOSettings(steps=args.steps or (150 if quick else 200), prompts_per_step=8,
-                        num_generations=args.num_generations, max_completion_length=8,
-                        **({"temperature": args.grpo_temperature}
-                           if args.grpo_temperature is not None else {}),
-                        **({"scale_rewards": args.scale_rewards} if args.scale_rewards else {}),
-                        **({"beta": args.beta} if args.beta is not None else {}),
-                        **({"learning_rate": learning_rate} if learning_rate else {}),
-                        lora=LoraSettings(r=args.lora_rank, alpha=2 * args.lora_rank,
-                                          target_modules=tuple(args.lora_targets.split(",")),
-                                          train_vision=args.lora_vision)
-                        if args.lora_rank else None,
-                        # With LoRA, GRPOSettings derives it from --lora-vision.
-                        **({} if args.lora_rank else {"freeze_vision": args.freeze_vision}))
-    evals = EvalSettings(samples=3, max_new_tokens=8)
-    # Best-of-3 on n queries has a sampling SD of ~sqrt(0.6 * 0.4 / n) per category: 0.07 at
-    # n = 50 (the same base policy measured 0.605-0.661 ID over three eval seeds at n = 60).
-    eval_per_category = 24 if quick else 100
-    t0 = time.perf_counter()
-    bench = prepare_task_benchmark(args.out, eval_per_category=eval_per_category, say=say,
-                                   warmup=warmup)
-    data, policy, answers, eval_sets = bench.data, bench.policy, bench.answers, bench.eval_sets
-    grpo_queries = bench.grpo_queries
+@dataclass
+class Clients:
+    """The reward clients every method draws on, and what the router trains and is probed on."""
 
-    scales = RAW_SCALES[args.raw_scales]
-    normalized: list[Any] = build_clients(answers, grpo_queries[:60], normalize=True,
-                                          scales=scales)
-    raw: list[Any] = build_clients(answers, grpo_queries[:60], normalize=False, scales=scales)
-    pair_dirs = {c: data / "clients" / c / "train" for c in TASK_CLIENTS}
-    # (image, prompt, response, client) triples that must route to ``client``. The GRPO queries
-    # are stored category by category (the first 200 are all `diagram`, which once hid a router
-    # that sent everything to client 0), hence a strided sample.
-    probe = [(q.image, q.prompt, q.options[0], q.category)
-             for q in grpo_queries[::max(1, len(grpo_queries) // 300)]]
-    style: StyleClients | None = None
-    if args.style:
-        style = prepare_style_clients(args.out, grpo_queries=400, eval_pairs=eval_per_category,
+    normalized: list[Any]
+    raw: list[Any]
+    pair_dirs: dict[str, Path]  # client -> its preference pairs
+    probe: list[tuple[Any, str, str, str]]  # (image, prompt, response, client it must route to)
+    grpo_queries: list[Query]
+    style: StyleClients | None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.pair_dirs)
+
+
+def prepare_clients(config: Table1Config, bench: TaskBenchmark, eval_per_category: int) -> Clients:
+    """The simulated task clients, and the style clients' real reward models unless --no-style."""
+    scales = RAW_SCALES[config.raw_scales]
+    queries = bench.grpo_queries
+    # The GRPO queries are stored category by category (the first 200 are all `diagram`, which
+    # once hid a router that sent everything to client 0), hence a strided probe.
+    clients = Clients(
+        normalized=list(build_clients(bench.answers, queries[:60], normalize=True,
+                                      scales=scales)),
+        raw=list(build_clients(bench.answers, queries[:60], normalize=False, scales=scales)),
+        pair_dirs={c: bench.data / "clients" / c / "train" for c in TASK_CLIENTS},
+        probe=[(q.image, q.prompt, q.options[0], q.category)
+               for q in queries[::max(1, len(queries) // 300)]],
+        grpo_queries=list(queries), style=None)
+    if config.style:
+        style = prepare_style_clients(config.out, grpo_queries=400, eval_pairs=eval_per_category,
                                       say=say)
-        normalized += style.normalized
-        raw += style.raw
-        pair_dirs |= {c: style.data / "clients" / c / "train" for c in style.names}
-        probe += [(p.image, p.prompt, p.chosen, p.category)
-                  for c in style.names for p in style.eval_pairs[c][:50]]
-        grpo_queries = grpo_queries + style.queries
-    clients = tuple(pair_dirs)
-    # Style clients' real reward models cannot score an empty answer (EmptyIsWorst); the
-    # format rule keeps their open prompts from pulling multiple-choice answers out of format.
-    worst = args.invalid_choice_reward if style else None
+        clients.style = style
+        clients.normalized += style.normalized
+        clients.raw += style.raw
+        clients.pair_dirs |= {c: style.data / "clients" / c / "train" for c in style.names}
+        clients.probe += [(p.image, p.prompt, p.chosen, p.category)
+                          for c in style.names for p in style.eval_pairs[c][:50]]
+        clients.grpo_queries += style.queries
+    return clients
 
-    say(f"training the router on {len(clients)} clients (local training + FedAvg, "
-        f"{args.router_rounds} rounds of {args.router_epochs} local epochs) ...")
-    encoder = HashingEncoder()
-    router_state = train_router(pair_dirs, encoder, rounds=args.router_rounds,
-                                epochs=args.router_epochs).state_dict()
 
-    fedavg_accuracy: dict[str, float] = {}
+class Routing:
+    """The router trained offline (local training per client, FedAvg); each run starts a copy."""
 
-    @functools.cache
-    def fedavg_source() -> EmptyIsWorst:
+    def __init__(self, config: Table1Config, clients: Clients) -> None:
+        say(f"training the router on {len(clients.names)} clients (local training + FedAvg, "
+            f"{config.router_rounds} rounds of {config.router_epochs} local epochs) ...")
+        self.names = clients.names
+        self.probe = clients.probe
+        self.encoder = HashingEncoder()
+        self.state = train_router(clients.pair_dirs, self.encoder, rounds=config.router_rounds,
+                                  epochs=config.router_epochs).state_dict()
+
+    def chooser(self, seed: int) -> NeuralTSChooser:
+        router = Router(router_config(self.encoder), list(self.names), self.encoder.encoder_id)
+        router.load_state_dict(self.state)
+        return NeuralTSChooser(self.encoder, NeuralThompsonRouter(
+            router, ONLINE_ROUTER_CONFIG.model_copy(update={"seed": seed})))
+
+    def accuracy(self, router: Any, explore: bool) -> float:
+        """Share of the probe completions ``router`` sends to their own client."""
+        images, prompts, responses, owners = zip(*self.probe, strict=True)
+        arms = router.choose(images, prompts, responses, explore=explore).arms
+        return statistics.fmean(float(self.names[a] == c)
+                                for a, c in zip(arms, owners, strict=True))
+
+
+class FedAvgSource:
+    """FedAvg-RM's reward source: one real tiny reward model trained by FedAvg on first use."""
+
+    def __init__(self, pair_dirs: dict[str, Path], out: Path, quick: bool) -> None:
+        self._pair_dirs, self._out, self._quick = pair_dirs, out, quick
+        self.accuracy: dict[str, float] = {}  # pairwise, per category (also from saved rows)
+
+    @functools.cached_property
+    def source(self) -> EmptyIsWorst:
         say("FedAvg-RM: one real tiny reward model trained by FedAvg rounds over the clients' "
             "pairs")
-        scorer, accuracy = fedavg_reward_model(pair_dirs, args.out, quick)
-        fedavg_accuracy.update(accuracy)
+        scorer, accuracy = fedavg_reward_model(self._pair_dirs, self._out, self._quick)
+        self.accuracy.update(accuracy)
         say(f"FedAvg-RM pairwise accuracy: {accuracy}")
         return EmptyIsWorst(InProcessRewardSource([scorer.score]), worst=-scorer.clip)
 
-    def chooser(seed: int) -> NeuralTSChooser:
-        router = Router(router_config(encoder), list(clients), encoder.encoder_id)
-        router.load_state_dict(router_state)
-        return NeuralTSChooser(encoder, NeuralThompsonRouter(
-            router, ONLINE_ROUTER_CONFIG.model_copy(update={"seed": seed})))
 
-    def routing_accuracy(router: Any, explore: bool) -> float:
-        images, prompts, responses, owners = zip(*probe, strict=True)
-        arms = router.choose(images, prompts, responses, explore=explore).arms
-        return statistics.fmean(float(clients[a] == c) for a, c in zip(arms, owners, strict=True))
+@dataclass
+class Evaluator:
+    """A policy's row: best-of-3 sampled accuracy per category (greedy beside it), and the style
+    clients' judges."""
 
-    router_accuracy = routing_accuracy(chooser(0), explore=False)
-    explore_accuracy = routing_accuracy(chooser(0), explore=True)
-    say(f"router sends {router_accuracy:.1%} of probe completions to their own client "
-        f"({explore_accuracy:.1%} with Thompson exploration)")
+    eval_sets: dict[str, list[Query]]
+    settings: EvalSettings
+    style: StyleClients | None
 
-    methods: dict[str, Callable[[int], tuple[RewardSelection, Any]]] = {
-        "mor": lambda s: (make_selection("mor", chooser=chooser(s)), normalized),
-        "mor_no_online": lambda s: (make_selection("mor_no_online", chooser=chooser(s)), normalized),
-        "mor_no_norm": lambda s: (make_selection("mor", chooser=chooser(s)), raw),
-        "random": lambda s: (make_selection("random", seed=s), normalized),
-        "avg_rm": lambda s: (make_selection("avg_rm"), normalized),
-        "plurallm_alpha": lambda s: (make_selection("plurallm_alpha", alpha=1.0), normalized),
-        "fedavg_rm": lambda s: (make_selection("fedavg_rm", averaged=fedavg_source()),
-                                normalized),
-    }
-    for k, c in enumerate(clients):
-        methods[f"best_single_{c}"] = functools.partial(
-            lambda s, k: (make_selection("best_single", client=k), normalized), k=k)
-    if args.methods:
-        wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
-        unknown = sorted(set(wanted) - set(methods))
-        if unknown:
-            parser.error(f"unknown methods {unknown}; choose from {sorted(methods)}")
-        methods = {m: methods[m] for m in wanted}
-
-    def evaluate(path: Path, seed: int) -> dict[str, Any]:
-        ev = evaluate_policy(path, eval_sets, evals.model_copy(update={"seed": seed}))
+    def __call__(self, path: Path, seed: int) -> Row:
+        settings = self.settings.model_copy(update={"seed": seed})
+        ev = evaluate_policy(path, self.eval_sets, settings)
+        cats = ev.categories
         return {"id": ev.average(TASK_CLIENTS), "heldout": ev.average(HELDOUT_CATEGORIES),
                 "id_greedy": ev.average(TASK_CLIENTS, "greedy"),
                 "id_sampled": ev.average(TASK_CLIENTS, "sampled"),
@@ -318,77 +208,152 @@ def main() -> None:
                 "heldout_expected": ev.average(HELDOUT_CATEGORIES, "expected"),
                 "id_expected_bo3": ev.average(TASK_CLIENTS, "expected_best_of_n"),
                 "heldout_expected_bo3": ev.average(HELDOUT_CATEGORIES, "expected_best_of_n"),
-                "per_category": {c: s.best_of_n for c, s in ev.categories.items()},
-                "per_category_expected": {c: s.expected for c, s in ev.categories.items()},
-                "per_category_expected_bo3": {c: s.expected_best_of_n
-                                              for c, s in ev.categories.items()},
-                **(style.evaluate(path, evals.model_copy(update={"seed": seed}))
-                   if style else {})}
+                "per_category": {c: s.best_of_n for c, s in cats.items()},
+                "per_category_expected": {c: s.expected for c, s in cats.items()},
+                "per_category_expected_bo3": {c: s.expected_best_of_n for c, s in cats.items()},
+                **(self.style.evaluate(path, settings) if self.style else {})}
 
-    def run_method(name: str, make: Callable[[int], tuple[RewardSelection, Any]],
-                   seed: int) -> dict[str, Any]:
+
+class Table1:
+    """One run: the benchmark, clients and router prepared once, then every (seed, method) row."""
+
+    def __init__(self, config: Table1Config, log: RowLog) -> None:
+        self.config, self.log = config, log
+        self.seeds = config.seeds or (1 if config.quick else 3)
+        self.grpo = grpo_settings(config)
+        self.evals = EvalSettings(samples=3, max_new_tokens=8)
+        # Best-of-3 on n queries has a sampling SD of ~sqrt(0.6 * 0.4 / n) per category: 0.07
+        # at n = 50 (the same base policy read 0.605-0.661 in-domain over three eval seeds at
+        # n = 60).
+        self.eval_per_category = 24 if config.quick else 100
+        self.t0 = time.perf_counter()
+        self.bench = prepare_task_benchmark(config.out, eval_per_category=self.eval_per_category,
+                                            say=say, warmup=config.warmup())
+        self.clients = prepare_clients(config, self.bench, self.eval_per_category)
+        # Style clients' real reward models cannot score an empty answer (EmptyIsWorst); the
+        # format rule keeps their open prompts from pulling multiple-choice answers out of
+        # format.
+        self.worst = config.invalid_choice_reward if self.clients.style else None
+        self.routing = Routing(config, self.clients)
+        self.fedavg = FedAvgSource(self.clients.pair_dirs, config.out, config.quick)
+        self.evaluate = Evaluator(self.bench.eval_sets, self.evals, self.clients.style)
+
+    def run(self) -> None:
+        """Every row, the REST overhead, the table and the JSON summary on stdout."""
+        routing = self.routing
+        router_accuracy = routing.accuracy(routing.chooser(0), explore=False)
+        explore_accuracy = routing.accuracy(routing.chooser(0), explore=True)
+        say(f"router sends {router_accuracy:.1%} of probe completions to their own client "
+            f"({explore_accuracy:.1%} with Thompson exploration)")
+        methods = pick_methods(method_registry(
+            self.clients.normalized, self.clients.raw, routing.chooser,
+            lambda: self.fedavg.source, self.clients.names), self.config.methods)
+        rows = self.run_rows(methods)
+        overhead = self.overhead()
+        style = self.clients.style
+        table = summarize(rows, style.names if style else ())
+        print_table(table, say, style=bool(style))
+        print(json.dumps(self.report(rows, table, overhead, router_accuracy, explore_accuracy)))
+
+    def run_method(self, name: str, make: MethodFactory, seed: int) -> Row:
         """One GRPO run from the warm-up policy, evaluated."""
         selection, scorers = make(seed)
         source: Any = InProcessRewardSource(scorers)
-        if worst is not None:
-            source = EmptyIsWorst(source, worst=worst)
-        fn = SelectionRewardFunction(selection, source, invalid_choice_reward=worst)
+        if self.worst is not None:
+            source = EmptyIsWorst(source, worst=self.worst)
+        fn = SelectionRewardFunction(selection, source, invalid_choice_reward=self.worst)
         timer = StepTimer()
-        run_dir = align(policy, fn, grpo_queries, grpo.model_copy(update={"seed": seed}),
-                        out_dir=args.out / "runs" / f"{name}-{seed}", callbacks=[timer])
-        r = evaluate(run_dir / "policy", seed)
+        run_dir = align(self.bench.policy, fn, self.clients.grpo_queries,
+                        self.grpo.model_copy(update={"seed": seed}),
+                        out_dir=self.config.out / "runs" / f"{name}-{seed}", callbacks=[timer],
+                        merge_lora=True)  # evaluated as a full policy below
+        r = self.evaluate(run_dir / "policy", seed)
         r["mean_step_s"] = statistics.fmean(timer.durations[1:]) if timer.durations[1:] else None
         if selection.chooser is not None:  # where the online updates left the router
-            r["router_accuracy_after"] = routing_accuracy(selection.chooser, explore=False)
+            r["router_accuracy_after"] = self.routing.accuracy(selection.chooser, explore=False)
         if name == "fedavg_rm":
-            r["fedavg_pairwise_accuracy"] = dict(fedavg_accuracy)
+            r["fedavg_pairwise_accuracy"] = dict(self.fedavg.accuracy)
         return r
 
-    rows: dict[str, list[dict[str, Any]]] = {"base": []}
-    for seed in range(seeds):
-        base = log.get_or_run(seed, "base", functools.partial(evaluate, policy, seed))
-        rows["base"].append(base)
-        say(f"seed {seed} base: id {base['id']:.3f} heldout {base['heldout']:.3f}"
-            + (f" style win {base['style_win']:.3f}" if style else ""))
-        for name, make in methods.items():
-            r = log.get_or_run(seed, name, functools.partial(run_method, name, make, seed))
-            fedavg_accuracy.update(r.get("fedavg_pairwise_accuracy", {}))  # a saved row's too
-            rows.setdefault(name, []).append(r)
-            say(f"seed {seed} {name}: id {r['id']:.3f} heldout {r['heldout']:.3f} "
-                f"(greedy id {r['id_greedy']:.3f})"
-                + (f" style win {r['style_win']:.3f}" if style else "")
-                + f" [{time.perf_counter() - t0:.0f}s]")
+    def run_rows(self, methods: dict[str, MethodFactory]) -> dict[str, list[Row]]:
+        """The base row and each method's, per seed: saved rows reused, new ones saved at once."""
+        style = self.clients.style
+        rows: dict[str, list[Row]] = {"base": []}
+        for seed in range(self.seeds):
+            base = self.log.get_or_run(seed, "base",
+                                       functools.partial(self.evaluate, self.bench.policy, seed))
+            rows["base"].append(base)
+            say(f"seed {seed} base: id {base['id']:.3f} heldout {base['heldout']:.3f}"
+                + (f" style win {base['style_win']:.3f}" if style else ""))
+            for name, make in methods.items():
+                r = self.log.get_or_run(seed, name,
+                                        functools.partial(self.run_method, name, make, seed))
+                self.fedavg.accuracy.update(r.get("fedavg_pairwise_accuracy", {}))
+                rows.setdefault(name, []).append(r)
+                say(f"seed {seed} {name}: id {r['id']:.3f} heldout {r['heldout']:.3f} "
+                    f"(greedy id {r['id_greedy']:.3f})"
+                    + (f" style win {r['style_win']:.3f}" if style else "")
+                    + f" [{time.perf_counter() - self.t0:.0f}s]")
+        return rows
 
-    overhead_steps = args.overhead_steps if args.overhead_steps is not None else (
-        8 if quick else 20)
-    overhead: dict[str, Any] = {"ratio": None}
-    if overhead_steps > 0:
+    def overhead(self) -> dict[str, Any]:
+        """The same MoR GRPO step over REST vs in-process (``{"ratio": None}`` at 0 steps)."""
+        steps = self.config.overhead_steps
+        if steps is None:
+            steps = 8 if self.config.quick else 20
+        if steps <= 0:
+            return {"ratio": None}
         say("routed step overhead: the same MoR GRPO step over REST vs in-process ...")
-        overhead = routed_step_overhead(policy, grpo_queries, grpo, chooser, args.out,
-                                        overhead_steps)
+        overhead = routed_step_overhead(self.bench.policy, self.clients.grpo_queries, self.grpo,
+                                        self.routing.chooser, self.config.out, steps)
         say(f"routed step overhead {overhead['ratio']:.2f}x {overhead['median_step_s']}")
+        return overhead
 
-    table = summarize(rows, style.names if style else ())
-    print_table(table, say, style=bool(style))
-    summary = headline(table, style=bool(style), overhead_ratio=overhead["ratio"], seeds=seeds)
-    print(json.dumps({
-        "headline": summary,
-        "reward_path": "in-process",
-        "routed_step_overhead": overhead,
-        "clients": f"simulated exact task judges with raw scales {args.raw_scales} {scales}",
-        "router_rounds": args.router_rounds, "router_epochs": args.router_epochs,
-        "fedavg_rm_pairwise_accuracy": fedavg_accuracy,
-        "style_clients": style.accuracy if style else None,
-        "router_accuracy": router_accuracy, "router_accuracy_explore": explore_accuracy,
-        "online_router": ONLINE_ROUTER_CONFIG.model_dump(),
-        "grpo": grpo.model_dump(), "warmup": warmup.model_dump(),
-        "eval": evals.model_dump(), "eval_queries_per_category": eval_per_category,
-        "table": table, "runs": rows,
-        "mean_step_seconds": {n: statistics.fmean(r["mean_step_s"] for r in rs)
-                              for n, rs in rows.items()
-                              if n != "base" and all(r.get("mean_step_s") for r in rs)},
-        "wall_seconds": round(time.perf_counter() - t0, 1),
-    }))
+    def report(self, rows: dict[str, list[Row]], table: Any, overhead: dict[str, Any],
+               router_accuracy: float, explore_accuracy: float) -> dict[str, Any]:
+        """The run's JSON summary."""
+        config, style = self.config, self.clients.style
+        return {
+            "headline": headline(table, style=bool(style), overhead_ratio=overhead["ratio"],
+                                 seeds=self.seeds),
+            "reward_path": "in-process",
+            "routed_step_overhead": overhead,
+            "clients": f"simulated exact task judges with raw scales {config.raw_scales} "
+                       f"{RAW_SCALES[config.raw_scales]}",
+            "router_rounds": config.router_rounds, "router_epochs": config.router_epochs,
+            "fedavg_rm_pairwise_accuracy": self.fedavg.accuracy,
+            "style_clients": style.accuracy if style else None,
+            "router_accuracy": router_accuracy, "router_accuracy_explore": explore_accuracy,
+            "online_router": ONLINE_ROUTER_CONFIG.model_dump(),
+            "grpo": self.grpo.model_dump(), "warmup": config.warmup().model_dump(),
+            "eval": self.evals.model_dump(), "eval_queries_per_category": self.eval_per_category,
+            "table": table, "runs": rows,
+            "mean_step_seconds": {n: statistics.fmean(r["mean_step_s"] for r in rs)
+                                  for n, rs in rows.items()
+                                  if n != "base" and all(r.get("mean_step_s") for r in rs)},
+            "wall_seconds": round(time.perf_counter() - self.t0, 1),
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    add_model_flags(parser, Table1Config)
+    config = parse_model(parser, Table1Config)
+    settings = config.row_settings()
+    try:
+        log = RowLog(config.out, settings, resume=config.resume,
+                     defaults=Table1Config.row_defaults())
+    except ValueError as e:  # other settings than the saved rows', or a corrupt row
+        parser.error(str(e))
+    if len(log):
+        say(f"resuming: {len(log)} saved rows in {log.path}")
+    # One intra-op thread: on a shared 2-core machine OpenMP spin-waiting made a tiny-model
+    # step ~10x slower with 2 threads (measured 1.06 s vs 0.12 s fwd+bwd, batch 16).
+    torch.set_num_threads(1)
+    try:
+        Table1(config, log).run()
+    except UsageError as e:
+        parser.error(str(e))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from sdk.alignment._evaluation import (
     right_option_probabilities,
     style_scores,
 )
+from sdk.alignment._export import export_policy
 from sdk.alignment._fedavg import fedavg_state_dicts, train_fedavg_reward_model
 from sdk.alignment._feedback import RouterFeedbackCallback, loss_feedback, sync_router_update
 from sdk.alignment._grpo import GRPOSettings, StepTimer, align, query_dataset
@@ -104,6 +105,7 @@ __all__ = [
     "check_lengths",
     "communication_bytes",
     "evaluate_policy",
+    "export_policy",
     "fedavg_state_dicts",
     "generate_responses",
     "is_correct",

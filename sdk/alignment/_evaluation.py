@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sdk.alignment._parsing import is_correct
 from sdk.alignment._reward_source import ScoreFn
 from sdk.data import PreferencePair, Query
-from sdk.models import VLMBundle, encode_batch, load_vlm
+from sdk.models import Runtime, VLMBundle, encode_batch, load_vlm
 
 __all__ = [
     "CategoryScore",
@@ -116,7 +116,7 @@ def generate_responses(
     for start in range(0, len(prompts), settings.batch_size):
         sl = slice(start, start + settings.batch_size)
         batch = encode_batch(processor, list(images[sl]), list(prompts[sl]),
-                             max_length=bundle.max_length, padding_side="left")
+                             max_length=bundle.max_length, padding_side="left").to(model.device)
         with torch.no_grad():
             generated = model.generate(
                 **batch,
@@ -151,19 +151,21 @@ def option_probabilities(bundle: VLMBundle, queries: Sequence[Query], *,
         chunk = rows[start:start + batch_size]
         images, prompts = [q.image for q, _ in chunk], [q.prompt for q, _ in chunk]
         full = encode_batch(bundle.processor, images, prompts, [o for _, o in chunk],
-                            max_length=bundle.max_length)  # right-padded
+                            max_length=bundle.max_length).to(model.device)  # right-padded
         prompt_len = encode_batch(bundle.processor, images, prompts,
                                   max_length=bundle.max_length)["attention_mask"].sum(1)  # (B,)
+        prompt_len = prompt_len.to(model.device)
         with torch.no_grad():
             logits = model(**full).logits[:, :-1].float() / temperature  # (B, T-1, V)
         targets = full["input_ids"][:, 1:]  # (B, T-1): token t+1 is predicted at t
         logp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        answer = torch.arange(1, full["input_ids"].shape[1]).unsqueeze(0) >= prompt_len[:, None]
+        positions = torch.arange(1, full["input_ids"].shape[1], device=model.device)
+        answer = positions.unsqueeze(0) >= prompt_len[:, None]
         answer &= full["attention_mask"][:, 1:].bool()
         # Generation stops at the first EOS; the template's tokens after it are not sampled.
         is_eos = (targets == eos) & answer
         after_eos = (is_eos.long().cumsum(1) - is_eos.long()) > 0
-        out.append((logp * (answer & ~after_eos)).sum(1).exp())  # (B,)
+        out.append((logp * (answer & ~after_eos)).sum(1).exp().cpu())  # (B,)
     return torch.cat(out).view(len(queries), -1)
 
 
@@ -178,10 +180,14 @@ def evaluate_policy(
     policy: str | Path | VLMBundle,
     queries_by_category: Mapping[str, Sequence[Query]],
     settings: EvalSettings | None = None,
+    *,
+    runtime: Runtime | None = None,
 ) -> PolicyEvaluation:
-    """Best-of-n, greedy, single-sample and expected accuracy per multiple-choice category."""
+    """Best-of-n, greedy, single-sample and expected accuracy per multiple-choice category.
+
+    A policy directory is loaded on ``runtime``'s device and dtype; a bundle runs where it is."""
     s = settings or EvalSettings()
-    bundle = policy if isinstance(policy, VLMBundle) else load_vlm(policy)
+    bundle = policy if isinstance(policy, VLMBundle) else load_vlm(policy, runtime=runtime)
     torch.manual_seed(s.seed)
     result = PolicyEvaluation()
     for name, queries in queries_by_category.items():

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from sdk.alignment._errors import ArchitectureMismatchError
+from sdk.models import Runtime
 from sdk.reward import (
     ClientScorer,
     PairLike,
@@ -72,6 +73,7 @@ def train_fedavg_reward_model(
     *,
     rounds: int,
     config: RewardTrainingConfig | None = None,
+    runtime: Runtime | None = None,
 ) -> ClientScorer:
     """The FedAvg-RM baseline's one shared reward model, trained over ``rounds`` FedAvg rounds.
 
@@ -82,14 +84,15 @@ def train_fedavg_reward_model(
     The model is built with ``config.lora`` (only the adapters and the head then train and are
     averaged) and its head is initialised from ``config.seed``. The score normalizer is fitted
     on the union of the clients' training responses, as a client fits its own. Every client
-    must share ``backbone_dir``'s architecture: that is FedAvg's precondition.
+    must share ``backbone_dir``'s architecture: that is FedAvg's precondition. The model runs
+    on ``runtime``'s device and dtype.
     """
     if rounds < 1 or not client_pairs or not all(client_pairs):
         raise ValueError("FedAvg-RM needs rounds >= 1 and at least one pair per client")
     cfg = config or RewardTrainingConfig(steps=20)
     local = cfg.model_copy(update={"fit_normalizer": False, "eval_every": 0})
     torch.manual_seed(cfg.seed)  # the head's (and the adapters') initial weights
-    model = RewardModel.from_backbone(backbone_dir, lora=cfg.lora)
+    model = RewardModel.from_backbone(backbone_dir, lora=cfg.lora, runtime=runtime)
     for r in range(rounds):
         start = {name: t.detach().clone() for name, t in model.state_dict().items()}
         updates = []

@@ -16,10 +16,11 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from sdk.alignment._export import write_base_reference
 from sdk.alignment._feedback import RouterFeedbackCallback
 from sdk.alignment._reward_function import SelectionRewardFunction
 from sdk.data import Query
-from sdk.models import load_vlm
+from sdk.models import Runtime, load_vlm
 from sdk.reward import LoraSettings
 
 __all__ = ["GRPOSettings", "StepTimer", "align", "query_dataset"]
@@ -139,20 +140,27 @@ def align(
     out_dir: str | Path,
     callbacks: Sequence[TrainerCallback] = (),
     progress: Callable[[str], None] | None = print,
+    runtime: Runtime | None = None,
+    merge_lora: bool = False,
 ) -> Path:
     """Run GRPO from ``policy_dir`` on ``queries``; save the aligned policy to ``out_dir``.
 
     Online strategies (MoR) get a :class:`RouterFeedbackCallback` automatically. Writes
-    ``out_dir/policy`` (model + processor; with ``lora`` also ``out_dir/adapter``) and
+    ``out_dir/policy`` (model + processor); under ``lora`` instead ``out_dir/adapter`` (the
+    adapter, the processor and the base's path and config hash; merge it with
+    :func:`export_policy`, or here with ``merge_lora``, which also writes ``policy``), and
     ``out_dir/metrics.json`` (trl's log history, the reward per call and the router feedback)
     and returns ``out_dir``. ``progress`` gets one line (step, loss, mean reward) about every
-    tenth of the run; None keeps it quiet.
+    tenth of the run; None keeps it quiet. ``runtime`` places the policy (device, dtype) and
+    sets trl's ``bf16`` / ``fp16`` / ``gradient_checkpointing`` to match.
     """
     s = settings or GRPOSettings()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(s.seed)
-    bundle = load_vlm(policy_dir)
+    rt = runtime or Runtime()
+    # trl turns gradient checkpointing on itself (GRPOConfig), so the load does not.
+    bundle = load_vlm(policy_dir, runtime=rt.model_copy(update={"gradient_checkpointing": False}))
     # Left padding: prompts of different lengths otherwise break Qwen's rope index (DESIGN.md).
     bundle.processor.tokenizer.padding_side = "left"
     if s.freeze_vision and s.lora is None:  # peft freezes every base weight under LoRA
@@ -173,9 +181,8 @@ def align(
         logging_steps=1,
         save_strategy="no",
         report_to="none",
-        use_cpu=not torch.cuda.is_available(),
-        bf16=False,
         disable_tqdm=True,
+        **rt.trainer_precision(),
     )
     feedback = RouterFeedbackCallback(reward_fn.selection)
     all_callbacks: list[TrainerCallback] = [*callbacks]
@@ -200,9 +207,12 @@ def align(
         policy: Any = trainer.accelerator.unwrap_model(trainer.model)
         if s.lora is not None:
             policy.save_pretrained(out / "adapter")  # what a federated LoRA round would ship
-            policy = policy.merge_and_unload()
-        policy.save_pretrained(out / "policy")
-        bundle.processor.save_pretrained(out / "policy")
+            bundle.processor.save_pretrained(out / "adapter")
+            write_base_reference(out / "adapter", Path(policy_dir))
+            policy = policy.merge_and_unload() if merge_lora else None
+        if policy is not None:
+            policy.save_pretrained(out / "policy")
+            bundle.processor.save_pretrained(out / "policy")
         metrics = {
             "settings": s.model_dump(),
             "selection": reward_fn.selection.name,

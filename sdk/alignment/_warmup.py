@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sdk.alignment._evaluation import right_option_probabilities
 from sdk.data import Query
-from sdk.models import VLMBundle, encode_batch, load_vlm
+from sdk.models import Runtime, VLMBundle, encode_batch, load_vlm
 from sdk.router import image_digest
 
 __all__ = ["WarmupConfig", "warmup_cache_key", "warmup_policy"]
@@ -107,11 +107,13 @@ def warmup_policy(
     *,
     validation: Mapping[str, Sequence[Query]] | None = None,
     progress: Callable[[str], None] | None = None,
+    runtime: Runtime | None = None,
 ) -> Path:
     """Fine-tune ``base_dir`` on the answers of ``queries``; return the (cached) policy dir.
 
     With ``config.stop_at_expected``, ``validation`` (multiple-choice queries by category, not
-    the evaluation's) decides when to stop."""
+    the evaluation's) decides when to stop. The policy trains on ``runtime``'s device in its
+    dtype; a dtype other than float32 is part of the cache key."""
     cfg = config or WarmupConfig()
     base = Path(base_dir)
     usable = [q for q in queries if q.answer is not None]
@@ -124,13 +126,17 @@ def warmup_policy(
     if target is not None and not checked:
         raise ValueError("WarmupConfig.stop_at_expected needs validation queries")
     flat = [q for qs in checked.values() for q in qs]
-    out = Path(cache_root) / f"warmup-{warmup_cache_key(cfg, base, usable, flat)}"
+    key = warmup_cache_key(cfg, base, usable, flat)
+    dtype = (runtime or Runtime()).resolve().dtype
+    if dtype != torch.float32:  # float32 keys stay what they were, so old caches stay valid
+        key = hashlib.sha256(f"{key}:{dtype}".encode()).hexdigest()[:16]
+    out = Path(cache_root) / f"warmup-{key}"
     say = progress or (lambda _m: None)
     if (out / _DONE).is_file():
         say(f"warm-up: cached at {out}")
         return out
     targets = _noisy_answers(usable, cfg.label_noise, cfg.seed)
-    bundle = load_vlm(base)
+    bundle = load_vlm(base, runtime=runtime)
     model, processor = bundle.model, bundle.processor
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
@@ -151,6 +157,7 @@ def warmup_policy(
         prompt_only = encode_batch(processor, images, prompts, max_length=bundle.max_length)
         labels = _answer_labels(full["input_ids"], prompt_only["attention_mask"].sum(1),
                                 full["attention_mask"])
+        full, labels = full.to(model.device), labels.to(model.device)
         loss = model(**full, labels=labels).loss
         opt.zero_grad()
         loss.backward()

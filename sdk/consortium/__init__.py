@@ -2,6 +2,7 @@
 benchmarks and the demo."""
 
 from sdk.consortium._local import (
+    ADMIN_TOKEN,
     OPEN_POLICY,
     LocalConsortium,
     free_port,
@@ -9,4 +10,5 @@ from sdk.consortium._local import (
     wait_healthy,
 )
 
-__all__ = ["OPEN_POLICY", "LocalConsortium", "free_port", "make_pki", "wait_healthy"]
+__all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "free_port", "make_pki",
+           "wait_healthy"]

@@ -48,6 +48,7 @@ def free_port() -> int:
 
 
 def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
+    path.touch(mode=0o600)
     path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
                                        serialization.PrivateFormat.PKCS8,
                                        serialization.NoEncryption()))
@@ -159,7 +160,8 @@ class LocalConsortium:
             "db_path": str(workdir / "server" / "server.db"),
             "identity_key": str(workdir / "server" / "identity.pem"),
             "roster_file": str(roster), "admin_token": ADMIN_TOKEN, "port": self.server_port,
-            "tick_interval_s": 0.2, **self._tls("tls_ca"), **(server or {})}
+            "tick_interval_s": 0.2, "allow_http_reward_urls": not tls, **self._tls("tls_ca"),
+            **(server or {})}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.admin = httpx.Client(base_url=self.server_url, verify=self.verify, timeout=30,
                                   headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
@@ -255,6 +257,16 @@ class LocalConsortium:
     def create_round(self, **body: Any) -> dict[str, Any]:
         """POST /v1/rounds as admin."""
         resp = self.admin.post("/v1/rounds", json=body)
+        resp.raise_for_status()
+        return dict(resp.json())
+
+    def publish_router(self, params: Any) -> dict[str, Any]:
+        """POST /v1/router as admin: the federation's starting router (float32 (P,))."""
+        import numpy as np
+
+        body = np.ascontiguousarray(params, dtype="<f4").tobytes()
+        resp = self.admin.post("/v1/router", content=body,
+                               headers={"content-type": "application/octet-stream"})
         resp.raise_for_status()
         return dict(resp.json())
 

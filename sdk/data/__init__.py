@@ -19,7 +19,7 @@ from sdk.data._catalog import (
 from sdk.data._category import Category, CategoryKind, Item
 from sdk.data._errors import PreferenceDataError
 from sdk.data._hf import to_hf_dataset
-from sdk.data._loading import load_pairs, load_queries
+from sdk.data._loading import DEFAULT_MAX_IMAGE_SIDE, load_pairs, load_queries, open_bounded_image
 from sdk.data._records import PreferencePair, Query
 from sdk.data._synth import SynthConfig, SynthManifest, synthesize
 
@@ -27,6 +27,7 @@ __all__ = [
     "ALL_CATEGORIES",
     "CATEGORIES",
     "DEFAULT_CLIENTS",
+    "DEFAULT_MAX_IMAGE_SIDE",
     "HELDOUT_CATEGORIES",
     "MULTIPLE_CHOICE_CATEGORIES",
     "PREFERENCE_CLIENTS",
@@ -45,6 +46,7 @@ __all__ = [
     "get_category",
     "load_pairs",
     "load_queries",
+    "open_bounded_image",
     "synthesize",
     "to_hf_dataset",
 ]

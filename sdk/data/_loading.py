@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from PIL import Image
 
@@ -23,6 +23,7 @@ __all__ = [
     "QUERIES_FILE",
     "load_pairs",
     "load_queries",
+    "open_bounded_image",
 ]
 
 PAIRS_FILE = "pairs.jsonl"
@@ -76,6 +77,29 @@ def _text(record: dict[str, Any], name: str, path: Path, line: int) -> str:
     return value
 
 
+def open_bounded_image(source: Path | IO[bytes], max_side: int = DEFAULT_MAX_IMAGE_SIDE
+                       ) -> Image.Image:
+    """Decode ``source`` as RGB, refusing an image over ``max_side`` pixels a side before its
+    pixels are decoded: a small PNG can declare 30000x30000 and cost gigabytes to decode.
+
+    Raises ``ValueError`` naming the size, or the reason the bytes are unreadable.
+    """
+    try:
+        opened = Image.open(source)
+    except Image.DecompressionBombError as exc:  # PIL's own header check came first
+        raise ValueError(f"is over the limit of {max_side} px a side ({exc})") from exc
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"is unreadable ({exc})") from exc
+    with opened:
+        width, height = opened.size  # read from the header, before decoding the pixels
+        if max(width, height) > max_side:
+            raise ValueError(f"is {width}x{height}, over the limit of {max_side} px a side")
+        try:
+            return opened.convert("RGB")
+        except (OSError, ValueError, Image.DecompressionBombError) as exc:
+            raise ValueError(f"is unreadable ({exc})") from exc
+
+
 def _image(
     directory: Path, relative: str, path: Path, line: int, max_side: int, max_bytes: int
 ) -> Image.Image:
@@ -94,21 +118,9 @@ def _image(
             path, f"image {relative!r} is {size} bytes, over the limit of {max_bytes}", line=line
         )
     try:
-        with Image.open(resolved) as opened:
-            width, height = opened.size  # read from the header, before decoding the pixels
-            if max(width, height) > max_side:
-                raise PreferenceDataError(
-                    path,
-                    f"image {relative!r} is {width}x{height}, over the limit of {max_side} px a side",
-                    line=line,
-                )
-            return opened.convert("RGB")
-    except PreferenceDataError:
-        raise
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise PreferenceDataError(
-            path, f"image {relative!r} is unreadable ({exc})", line=line
-        ) from exc
+        return open_bounded_image(resolved, max_side)
+    except ValueError as exc:
+        raise PreferenceDataError(path, f"image {relative!r} {exc}", line=line) from exc
 
 
 def _options(record: dict[str, Any], path: Path, line: int) -> tuple[str, ...]:

@@ -1,5 +1,6 @@
 """Offline VLMs of the real architectures: tiny-model factory, loading, input encoding."""
 
+from sdk._runtime_options import add_runtime_arguments, runtime_from_args
 from sdk.models._architectures import (
     ARCHITECTURES,
     ArchitectureSpec,
@@ -8,24 +9,42 @@ from sdk.models._architectures import (
     get_architecture,
     size_with_hidden,
 )
-from sdk.models._factory import VLMBundle, build_tiny_vlm, load_vlm, read_model_type
+from sdk.models._factory import (
+    BuildSize,
+    VLMBundle,
+    build_tiny_vlm,
+    config_digest,
+    load_vlm,
+    read_model_type,
+)
 from sdk.models._inputs import VLMInputError, chat_texts, encode_batch, to_rgb
+from sdk.models._real_sizes import REAL_SIZES, RealSize
+from sdk.models._runtime import DTypeName, Placement, Runtime
 from sdk.models._tokenizer import DEFAULT_CORPUS, train_tokenizer
 
 __all__ = [
     "ARCHITECTURES",
     "DEFAULT_CORPUS",
+    "REAL_SIZES",
     "ArchitectureSpec",
+    "BuildSize",
+    "DTypeName",
     "ModelSize",
+    "Placement",
+    "RealSize",
+    "Runtime",
     "UnknownArchitectureError",
     "VLMBundle",
     "VLMInputError",
+    "add_runtime_arguments",
     "build_tiny_vlm",
     "chat_texts",
+    "config_digest",
     "encode_batch",
     "get_architecture",
     "load_vlm",
     "read_model_type",
+    "runtime_from_args",
     "size_with_hidden",
     "to_rgb",
     "train_tokenizer",

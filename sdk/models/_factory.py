@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from transformers import PreTrainedModel, ProcessorMixin
 
 from sdk.models._architectures import ModelSize, get_architecture
+from sdk.models._real_sizes import REAL_SIZES
+from sdk.models._runtime import Runtime
 
-__all__ = ["VLMBundle", "build_tiny_vlm", "load_vlm", "read_model_type"]
+__all__ = ["VLMBundle", "build_tiny_vlm", "config_digest", "load_vlm", "read_model_type"]
+
+BuildSize = ModelSize | Literal["real"]
 
 
 @dataclass
@@ -33,11 +39,15 @@ def build_tiny_vlm(
     *,
     corpus: Iterable[str] = (),
     seed: int = 0,
-    size: ModelSize = "tiny",
+    size: BuildSize = "tiny",
     vocab_size: int = 1024,
+    dtype: torch.dtype = torch.float32,
 ) -> Path:
     """Build a randomly initialised VLM of ``architecture`` and save it to ``out_dir``.
 
+    ``size="real"`` builds the architecture at its published size (``sdk.models.REAL_SIZES``),
+    with the published image processor settings; build it with ``dtype=torch.bfloat16``: the
+    weights are created in that dtype (no float32 copy), as a real checkpoint ships.
     The tokenizer is trained on ``corpus`` plus a small built-in English corpus. Model, tokenizer,
     processor and chat template are written with ``save_pretrained``, so :func:`load_vlm` reads
     the directory exactly like a real checkpoint.
@@ -46,10 +56,13 @@ def build_tiny_vlm(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = spec.build_tokenizer(corpus, vocab_size=vocab_size)
-    config = spec.build_config(size, tokenizer)
+    if size == "real":
+        real = REAL_SIZES[spec.name]
+        config, processor = real.config(tokenizer), real.processor(tokenizer)
+    else:
+        config, processor = spec.build_config(size, tokenizer), spec.build_processor(tokenizer)
     torch.manual_seed(seed)
-    model = spec.model_class(config)
-    processor = spec.build_processor(tokenizer)
+    model = spec.model_class._from_config(config, dtype=dtype)
     model.save_pretrained(out)
     processor.save_pretrained(out)
     return out
@@ -66,10 +79,30 @@ def read_model_type(path: str | Path) -> str:
     return model_type
 
 
-def load_vlm(path: str | Path, *, dtype: torch.dtype = torch.float32) -> VLMBundle:
-    """Load a VLM checkpoint directory (a tiny one or a user's real one) with ``from_pretrained``."""
+def config_digest(path: str | Path) -> str:
+    """sha256 of a checkpoint directory's ``config.json`` (canonical JSON): what an adapter
+    checkpoint records of the base it was trained on."""
+    config_file = Path(path) / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"no VLM checkpoint at {path}: {config_file} is missing")
+    canonical = json.dumps(json.loads(config_file.read_text()), sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def load_vlm(path: str | Path, *, runtime: Runtime | None = None) -> VLMBundle:
+    """Load a VLM checkpoint directory (a tiny one or a user's real one) with ``from_pretrained``.
+
+    The weights are read straight into ``runtime``'s dtype and device (memory-mapped
+    safetensors, no float32 copy first); the default runtime is float32 on the CPU when no GPU
+    is present. The processor is the checkpoint's own (``preprocessor_config.json``).
+    """
     spec = get_architecture(read_model_type(path))
-    model = spec.model_class.from_pretrained(path, dtype=dtype)
+    device, dtype = (runtime or Runtime()).resolve()
+    # device_map reads the weights straight onto an accelerator; on the CPU they stay mmapped.
+    model = spec.model_class.from_pretrained(
+        path, dtype=dtype, device_map=None if device.type == "cpu" else str(device))
+    if runtime is not None and runtime.gradient_checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     processor = spec.processor_class.from_pretrained(path)
     text_config = model.config.get_text_config()
     return VLMBundle(

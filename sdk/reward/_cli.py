@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from sdk._runtime_options import add_runtime_arguments, runtime_from_args
+
 __all__ = ["register"]
 
 
@@ -30,12 +32,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     train.add_argument("--dp-epsilon", type=float, help="record-level DP-SGD target epsilon")
     train.add_argument("--dp-delta", type=float, default=1e-5)
     train.add_argument("--seed", type=int, default=0)
+    add_runtime_arguments(train)
     train.set_defaults(handler=_train)
 
     evaluate = commands.add_parser("eval", help="pairwise accuracy of a checkpoint")
     evaluate.add_argument("checkpoint", type=Path)
     evaluate.add_argument("--data", type=Path, required=True, nargs="+",
                           help="one or more directories with pairs.jsonl")
+    _loading_options(evaluate)
     evaluate.set_defaults(handler=_eval)
 
     score = commands.add_parser("score", help="normalized, clipped score of one response")
@@ -43,7 +47,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     score.add_argument("--image", type=Path, required=True)
     score.add_argument("--prompt", required=True)
     score.add_argument("--response", required=True)
+    _loading_options(score)
     score.set_defaults(handler=_score)
+
+
+def _loading_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--base", type=Path,
+                        help="base VLM checkpoint of a LoRA (adapter-only) reward checkpoint "
+                        "(default: the directory it was trained on)")
+    add_runtime_arguments(parser)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -66,12 +78,13 @@ def _train(args: argparse.Namespace) -> int:
         args.arch, args.out / "backbone-init", corpus=pair_texts(train), seed=args.seed,
         size=args.size,
     )
-    model = RewardModel.from_backbone(backbone, lora=config.lora)
+    model = RewardModel.from_backbone(backbone, lora=config.lora, runtime=runtime_from_args(args))
     result = train_reward_model(model, train, evals, config, out_dir=args.out)
     summary = {
         "checkpoint": str(result.checkpoint), "architecture": model.architecture,
         "steps": result.steps, "eval_accuracy": result.eval_accuracy,
         "spent_epsilon": result.spent_epsilon, "wall_s": round(result.wall_s, 2),
+        "device": str(model.device), "dtype": str(next(model.backbone.parameters()).dtype),
     }
     print(json.dumps(summary))
     return 0
@@ -82,7 +95,8 @@ def _eval(args: argparse.Namespace) -> int:
     from sdk.reward._model import RewardModel
     from sdk.reward._training import pairwise_accuracy
 
-    model = RewardModel.from_pretrained(args.checkpoint)
+    model = RewardModel.from_pretrained(args.checkpoint, base=args.base,
+                                        runtime=runtime_from_args(args))
     accuracies = {str(d): pairwise_accuracy(model, load_pairs(d)) for d in args.data}
     print(json.dumps({"architecture": model.architecture, "pairwise_accuracy": accuracies}))
     return 0
@@ -93,7 +107,8 @@ def _score(args: argparse.Namespace) -> int:
 
     from sdk.reward._scorer import ClientScorer
 
-    scorer = ClientScorer.from_pretrained(args.checkpoint)
+    scorer = ClientScorer.from_pretrained(args.checkpoint, base=args.base,
+                                          runtime=runtime_from_args(args))
     with Image.open(args.image) as image:
         value = scorer.score([image.convert("RGB")], [args.prompt], [args.response])[0]
     print(json.dumps({"score": value, "clip": scorer.clip}))

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sdk.models import ModelSize, build_tiny_vlm
+from sdk.models import ModelSize, Runtime, build_tiny_vlm
 from sdk.reward._config import RewardTrainingConfig
 from sdk.reward._model import PairLike, RewardModel
 from sdk.reward._training import RewardTrainingResult, pairwise_accuracy, train_reward_model
@@ -50,11 +50,13 @@ def train_client_reward_models(
     size: ModelSize = "tiny",
     max_train_pairs: int | None = None,
     progress: bool = True,
+    runtime: Runtime | None = None,
 ) -> dict[str, ClientRewardModel]:
     """Train a reward model per client on ``data_dir/clients/<client>/{train,eval}``.
 
     Client i gets ``architectures[i % len(architectures)]``, a tiny backbone of that architecture
-    (tokenizer trained on the client's own texts) and its checkpoint in ``out_dir/<client>``.
+    (tokenizer trained on the client's own texts) and its checkpoint in ``out_dir/<client>``;
+    every model runs on ``runtime``'s device and dtype.
     """
     from sdk.data import load_pairs  # the data format lives in sdk.data
 
@@ -68,7 +70,7 @@ def train_client_reward_models(
         backbone = build_tiny_vlm(arch, out / client / "backbone-init", corpus=pair_texts(train),
                                   size=size, seed=(config.seed if config else 0))
         model = RewardModel.from_backbone(
-            backbone, lora=None if config is None else config.lora
+            backbone, lora=None if config is None else config.lora, runtime=runtime
         )
         result = train_reward_model(model, train, evals, config, out_dir=out / client,
                                     progress=progress)

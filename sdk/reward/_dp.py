@@ -47,7 +47,9 @@ class PairDPSGD:
     def private_gradients(
         self, record_losses: Iterable[Callable[[], torch.Tensor]], generator: torch.Generator
     ) -> float:
-        """Set ``p.grad`` to the noised mean of clipped per-record gradients; return mean loss."""
+        """Set ``p.grad`` to the noised mean of clipped per-record gradients; return mean loss.
+
+        ``generator`` is a CPU generator whatever the parameters' device."""
         clip = self.settings.max_grad_norm
         summed = [torch.zeros_like(p) for p in self.params]
         losses = []
@@ -63,8 +65,10 @@ class PairDPSGD:
             losses.append(float(loss.detach()))
         std = self.noise_multiplier * clip
         for p, acc in zip(self.params, summed, strict=True):
+            # Drawn from the CPU generator (so a seed gives the same noise on every device),
+            # then moved to the gradient's device and dtype.
             noise = torch.normal(0.0, std, size=acc.shape, generator=generator)
-            p.grad = (acc + noise.to(acc.dtype)) / self.expected_batch
+            p.grad = (acc + noise.to(device=acc.device, dtype=acc.dtype)) / self.expected_batch
         self.accountant.step(noise_multiplier=self.noise_multiplier, sample_rate=self.sample_rate)
         return sum(losses) / max(1, len(losses))
 

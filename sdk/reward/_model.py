@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 from peft import inject_adapter_in_model
-from safetensors.torch import load_model, save_model
 from torch import nn
-from transformers import AutoConfig
 
-from sdk.models import (
-    VLMBundle,
-    VLMInputError,
-    encode_batch,
-    get_architecture,
-    load_vlm,
+from sdk.models import Runtime, VLMBundle, VLMInputError, encode_batch, get_architecture, load_vlm
+from sdk.reward._checkpoint import (
+    CHECKPOINT_CONFIG,
+    CHECKPOINT_WEIGHTS,
+    RewardCheckpointError,
+    checkpoint_bundle,
+    checkpoint_document,
+    load_checkpoint_weights,
+    read_checkpoint_config,
+    save_checkpoint,
 )
 from sdk.reward._config import LoraSettings
 
@@ -31,18 +32,8 @@ __all__ = [
     "RewardModel",
 ]
 
-CHECKPOINT_CONFIG = "reward_config.json"
-CHECKPOINT_WEIGHTS = "reward_model.safetensors"
-_BACKBONE_DIR = "backbone"
-_FORMAT_VERSION = 1
-
-
 class RewardInputError(VLMInputError):
     """Bad reward-model input: non-image, empty response, text over the length limit."""
-
-
-class RewardCheckpointError(ValueError):
-    """A reward checkpoint that is missing, malformed, or of another architecture."""
 
 
 class PairLike(Protocol):
@@ -72,14 +63,22 @@ class RewardModel(nn.Module):
             inject_adapter_in_model(lora.peft_config(), self.backbone)
             for name, param in self.backbone.named_parameters():
                 param.requires_grad = "lora_" in name
-        self.head = nn.Linear(bundle.hidden_size, 1)
+                if param.requires_grad:
+                    # Adapters train in float32 over a bfloat16 / float16 backbone (peft casts
+                    # the activations); they are a few MB.
+                    param.data = param.data.float()
+        device = next(self.backbone.parameters()).device
+        # The head stays float32: forward casts the pooled state to it, so scores are float32.
+        self.head = nn.Linear(bundle.hidden_size, 1, device=device)
         nn.init.normal_(self.head.weight, std=1.0 / bundle.hidden_size**0.5)
         nn.init.zeros_(self.head.bias)
 
     @classmethod
-    def from_backbone(cls, path: str | Path, *, lora: LoraSettings | None = None) -> RewardModel:
-        """A fresh reward model over the VLM checkpoint directory ``path``."""
-        return cls(load_vlm(path), lora=lora)
+    def from_backbone(cls, path: str | Path, *, lora: LoraSettings | None = None,
+                      runtime: Runtime | None = None) -> RewardModel:
+        """A fresh reward model over the VLM checkpoint directory ``path``, loaded on
+        ``runtime``'s device in its dtype (default: float32 on the CPU without a GPU)."""
+        return cls(load_vlm(path, runtime=runtime), lora=lora)
 
     # -- scoring -----------------------------------------------------------------------------
     def encode(
@@ -95,10 +94,16 @@ class RewardModel(nn.Module):
         except VLMInputError as exc:
             raise RewardInputError(str(exc)) from exc
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model's trained head (and so its output) lives."""
+        return self.head.weight.device
+
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Rewards (B,) for a processor batch (input_ids (B, T), attention_mask (B, T), pixels)."""
-        inputs = dict(batch)
-        inputs.pop("labels", None)
+        """Rewards (B,) in float32 for a processor batch (input_ids (B, T), attention_mask
+        (B, T), pixels), on the model's device."""
+        device = self.device
+        inputs = {k: v.to(device) for k, v in batch.items() if k != "labels"}
         # The inner VLM (no lm_head): last_hidden_state is (B, T, H).
         hidden = self.backbone.model(**inputs).last_hidden_state
         mask = inputs["attention_mask"]  # (B, T), 1 on real tokens
@@ -116,7 +121,8 @@ class RewardModel(nn.Module):
         *,
         batch_size: int = 32,
     ) -> torch.Tensor:
-        """Raw rewards (B,) for (image, prompt, response) triples, batched internally."""
+        """Raw rewards (B,) for (image, prompt, response) triples, batched internally; float32
+        on the CPU."""
         if not (len(images) == len(prompts) == len(responses)):
             raise RewardInputError(
                 f"batch lengths differ: {len(images)} images, {len(prompts)} prompts, "
@@ -132,57 +138,42 @@ class RewardModel(nn.Module):
             ]
         finally:
             self.train(was_training)
-        return torch.cat(chunks) if chunks else torch.empty(0)
+        # Whatever the model's dtype and device, the scores are float32 on the CPU.
+        return torch.cat(chunks).float().cpu() if chunks else torch.empty(0)
 
     # -- checkpoints -------------------------------------------------------------------------
+    def trained_state(self) -> dict[str, torch.Tensor]:
+        """The tensors training changed, under LoRA: the head and the adapters (not the
+        backbone). Without LoRA the head only (the backbone is saved whole beside it)."""
+        return {name: param.detach() for name, param in self.named_parameters()
+                if name.startswith("head.") or (self.lora is not None and "lora_" in name)}
+
     def checkpoint_config(self) -> dict[str, Any]:
         """The JSON document stored beside the weights."""
-        return {
-            "format_version": _FORMAT_VERSION,
-            "architecture": self.architecture,
-            "model_type": get_architecture(self.architecture).model_type,
-            "backbone": {"dir": _BACKBONE_DIR, "source": str(self.bundle.path)},
-            "hidden_size": self.bundle.hidden_size,
-            "max_length": self.max_length,
-            "head": {"type": "linear", "in_features": self.bundle.hidden_size, "pooling": "last"},
-            "lora": None if self.lora is None else self.lora.model_dump(mode="json"),
-        }
+        return checkpoint_document(self)
 
     def save_pretrained(self, out_dir: str | Path, *, extra: Mapping[str, Any] | None = None
                         ) -> Path:
-        """Write backbone config + processor, all weights (safetensors) and the JSON config."""
-        out = Path(out_dir)
-        backbone_dir = out / _BACKBONE_DIR
-        backbone_dir.mkdir(parents=True, exist_ok=True)
-        self.backbone.config.save_pretrained(backbone_dir)
-        self.bundle.processor.save_pretrained(backbone_dir)
-        save_model(self, str(out / CHECKPOINT_WEIGHTS))  # handles tied embeddings
-        config = {**self.checkpoint_config(), **(extra or {})}
-        (out / CHECKPOINT_CONFIG).write_text(json.dumps(config, indent=2))
-        return out
+        """Write the checkpoint: under LoRA the adapters, head and a reference to the base
+        checkpoint (path and config hash); fully fine-tuned, the backbone too."""
+        return save_checkpoint(self, out_dir, extra=extra)
 
     @staticmethod
     def read_checkpoint_config(path: str | Path) -> dict[str, Any]:
         """The checkpoint's JSON config, or a :class:`RewardCheckpointError`."""
-        config_file = Path(path) / CHECKPOINT_CONFIG
-        if not config_file.is_file():
-            raise RewardCheckpointError(f"no reward checkpoint at {path}: {config_file} missing")
-        try:
-            config: dict[str, Any] = json.loads(config_file.read_text())
-        except json.JSONDecodeError as exc:
-            raise RewardCheckpointError(f"{config_file} is not valid JSON: {exc}") from exc
-        if config.get("format_version") != _FORMAT_VERSION:
-            raise RewardCheckpointError(
-                f"{config_file} has format_version {config.get('format_version')!r}, "
-                f"expected {_FORMAT_VERSION}"
-            )
-        return config
+        return read_checkpoint_config(path)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, architecture: str | None = None
+    def from_pretrained(cls, path: str | Path, *, architecture: str | None = None,
+                        base: str | Path | None = None, runtime: Runtime | None = None
                         ) -> RewardModel:
-        """Load a reward checkpoint; ``architecture`` (if given) must match the checkpoint's."""
-        config = cls.read_checkpoint_config(path)
+        """Load a reward checkpoint; ``architecture`` (if given) must match the checkpoint's.
+
+        An adapter (LoRA) checkpoint is loaded over its base VLM: ``base`` or, by default, the
+        directory it was trained on; a base whose config.json differs from the recorded hash
+        is refused. ``runtime`` says where and in which dtype the model lives.
+        """
+        config = read_checkpoint_config(path)
         if architecture is not None and get_architecture(architecture).name != config[
             "architecture"
         ]:
@@ -190,20 +181,7 @@ class RewardModel(nn.Module):
                 f"checkpoint {path} holds a {config['architecture']} reward model, "
                 f"not the requested {architecture}"
             )
-        spec = get_architecture(config["architecture"])
-        backbone_dir = Path(path) / config["backbone"]["dir"]
-        # Random init from the stored config; every weight is then read from the checkpoint.
-        model_config = AutoConfig.from_pretrained(backbone_dir)
-        backbone = spec.model_class(model_config)
-        text_config = model_config.get_text_config()
-        bundle = VLMBundle(
-            model=backbone,
-            processor=spec.processor_class.from_pretrained(backbone_dir),
-            architecture=spec.name,
-            hidden_size=int(text_config.hidden_size),
-            max_length=int(config["max_length"]),
-            path=Path(config["backbone"]["source"]),
-        )
+        bundle = checkpoint_bundle(path, config, base=base, runtime=runtime)
         lora = None if config["lora"] is None else LoraSettings(**config["lora"])
         model = cls(bundle, lora=lora)
         model.load_weights(path)
@@ -212,20 +190,4 @@ class RewardModel(nn.Module):
 
     def load_weights(self, path: str | Path) -> None:
         """Load a checkpoint's weights into this model; architectures and shapes must match."""
-        config = self.read_checkpoint_config(path)
-        if config["architecture"] != self.architecture:
-            raise RewardCheckpointError(
-                f"checkpoint {path} holds a {config['architecture']} reward model; it cannot "
-                f"be loaded into this {self.architecture} reward model"
-            )
-        try:
-            missing, unexpected = load_model(self, str(Path(path) / CHECKPOINT_WEIGHTS),
-                                             strict=False)
-        except RuntimeError as exc:  # shape mismatch: same architecture, other sizes
-            raise RewardCheckpointError(f"checkpoint {path} does not fit this model: {exc}"
-                                        ) from exc
-        if missing or unexpected:
-            raise RewardCheckpointError(
-                f"checkpoint {path} does not fit this model: missing {sorted(missing)[:5]}, "
-                f"unexpected {sorted(unexpected)[:5]}"
-            )
+        load_checkpoint_weights(self, path)

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from sdk.models import Runtime
 from sdk.reward._model import RewardModel
 from sdk.reward._normalizer import ScoreNormalizer
 
@@ -32,14 +33,19 @@ class ClientScorer:
         return self._normalizer.clip
 
     @classmethod
-    def from_pretrained(cls, path: str | Path) -> ClientScorer:
-        """Load a reward checkpoint directory that holds a fitted ``normalizer.json``."""
-        return cls(RewardModel.from_pretrained(path), ScoreNormalizer.load(path))
+    def from_pretrained(cls, path: str | Path, *, base: str | Path | None = None,
+                        runtime: Runtime | None = None) -> ClientScorer:
+        """Load a reward checkpoint directory that holds a fitted ``normalizer.json``; an
+        adapter checkpoint loads over ``base`` (default: the base it was trained on), on
+        ``runtime``'s device and dtype."""
+        return cls(RewardModel.from_pretrained(path, base=base, runtime=runtime),
+                   ScoreNormalizer.load(path))
 
     def score(
         self, images: Sequence[Any], prompts: Sequence[str], responses: Sequence[str]
     ) -> list[float]:
-        """``clip((R(x, y) - mu) / (sigma + eps), -c, c)`` per (image, prompt, response)."""
+        """``clip((R(x, y) - mu) / (sigma + eps), -c, c)`` per (image, prompt, response), as
+        Python floats computed from float32 scores on the CPU whatever the model's dtype."""
         raw = self._model.score(images, prompts, responses)
         normalized: torch.Tensor = self._normalizer.normalize(raw)
         return [float(v) for v in normalized]

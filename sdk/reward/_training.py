@@ -102,8 +102,9 @@ def train_reward_model(
 
     LoRA must already be set on the model (``RewardModel(..., lora=...)``): a ``config.lora``
     other than the model's raises ValueError, and None accepts the model's. DP-SGD comes from
-    ``config.dp``. With ``out_dir`` the model (and normalizer) are saved there at every
-    evaluation and at the end.
+    ``config.dp``. With ``out_dir`` the model and normalizer are saved there once, at the end
+    (evaluations do not rewrite the checkpoint). The model trains where it was loaded
+    (``RewardModel.from_backbone(..., runtime=...)``), in its dtype.
     """
     config = config or RewardTrainingConfig()
     if not train_pairs:
@@ -157,8 +158,6 @@ def train_reward_model(
             eval_acc = pairwise_accuracy(model, eval_pairs, batch_size=config.eval_batch_size)
             record["eval_accuracy"] = eval_acc
             model.train()
-            if out_dir is not None and not last:
-                model.save_pretrained(out_dir)
         history.append(record)
         if progress and (last or record.get("eval_accuracy") is not None or step % 10 == 0):
             acc = record.get("eval_accuracy")

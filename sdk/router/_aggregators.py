@@ -38,6 +38,7 @@ from sdk.secagg import (
     SecAggServer,
     ServerMessage,
     Stage,
+    drive_round,
     generate_identities,
 )
 
@@ -218,34 +219,24 @@ class SecureAggregator(Aggregator):
             for i, c in ids.items()
         }
         lost = {s: {self._index[c] for c in cs} for s, cs in dropouts.items()}
-        gone: set[int] = set()
-        up = down = 0
+        size = {"up": 0, "down": 0}
+
+        def count(direction: str) -> Callable[[ServerMessage | ClientMessage], None]:
+            return lambda msg: size.__setitem__(direction, size[direction] + _wire_size(msg))
+
         try:
-            outbox = server.start()
-            while server.result is None:
-                gone |= lost.get(server.stage, set())
-                for i, msg in outbox.items():
-                    if i in gone:
-                        continue
-                    down += _wire_size(msg)
-                    try:
-                        reply = clients[i].receive(msg)
-                    except RoundAborted:
-                        gone.add(i)  # too few live neighbours: this client stops
-                        continue
-                    up += _wire_size(reply)
-                    server.receive(reply)
-                outbox = server.close_stage()
+            res = drive_round(server, clients, dropouts=lost, on_message=count("up"),
+                              on_broadcast=count("down"))
         except RoundAborted as exc:
-            return RoundAggregate(None, [], sorted(updates), 0, up, down, aborted=str(exc))
-        res = server.result
+            return RoundAggregate(None, [], sorted(updates), 0, size["up"], size["down"],
+                                  aborted=str(exc))
         return RoundAggregate(
             params=(global_params.astype(np.float64) + res.mean).astype(np.float32),
             survivors=[ids[i] for i in res.survivors],
             dropped=[c for c in updates if self._index[c] not in res.survivors],
             weight_sum=res.weight_sum,
-            bytes_up=up,
-            bytes_down=down,
+            bytes_up=size["up"],
+            bytes_down=size["down"],
         )
 
 

@@ -51,6 +51,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _encoder_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--encoder-vlm", type=Path, metavar="DIR",
                         help="frozen VLM checkpoint as the encoder (default: the hashing encoder)")
+    from sdk._runtime_options import add_runtime_arguments
+
+    # Where the VLM encoder (and, for eval, the reward models) run, and in which dtype.
+    add_runtime_arguments(parser)
 
 
 def _encoder(args: argparse.Namespace) -> Encoder:
@@ -58,10 +62,10 @@ def _encoder(args: argparse.Namespace) -> Encoder:
 
     if args.encoder_vlm is None:
         return HashingEncoder()
-    from sdk.models import load_vlm
+    from sdk.models import load_vlm, runtime_from_args
     from sdk.router._vlm_encoder import VLMEncoder
 
-    bundle = load_vlm(args.encoder_vlm)
+    bundle = load_vlm(args.encoder_vlm, runtime=runtime_from_args(args))
     return VLMEncoder(bundle.model, bundle.processor)
 
 
@@ -94,6 +98,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from sdk.data import HELDOUT_CATEGORIES, load_pairs
+    from sdk.models import runtime_from_args
     from sdk.reward import RewardModel, ScoreNormalizer
     from sdk.router._evaluation import reward_scores, table4
     from sdk.router._model import Router
@@ -101,7 +106,9 @@ def _eval(args: argparse.Namespace) -> int:
     encoder = _encoder(args)
     router = Router.load(args.router, encoder_id=encoder.encoder_id)
     ids = router.client_ids
-    models = {c: RewardModel.from_pretrained(args.models / c).eval() for c in ids}
+    runtime = runtime_from_args(args)
+    models = {c: RewardModel.from_pretrained(args.models / c, runtime=runtime).eval()
+              for c in ids}
     normalizers = {c: ScoreNormalizer.load(args.models / c) for c in ids}
     id_splits = {c: load_pairs(args.data / "clients" / c / "eval") for c in ids}
     heldout = {h: load_pairs(args.data / "heldout" / h) for h in HELDOUT_CATEGORIES

@@ -90,7 +90,8 @@ def train_router_locally(
 
     local = copy.deepcopy(router)
     local.train()
-    target = torch.zeros(k)
+    device = next(local.parameters()).device  # train where the router lives
+    target = torch.zeros(k, device=device)
     target[client_index] = 1.0  # e_k
     opt = torch.optim.AdamW(local.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -100,7 +101,7 @@ def train_router_locally(
         order = torch.randperm(n, generator=gen)
         for start in range(0, n, cfg.batch_size):
             idx = order[start : start + cfg.batch_size]
-            logits = local(batch.hidden[idx], batch.mask[idx])  # (b, K)
+            logits = local(batch.hidden[idx].to(device), batch.mask[idx].to(device))  # (b, K)
             loss = loss_fn(logits, target.expand_as(logits))
             opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -49,10 +49,11 @@ class NeuralThompsonRouter:
         p = d + 1
         self.phi0_weight = head.weight.detach().clone()  # (K, d)
         self.phi0_bias = head.bias.detach().clone()  # (K,)
+        device = head.weight.device  # U lives beside the head (the router's device)
         if self.config.diagonal:
-            self.u = torch.full((k, p), self.config.lam)  # diag(U_k), (K, p)
+            self.u = torch.full((k, p), self.config.lam, device=device)  # diag(U_k), (K, p)
         else:
-            self.u = torch.eye(p).repeat(k, 1, 1) / self.config.lam  # U_k^-1, (K, p, p)
+            self.u = torch.eye(p, device=device).repeat(k, 1, 1) / self.config.lam  # (K, p, p)
         self.num_updates = 0
         self._gen = torch.Generator().manual_seed(self.config.seed)
 
@@ -63,7 +64,8 @@ class NeuralThompsonRouter:
         was_training = self.router.training
         self.router.eval()
         with torch.no_grad():
-            z = self.router.features(hidden, mask)
+            device = self.router.head.weight.device
+            z = self.router.features(hidden.to(device), mask.to(device))
         self.router.train(was_training)
         return z
 
@@ -73,13 +75,13 @@ class NeuralThompsonRouter:
             z = z.unsqueeze(0)
         if z.dim() != 2 or z.shape[1] != d:
             raise RouterShapeError(f"contexts must be (B, {d}) or ({d},), got {tuple(z.shape)}")
-        return z.detach().float()
+        return z.detach().float().to(self.router.head.weight.device)
 
     def _mean_and_grad(self, z: Tensor) -> tuple[Tensor, Tensor]:
         """r^ (B, K) and g (B, K, p) at the current head."""
         w, b = self.router.head.weight.detach(), self.router.head.bias.detach()
         r_hat = torch.sigmoid(z @ w.T + b)  # (B, K)
-        z1 = torch.cat([z, torch.ones(z.shape[0], 1)], dim=1)  # (B, p)
+        z1 = torch.cat([z, torch.ones(z.shape[0], 1, device=z.device)], dim=1)  # (B, p)
         g = (r_hat * (1 - r_hat)).unsqueeze(-1) * z1.unsqueeze(1)  # (B, K, p)
         return r_hat, g
 
@@ -100,7 +102,8 @@ class NeuralThompsonRouter:
     def select(self, z: Tensor) -> Tensor:
         """Thompson draw r~ ~ N(r^, nu^2 sigma^2) per arm; returns argmax arms, LongTensor (B,)."""
         r_hat, sigma = self.scores(z)
-        noise = torch.randn(r_hat.shape, generator=self._gen)
+        # The generator is a CPU one (its state is saved and restored): draw there, then move.
+        noise = torch.randn(r_hat.shape, generator=self._gen).to(r_hat.device)
         return (r_hat + self.config.nu * sigma * noise).argmax(dim=1)
 
     # -- learning ------------------------------------------------------------------------------
@@ -114,8 +117,8 @@ class NeuralThompsonRouter:
         Returns the loss before the first step.
         """
         z = self._check_z(z)
-        arms = torch.as_tensor(arms, dtype=torch.long).reshape(-1)
-        rewards = torch.as_tensor(rewards, dtype=torch.float32).reshape(-1)
+        arms = torch.as_tensor(arms, dtype=torch.long).reshape(-1).to(z.device)
+        rewards = torch.as_tensor(rewards, dtype=torch.float32).reshape(-1).to(z.device)
         k = self.router.num_clients
         if not (arms.shape[0] == rewards.shape[0] == z.shape[0]):
             raise RouterShapeError(
@@ -125,7 +128,7 @@ class NeuralThompsonRouter:
         if bool(((arms < 0) | (arms >= k)).any()):
             raise RouterShapeError(f"arm index out of range for K={k}: {arms.tolist()}")
         _, g_all = self._mean_and_grad(z)
-        g = g_all[torch.arange(z.shape[0]), arms]  # (B, p)
+        g = g_all[torch.arange(z.shape[0], device=z.device), arms]  # (B, p)
 
         head = self.router.head
         touched = torch.unique(arms)
@@ -198,8 +201,9 @@ class NeuralThompsonRouter:
         with torch.no_grad():
             self.router.head.weight.copy_(state["head.weight"])
             self.router.head.bias.copy_(state["head.bias"])
-        self.phi0_weight = state["phi0.weight"].clone()
-        self.phi0_bias = state["phi0.bias"].clone()
-        self.u = state[u_key].clone()
+        device = self.router.head.weight.device
+        self.phi0_weight = state["phi0.weight"].to(device, copy=True)
+        self.phi0_bias = state["phi0.bias"].to(device, copy=True)
+        self.u = state[u_key].to(device, copy=True)
         self.num_updates = int(state["num_updates"])
         self._gen.set_state(state["rng"])

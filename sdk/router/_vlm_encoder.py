@@ -58,6 +58,8 @@ def _image_token_id(model: PreTrainedModel) -> int:
 class VLMEncoder:
     """Frozen VLM encoder over a transformers ``...ForConditionalGeneration`` model and its
     processor (tested with tiny Qwen2-VL, Qwen2.5-VL and LLaVA-OneVision); satisfies :class:`~sdk.router.Encoder`.
+    The VLM runs where it was loaded (``load_vlm(path, runtime=...)``), in its dtype; the
+    encodings come back as float32 on the CPU.
 
     ``encoder_id`` defaults to the model type plus a sha256 of all weights; pass one explicitly
     for large checkpoints (e.g. the checkpoint's published hash).
@@ -79,6 +81,7 @@ class VLMEncoder:
         self._dim = int(text_config.hidden_size)
         self._max_length = int(max_length or text_config.max_position_embeddings)
         self._image_token = _image_token_id(model)
+        self._device = next(model.parameters()).device  # where the VLM was loaded (Runtime)
         self._encoder_id = encoder_id or (
             f"vlm:{model.config.model_type}:{_weights_fingerprint(model)}"
         )
@@ -100,7 +103,10 @@ class VLMEncoder:
         cached = self.image_cache.get(key)
         if cached is not None:
             return cached
-        pixels: dict[str, Any] = dict(self.processor.image_processor([image], return_tensors="pt"))
+        pixels: dict[str, Any] = {
+            k: v.to(self._device)
+            for k, v in self.processor.image_processor([image], return_tensors="pt").items()
+        }
         out = self.model.model.get_image_features(**pixels, return_dict=True)
         features = out.pooler_output[0]
         self.image_cache.put(key, features)
@@ -132,7 +138,8 @@ class VLMEncoder:
             self.processor, images, prompts, responses, max_length=self._max_length
         )
         inputs = {
-            k: v for k, v in batch.items() if k not in ("pixel_values", "pixel_values_videos")
+            k: v.to(self._device) for k, v in batch.items()
+            if k not in ("pixel_values", "pixel_values_videos")
         }
         features = tuple(self._image_features(img) for img in images)
         out = self.model.model(
@@ -140,8 +147,9 @@ class VLMEncoder:
             # transformers takes one (n_tokens, H) tensor per image in pooler_output
             mm_encoder_outputs={"image": BaseModelOutputWithPooling(pooler_output=features)},  # type: ignore[arg-type]
         )
+        # The router's inputs are float32 on the CPU, whatever the VLM's device and dtype.
         return self._pool(
-            out.last_hidden_state.float(), batch["input_ids"], batch["attention_mask"]
+            out.last_hidden_state.float().cpu(), batch["input_ids"], batch["attention_mask"]
         )
 
     def encode(

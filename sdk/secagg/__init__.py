@@ -41,7 +41,7 @@ from sdk.secagg._schema import (
     parse_server_message,
 )
 from sdk.secagg._server import AggregateResult, SecAggServer
-from sdk.secagg._simulate import simulate_round
+from sdk.secagg._simulate import drive_round, simulate_round
 from sdk.secagg._stages import Stage
 
 __all__ = [
@@ -84,6 +84,7 @@ __all__ = [
     "clip_and_noise",
     "composed_epsilon",
     "default_degree",
+    "drive_round",
     "generate_identities",
     "neighbour_graph",
     "parse_client_message",

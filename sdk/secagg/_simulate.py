@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -10,11 +10,11 @@ from sdk.secagg._client import SecAggClient
 from sdk.secagg._config import SecAggConfig
 from sdk.secagg._crypto import generate_identities
 from sdk.secagg._errors import RoundAborted
-from sdk.secagg._schema import ServerMessage
+from sdk.secagg._schema import ClientMessage, ServerMessage
 from sdk.secagg._server import AggregateResult, SecAggServer
 from sdk.secagg._stages import Stage
 
-__all__ = ["simulate_round"]
+__all__ = ["drive_round", "simulate_round"]
 
 
 def simulate_round(
@@ -25,11 +25,13 @@ def simulate_round(
     dropouts: Mapping[Stage, set[int]] | None = None,
     rng: np.random.Generator | None = None,
     round_id: str = "sim-round",
+    on_message: Callable[[ClientMessage], None] | None = None,
 ) -> AggregateResult:
     """Run one round with clients 0..N-1 and return the server's result.
 
     ``dropouts[stage]`` are clients whose reply at ``stage`` is never delivered (they are gone
-    from then on). Raises ``RoundAborted`` when too few survive.
+    from then on). Raises ``RoundAborted`` when too few survive. ``on_message`` sees every
+    client message the server receives (an auditor's capture of the wire).
     """
     cfg = config or SecAggConfig()
     n = len(updates)
@@ -41,16 +43,41 @@ def simulate_round(
         for c in ids
     }
     server = SecAggServer(cfg.round_params(ids, int(updates[0].shape[0]), round_id=round_id), roster)
+    return drive_round(server, clients, dropouts=dropouts, on_message=on_message)
+
+
+def drive_round(
+    server: SecAggServer,
+    clients: Mapping[int, SecAggClient],
+    *,
+    dropouts: Mapping[Stage, Collection[int]] | None = None,
+    on_message: Callable[[ClientMessage], None] | None = None,
+    on_broadcast: Callable[[ServerMessage], None] | None = None,
+) -> AggregateResult:
+    """Deliver every message between ``server`` and ``clients`` in memory until the result.
+
+    The one in-memory transport of the protocol (``simulate_round`` and the router's
+    ``SecureAggregator`` both run on it). ``dropouts[stage]``: clients whose reply at ``stage``
+    is never delivered; they are gone from then on. A client that refuses to go on (too few
+    live neighbours) is gone too. Raises ``RoundAborted`` when too few survive.
+    ``on_broadcast`` / ``on_message`` see each delivered server / client message.
+    """
     gone: set[int] = set()
     outbox: dict[int, ServerMessage] = server.start()
     while server.result is None:
-        gone |= (dropouts or {}).get(server.stage, set())
+        gone |= set((dropouts or {}).get(server.stage, ()))
         for c, msg in outbox.items():
             if c in gone:
                 continue
+            if on_broadcast is not None:
+                on_broadcast(msg)
             try:
-                server.receive(clients[c].receive(msg))
+                reply = clients[c].receive(msg)
             except RoundAborted:
                 gone.add(c)  # the client refuses to go on (e.g. too few live neighbours)
+                continue
+            if on_message is not None:
+                on_message(reply)
+            server.receive(reply)
         outbox = server.close_stage()
     return server.result

@@ -1,8 +1,10 @@
 """Request signing and verification with Ed25519 identity keys (shared by both apps).
 
-Every authenticated request carries four headers; the signature covers
-``METHOD \\n path?query \\n sha256(body) \\n timestamp \\n nonce \\n sender`` so a captured request
-cannot be moved to another path, body, time or sender, and the nonce makes it single-use.
+Every authenticated request carries five headers; the signature covers
+``METHOD \\n path?query \\n sha256(body) \\n timestamp \\n nonce \\n sender \\n recipient`` so a
+captured request cannot be moved to another path, body, time, sender or recipient (a member that
+receives a server-signed query cannot replay it to another member), and the nonce makes it
+single-use.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import logging
 import os
 import secrets
 import sqlite3
@@ -21,7 +24,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 __all__ = [
+    "BAD_SIGNATURE",
+    "HEADER_CONTENT_SHA256",
     "HEADER_NONCE",
+    "HEADER_RECIPIENT",
     "HEADER_SENDER",
     "HEADER_SIGNATURE",
     "HEADER_TIMESTAMP",
@@ -30,6 +36,7 @@ __all__ = [
     "PurgeClock",
     "SignedRequest",
     "canonical_message",
+    "check_private_files",
     "generate_key",
     "load_or_create_key",
     "load_private_key",
@@ -40,7 +47,7 @@ __all__ = [
     "verify_signed",
 ]
 SERVER_SENDER = "server"
-"""The sender name the consortium server signs its own requests with (reward queries)."""
+"""The consortium server's id as a sender (its reward queries) and as a recipient."""
 
 
 def record_nonce(db: sqlite3.Connection, sender: str, nonce: str, ts: float, *,
@@ -80,6 +87,11 @@ HEADER_SENDER = "x-fedmor-sender"
 HEADER_TIMESTAMP = "x-fedmor-timestamp"
 HEADER_NONCE = "x-fedmor-nonce"
 HEADER_SIGNATURE = "x-fedmor-signature"
+HEADER_RECIPIENT = "x-fedmor-recipient"
+HEADER_CONTENT_SHA256 = "x-fedmor-content-sha256"  # signed: checked before the body is read
+# One answer for an unknown sender and a bad signature: a caller cannot probe which ids exist.
+BAD_SIGNATURE = "unknown sender or bad signature"
+_log = logging.getLogger("fedmor.auth")
 
 
 class AuthError(ValueError):
@@ -93,8 +105,11 @@ class AuthError(ValueError):
 class SignedRequest:
     """The authentication fields parsed from one request's headers."""
 
-    def __init__(self, *, sender: str, timestamp: int, nonce: str, signature: bytes) -> None:
+    def __init__(self, *, sender: str, timestamp: int, nonce: str, signature: bytes,
+                 recipient: str, content_sha256: str) -> None:
+        self.content_sha256 = content_sha256
         self.sender = sender
+        self.recipient = recipient
         self.timestamp = timestamp
         self.nonce = nonce
         self.signature = signature
@@ -103,8 +118,8 @@ class SignedRequest:
     def from_headers(cls, headers: dict[str, str]) -> SignedRequest:
         """Parse the four auth headers; raise ``AuthError`` (401) naming the missing/bad one."""
         lower = {k.lower(): v for k, v in headers.items()}
-        missing = [h for h in (HEADER_SENDER, HEADER_TIMESTAMP, HEADER_NONCE, HEADER_SIGNATURE)
-                   if not lower.get(h)]
+        missing = [h for h in (HEADER_SENDER, HEADER_TIMESTAMP, HEADER_NONCE, HEADER_SIGNATURE,
+                               HEADER_RECIPIENT, HEADER_CONTENT_SHA256) if not lower.get(h)]
         if missing:
             raise AuthError(f"missing authentication header(s): {', '.join(missing)}")
         try:
@@ -118,27 +133,37 @@ class SignedRequest:
             signature = base64.b64decode(lower[HEADER_SIGNATURE], validate=True)
         except (binascii.Error, ValueError):
             raise AuthError(f"header {HEADER_SIGNATURE} is not base64") from None
+        content = lower[HEADER_CONTENT_SHA256].lower()
+        if len(content) != 64 or any(c not in "0123456789abcdef" for c in content):
+            raise AuthError(f"header {HEADER_CONTENT_SHA256} must be a hex sha256")
         return cls(sender=lower[HEADER_SENDER], timestamp=timestamp, nonce=nonce,
-                   signature=signature)
+                   signature=signature, recipient=lower[HEADER_RECIPIENT],
+                   content_sha256=content)
 
 
 def canonical_message(*, method: str, path: str, body: bytes, timestamp: int, nonce: str,
-                      sender: str, body_sha256: str | None = None) -> bytes:
+                      sender: str, recipient: str, body_sha256: str | None = None) -> bytes:
     """The exact bytes that are signed for one request (``body_sha256``: the body's hex sha256
     if the caller already has it)."""
     digest = hashlib.sha256(body).hexdigest() if body_sha256 is None else body_sha256
-    return "\n".join([method.upper(), path, digest, str(timestamp), nonce, sender]).encode()
+    return "\n".join([method.upper(), path, digest, str(timestamp), nonce, sender,
+                      recipient]).encode()
 
 
 def sign_headers(key: Ed25519PrivateKey, *, sender: str, method: str, path: str, body: bytes,
-                 now: float | None = None) -> dict[str, str]:
-    """Headers that authenticate one request from ``sender``; ``path`` includes the query."""
+                 recipient: str = SERVER_SENDER, now: float | None = None) -> dict[str, str]:
+    """Headers that authenticate one request from ``sender`` to ``recipient`` (a member's
+    client id, or the server); ``path`` includes the query."""
     timestamp = int(time.time() if now is None else now)
     nonce = secrets.token_hex(16)
+    digest = hashlib.sha256(body).hexdigest()
     message = canonical_message(method=method, path=path, body=body, timestamp=timestamp,
-                                nonce=nonce, sender=sender)
+                                nonce=nonce, sender=sender, recipient=recipient,
+                                body_sha256=digest)
     return {
         HEADER_SENDER: sender,
+        HEADER_RECIPIENT: recipient,
+        HEADER_CONTENT_SHA256: digest,
         HEADER_TIMESTAMP: str(timestamp),
         HEADER_NONCE: nonce,
         HEADER_SIGNATURE: base64.b64encode(key.sign(message)).decode(),
@@ -146,23 +171,30 @@ def sign_headers(key: Ed25519PrivateKey, *, sender: str, method: str, path: str,
 
 
 def verify_signed(request: SignedRequest, public_key: Ed25519PublicKey, *, method: str,
-                  path: str, body: bytes, max_skew_s: float, now: float | None = None,
-                  body_sha256: str | None = None) -> None:
-    """Check the clock skew and the signature; raise ``AuthError`` otherwise.
+                  path: str, body: bytes, max_skew_s: float, recipient: str,
+                  now: float | None = None, body_sha256: str | None = None) -> None:
+    """Check the recipient (``recipient``: this receiver's own id), the signature and the
+    clock skew; raise ``AuthError`` otherwise.
 
-    Nonce reuse is checked by the caller, which owns the nonce store.
+    The signature comes before the clock: a caller without the sender's key learns nothing
+    about the sender (``BAD_SIGNATURE`` is also the answer to an unknown sender). Nonce reuse is
+    checked by the caller, which owns the nonce store.
     """
     current = time.time() if now is None else now
-    if abs(current - request.timestamp) > max_skew_s:
-        raise AuthError(f"timestamp {request.timestamp} is more than {max_skew_s:g} s away "
-                        f"from the server clock")
+    if request.recipient != recipient:
+        raise AuthError("request addressed to another recipient", status=403)
     message = canonical_message(method=method, path=path, body=body,
                                 timestamp=request.timestamp, nonce=request.nonce,
-                                sender=request.sender, body_sha256=body_sha256)
+                                sender=request.sender, recipient=recipient,
+                                body_sha256=body_sha256)
     try:
         public_key.verify(request.signature, message)
     except InvalidSignature:
-        raise AuthError(f"bad signature for sender {request.sender!r}", status=403) from None
+        _log.info("bad signature for sender %r", request.sender)
+        raise AuthError(BAD_SIGNATURE, status=403) from None
+    if abs(current - request.timestamp) > max_skew_s:
+        raise AuthError(f"timestamp {request.timestamp} is more than {max_skew_s:g} s away "
+                        f"from the server clock")
 
 
 def generate_key() -> Ed25519PrivateKey:
@@ -194,6 +226,23 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"{path} does not hold an Ed25519 private key")
     return key
+
+
+def check_private_files(*paths: Path | None) -> None:
+    """Refuse (``PermissionError`` naming the file and its mode) a key or database that other
+    users may read or write; a database's -wal and -shm files are checked with it. Missing
+    files are skipped: the apps create them owner-only."""
+    for path in paths:
+        if path is None or str(path) == ":memory:":
+            continue
+        for candidate in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+            if not candidate.exists():
+                continue
+            mode = candidate.stat().st_mode & 0o777
+            if mode & 0o077:
+                raise PermissionError(
+                    f"{candidate} has mode {mode:o}: other users may read it; run "
+                    f"chmod 600 {candidate} (or set allow_readable_files to start anyway)")
 
 
 def load_or_create_key(path: Path) -> Ed25519PrivateKey:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
@@ -15,12 +17,40 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sdk.wire._auth import AuthError, SignedRequest, parse_public_key, verify_signed
+from sdk.wire._auth import (
+    BAD_SIGNATURE,
+    HEADER_SIGNATURE,
+    SERVER_SENDER,
+    AuthError,
+    SignedRequest,
+    parse_public_key,
+    verify_signed,
+)
 from sdk.wire._protocols import PayloadError, StagePayload
 from sdk.wire._schemas import StageSubmit
 
 __all__ = ["ERROR_RESPONSES", "ConflictError", "NotFoundError", "SignatureCheck", "SizeLimit", "authenticate",
-           "install_errors", "signature_check", "stage_payload"]
+           "check_reward_url", "docs_ui", "install_errors", "signature_check", "stage_payload"]
+
+
+_log = logging.getLogger("fedmor.auth")
+
+
+def docs_ui(enabled: bool) -> dict[str, Any]:
+    """FastAPI's interactive docs pages (``/docs``, ``/redoc``): off unless ``enabled``, since
+    they load JavaScript from a CDN; ``/openapi.json`` is always served."""
+    return {} if enabled else {"docs_url": None, "redoc_url": None}
+
+
+def check_reward_url(url: str, *, allow_http: bool) -> None:
+    """Refuse (``PayloadError``) a member's push URL that is not ``https://host[:port][/path]``
+    (``http://`` only with ``allow_http``): the server sends signed queries and images to it."""
+    parts = urllib.parse.urlsplit(url)
+    schemes = ("https", "http") if allow_http else ("https",)
+    if parts.scheme not in schemes or not parts.hostname or parts.username or parts.password \
+            or parts.query or parts.fragment:
+        raise PayloadError(f"reward_url must be an {' or '.join(schemes)} URL with a host and "
+                           "no credentials, query or fragment")
 
 
 class NotFoundError(LookupError):
@@ -40,15 +70,27 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-class SizeLimit:
-    """ASGI middleware: refuse request bodies over ``limit`` bytes with 413 and a message."""
+class BodyTooLarge(HTTPException):
+    """A request body grew past the size limit while it was read (HTTP 413)."""
 
-    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body exceeds {limit} bytes")
+
+
+class SizeLimit:
+    """ASGI middleware: refuse request bodies over ``limit`` bytes (``unsigned_limit`` for a
+    request without a signature header: enrollment and admin bodies are small) with 413 and a
+    message. Nothing is buffered here: a declared length over the limit is refused at once, and
+    a body is counted as the endpoint reads it, which for signed requests comes after their
+    headers were checked (``signature_check``)."""
+
+    def __init__(self, app: ASGIApp, *, limit: int, unsigned_limit: int = 2**20) -> None:
         self.app = app
         self.limit = limit
+        self.unsigned_limit = min(unsigned_limit, limit)
 
-    async def _reject(self, send: Send) -> None:
-        body = json.dumps({"detail": f"request body exceeds {self.limit} bytes"}).encode()
+    async def _reject(self, send: Send, limit: int) -> None:
+        body = json.dumps({"detail": f"request body exceeds {limit} bytes"}).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode())]})
@@ -58,27 +100,23 @@ class SizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._reject(send)
+        headers = dict(scope["headers"])
+        limit = self.limit if HEADER_SIGNATURE.encode() in headers else self.unsigned_limit
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await self._reject(send, limit)
             return
-        # Buffer (at most ``limit`` bytes) so chunked uploads are bounded too.
-        chunks: list[Message] = []
         size = 0
-        while True:
+
+        async def counted() -> Message:  # chunked uploads are bounded too
+            nonlocal size
             message = await receive()
-            chunks.append(message)
             size += len(message.get("body", b""))
-            if size > self.limit:
-                await self._reject(send)
-                return
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                break
+            if size > limit:
+                raise BodyTooLarge(limit)
+            return message
 
-        async def replay() -> Message:
-            return chunks.pop(0) if chunks else await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, counted, send)
 
 
 def _error(status: int) -> Callable[[Request, Exception], Any]:
@@ -116,44 +154,82 @@ def install_errors(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)
 
 
+# A signed body larger than this has its headers checked (sender, recipient, signature over
+# the declared body hash, clock) before a byte of it is read; a smaller one is read first and
+# checked in the endpoint's worker thread (no extra thread hop on the hot small requests).
+_PRECHECK_BYTES = 2**16
+
+
 class SignatureCheck:
     """The blocking half of a request's authentication (key lookup, signature, nonce): calling
-    it returns the sender or raises ``AuthError``. It hashes the body once and keeps the hex
-    digest (``body_sha256``): a stage message's stored digest is the same hash of the same
-    bytes, and hashing a 4 MB masked input costs milliseconds."""
+    it returns the sender or raises ``AuthError``. The signature covers the body's declared
+    sha256 (``body_sha256``), which ``signature_check`` compared with the body as it streamed
+    in: a stage message's stored digest is the same hash of the same bytes."""
 
-    def __init__(self, signed: SignedRequest, *, method: str, path: str, body: bytes,
+    def __init__(self, signed: SignedRequest, *, method: str, path: str,
                  public_key_of: Callable[[str], str | None],
-                 use_nonce: Callable[[str, str, float], bool], max_skew_s: float) -> None:
-        self._signed, self._method, self._path, self._body = signed, method, path, body
+                 use_nonce: Callable[[str, str, float], bool], max_skew_s: float,
+                 recipient: str) -> None:
+        self._signed, self._method, self._path = signed, method, path
+        self._recipient = recipient
         self._public_key_of, self._use_nonce, self._max_skew_s = (public_key_of, use_nonce,
                                                                   max_skew_s)
-        self.body_sha256: str | None = None  # set by a successful call
+        self.body = b""  # set by ``signature_check`` once read
+        self.body_sha256: str = signed.content_sha256
+        self._verified = False
 
-    def __call__(self) -> str:
+    def verify(self) -> None:
+        """Check the sender's key, the recipient, the signature and the clock (no body read)."""
+        if self._verified:
+            return
         signed = self._signed
         key_text = self._public_key_of(signed.sender)
         if key_text is None:
-            raise AuthError(f"unknown sender {signed.sender!r}")
-        digest = hashlib.sha256(self._body).hexdigest()
+            _log.info("unknown sender %r", signed.sender)
+            raise AuthError(BAD_SIGNATURE, status=403)
         verify_signed(signed, parse_public_key(key_text), method=self._method, path=self._path,
-                      body=self._body, max_skew_s=self._max_skew_s, body_sha256=digest)
+                      body=b"", max_skew_s=self._max_skew_s, body_sha256=self.body_sha256,
+                      recipient=self._recipient)
+        self._verified = True
+
+    def __call__(self) -> str:
+        self.verify()
+        signed = self._signed
         if not self._use_nonce(signed.sender, signed.nonce, float(signed.timestamp)):
             raise AuthError(f"nonce {signed.nonce} was already used (replayed request)")
-        self.body_sha256 = digest
         return signed.sender
+
+
+async def _read_hashed(request: Request, declared_sha256: str) -> bytes:
+    """The body, hashed as it streams in (the size limit counts it); ``AuthError`` unless it
+    hashes to the signed ``declared_sha256``."""
+    digest = hashlib.sha256()
+    chunks = []
+    async for chunk in request.stream():
+        digest.update(chunk)
+        chunks.append(chunk)
+    if digest.hexdigest() != declared_sha256:
+        raise AuthError(BAD_SIGNATURE, status=403)
+    return b"".join(chunks)
 
 
 async def signature_check(request: Request, *, public_key_of: Callable[[str], str | None],
                           use_nonce: Callable[[str, str, float], bool],
-                          max_skew_s: float) -> SignatureCheck:
-    """Read ``request``'s body and auth headers; returns the blocking check. An endpoint that
-    does blocking work anyway runs the check first in the same worker thread: one thread hop."""
+                          max_skew_s: float, recipient: str = SERVER_SENDER) -> SignatureCheck:
+    """Read ``request``'s auth headers and body (``check.body``); returns the blocking check
+    (``recipient``: this app's own id). A large or chunked body is read only after its headers
+    passed ``SignatureCheck.verify``. An endpoint that does blocking work anyway runs the check
+    first in the same worker thread: one thread hop."""
     signed = SignedRequest.from_headers(dict(request.headers))
     path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    return SignatureCheck(signed, method=request.method, path=path, body=await request.body(),
-                          public_key_of=public_key_of, use_nonce=use_nonce,
-                          max_skew_s=max_skew_s)
+    check = SignatureCheck(signed, method=request.method, path=path,
+                           public_key_of=public_key_of, use_nonce=use_nonce,
+                           max_skew_s=max_skew_s, recipient=recipient)
+    declared = request.headers.get("content-length", "")
+    if not declared.isdigit() or int(declared) > _PRECHECK_BYTES:
+        await run_in_threadpool(check.verify)
+    check.body = await _read_hashed(request, signed.content_sha256)
+    return check
 
 
 async def authenticate(request: Request, *, public_key_of: Callable[[str], str | None],
@@ -161,8 +237,7 @@ async def authenticate(request: Request, *, public_key_of: Callable[[str], str |
     """Verify the signed headers of ``request``; returns the sender. Raises ``AuthError``."""
     check = await signature_check(request, public_key_of=public_key_of, use_nonce=use_nonce,
                                   max_skew_s=max_skew_s)
-    # Off the event loop: the store lookups may wait behind a large durable write, and hashing a
-    # multi-megabyte body takes milliseconds; other requests keep flowing meanwhile.
+    # Off the event loop: the store lookups may wait behind a large durable write.
     return await run_in_threadpool(check)
 
 

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sdk.wire._schemas import DPTerms
 
@@ -30,6 +30,7 @@ __all__ = [
     "UPDATE_PARAMS",
     "ClientRound",
     "FedAvgKind",
+    "FedAvgParams",
     "PayloadError",
     "RoundFailed",
     "RoundKind",
@@ -38,9 +39,11 @@ __all__ = [
     "ServerRound",
     "StagePayload",
     "UpdateSource",
+    "as_delta",
     "decode_vector",
     "encode_update",
     "encode_vector",
+    "from_delta",
     "ready_update",
 ]
 
@@ -62,6 +65,27 @@ DEMO_TRAIN_PARAM = "demo_train_s"
 DEMO_SAMPLES_PARAM = "demo_samples"
 """The sample count n_k the demo update reports (1-1000; default: 1-10 from the name)."""
 UPDATE_PARAMS = frozenset({ROUTER_ROUND_PARAM, DEMO_TRAIN_PARAM, DEMO_SAMPLES_PARAM})
+
+
+def as_delta(params: np.ndarray, base: np.ndarray | None) -> np.ndarray:
+    """What a member sends of its trained router ``params`` (P,): the change from the round's
+    ``base`` (P,), or the parameters themselves in a federation's first round (no base).
+
+    Every router round, in-process or over REST, sums deltas: they are small (about
+    ``steps * lr`` per coordinate), so one fixed-point clip range holds them, and DP clipping
+    bounds how far one member moves the router, not the router's own size.
+    """
+    if base is None:
+        return np.asarray(params, dtype=np.float32)
+    if base.shape != params.shape:
+        raise ValueError(f"the update has shape {params.shape}, the base router {base.shape}")
+    return (np.asarray(params, dtype=np.float32) - base).astype(np.float32)
+
+
+def from_delta(mean_delta: np.ndarray, base: np.ndarray | None) -> np.ndarray:
+    """The next router version (P,) float32 from the weighted mean of the members' deltas."""
+    out = np.asarray(mean_delta, dtype=np.float32)
+    return out if base is None else (base.astype(np.float32) + out).astype(np.float32)
 
 
 def ready_update(vector: np.ndarray, weight: float) -> UpdateSource:
@@ -133,6 +157,9 @@ class ServerRound(ABC):
     """The server half of one round: accepts stage messages, closes stages."""
 
     stages: tuple[str, ...]
+    # Every value of a valid aggregate lies in [-aggregate_bound, aggregate_bound]: the round
+    # manager publishes nothing outside it (one member's message must not poison the router).
+    aggregate_bound: float = float("inf")
 
     def first_broadcast(self, client_id: str) -> dict[str, Any]:
         """What a client receives before the first stage (default: nothing)."""
@@ -210,11 +237,37 @@ def encode_update(vector: np.ndarray, weight: float) -> bytes:
     return _WEIGHT.pack(float(weight)) + np.ascontiguousarray(vector, dtype="<f4").tobytes()
 
 
+class FedAvgParams(BaseModel):
+    """``params`` of an ``rm_fedavg`` round: the bounds every member's message must meet, so
+    that no single member can dominate or overflow the average."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_weight: float = Field(default=1e6, gt=0, allow_inf_nan=False,
+                              description="largest weight n_k a member may report")
+    max_abs: float = Field(default=1e4, gt=0, allow_inf_nan=False,
+                           description="largest |value| in an update (and the aggregate)")
+
+    @classmethod
+    def parse(cls, params: dict[str, Any]) -> FedAvgParams:
+        """Validate a round's ``params`` (the update-source keys aside); ``ValueError``."""
+        try:
+            return cls.model_validate({k: v for k, v in params.items()
+                                       if k not in UPDATE_PARAMS})
+        except ValidationError as exc:
+            problems = [f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg']}"
+                        for e in exc.errors()]
+            raise ValueError(f"{'; '.join(problems)} (rm_fedavg params: max_weight, "
+                             "max_abs)") from None
+
+
 class _FedAvgServer(ServerRound):
     stages = ("update",)
 
     def __init__(self, spec: RoundSpec) -> None:
         self.spec = spec
+        self.bounds = FedAvgParams.parse(spec.params)
+        self.aggregate_bound = self.bounds.max_abs
         self._sum = np.zeros(spec.vector_length, dtype=np.float64)
         self._weight = 0.0
         self._count = 0
@@ -237,6 +290,12 @@ class _FedAvgServer(ServerRound):
         if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not weight > 0 \
                 or not np.isfinite(weight):
             raise PayloadError(f"stage {stage}: weight must be a positive number")
+        if weight > self.bounds.max_weight:
+            raise PayloadError(f"stage {stage}: weight {weight:g} is over this round's "
+                               f"max_weight {self.bounds.max_weight:g}")
+        if vec.size and float(np.max(np.abs(vec))) > self.bounds.max_abs:
+            raise PayloadError(f"stage {stage}: a value is outside this round's range "
+                               f"[-{self.bounds.max_abs:g}, {self.bounds.max_abs:g}] (max_abs)")
         return _Update(float(weight), vec)
 
     def accept(self, stage: str, client_id: str, parsed: object) -> None:

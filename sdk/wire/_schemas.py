@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "DPAccount",
@@ -48,9 +49,10 @@ class ErrorBody(_Wire):
 class Health(_Wire):
     """``/v1/health``."""
 
-    status: Literal["ok"] = "ok"
+    status: Literal["ok", "degraded"] = "ok"
     app: str
     version: str
+    detail: str | None = Field(default=None, description="why the app is degraded (HTTP 503)")
 
 
 class EnrollRequest(_Wire):
@@ -61,6 +63,9 @@ class EnrollRequest(_Wire):
     public_key: str = Field(min_length=40, max_length=64, description="raw Ed25519, base64")
     reward_url: str | None = Field(default=None, max_length=512,
                                    description="push-mode base URL of the client app")
+    clip_bound: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False,
+                                     description="every score this member answers lies in "
+                                     "[-clip_bound, clip_bound]; the broker refuses others")
 
 
 class EnrollResponse(_Wire):
@@ -80,6 +85,22 @@ class RoundCreate(_Wire):
     min_clients: int = Field(default=2, ge=1)
     stage_deadline_s: float | None = Field(default=None, gt=0, le=86_400)
     params: dict[str, Any] = Field(default_factory=dict, description="kind-specific options")
+
+    @field_validator("params")
+    @classmethod
+    def _finite(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # JSON admits Infinity and NaN; no round parameter means either.
+        def walk(v: Any) -> bool:
+            if isinstance(v, float):
+                return math.isfinite(v)
+            if isinstance(v, dict):
+                return all(walk(x) for x in v.values())
+            if isinstance(v, list):
+                return all(walk(x) for x in v)
+            return True
+        if not walk(value):
+            raise ValueError("round parameters must be finite numbers (no NaN or Infinity)")
+        return value
 
 
 class DPTerms(_Wire):
@@ -171,6 +192,12 @@ class StageAck(_Wire):
     stored_at: float
     next: StageBroadcast | None = Field(
         default=None, description="with ``wait_next_s``: the next stage's input (saves a GET)")
+
+
+class RouterRollback(_Wire):
+    """Admin request: publish an earlier router version again as the newest."""
+
+    version: int = Field(ge=1, le=2**62, description="the router version to restore")
 
 
 class RouterVersionInfo(_Wire):

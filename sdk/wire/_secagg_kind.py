@@ -134,6 +134,8 @@ class _Server(ServerRound):
         try:
             params, roster = _round_params(spec)
             self._sm = SecAggServer(params, roster)
+            # The survivors' weighted mean of clipped values, plus quantization error.
+            self.aggregate_bound = 2 * params.quantization.clip_range
         except (ValueError, KeyError, ValidationError, SecAggError) as exc:
             raise RoundFailed(f"bad secure-aggregation parameters: {exc}") from exc
         self._ids = {cid: i + 1 for i, cid in enumerate(spec.participants)}

@@ -10,7 +10,7 @@ import tomllib
 from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
-__all__ = ["EnvOverFile", "load_settings"]
+__all__ = ["AppHardening", "EnvOverFile", "load_settings"]
 
 _S = TypeVar("_S", bound=BaseSettings)
 
@@ -32,6 +32,16 @@ class EnvOverFile(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return env_settings, init_settings, file_secret_settings
+
+
+class AppHardening(EnvOverFile):
+    """Settings both apps share that relax a safe default."""
+
+    docs_ui: bool = Field(default=False, description="serve /docs and /redoc (they load "
+                          "JavaScript from a CDN); /openapi.json is always served")
+    allow_readable_files: bool = Field(default=False, description="start even when the "
+                                       "identity key, TLS key or database is readable by "
+                                       "other users")
 
 
 def load_settings(cls: type[_S], path: Path | None) -> _S:

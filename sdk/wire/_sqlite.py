@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -30,6 +31,9 @@ class SQLiteFile:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            # Owner-only from the first byte: SQLite gives the -wal and -shm files the
+            # database file's mode.
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
         self._lock = threading.RLock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         # Large pages (a new file only): a 4 MB stage message is 64 overflow pages, not 1000;

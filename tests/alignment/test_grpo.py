@@ -11,12 +11,14 @@ import torch
 from safetensors.torch import load_file
 
 from sdk.alignment import (
+    AlignmentError,
     GRPOSettings,
     InProcessRewardSource,
     MoRSelection,
     SelectionRewardFunction,
     WarmupConfig,
     align,
+    export_policy,
     lora_parameter_count,
     query_dataset,
     warmup_cache_key,
@@ -25,7 +27,7 @@ from sdk.alignment import (
 from sdk.alignment._grpo import _freeze_vision_encoder
 from sdk.alignment._warmup import _noisy_answers
 from sdk.data import load_queries
-from sdk.models import ARCHITECTURES, build_tiny_vlm, load_vlm
+from sdk.models import ARCHITECTURES, Runtime, build_tiny_vlm, load_vlm
 from sdk.reward import LoraSettings
 from tests.alignment.conftest import make_chooser
 
@@ -111,7 +113,8 @@ def test_tiny_grpo_run_with_mor_changes_the_policy(base_policy: Path, data_dir: 
     assert feedback[1][3] == 2 * 2
 
 
-def _two_steps(base_policy: Path, data_dir: Path, out: Path, **settings: Any) -> Path:
+def _two_steps(base_policy: Path, data_dir: Path, out: Path, *, merge_lora: bool = False,
+               runtime: Runtime | None = None, **settings: Any) -> Path:
     """Two GRPO steps with one client that prefers longer answers (distinct group rewards)."""
 
     def longer_is_better(images, prompts, responses):
@@ -122,7 +125,7 @@ def _two_steps(base_policy: Path, data_dir: Path, out: Path, **settings: Any) ->
     grpo = GRPOSettings(steps=2, prompts_per_step=2, num_generations=2,
                         max_completion_length=4, warmup_steps=0, **settings)
     return align(base_policy, fn, load_queries(data_dir / "policy" / "train"), grpo,
-                 out_dir=out, progress=None)
+                 out_dir=out, progress=None, merge_lora=merge_lora, runtime=runtime)
 
 
 @pytest.mark.parametrize("freeze", [True, False])
@@ -140,7 +143,8 @@ def test_freeze_vision_trains_only_the_projector_and_language_model(
 def test_lora_trains_adapters_on_the_language_model_and_saves_them_merged(
         base_policy: Path, data_dir: Path, tmp_path: Path) -> None:
     lora = LoraSettings(r=2, alpha=4)
-    out = _two_steps(base_policy, data_dir, tmp_path / "run", learning_rate=5e-2, lora=lora)
+    out = _two_steps(base_policy, data_dir, tmp_path / "run", learning_rate=5e-2, lora=lora,
+                     merge_lora=True)
     before, after = _weights(base_policy), _weights(out / "policy")
     assert set(after) == set(before)  # merged: a plain checkpoint, loadable as the base was
     changed = {k for k in before if not torch.equal(before[k], after[k])}
@@ -151,6 +155,33 @@ def test_lora_trains_adapters_on_the_language_model_and_saves_them_merged(
     assert adapter and all("lora_" in k for k in adapter)
     assert sum(v.numel() for v in adapter.values()) == lora_parameter_count(
         load_vlm(base_policy).model, lora.peft_config())
+
+
+def test_lora_policy_is_its_adapter_and_export_merges_it_over_the_checked_base(
+        base_policy: Path, data_dir: Path, tmp_path: Path) -> None:
+    out = _two_steps(base_policy, data_dir, tmp_path / "run", learning_rate=5e-2,
+                     lora=LoraSettings(r=2, alpha=4))
+    assert not (out / "policy").exists()  # no merged copy unless asked for
+    assert (out / "adapter" / "base.json").is_file()
+    merged = export_policy(out / "adapter", tmp_path / "merged")
+    before, after = _weights(base_policy), _weights(merged)
+    assert set(after) == set(before)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert load_vlm(merged).architecture == "qwen2_5_vl"
+    other = build_tiny_vlm("qwen2_5_vl", tmp_path / "other", size="small")
+    with pytest.raises(AlignmentError, match="does not match adapter"):
+        export_policy(out / "adapter", tmp_path / "refused", base=other)
+
+
+def test_grpo_runs_in_bfloat16_with_gradient_checkpointing(
+        base_policy: Path, data_dir: Path, tmp_path: Path) -> None:
+    runtime = Runtime(device="cpu", dtype="bfloat16", gradient_checkpointing=True)
+    out = _two_steps(base_policy, data_dir, tmp_path / "run", lora=LoraSettings(r=2, alpha=4),
+                     runtime=runtime)
+    adapter = load_file(str(out / "adapter" / "adapter_model.safetensors"))
+    assert adapter and all(torch.isfinite(v.float()).all() for v in adapter.values())
+    log = json.loads((out / "metrics.json").read_text())["log_history"]
+    assert any("loss" in entry for entry in log)
 
 
 def test_freeze_vision_needs_a_vision_encoder() -> None:

@@ -91,7 +91,8 @@ def server(tmp_path: Path) -> Iterator[tuple[TestClient, list[Member]]]:
     with TestClient(create_app(cfg)) as tc:
         members = []
         for i, (key, token) in enumerate(zip(keys, tokens, strict=True)):
-            body = {"name": f"m{i}", "token": token, "public_key": public_key_b64(key)}
+            body = {"name": f"m{i}", "token": token, "public_key": public_key_b64(key),
+                    "clip_bound": 1.0}
             first = tc.post("/v1/enroll", json=body)
             assert first.status_code == 200, first.text
             again = tc.post("/v1/enroll", json=body)  # an idempotent retry

@@ -64,15 +64,16 @@ def test_stale_timestamp_is_401(consortium: LocalConsortium, http: httpx.Client)
     _detail(http.get("/v1/rounds", headers=headers), 401, "timestamp")
 
 
-def test_unknown_sender_is_401(http: httpx.Client) -> None:
+def test_unknown_sender_is_403_like_a_bad_signature(http: httpx.Client) -> None:
     headers = sign_headers(generate_key(), sender="c-nobody", method="GET", path="/v1/rounds",
                            body=b"")
-    _detail(http.get("/v1/rounds", headers=headers), 401, "unknown sender")
+    _detail(http.get("/v1/rounds", headers=headers), 403, "unknown sender or bad signature")
 
 
 def test_garbled_auth_headers_are_401(http: httpx.Client) -> None:
     headers = {"x-fedmor-sender": "x", "x-fedmor-timestamp": "soon", "x-fedmor-nonce": "abc",
-               "x-fedmor-signature": "!!"}
+               "x-fedmor-signature": "!!", "x-fedmor-recipient": "server",
+               "x-fedmor-content-sha256": "0" * 64}
     _detail(http.get("/v1/rounds", headers=headers), 401, "not an integer")
 
 
@@ -116,9 +117,9 @@ def test_enrollment_refusals(consortium: LocalConsortium, http: httpx.Client) ->
     from server_app import public_key_b64
 
     body = {"name": name, "token": "wrong-token-123", "public_key": public_key_b64(generate_key())}
-    _detail(http.post("/v1/enroll", json=body), 403, "does not match the roster")
+    _detail(http.post("/v1/enroll", json=body), 403, "enrollment refused")
     body["name"] = "stranger"
-    _detail(http.post("/v1/enroll", json=body), 403, "not in the roster")
+    _detail(http.post("/v1/enroll", json=body), 403, "enrollment refused")
     _detail(http.post("/v1/enroll", json={"name": name}), 422, "invalid request")
 
 
@@ -135,9 +136,12 @@ def test_client_app_refuses_non_server_callers(consortium: LocalConsortium) -> N
         body = b'{"items": []}'
         # A member signing as "server" with its own key: the pinned server key rejects it.
         key = load_private_key(Path(consortium.client_cfg[consortium.names[1]]["identity_key"]))
-        headers = sign_headers(key, sender="server", method="POST", path="/v1/reward", body=body)
+        me = consortium.enrolled()[0]  # the recipient (roster names sort as the sites do)
+        headers = sign_headers(key, sender="server", method="POST", path="/v1/reward", body=body,
+                               recipient=me)
         _detail(client.post("/v1/reward", content=body, headers=headers), 403, "bad signature")
-        headers = sign_headers(key, sender="c-peer", method="POST", path="/v1/reward", body=body)
-        _detail(client.post("/v1/reward", content=body, headers=headers), 401, "unknown sender")
+        headers = sign_headers(key, sender="c-peer", method="POST", path="/v1/reward", body=body,
+                               recipient=me)
+        _detail(client.post("/v1/reward", content=body, headers=headers), 403, "unknown sender or bad signature")
         big = b"x" * (3 * 2**20)
         _detail(client.post("/v1/reward", content=big), 413, "exceeds")

@@ -150,7 +150,7 @@ def _enrolled_broker(tmp_path: Path) -> tuple[Store, Any]:
     key = generate_key()
     store.upsert_roster("m0", public_key_b64(key), hashlib.sha256(b"token-m0").hexdigest())
     store.enroll(name="m0", token="token-m0", public_key=public_key_b64(key),
-                 reward_url="http://127.0.0.1:9", new_id="c-m0")
+                 reward_url="http://127.0.0.1:9", new_id="c-m0", clip_bound=1.0)
     return store, broker_module.RewardBroker(store, generate_key(), mode="push")
 
 
@@ -203,6 +203,7 @@ def test_client_app_reads_the_learned_server_key_once(tmp_path: Path,
     key = generate_key()
     first = ClientStore(tmp_path / "c.db")  # as enrollment leaves it: the key is in the store
     first.put("server_public_key", public_key_b64(key))
+    first.put("client_id", "c-me")
     first.close()
     app = create_client_app(ClientSettings(db_path=tmp_path / "c.db",
                                            identity_key=tmp_path / "c.pem"), HashScorer())
@@ -215,11 +216,11 @@ def test_client_app_reads_the_learned_server_key_once(tmp_path: Path,
         for _ in range(3):
             body = json.dumps({"items": [item]}).encode()
             headers = sign_headers(key, sender="server", method="POST", path="/v1/reward",
-                                   body=body)
+                                   body=body, recipient="c-me")
             resp = tc.post("/v1/reward", content=body, headers=headers)
             assert resp.status_code == 409  # authenticated (the image is simply unknown)
         forged = sign_headers(generate_key(), sender="server", method="POST",
-                              path="/v1/reward", body=body)
+                              path="/v1/reward", body=body, recipient="c-me")
         assert tc.post("/v1/reward", content=body, headers=forged).status_code == 403
     assert reads.count("server_public_key") == 1
 

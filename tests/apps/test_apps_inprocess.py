@@ -82,7 +82,8 @@ def _png() -> bytes:
 def _reward_call(tc: TestClient, key: Ed25519PrivateKey,
                  items: list[dict[str, Any]]) -> Any:
     body = json.dumps({"items": items}).encode()
-    headers = sign_headers(key, sender="server", method="POST", path="/v1/reward", body=body)
+    headers = sign_headers(key, sender="server", method="POST", path="/v1/reward", body=body,
+                           recipient="c-me")
     return tc.post("/v1/reward", content=body, headers=headers | {
         "content-type": "application/json"})
 
@@ -95,7 +96,9 @@ class _Wild:
 def _client_app(tmp_path: Path, key: Ed25519PrivateKey, scorer: object, **kw: object) -> TestClient:
     cfg = ClientSettings(db_path=tmp_path / "c.db", identity_key=tmp_path / "c.pem",
                          server_public_key=public_key_b64(key), **kw)  # type: ignore[arg-type]
-    return TestClient(create_client_app(cfg, scorer))  # type: ignore[arg-type]
+    app = create_client_app(cfg, scorer)  # type: ignore[arg-type]
+    app.state.store.put("client_id", "c-me")  # as enrollment leaves it: the recipient's id
+    return TestClient(app)
 
 
 def test_reward_budget_rate_limit_clip_and_image_cache(tmp_path: Path) -> None:

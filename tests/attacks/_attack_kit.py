@@ -2,23 +2,74 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
 from attacks import PairScorer, smooth_images
+from sdk.reward import RewardTrainingConfig
 
 __all__ = [
+    "CLIENT",
     "PairData",
     "Router",
     "embeddings",
     "image_model",
+    "reward_run_dir",
     "router_loss",
     "smooth_images",
+    "synth_client_data",
     "train_reward_scorer",
 ]
+
+CLIENT = "detail"
+
+
+def synth_client_data(root: Path, *, train_pairs: int = 16, eval_pairs: int = 8) -> Path:
+    """Synthetic pairs of one client in the demo layout under ``root``; returns
+    ``root/clients/<CLIENT>`` (with ``train/`` and ``eval/``)."""
+    from sdk.data import SynthConfig, synthesize
+
+    synthesize(
+        SynthConfig(
+            seed=1,
+            image_size=32,
+            clients=(CLIENT,),
+            heldout=("color",),
+            train_pairs=train_pairs,
+            eval_pairs=eval_pairs,
+            heldout_pairs=1,
+            warmup_queries=0,
+            policy_train_queries=0,
+            policy_eval_queries=0,
+        ),
+        root,
+    )
+    return root / "clients" / CLIENT
+
+
+def reward_run_dir(
+    root: Path, cfg: RewardTrainingConfig, backbone: Callable[[Path, list[str]], Path]
+) -> Path:
+    """A demo-layout run directory with one client's reward model trained with ``cfg`` from
+    ``backbone(root / "backbone", corpus)``."""
+    from sdk.data import load_pairs
+    from sdk.reward import RewardModel, pair_texts, train_reward_model
+
+    train = load_pairs(synth_client_data(root / "data") / "train")
+    base = backbone(root / "backbone", pair_texts(train))
+    train_reward_model(
+        RewardModel.from_backbone(base, lora=cfg.lora),
+        train,
+        [],
+        cfg,
+        out_dir=root / "reward_models" / CLIENT,
+        progress=False,
+    )
+    return root
 
 
 def image_model(seed: int = 1) -> nn.Module:

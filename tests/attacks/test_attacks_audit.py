@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _attack_kit import CLIENT, synth_client_data
 from fastapi.testclient import TestClient
 
 from attacks import (
@@ -25,10 +26,11 @@ from attacks import (
     capture_round,
     capture_run_dir,
     pooled_embeddings,
+    verdict_level,
 )
 from attacks._cli import register
 from client_app import ClientSettings, create_client_app
-from sdk.data import SynthConfig, load_pairs, synthesize
+from sdk.data import load_pairs
 from sdk.models import build_tiny_vlm
 from sdk.reward import (
     ClientScorer,
@@ -51,29 +53,13 @@ from sdk.router import (
 )
 from server_app import generate_key, public_key_b64
 
-CLIENT = "detail"
-
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run directory in the demo's layout: data/clients/<c>/{train,eval}, reward_models/<c>/."""
     root = tmp_path_factory.mktemp("run")
-    synthesize(
-        SynthConfig(
-            seed=1,
-            image_size=32,
-            clients=(CLIENT,),
-            heldout=("color",),
-            train_pairs=24,  # 3 clients x 16 responses for the SecAgg capture
-            eval_pairs=16,
-            heldout_pairs=1,
-            warmup_queries=0,
-            policy_train_queries=0,
-            policy_eval_queries=0,
-        ),
-        root / "data",
-    )
-    train = load_pairs(root / "data" / "clients" / CLIENT / "train")
+    # 24 train pairs: 3 clients x 16 responses for the SecAgg capture.
+    train = load_pairs(synth_client_data(root / "data", train_pairs=24, eval_pairs=16) / "train")
     backbone = build_tiny_vlm("qwen2_5_vl", root / "backbone", corpus=pair_texts(train))
     model = RewardModel.from_backbone(backbone)
     # A few steps only: the audit's plumbing is under test here; that the attack bites on an
@@ -131,6 +117,18 @@ def test_audit_command_writes_a_consistent_report(run_dir: Path, tmp_path: Path)
     assert (f"inconclusive in {n_unclear} of 4" in report.notes[0]) == bool(n_unclear)
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and report.memberships[0].verdict[:20] in html
+    # The summary: one card for the client, the checkpoint's raw scores and the /v1/reward
+    # answers as two artefacts, each the worst of its threshold and LiRA settings.
+    (member,) = report.summary.members
+    assert member.member == CLIENT
+    by_kind = {v.artefact: v for v in member.verdicts}
+    assert list(by_kind) == ["reward model (raw scores)", "reward answers (/v1/reward)"]
+    for kind, rows in zip(
+        by_kind, (report.memberships[::2], report.memberships[1::2]), strict=True
+    ):
+        levels = {verdict_level(m.verdict) for m in rows}
+        worst = next(lv for lv in ("leak", "inconclusive", "no measurable leak") if lv in levels)
+        assert by_kind[kind].level == worst and by_kind[kind].n_settings == 2
 
 
 def test_audit_rejects_a_directory_without_reward_models(tmp_path: Path) -> None:
@@ -152,8 +150,10 @@ def test_audit_attacks_a_live_client_app_and_pays_its_budget(run_dir: Path, tmp_
         policy={"reward_budget": 64},  # type: ignore[arg-type]
     )
     scorer = ClientScorer.from_pretrained(run_dir / "reward_models" / CLIENT)
-    with TestClient(create_client_app(settings, scorer=scorer)) as http:
-        live = RemoteRewardScorer(http, server_key)
+    app = create_client_app(settings, scorer=scorer)
+    app.state.store.put("client_id", "c-audited")  # as enrollment leaves it
+    with TestClient(app) as http:
+        live = RemoteRewardScorer(http, server_key, recipient="c-audited")
         report = audit_run_dir(
             run_dir,
             tmp_path / "out",
@@ -163,7 +163,7 @@ def test_audit_attacks_a_live_client_app_and_pays_its_budget(run_dir: Path, tmp_
         assert live.items_sent == 64  # 32 pairs x (chosen, rejected)
         with pytest.raises(AttackError, match="429"):
             live(load_pairs(run_dir / "data" / "clients" / CLIENT / "eval")[:1])
-        stranger = RemoteRewardScorer(http, generate_key())
+        stranger = RemoteRewardScorer(http, generate_key(), recipient="c-audited")
         with pytest.raises(AttackError, match="403"):
             stranger(load_pairs(run_dir / "data" / "clients" / CLIENT / "eval")[:1])
     local, remote = report.memberships[1], report.memberships[2]
@@ -286,6 +286,11 @@ def test_audit_inverts_captured_updates_and_says_which_leak(
         assert row.metrics["cosine"].mean <= best
         assert row.verdict.startswith(NO_LEAK)
     assert any(n.startswith("Gradient inversion leaks in 1 of 4") for n in report.notes)
+    # Client a's card: its plaintext update leaks, the aggregate it took part in does not.
+    cards = {m.member: {v.artefact: v.level for v in m.verdicts} for m in report.summary.members}
+    assert cards["a"]["router update, plaintext (no secure aggregation)"] == "leak"
+    assert cards["a"]["router aggregate (published)"] == "no measurable leak"
+    assert cards["c"]["router aggregate (published)"] == "no measurable leak"
     assert "secagg" in (out / "report.html").read_text()
 
 

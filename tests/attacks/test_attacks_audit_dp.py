@@ -7,50 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _attack_kit import reward_run_dir
 
 from attacks import AuditConfig, audit_run_dir
-from sdk.data import SynthConfig, load_pairs, synthesize
 from sdk.models import ModelSize, build_tiny_vlm
-from sdk.reward import (
-    DPSettings,
-    LoraSettings,
-    RewardModel,
-    RewardTrainingConfig,
-    pair_texts,
-    train_reward_model,
-)
-
-CLIENT = "detail"
+from sdk.reward import DPSettings, LoraSettings, RewardTrainingConfig
 
 
 def _run_dir(root: Path, cfg: RewardTrainingConfig, size: ModelSize = "tiny") -> Path:
     """A demo-layout run directory with one client trained with ``cfg``."""
-    synthesize(
-        SynthConfig(
-            seed=1,
-            image_size=32,
-            clients=(CLIENT,),
-            heldout=("color",),
-            train_pairs=16,
-            eval_pairs=8,
-            heldout_pairs=1,
-            warmup_queries=0,
-            policy_train_queries=0,
-            policy_eval_queries=0,
-        ),
-        root / "data",
+    return reward_run_dir(
+        root, cfg, lambda out, corpus: build_tiny_vlm("qwen2_5_vl", out, corpus=corpus, size=size)
     )
-    train = load_pairs(root / "data" / "clients" / CLIENT / "train")
-    backbone = build_tiny_vlm("qwen2_5_vl", root / "backbone", corpus=pair_texts(train), size=size)
-    train_reward_model(
-        RewardModel.from_backbone(backbone, lora=cfg.lora),
-        train,
-        [],
-        cfg,
-        out_dir=root / "reward_models" / CLIENT,
-        progress=False,
-    )
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +47,13 @@ def _audit(run_dir: Path, out: Path) -> tuple[list[str], list[str]]:
     return plan, shadows
 
 
-def test_audit_trains_lira_shadows_with_the_targets_dp_sgd(dp_run_dir: Path, tmp_path: Path) -> None:
+def test_audit_trains_lira_shadows_with_the_targets_dp_sgd(
+    dp_run_dir: Path, tmp_path: Path
+) -> None:
     plan, shadows = _audit(dp_run_dir, tmp_path / "audit")
     assert "record-level DP-SGD at epsilon 8" in plan[0]
+    # A full fine-tune: the shadows start from the base directory its checkpoint records.
+    assert f"from the target's base {dp_run_dir / 'backbone'}" in plan[0]
     for line in shadows:
         # Each shadow's own accountant: 3 steps (the target's recorded count) at epsilon 8.
         spent = float(line.split("DP-SGD epsilon ")[1].split(")")[0])
@@ -89,9 +61,16 @@ def test_audit_trains_lira_shadows_with_the_targets_dp_sgd(dp_run_dir: Path, tmp
 
 
 def test_audit_trains_lira_shadows_of_the_targets_size_and_adapters(tmp_path: Path) -> None:
-    cfg = RewardTrainingConfig(steps=3, batch_size=4, lr=1e-3, warmup_steps=1, eval_every=0,
-                               lora=LoraSettings(r=2, alpha=4))
+    cfg = RewardTrainingConfig(
+        steps=3,
+        batch_size=4,
+        lr=1e-3,
+        warmup_steps=1,
+        eval_every=0,
+        lora=LoraSettings(r=2, alpha=4),
+    )
     run_dir = _run_dir(tmp_path / "run", cfg, size="small")
     plan, shadows = _audit(run_dir, tmp_path / "audit")
-    assert "(small, LoRA rank 2, 3 steps of 4 pairs at lr 0.001 each" in plan[0]
-    assert all("(qwen2_5_vl small, LoRA rank 2, " in line for line in shadows)
+    base = f"qwen2_5_vl, hidden 128, from the target's base {run_dir / 'backbone'}, LoRA rank 2"
+    assert f"({base}, 3 steps of 4 pairs at lr 0.001 each" in plan[0]
+    assert all(f"({base}, " in line for line in shadows)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -86,8 +88,56 @@ def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         originals, {"attack": noisy}, out / "grid.png", baselines=baseline_guesses(originals, pool)
     )
     rec.figures.append(grid.name)
-    write_report(AuditReport(memberships=[mem], reconstructions=[rec], notes=["test"]), out)
+    # Two members: one leaking reward model, one inconclusive (amber, not green), and a
+    # plaintext router update of the first.
+    unclear = mem.model_copy(
+        update={"verdict": "inconclusive: AUC outside the band", "members": ["clinic"]}
+    )
+    report = AuditReport(
+        memberships=[mem.model_copy(update={"members": ["bank"]}), unclear],
+        reconstructions=[rec.model_copy(update={"members": ["bank"]})],
+        notes=["test"],
+    )
+    write_report(report, out)
     return out
+
+
+# After load: "SUMMARY member|artefact|text|background colour;..." of every summary verdict.
+SUMMARY_PROBE = """<script>
+window.addEventListener('load', () => {
+  const rows = Array.from(document.querySelectorAll('#summary section.member tr.artefact'));
+  const cells = rows.map(tr => {
+    const span = tr.querySelector('span.verdict');
+    const member = tr.closest('section').dataset.member;
+    return [member, tr.dataset.artefact, span.textContent,
+            getComputedStyle(span).backgroundColor].join('|');
+  });
+  const p = document.createElement('p');
+  p.id = 'summary-probe';
+  p.textContent = 'SUMMARY ' + cells.join(';') + ' END';
+  document.body.appendChild(p);
+});
+</script>"""
+# What a reader sees: red, amber and green backgrounds (the page's CSS), as Chromium computes.
+COLOURS = {
+    "leak": "rgb(198, 40, 40)",
+    "inconclusive": "rgb(249, 168, 37)",
+    "no measurable leak": "rgb(46, 125, 50)",
+}
+
+
+def _dump_dom(chromium: str, page: str, probe_script: str, tmp_path: Path) -> str:
+    """The DOM after load of ``page`` with ``probe_script`` appended to its body."""
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", probe_script + "</body>"))
+    dom = subprocess.run(
+        [chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probe.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    return dom.stdout
 
 
 def test_report_page_and_images_load_in_chromium(
@@ -96,17 +146,26 @@ def test_report_page_and_images_load_in_chromium(
     page = (report_dir / "report.html").read_text()
     n_images = page.count("<img ")
     assert n_images >= 2  # the ROC figure and the reconstruction grid
-    probe = tmp_path / "probe.html"
-    probe.write_text(page.replace("</body>", PROBE + "</body>"))
-    dom = subprocess.run(
-        [chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probe.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    assert "fedmor privacy audit" in dom.stdout
-    assert f"IMAGES {n_images}/{n_images}" in dom.stdout, dom.stdout[-500:]
+    dom = _dump_dom(chromium, page, PROBE, tmp_path)
+    assert "fedmor privacy audit" in dom
+    assert f"IMAGES {n_images}/{n_images}" in dom, dom[-500:]
+
+
+def test_summary_verdicts_and_colours_in_chromium_match_report_json(
+    chromium: str, report_dir: Path, tmp_path: Path
+) -> None:
+    summary = json.loads((report_dir / "report.json").read_text())["summary"]
+    want = {
+        (m["member"], v["artefact"]): v["level"] for m in summary["members"] for v in m["verdicts"]
+    }
+    assert sorted(set(want.values())) == ["inconclusive", "leak"]
+    dom = _dump_dom(chromium, (report_dir / "report.html").read_text(), SUMMARY_PROBE, tmp_path)
+    found = re.search(r'id="summary-probe">SUMMARY (.*?) END<', dom)
+    assert found, dom[-500:]
+    seen = [cell.split("|") for cell in found.group(1).split(";")]
+    assert {(m, a): text for m, a, text, _ in seen} == want
+    for member, artefact, text, colour in seen:
+        assert colour == COLOURS[text], (member, artefact, colour)
 
 
 def test_report_screenshot_is_not_blank(chromium: str, report_dir: Path, tmp_path: Path) -> None:

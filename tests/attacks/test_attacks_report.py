@@ -4,6 +4,7 @@ import base64
 import io
 import json
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from PIL import Image
 import attacks
 from attacks import (
     NO_LEAK,
+    VERDICT_CLASSES,
     AttackScores,
     AuditReport,
     MetricSummary,
@@ -22,6 +24,7 @@ from attacks import (
     reconstruction_report,
     reconstruction_verdict,
     roc_curve,
+    roc_figure,
     write_report,
 )
 
@@ -185,6 +188,27 @@ def test_public_api_is_pinned() -> None:
             "total_variation",
             "tpr_at_fpr",
             "train_mlp_reward",
+            "VERDICT_CLASSES",
+            "roc_figure",
+            "ARTEFACT_KINDS",
+            "ArtefactVerdict",
+            "AuditSummary",
+            "MemberSummary",
+            "VerdictLevel",
+            "summarize",
+            "verdict_level",
+            "CaptureAuditConfig",
+            "MemberTruth",
+            "audit_capture_dir",
+            "CAPTURE_DIR_FORMAT",
+            "CaptureDir",
+            "CapturedArtefact",
+            "CapturedRound",
+            "CaptureManifest",
+            "RewardQuery",
+            "RoundCapture",
+                    "write_capture",
+            "CaptureCheck",
             "write_report",
         ]
     )
@@ -212,3 +236,102 @@ def test_audit_summary_names_inconclusive_settings() -> None:
     assert _summaries([null], []) == [
         "Membership inference: no measurable leak in any of the 1 settings."
     ]
+
+
+class _SummaryParser(HTMLParser):
+    """(member, artefact, verdict text, verdict classes) of every summary row of a report."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[str, str, str, set[str]]] = []
+        self.member = self.artefact = ""
+        self.classes: set[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "section" and "member" in (a.get("class") or "").split():
+            self.member = a.get("data-member") or ""
+        if tag == "tr" and "artefact" in (a.get("class") or "").split():
+            self.artefact = a.get("data-artefact") or ""
+        if tag == "span" and self.artefact and "verdict" in (a.get("class") or "").split():
+            self.classes = set((a.get("class") or "").split())
+
+    def handle_data(self, data: str) -> None:
+        if self.classes is not None:
+            self.rows.append((self.member, self.artefact, data, self.classes))
+            self.classes, self.artefact = None, ""
+
+
+def _summary_report(tmp_path: Path) -> AuditReport:
+    base = _audit(tmp_path)
+    leak, null = base.memberships
+    unclear = null.model_copy(
+        update={"setting": "c", "verdict": "inconclusive: AUC outside the band"}
+    )
+    return base.model_copy(
+        update={
+            "memberships": [
+                leak.model_copy(update={"members": ["bank"], "artefact": ARTEFACT_RAW}),
+                null.model_copy(update={"members": ["bank"], "artefact": ARTEFACT_ANSWERS}),
+                null.model_copy(update={"members": ["clinic"], "artefact": ARTEFACT_ANSWERS}),
+                unclear.model_copy(update={"members": ["clinic"], "artefact": ARTEFACT_ANSWERS}),
+            ],
+            "reconstructions": [
+                r.model_copy(update={"members": ["bank", "clinic"]}) for r in base.reconstructions
+            ],
+        }
+    )
+
+
+ARTEFACT_RAW, ARTEFACT_ANSWERS = "reward model (raw scores)", "reward answers (/v1/reward)"
+
+
+def test_summary_verdicts_in_html_match_report_json(tmp_path: Path) -> None:
+    js, page = write_report(_summary_report(tmp_path), tmp_path / "out")
+    summary = json.loads(js.read_text())["summary"]
+    want = {
+        (m["member"], v["artefact"]): v["level"] for m in summary["members"] for v in m["verdicts"]
+    }
+    # The worst setting decides: an inconclusive setting beside a null one is inconclusive.
+    assert want == {
+        ("bank", ARTEFACT_RAW): "leak",
+        ("bank", ARTEFACT_ANSWERS): "no measurable leak",
+        ("bank", "gradient inversion"): "leak",
+        ("clinic", ARTEFACT_ANSWERS): "inconclusive",
+        ("clinic", "gradient inversion"): "leak",
+    }
+    html = page.read_text(encoding="utf-8")
+    parser = _SummaryParser()
+    parser.feed(html)
+    assert {(m, a): text for m, a, text, _ in parser.rows} == want
+    assert len(parser.rows) == len(want)
+    for member, artefact, _text, classes in parser.rows:
+        assert VERDICT_CLASSES[want[member, artefact]] in classes, (member, artefact, classes)
+    # Three distinct colours: inconclusive is amber, not the green of "no measurable leak".
+    colours = {
+        c: re.search(rf"\.{c}\{{background:(#[0-9a-f]{{6}})", html)
+        for c in VERDICT_CLASSES.values()
+    }
+    assert all(colours.values()) and len({m.group(1) for m in colours.values() if m}) == 3
+    assert html.index('id="summary"') < html.index("<h2>Membership inference")
+    advice = {
+        v["artefact"]: v["advice"]
+        for m in summary["members"]
+        for v in m["verdicts"]
+        if m["member"] == "bank"
+    }
+    assert "DP-SGD at epsilon <= 1" in advice[ARTEFACT_RAW]
+    assert "more samples needed" in summary["members"][1]["verdicts"][0]["advice"]
+
+
+def test_roc_legend_sits_outside_both_axes() -> None:
+    y = np.r_[np.ones(20), np.zeros(20)].astype(int)
+    curves = {f"setting {i}": roc_curve(y + RNG.normal(0, 1, 40), y) for i in range(4)}
+    fig = roc_figure(curves, null_band=(0.4, 0.6))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    legend = fig.legends[0].get_window_extent(renderer)
+    for ax in fig.axes:
+        assert ax.get_legend() is None
+        assert not legend.overlaps(ax.get_window_extent(renderer))
+    assert len(fig.legends[0].get_texts()) == 5  # four settings and the random line

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "benchmarks"))
+sys.path.append(str(Path(__file__).resolve().parents[2] / "examples" / "benchmarks"))
 import table1
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "benchmarks"))
+sys.path.append(str(Path(__file__).resolve().parents[2] / "examples" / "benchmarks"))
 from _table1_rows import RowLog, SettingsMismatch
 
 SETTINGS = {"quick": False, "invalid_choice_reward": -1.6, "style": True}

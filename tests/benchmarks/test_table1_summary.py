@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "benchmarks"))
+sys.path.append(str(Path(__file__).resolve().parents[2] / "examples" / "benchmarks"))
 from _table1_summary import ROW_COLUMNS, headline, print_table, summarize
 
 

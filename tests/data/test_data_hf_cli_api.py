@@ -91,6 +91,7 @@ def test_public_api_is_pinned() -> None:
     assert sorted(sdk.data.__all__) == sorted(
         [
             "ALL_CATEGORIES",
+            "DEFAULT_MAX_IMAGE_SIDE",
             "CATEGORIES",
             "DEFAULT_CLIENTS",
             "HELDOUT_CATEGORIES",
@@ -111,6 +112,7 @@ def test_public_api_is_pinned() -> None:
             "get_category",
             "load_pairs",
             "load_queries",
+            "open_bounded_image",
             "synthesize",
             "to_hf_dataset",
         ]

@@ -38,9 +38,11 @@ def _image(color: tuple[int, int, int] = (200, 30, 30)) -> Image.Image:
 
 def test_public_api_is_pinned() -> None:
     assert sorted(models.__all__) == sorted([
-        "ARCHITECTURES", "DEFAULT_CORPUS", "ArchitectureSpec", "ModelSize",
-        "UnknownArchitectureError", "VLMBundle", "VLMInputError", "build_tiny_vlm", "chat_texts",
-        "encode_batch", "get_architecture", "load_vlm", "read_model_type", "size_with_hidden",
+        "ARCHITECTURES", "DEFAULT_CORPUS", "ArchitectureSpec", "BuildSize", "DTypeName",
+        "ModelSize", "Placement", "REAL_SIZES", "RealSize", "Runtime",
+        "UnknownArchitectureError", "VLMBundle", "VLMInputError", "add_runtime_arguments",
+        "build_tiny_vlm", "chat_texts", "config_digest", "encode_batch", "get_architecture",
+        "load_vlm", "read_model_type", "runtime_from_args", "size_with_hidden",
         "to_rgb", "train_tokenizer",
     ])
     for name in models.__all__:
@@ -110,7 +112,8 @@ def test_unknown_architecture_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"config\.json"):
         load_vlm(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    with pytest.raises(UnknownArchitectureError, match="bert"):
+    with pytest.raises(UnknownArchitectureError,
+                       match=r"'bert'; supported: \['llava_onevision', 'qwen2_5_vl', 'qwen2_vl'\]"):
         load_vlm(tmp_path)
 
 
@@ -142,3 +145,16 @@ def test_to_rgb_converts_other_modes() -> None:
     assert to_rgb(rgba).getpixel((0, 0)) == (10, 20, 30)
     with pytest.raises(VLMInputError, match="empty"):
         to_rgb(Image.new("RGB", (0, 0)))
+
+
+@pytest.mark.parametrize(("arch", "published"), [
+    ("qwen2_vl", 2.21e9), ("qwen2_5_vl", 3.75e9), ("llava_onevision", 0.89e9)])
+def test_real_sizes_have_the_published_parameter_counts(arch: str, published: float) -> None:
+    from sdk.models import REAL_SIZES
+
+    spec = get_architecture(arch)
+    config = REAL_SIZES[arch].config(spec.build_tokenizer([]))
+    with torch.device("meta"):  # shapes only: no memory, no init
+        model = spec.model_class(config)
+    params = sum(p.numel() for p in model.parameters())
+    assert abs(params - published) / published < 0.01

@@ -31,7 +31,7 @@ def test_rm_train_eval_score(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["architecture"] == "qwen2_vl" and summary["steps"] == 2
     assert 0.0 <= summary["eval_accuracy"] <= 1.0
-    assert (ckpt / "reward_model.safetensors").is_file() and (ckpt / "normalizer.json").is_file()
+    assert (ckpt / "reward_head.safetensors").is_file() and (ckpt / "normalizer.json").is_file()
 
     assert _run(["rm", "eval", str(ckpt), "--data", str(split / "eval")]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

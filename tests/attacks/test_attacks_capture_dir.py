@@ -1,0 +1,303 @@
+"""``fedmor audit --capture DIR``: the capture directory format (manifest, safetensors, JSON
+lines) built from real in-process rounds (sdk.router local training, sdk.secagg's
+simulate_round with every wire message recorded), attacked with and without ground truth."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from _attack_kit import synth_client_data
+from safetensors.torch import save_file
+
+from attacks import (
+    NO_LEAK,
+    AttackInputError,
+    AuditReport,
+    CaptureDir,
+    MemberTruth,
+    RewardQuery,
+    RoundCapture,
+    audit_capture_dir,
+    capture_round,
+    pooled_embeddings,
+    write_capture,
+)
+from attacks._cli import register
+from sdk.data import load_pairs
+from sdk.router import (
+    EncodedBatch,
+    HashingEncoder,
+    HashingEncoderConfig,
+    LocalTrainingConfig,
+    Router,
+    RouterConfig,
+    encode_pairs,
+    image_digest,
+)
+from sdk.secagg import SecAggConfig
+
+MEMBERS = ["a", "b", "c"]
+PLAIN = "router update, plaintext (no secure aggregation)"
+AGG = "router aggregate (published)"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return synth_client_data(tmp_path_factory.mktemp("data"), train_pairs=24, eval_pairs=16)
+
+
+@pytest.fixture(scope="module")
+def capture(
+    data: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[str, MemberTruth]]:
+    """Round 1: member a's single-sample FedSGD gradient in the clear (an unmasked round kind).
+    Round 2: the SecAgg round of a, b, c (16 responses each, 3 local AdamW epochs), every
+    masked input and unmasking share as the server received it. Then the reward queries of
+    a's pairs. Returns the directory and each member's ground truth."""
+    root = tmp_path_factory.mktemp("capture") / "cap"
+    enc = HashingEncoder(HashingEncoderConfig())
+    cfg = RouterConfig(input_dim=enc.dim, d_model=32, num_layers=1, num_heads=2, dim_feedforward=64)
+    router = Router(cfg, MEMBERS, enc.encoder_id)
+    train, held = load_pairs(data / "train"), load_pairs(data / "eval")
+    tokens = encode_pairs(enc, train[:1])
+    single = EncodedBatch(
+        hidden=pooled_embeddings(tokens.hidden[:1], tokens.mask[:1])[:, None],
+        mask=torch.ones(1, 1, dtype=torch.bool),
+    )
+    pool = encode_pairs(enc, held)
+    pooled_pool = pooled_embeddings(pool.hidden, pool.mask)
+    plain = capture_round(router, [single], [0], setting="plaintext", update="gradient")
+    r1 = RoundCapture(
+        round_id=1,
+        meta=plain.meta,
+        before=plain.before,
+        plain_updates={"a": plain.after},
+        aggregate=plain.after,
+        router_version=1,
+    )
+    batches = [encode_pairs(enc, train[8 * k : 8 * k + 8]) for k in range(3)]  # 16 rows each
+    wire: list[object] = []
+    agg = capture_round(
+        router,
+        batches,
+        [0, 1, 2],
+        setting="aggregate",
+        local=LocalTrainingConfig(epochs=3, batch_size=16, lr=1e-3),
+        on_message=wire.append,
+    )
+    n_params = sum(t.numel() for t in agg.before.values())
+    r2 = RoundCapture(
+        round_id=2,
+        meta=agg.meta,
+        before=agg.before,
+        aggregate=agg.after,
+        router_version=2,
+        threshold=SecAggConfig().round_params([0, 1, 2], n_params).threshold,
+        secagg_ids={m: i for i, m in enumerate(MEMBERS)},
+    )
+    for msg in wire:
+        r2.record(msg)
+    assert set(r2.masked_inputs) == set(r2.unmasking) == set(MEMBERS)
+    write_capture(root, rounds=[r1], description="test consortium")
+    # Appending later, as a server does after each round.
+    queries = [
+        RewardQuery(
+            image_sha256=image_digest(p.image),
+            prompt=p.prompt,
+            response=y,
+            score=s,
+            member="a",
+            round_id=2,
+        )
+        for i, p in enumerate(train + held)
+        for y, s in (
+            (p.chosen, 2.0 if i < len(train) else 0.1 * i % 1),
+            (p.rejected, -2.0 if i < len(train) else 0.05 * i % 1),
+        )
+    ]
+    write_capture(root, rounds=[r2], reward_queries=queries)
+    assert agg.truth is not None and plain.truth is not None
+    rows = np.cumsum([0, *agg.meta.samples_per_client])
+    truth = {
+        m: MemberTruth(
+            pool=pooled_pool,
+            rounds={2: agg.truth[rows[k] : rows[k + 1]], **({1: plain.truth} if m == "a" else {})},
+        )
+        for k, m in enumerate(MEMBERS)
+    }
+    return root, truth
+
+
+def test_capture_directory_round_trips_and_refuses_tampering(
+    capture: tuple[Path, dict[str, MemberTruth]], tmp_path: Path
+) -> None:
+    root, _ = capture
+    cap = CaptureDir.open(root)
+    m = cap.manifest
+    assert m.format == "fedmor-capture-dir-v1" and m.description == "test consortium"
+    assert [r.round_id for r in m.rounds] == [1, 2] and m.n_reward_queries == 80
+    r1, r2 = m.rounds
+    assert not r1.secure_aggregation and r2.secure_aggregation and r2.router_version == 2
+    assert (
+        sorted(a.kind for a in r2.artefacts)
+        == ["aggregate"] + ["masked_input"] * 3 + ["unmasking_shares"] * 3
+    )
+    plain = cap.update(next(a for a in r1.artefacts if a.kind == "plain_update"))
+    assert plain.meta.setting == "plaintext" and plain.truth is None  # no ground truth inside
+    masked = cap.masked(next(a for a in r2.artefacts if a.kind == "masked_input"))
+    assert (
+        masked.dtype == np.uint32
+        and masked.size == sum(t.numel() for t in plain.before.values()) + 1
+    )
+    with pytest.raises(AttackInputError, match="already in the capture"):
+        write_capture(root, rounds=[RoundCapture(round_id=1, meta=r1.meta, before=plain.before)])
+    copy = tmp_path / "copy"
+    import shutil
+
+    shutil.copytree(root, copy)
+    victim = copy / r2.artefacts[1].file
+    victim.write_bytes(victim.read_bytes()[:-4] + b"\0\0\0\0")
+    with pytest.raises(AttackInputError, match="does not match its sha256"):
+        CaptureDir.open(copy)
+    (copy / "manifest.json").write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(AttackInputError, match="not fedmor-capture-dir-v1"):
+        CaptureDir.open(copy)
+    with pytest.raises(AttackInputError, match=r"no manifest\.json"):
+        CaptureDir.open(tmp_path)
+
+
+def test_capture_without_ground_truth_reports_what_was_recovered(
+    capture: tuple[Path, dict[str, MemberTruth]], tmp_path: Path
+) -> None:
+    root, _ = capture
+    report = audit_capture_dir(root, tmp_path / "audit")
+    checks = {c.setting: c for c in report.checks}
+    # The single-sample update: every strong row names the same input, recovered exactly.
+    plain = checks["round 1 plain update of a"]
+    assert plain.value >= 0.99 and plain.verdict.startswith("leaks")
+    assert (tmp_path / "audit" / "recovered").is_dir()
+    # Masked inputs look like uniform noise; no member's both masks could be rebuilt.
+    for m in MEMBERS:
+        c = checks[f"round 2 masked input of {m}"]
+        assert "no measurable leak" in c.verdict and c.artefact.startswith("masked input")
+    shares = checks["round 2: unmasking shares of 3 member(s)"]
+    assert "no measurable leak" in shares.verdict
+    assert shares.value < float(shares.baseline.split("threshold ")[1].split(":")[0])
+    assert not checks["round 2 aggregate"].verdict.startswith("leaks")
+    log = next(c for c in report.checks if c.artefact == "reward-query log (captured)")
+    assert log.verdict.startswith("inconclusive") and "80 (image hash" in log.recovered
+    assert not report.reconstructions and not report.memberships
+
+
+def test_capture_with_ground_truth_scores_the_attacks(
+    capture: tuple[Path, dict[str, MemberTruth]], tmp_path: Path
+) -> None:
+    root, truth = capture
+    report = audit_capture_dir(root, tmp_path / "audit", truth=truth)
+    rows = {(r.setting.split(":")[0], r.attack): r for r in report.reconstructions}
+    plain = rows[("round 1 plain update of a", "analytic")]
+    assert plain.metrics["cosine"].mean >= 0.99 and plain.verdict.startswith("leaks")
+    for attack in ("analytic", "inverting-gradients"):
+        row = rows[("round 2 aggregate", attack)]
+        assert row.verdict.startswith(NO_LEAK), row.verdict
+    cards = {m.member: {v.artefact: v.level for v in m.verdicts} for m in report.summary.members}
+    # Round 1's published router is a's update alone: a's aggregate card leaks through it,
+    # while b took part only in the secure round.
+    assert cards["a"][PLAIN] == "leak" and cards["a"][AGG] == "leak"
+    assert rows[("round 1 aggregate", "analytic")].verdict.startswith("leaks")
+    assert cards["b"][AGG] == "no measurable leak"
+
+
+def test_audit_command_takes_a_capture_and_one_members_ground_truth(
+    capture: tuple[Path, dict[str, MemberTruth]],
+    data: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root, truth = capture
+    emb = tmp_path / "a-truth.safetensors"
+    a = truth["a"]
+    assert a.pool is not None
+    # One tensor per round: the samples behind a's update of that round.
+    save_file(
+        {f"round-{r}": t.contiguous() for r, t in a.rounds.items()} | {"pool": a.pool.contiguous()},
+        str(emb),
+    )
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    out = tmp_path / "audit"
+    args = parser.parse_args(
+        [
+            "audit",
+            "--capture",
+            str(root),
+            "--out",
+            str(out),
+            "--member",
+            "a",
+            "--truth-embeddings",
+            str(emb),
+            "--truth-pairs",
+            str(data),
+            "--inversion-steps",
+            "20",
+        ]
+    )
+    assert args.handler(args) == 0
+    printed = capsys.readouterr().out
+    assert f"a: {PLAIN}: LEAK: turn secure aggregation on" in printed
+    report = AuditReport.model_validate(json.loads((out / "report.json").read_text()))
+    (mia,) = report.memberships
+    # The logged scores separate a's train pairs (margin 4) from its eval pairs.
+    assert mia.members == ["a"] and mia.auc == 1.0 and mia.verdict.startswith("leaks")
+    cards = {m.member: {v.artefact: v.level for v in m.verdicts} for m in report.summary.members}
+    assert cards["a"][PLAIN] == "leak"
+    assert cards["a"]["reward-query log (captured)"] == "leak"
+    bad = parser.parse_args(["audit", "--capture", str(root), "--member", "a"])
+    with pytest.raises(ValueError, match="go together"):
+        bad.handler(bad)
+
+
+def test_capture_checks_flag_an_unmasked_input_and_rebuildable_masks(
+    capture: tuple[Path, dict[str, MemberTruth]], tmp_path: Path
+) -> None:
+    """The structural checks can fail: an input sent without masks (small signed ring values)
+    is not uniform, and a server holding both kinds of shares of one member could unmask it."""
+    root, _ = capture
+    r2 = CaptureDir.open(root).manifest.rounds[1]
+    agg = CaptureDir.open(root).update(next(a for a in r2.artefacts if a.kind == "aggregate"))
+    n = sum(t.numel() for t in agg.before.values()) + 1
+    plain = np.random.default_rng(0).normal(0, 1000, n).astype(np.int32).view(np.uint32)
+    both = {"self_mask_shares": {"0": "AA=="}, "key_shares": {"0": "AA=="}}
+    bad = RoundCapture(
+        round_id=7,
+        meta=r2.meta,
+        before=agg.before,
+        masked_inputs={"a": plain.tobytes()},
+        unmasking={m: both for m in MEMBERS},
+        threshold=2,
+        secagg_ids={m: i for i, m in enumerate(MEMBERS)},
+    )
+    write_capture(tmp_path / "bad", rounds=[bad])
+    report = audit_capture_dir(tmp_path / "bad", tmp_path / "audit")
+    checks = {c.artefact: c for c in report.checks}
+    assert checks["masked input (secure aggregation)"].verdict.startswith("leaks")
+    shares = checks["unmasking shares (secure aggregation)"]
+    assert shares.verdict.startswith("leaks") and "['a']" in shares.verdict
+    with pytest.raises(AttackInputError, match="unfit for file names"):
+        write_capture(
+            tmp_path / "x",
+            rounds=[
+                RoundCapture(
+                    round_id=1,
+                    meta=r2.meta,
+                    before=agg.before,
+                    masked_inputs={"../a": b"\0" * 4 * n},
+                )
+            ],
+        )

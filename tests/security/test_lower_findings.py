@@ -1,0 +1,83 @@
+"""Finding 8 (the lower ones): a non-finite round parameter is a 422, not a 500; reward URLs
+are https (no ``file:``); enrollment and signature refusals do not tell a caller which names or
+ids exist; the docs UI (CDN JavaScript) is off while ``/openapi.json`` stays."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from client_app import ClientSettings, HashScorer, create_client_app
+from server_app import generate_key, public_key_b64, sign_headers
+from tests.apps.conftest import Member
+from tests.security.conftest import enroll_new
+
+ADMIN = {"authorization": "Bearer adm", "content-type": "application/json"}
+
+
+@pytest.mark.parametrize("value", ["Infinity", "-Infinity", "NaN"])
+def test_a_non_finite_round_parameter_is_422(server: tuple[TestClient, list[Member]],
+                                             value: str) -> None:
+    tc, _ = server
+    for kind in ("router_secagg", "rm_fedavg"):
+        body = f'{{"kind": "{kind}", "vector_length": 4, "params": {{"clip_range": {value}}}}}'
+        r = tc.post("/v1/rounds", content=body, headers=ADMIN)
+        assert r.status_code == 422, r.text
+        assert "finite" in r.json()["detail"]
+    assert tc.get("/v1/rounds", headers=ADMIN).json() == []  # nothing was created
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "http://10.0.0.1:9443",
+                                 "https://user:pw@host", "ftp://host/", "https://"])
+def test_a_bad_reward_url_is_refused(server: tuple[TestClient, list[Member]], url: str) -> None:
+    tc, _ = server
+    resp, _ = enroll_new(tc, "pushy", reward_url=url)
+    assert resp.status_code == 422 and "reward_url must be an https URL" in resp.json()["detail"]
+    resp, _ = enroll_new(tc, "pushy", reward_url="https://member.example:9443")
+    assert resp.status_code == 200, resp.text  # the token was not spent by the refusals
+
+
+def test_enrollment_refusals_do_not_name_the_roster(server: tuple[TestClient, list[Member]],
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    tc, _ = server
+    assert enroll_new(tc, "site-x")[0].status_code == 200
+    answers = []
+    with caplog.at_level(logging.WARNING, logger="fedmor.server"):
+        for name, token in (("nobody", "token-nobody"), ("m0", "wrong-token"),
+                            ("site-x", "token-site-x")):  # unknown, wrong token, key mismatch
+            r = tc.post("/v1/enroll", json={"name": name, "token": token,
+                                            "public_key": public_key_b64(generate_key())})
+            answers.append((r.status_code, r.json()["detail"]))
+    assert len(set(answers)) == 1 and answers[0][0] == 403
+    assert "nobody" not in answers[0][1] and "m0" not in answers[0][1]
+    assert "not in the roster" in caplog.text  # the operator still sees why
+
+
+def test_unknown_sender_and_bad_signature_look_the_same(
+        server: tuple[TestClient, list[Member]]) -> None:
+    tc, (a, _) = server
+    answers = []
+    for sender in (a.client_id, "c-nobody"):
+        for now in (None, 0.0):  # a stale timestamp must not tell the two apart either
+            headers = sign_headers(generate_key(), sender=sender, method="GET",
+                                   path="/v1/rounds", body=b"", now=now)
+            r = tc.get("/v1/rounds", headers=headers)
+            answers.append((r.status_code, r.json()["detail"]))
+    assert set(answers) == {(403, "unknown sender or bad signature")}
+
+
+def test_docs_ui_is_off_and_openapi_stays(server: tuple[TestClient, list[Member]],
+                                          tmp_path: Path) -> None:
+    tc, _ = server
+    client = TestClient(create_client_app(ClientSettings(
+        db_path=tmp_path / "c.db", identity_key=tmp_path / "c.pem"), HashScorer()))
+    for app in (tc, client):
+        assert app.get("/docs").status_code == 404 and app.get("/redoc").status_code == 404
+        assert app.get("/openapi.json").status_code == 200
+    on = TestClient(create_client_app(ClientSettings(
+        db_path=tmp_path / "d.db", identity_key=tmp_path / "d.pem", docs_ui=True),
+        HashScorer()))
+    assert on.get("/docs").status_code == 200
