@@ -10,4 +10,5 @@ from sdk.consortium._local import (
     wait_healthy,
 )
 
-__all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "free_port", "make_pki", "wait_healthy"]
+__all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "free_port", "make_pki",
+           "wait_healthy"]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from client_app import demo_update
-from sdk.consortium import LocalConsortium
+from sdk.consortium import OPEN_POLICY, LocalConsortium
 from sdk.secagg import QuantizationConfig
 from sdk.wire import RoundInfo, as_delta, from_delta
 
@@ -19,7 +19,8 @@ LENGTH = 48
 
 @pytest.fixture
 def trio(tmp_path: Path) -> Iterator[LocalConsortium]:
-    with LocalConsortium(tmp_path, 3, tls=False, server={"stage_deadline_s": 20.0}) as c:
+    with LocalConsortium(tmp_path, 3, tls=False, server={"stage_deadline_s": 20.0},
+                         demo=True, policy=OPEN_POLICY) as c:  # random updates, any round
         c.start()
         c.wait_enrolled()
         yield c

@@ -73,7 +73,7 @@ def _backup(ops: LocalConsortium, module: str, who: str, out: Path) -> None:
 def _restore(backup: Path, db: str) -> None:
     for suffix in ("", "-wal", "-shm"):
         Path(db + suffix).unlink(missing_ok=True)
-    shutil.copyfile(backup, db)
+    shutil.copy2(backup, db)  # keeps its mode 0600: the app refuses a readable database
 
 
 def test_restore_from_an_online_backup_completes_the_next_round(ops: LocalConsortium,

@@ -151,16 +151,18 @@ def test_a_dp_round_completes_with_a_dropout_and_its_epsilon_is_the_accountants(
     assert done["status"] == "finished" and done["dropouts"] == [ids["site-3"]], done
     assert done["dp"]["epsilon"] == pytest.approx(epsilon(1.0), rel=1e-9)
     assert done["dp"]["epsilon_total"] == pytest.approx(epsilon(1.0, 1.0), rel=1e-9)
-    # The aggregate is the survivors' clipped updates (weight 1 each) plus noise of std
-    # noise_multiplier * clip_norm on the sum: 0.5 / 3 on the mean, the dropout's share
-    # included (each member's noise is scaled for the threshold of 3, not for 4).
+    # The published router is the base plus the mean of the survivors' clipped deltas (weight
+    # 1 each) plus noise of std noise_multiplier * clip_norm on the sum: 0.5 / 3 on the mean,
+    # the dropout's share included (each member's noise is scaled for the threshold of 3).
     round_info = RoundInfo.model_validate(done)
+    base = np.zeros(LENGTH, np.float32) if done["base_version"] is None else np.frombuffer(
+        strict.admin.get(f"/v1/router/{done['base_version']}").content, "<f4")
     clean = []
     for name in strict.names[:3]:
-        update, _ = demo_update(name, round_info, None)
-        clean.append(update * min(1.0, 0.5 / float(np.linalg.norm(update))))
+        delta = demo_update(name, round_info, None)[0] - base
+        clean.append(delta * min(1.0, 0.5 / float(np.linalg.norm(delta))))
     blob = strict.admin.get(f"/v1/router/{done['router_version']}").content
-    residual = np.frombuffer(blob, "<f4") - np.mean(clean, axis=0)
+    residual = np.frombuffer(blob, "<f4") - base - np.mean(clean, axis=0)
     assert 0.13 < float(residual.std()) < 0.21
     for name in strict.names[:3]:  # each member counted the round in its own store
         with sqlite3.connect(strict.client_cfg[name]["db_path"]) as db:

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from sdk.consortium import LocalConsortium, wait_healthy
+from sdk.consortium import OPEN_POLICY, LocalConsortium, wait_healthy
 from sdk.wire import SERVER_SENDER
 from server_app import (
     QueryItem,
@@ -40,7 +40,9 @@ PUSH, PULL, PUSH2 = "site-0", "site-1", "site-2"
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
     with LocalConsortium(tmp_path_factory.mktemp("hostile"), 3, tls=True,
                          server={"stage_deadline_s": 20.0, "max_request_bytes": 2**21},
-                         clients={"max_request_bytes": 2**21}) as c:
+                         clients={"max_request_bytes": 2**21},
+                         # hostile peers in rounds of every kind, on random updates
+                         demo=True, policy=OPEN_POLICY) as c:
         c.start_server()
         for name in c.names:
             c.start_client(name, wait=False, **({"public_url": None} if name == PULL else {}))

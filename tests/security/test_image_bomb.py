@@ -79,7 +79,7 @@ def test_health_reports_a_dead_worker(tmp_path: Path, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(ClientRunner, "run_forever", dies)
     cfg = ClientSettings(db_path=tmp_path / "c.db", identity_key=tmp_path / "c.pem",
-                         server_url="http://127.0.0.1:9")
+                         server_url="http://127.0.0.1:9", demo=True)
     with TestClient(create_client_app(cfg, HashScorer(), start_runner=True)) as tc:
         deadline = time.monotonic() + 10
         while (r := tc.get("/v1/health")).status_code == 200 and time.monotonic() < deadline:
