@@ -38,7 +38,7 @@ from sdk.alignment import (
     align,
     make_selection,
 )
-from sdk.consortium import LocalConsortium, free_port
+from sdk.consortium import OPEN_POLICY, LocalConsortium, free_port
 from sdk.data import SynthConfig, load_queries, synthesize
 from sdk.models import build_tiny_vlm
 from sdk.router import HashingEncoder, NeuralThompsonRouter, Router, RouterConfig
@@ -140,7 +140,9 @@ def main() -> None:
                             corpus=[q.prompt for q in load_queries(queries)])
     alignment = {"router": ROUTER, "empty_reward": EMPTY,
                  "online": ONLINE_ROUTER_CONFIG.model_dump()}
+    # Hash-scorer members under the open protocol-test policy: the benchmark measures the path.
     with LocalConsortium(work / "consortium", 2, identities={"aligner": "aligner"},
+                         demo=True, policy=OPEN_POLICY,
                          server={"alignment": alignment}) as c:
         c.start()
         c.wait_enrolled()

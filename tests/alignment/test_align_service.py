@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sdk.consortium import LocalConsortium
+from sdk.consortium import OPEN_POLICY, LocalConsortium
 from sdk.router import HashingEncoder, Router, RouterConfig
 
 ROUTER = {"d_model": 16, "num_layers": 1, "num_heads": 2, "dim_feedforward": 32}
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
-    with LocalConsortium(tmp_path_factory.mktemp("align"), 2,
+    with LocalConsortium(tmp_path_factory.mktemp("align"), 2, demo=True, policy=OPEN_POLICY,
                          identities={"trainer": "aligner"},
                          server={"alignment": {"router": ROUTER, "empty_reward": -1.0},
                                  "reward_timeout_s": 30.0}) as c:

@@ -23,7 +23,7 @@ from PIL import Image
 
 from client_app import HashScorer
 from sdk.alignment import PngCache, RestRewardFunction, enroll_identity
-from sdk.consortium import LocalConsortium
+from sdk.consortium import OPEN_POLICY, LocalConsortium
 from sdk.router import HashingEncoder, HashingEncoderConfig, Router, RouterConfig
 from sdk.wire import load_private_key, sign_headers
 
@@ -63,7 +63,7 @@ class Aligner:
 def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
     alignment = {"router": ROUTER, "reveal_judges": True, "failure_reward": FAILURE,
                  "selection_options": {"best_single": {"client": 1}}}
-    with LocalConsortium(tmp_path_factory.mktemp("aligner"), 2,
+    with LocalConsortium(tmp_path_factory.mktemp("aligner"), 2, demo=True, policy=OPEN_POLICY,
                          identities={"trainer": "aligner"},
                          server={"alignment": alignment, "reward_timeout_s": 3.0}) as c:
         c.start()
