@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.fedmor-installed
 DEPS := pyproject.toml Makefile
 
-.PHONY: demo test bench lint
+.PHONY: demo test bench lint docs docs-serve
 
 $(STAMP): $(DEPS)
 	@test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -38,3 +38,10 @@ bench: $(STAMP) .venv-bench/.installed
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+
+# The manual (mkdocs.yml): built strict into site/, or served with live reload on 127.0.0.1:8000.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	$(VENV)/bin/mkdocs serve

@@ -110,7 +110,7 @@ def _shadow_recipe(
     training: Mapping[str, Any], lora: LoraSettings | None, cfg: AuditConfig
 ) -> RewardTrainingConfig:
     """The target's training recipe as its checkpoint recorded it (``train_reward_model``'s
-    ``training``; a checkpoint from before session 12 lacks ``config`` and gets the default
+    ``training``; an older checkpoint without ``config`` gets the default
     optimizer): a shadow trained otherwise (no DP-SGD, no adapters, another batch or learning
     rate) is not the target's twin."""
     from sdk.reward import DPSettings, RewardTrainingConfig

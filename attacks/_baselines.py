@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 BASELINE_NAMES: tuple[str, ...] = ("grey", "dataset_mean", "unrelated")
+"""The trivial reconstructions an attack must beat to count as a leak."""
 _POOL_BOOT = 200  # pool resamples behind the dataset-mean interval
 
 

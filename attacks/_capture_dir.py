@@ -52,6 +52,7 @@ __all__ = [
 ]
 
 CAPTURE_DIR_FORMAT = "fedmor-capture-dir-v1"
+"""The version tag of the capture directory format (``manifest.json``'s ``format``)."""
 MASKED_FORMAT = "fedmor-masked-input-v1"
 MANIFEST = "manifest.json"
 QUERIES = "reward-queries.jsonl"

@@ -32,6 +32,7 @@ from attacks._errors import AttackInputError
 __all__ = ["CAPTURE_FORMAT", "CaptureMeta", "CapturedRouterUpdate"]
 
 CAPTURE_FORMAT = "fedmor-captured-update-v1"
+"""Format tag of a captured router-update file."""
 
 
 class CaptureMeta(BaseModel):

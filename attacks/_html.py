@@ -34,6 +34,7 @@ VERDICT_CLASSES: dict[VerdictLevel, str] = {
     "inconclusive": "v-inconclusive",
     "no measurable leak": "v-none",
 }
+"""The HTML class (red, amber, green) of each verdict level in the report."""
 
 
 def _esc(x: object) -> str:

@@ -39,6 +39,7 @@ __all__ = [
 
 # loss_fn(outputs, labels) -> scalar; e.g. cross-entropy, or BCE-with-logits against a one-hot.
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""A loss ``(outputs, targets) -> scalar`` the attacked model was trained with."""
 
 
 class UpdateKind(str, Enum):

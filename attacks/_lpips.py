@@ -22,6 +22,7 @@ from attacks._metrics import ArrayLike, Layout, as_nchw
 __all__ = ["LPIPS_MIN_SIZE", "lpips_available", "lpips_distance"]
 
 LPIPS_MIN_SIZE = 32  # AlexNet's strided conv and pools leave nothing of smaller images.
+"""Smallest image side LPIPS is computed for."""
 _CONVS = (  # (index in torchvision's features, in, out, kernel, stride, padding)
     (0, 3, 64, 11, 4, 2),
     (3, 64, 192, 5, 1, 2),

@@ -30,7 +30,9 @@ __all__ = [
 
 PairT = TypeVar("PairT")
 PairScorer = Callable[[Sequence[PairT]], np.ndarray]
+"""Scores a batch of pairs, one number each: the statistic a membership attack thresholds."""
 ShadowTrainer = Callable[[Sequence[PairT]], PairScorer[PairT]]
+"""Trains a shadow model on pairs and returns its scorer (LiRA)."""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ NORMALIZATION_SETTINGS: Mapping[str, float | None] = {
     "Norm+Clip 1.5": 1.5,
     "Norm+Clip 2.0": 2.0,
 }
+"""Score-release settings the membership benchmark compares: label to clip bound (None: raw scores)."""
 
 
 def normalization_reports(

@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 NO_LEAK = "within the trivial baselines' confidence interval: no measurable leak"
+"""Verdict of a result inside the trivial baselines' confidence interval."""
 _NULL = "within the null band of a random attack: no measurable leak"
 
 

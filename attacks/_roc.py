@@ -24,6 +24,7 @@ __all__ = [
 ]
 
 DEFAULT_FPRS: tuple[float, ...] = (0.001, 0.01, 0.05, 0.1)
+"""False-positive rates at which a report gives the true-positive rate."""
 
 
 class RocCurve(BaseModel):

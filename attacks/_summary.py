@@ -24,6 +24,7 @@ __all__ = [
 ]
 
 VerdictLevel = Literal["leak", "inconclusive", "no measurable leak"]
+"""A verdict in words: ``leak``, ``inconclusive`` or ``no measurable leak``."""
 _RANK: dict[VerdictLevel, int] = {"no measurable leak": 0, "inconclusive": 1, "leak": 2}
 ALL_MEMBERS = "all members"
 
@@ -47,6 +48,7 @@ ARTEFACT_KINDS: dict[str, str] = {
     "membership inference": "train with DP-SGD at epsilon <= 1",
     "gradient inversion": "turn secure aggregation on and raise the minimum samples per update",
 }
+"""Each artefact kind the summary judges, with what to do when it leaks."""
 _INCONCLUSIVE = (
     "inconclusive: more samples needed for a verdict (audit more pairs with --max-pairs, or "
     "capture more rounds)"

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import tenacity
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from client_app._policy import (
@@ -59,9 +60,14 @@ __all__ = ["ClientRunner", "RunnerError", "UpdateFn", "resolve_update_fn"]
 _log = logging.getLogger("fedmor.client")
 
 UpdateFn = Callable[[str, RoundInfo, "np.ndarray | None"], tuple[np.ndarray, int]]
+"""``update_source`` signature: ``(name, round, base router or None) -> (update, n_k)``."""
 _log = logging.getLogger("fedmor.client")
 _RETRYABLE = {408, 425, 429, 500, 502, 503, 504}
 _FINISHED = ("done", "abandoned", "ended", "refused")  # local round statuses with nothing left to do
+
+
+class _Retry(Exception):
+    """An attempt that may succeed when repeated (connection error, 5xx, 429)."""
 
 
 class RunnerError(RuntimeError):
@@ -127,29 +133,44 @@ class ClientRunner:
         binary = isinstance(payload, bytes)
         body = payload if binary else b"" if payload is None else json.dumps(payload).encode()
         media = "application/octet-stream" if binary else "application/json"
-        delay = 0.05
-        for attempt in range(attempts):
-            if self.stop.is_set():
-                raise RunnerError(499, f"{method} {path}: runner stopping")
-            headers = {"content-type": media}
-            if signed:
-                headers |= sign_headers(self.key, sender=self.client_id, method=method,
-                                        path=path, body=body)
-            try:
-                resp = self.http.request(method, path, content=body, headers=headers)
-                self.bytes_sent += len(body)
-            except httpx.TransportError:
-                resp = None
-            if resp is not None and resp.status_code < 400:
-                return resp
-            if resp is not None and resp.status_code not in _RETRYABLE:
-                detail = resp.text[:300]
-                raise RunnerError(resp.status_code, f"{method} {path}: {resp.status_code} "
-                                                    f"{detail}")
-            if attempt + 1 < attempts:
-                self.stop.wait(delay)
-                delay = min(delay * 2, self.settings.retry_max_s)
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(attempts),
+            wait=tenacity.wait_exponential(multiplier=0.05, max=self.settings.retry_max_s),
+            retry=tenacity.retry_if_exception_type(_Retry),
+            sleep=self._backoff,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    return self._send(method, path, body, media, signed=signed)
+        except tenacity.RetryError:
+            pass
         raise RunnerError(503, f"{method} {path}: server unreachable after {attempts} attempts")
+
+    def _backoff(self, seconds: float) -> None:
+        self.stop.wait(seconds)  # a stopping runner does not sit out its backoff
+
+    def _send(self, method: str, path: str, body: bytes, media: str, *,
+              signed: bool) -> httpx.Response:
+        """One attempt: ``_Retry`` when the server is unreachable or answers a retryable
+        status, ``RunnerError`` when it refuses for good or the runner is stopping."""
+        if self.stop.is_set():
+            raise RunnerError(499, f"{method} {path}: runner stopping")
+        headers = {"content-type": media}
+        if signed:
+            headers |= sign_headers(self.key, sender=self.client_id, method=method, path=path,
+                                    body=body)
+        try:
+            resp = self.http.request(method, path, content=body, headers=headers)
+        except httpx.TransportError as exc:
+            raise _Retry(str(exc)) from exc
+        self.bytes_sent += len(body)
+        if resp.status_code < 400:
+            return resp
+        if resp.status_code in _RETRYABLE:
+            raise _Retry(f"status {resp.status_code}")
+        raise RunnerError(resp.status_code, f"{method} {path}: {resp.status_code} "
+                                            f"{resp.text[:300]}")
 
     # -- enrollment ----------------------------------------------------------------------------
     @property

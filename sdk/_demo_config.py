@@ -37,11 +37,11 @@ class DemoConfig(BaseModel):
     grpo_prompts: int = Field(default=8, ge=1, description="prompts per GRPO step")
     # Over the demo's 200 steps with real reward models, GRPOSettings' lr 1e-3 (chosen on
     # 40-step runs with exact judges) cut ID/held-out best-of-3 from 0.844/0.703 to
-    # 0.625/0.422; lr 1e-4 gave 0.812/0.625 (docs/results.md).
+    # 0.625/0.422; lr 1e-4 gave 0.812/0.625.
     grpo_lr: float = Field(default=1e-4, gt=0)
     # None: the library's WarmupConfig default (1600). 600 steps on the 8-category warm-up split
     # left the base policy off format on most held-out categories (best-of-3 count 0.125, text
-    # 0.094; docs/results.md, session 4).
+    # 0.094).
     warmup_steps: int | None = Field(default=None, ge=0)
     # The reward of an unparseable or empty answer to a multiple-choice prompt (no client is
     # asked). The demo's `diagram` reward model scores right 0.68, wrong -0.84 and unparseable

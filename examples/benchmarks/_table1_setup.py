@@ -16,17 +16,17 @@ from sdk.router import image_digest
 
 __all__ = ["TaskBenchmark", "prepare_task_benchmark"]
 
-# At most 1600 steps (600 left the answer format unlearned, docs/alignment.md "Session 4"), and
-# stopped once the task categories' validation P(right) averages 0.72, the base every table up to
-# session 11 started from: without the target the same recipe gave 0.72 on one machine and 0.97
-# on another (session 15), where GRPO had nothing left to teach.
+# At most 1600 steps (600 left the answer format unlearned), and stopped once the task
+# categories' validation P(right) averages 0.72, a base with partial ability: without the target
+# the same recipe gave 0.72 on one machine and 0.97 on another, where GRPO had nothing left to
+# teach.
 WARMUP = WarmupConfig(steps=1600, batch_size=16, stop_at_expected=0.72, check_every=50)
 # GRPO-data queries per task category held back to decide the warm-up's stop (never trained on).
 WARMUP_VALIDATION = 32
-# Warm-up queries per category. With 400, the same 1600 steps on a new machine (session 10)
+# Warm-up queries per category. With 400, the same 1600 steps on another machine
 # left poster and position at chance (P(right) 0.25 / 0.24; diagram 0.70) for seed 0 and poster
 # for seed 1: the 6.4 passes over 4,000 images fit them instead. With 1,600 (1.6 passes) three
-# seeds read diagram 0.93-0.96, poster 0.49-0.98, position 0.68-0.98 (docs/alignment.md).
+# seeds read diagram 0.93-0.96, poster 0.49-0.98, position 0.68-0.98.
 WARMUP_QUERIES = 1600
 
 
@@ -48,7 +48,7 @@ def prepare_task_benchmark(out: Path, *, eval_per_category: int, say: Callable[[
     data = out / "data"
     # 300 pairs per client: with 64 the router sent 32% of completions to the wrong client
     # (router.py reaches 100% with 300), and a wrong client's consistent out-of-domain
-    # preferences pulled every category below the base (docs/alignment.md).
+    # preferences pulled every category below the base.
     synth = SynthConfig(clients=TASK_CLIENTS, train_pairs=300, eval_pairs=8, heldout_pairs=8,
                         warmup_queries=WARMUP_QUERIES, policy_train_queries=8,
                         policy_eval_queries=eval_per_category)

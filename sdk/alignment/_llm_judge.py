@@ -23,6 +23,7 @@ from sdk.alignment._errors import AlignmentError
 __all__ = ["JUDGE_DIMENSIONS", "JudgeError", "LLMJudge", "load_judge_prompt"]
 
 JUDGE_DIMENSIONS = ("helpfulness", "faithfulness", "ethics")
+"""The dimensions the LLM judge scores an answer on."""
 _MARKERS = re.compile(r"<!-- judge-prompt-start -->\n(.*?)<!-- judge-prompt-end -->", re.S)
 _DOC = Path(__file__).resolve().parents[2] / "docs" / "judge_prompt.md"
 

@@ -54,7 +54,7 @@ class SelectionRewardFunction:
     to one option gets this reward and is sent to no client. Without it, open-generation prompts
     in the same GRPO run (style clients) taught the policy answers like ``"D......... blue"``
     that their reward models liked, and the multiple-choice answers followed them out of format
-    (docs/alignment.md). Use about what a multiple-choice client gives an unparseable answer
+    (docs/alignment.md, "Format rule"). Use about what a multiple-choice client gives an unparseable answer
     (about -1.6 for normalized exact judges). The clip floor ``-c`` makes format outweigh
     right versus wrong: in ``table1.py`` it cut MoR's gain on the multiple-choice tasks.
     """

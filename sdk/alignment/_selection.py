@@ -146,6 +146,7 @@ class RewardSelection(ABC):
 
 
 SELECTIONS: dict[str, type[RewardSelection]] = {}
+"""Reward-selection strategies by name; ``register_selection`` adds one."""
 _S = TypeVar("_S", bound=type[RewardSelection])
 
 

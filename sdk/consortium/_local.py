@@ -32,6 +32,7 @@ from sdk.wire import add_to_roster, load_or_create_key, public_key_b64
 __all__ = ["OPEN_POLICY", "LocalConsortium", "free_port", "make_pki", "wait_healthy"]
 
 ADMIN_TOKEN = "local-admin-token"
+"""The admin bearer token of a local consortium's server (127.0.0.1 only; never for a deployment)."""
 OPEN_POLICY: dict[str, Any] = {
     "round_kinds": ["router_secagg", "rm_fedavg"], "min_participants": 1, "min_threshold": 1,
     "min_local_samples": 1}

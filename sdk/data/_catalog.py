@@ -38,6 +38,7 @@ PREFERENCE_CLIENTS: tuple[str, ...] = ("detail", "safety")
 """Preference heterogeneity: two clients that judge the same kind of image differently."""
 
 DEFAULT_CLIENTS: tuple[str, ...] = TASK_CLIENTS + PREFERENCE_CLIENTS
+"""The five client categories of the benchmark: the task clients, then the preference clients."""
 VARIANT_CATEGORIES: tuple[str, ...] = ("chart", "sign", "relation")
 """Held out, near transfer: ``diagram``, ``poster`` and ``position`` asked in other words and looks."""
 
@@ -48,8 +49,11 @@ HELDOUT_CATEGORIES: tuple[str, ...] = VARIANT_CATEGORIES + UNRELATED_CATEGORIES
 """Never given to a client: cross-category generalization."""
 
 STYLE_CATEGORIES: tuple[str, ...] = PREFERENCE_CLIENTS
+"""Categories judged on open answers by style (the preference clients)."""
 MULTIPLE_CHOICE_CATEGORIES: tuple[str, ...] = TASK_CLIENTS + HELDOUT_CATEGORIES
+"""Categories whose queries are multiple choice with one right option."""
 ALL_CATEGORIES: tuple[str, ...] = DEFAULT_CLIENTS + HELDOUT_CATEGORIES
+"""Every category: the clients' and the held-out ones."""
 
 _REGISTRY: dict[str, Category] = {
     category.name: category

@@ -29,6 +29,8 @@ __all__ = [
 PAIRS_FILE = "pairs.jsonl"
 QUERIES_FILE = "queries.jsonl"
 DEFAULT_MAX_IMAGE_SIDE = 1024
+"""The largest image side (pixels) read from a file or a request; a larger declared size is refused
+before decoding (decompression bombs)."""
 DEFAULT_MAX_IMAGE_BYTES = 8 * 1024 * 1024
 
 _PAIR_FIELDS = ("id", "image", "prompt", "chosen", "rejected", "category")

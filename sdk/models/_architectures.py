@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 ModelSize = Literal["tiny", "small"]
+"""Size preset of a built model: ``tiny`` (tests, demo) or ``small``."""
 
 # Images are 84x84 in the benchmark: Qwen's 14-pixel patches merged 2x2 give a 3x3 grid
 # (9 image tokens); LLaVA-OneVision's 42-pixel crops of 14-pixel patches give 9 per crop.
@@ -264,6 +265,7 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
                          ImageOnlyLlavaOnevisionProcessor),
     )
 }
+"""The supported VLM architectures by name (``qwen2_vl``, ``qwen2_5_vl``, ``llava_onevision``)."""
 
 
 def size_with_hidden(hidden_size: int) -> ModelSize | None:

@@ -19,6 +19,7 @@ from sdk.models._runtime import Runtime
 __all__ = ["VLMBundle", "build_tiny_vlm", "config_digest", "load_vlm", "read_model_type"]
 
 BuildSize = ModelSize | Literal["real"]
+"""A size ``build_tiny_vlm`` builds: a tiny one for tests or the published real size."""
 
 
 @dataclass

@@ -131,3 +131,4 @@ REAL_SIZES: dict[str, RealSize] = {
     "llava_onevision": RealSize("llava-onevision-qwen2-0.5b-ov-hf", _llava_ov_0_5b,
                                 _llava_processor),
 }
+"""Config overrides of each architecture at its published size (random weights, built offline)."""

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = ["DTypeName", "Placement", "Runtime"]
 
 DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
+"""A dtype ``Runtime`` accepts by name (``auto`` resolves per device)."""
 
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

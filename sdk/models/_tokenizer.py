@@ -23,6 +23,7 @@ DEFAULT_CORPUS: tuple[str, ...] = (
     "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 A B C D (A) (B) (C) (D)",
     "the a an of in on at to is are was with and or for this that it there how many what",
 )
+"""Sentences the locally built tokenizer is trained on when no corpus is given."""
 
 
 def train_tokenizer(

@@ -17,6 +17,7 @@ NORMALIZER_FILE = "normalizer.json"
 # little ranking information but could let one client dominate a mixture; 3 keeps ~99.7% of a
 # Gaussian unclipped while bounding each answer to [-3, 3].
 DEFAULT_CLIP = 3.0
+"""The clip bound c of normalized scores when a scorer declares none."""
 
 
 class ScoreNormalizer(BaseModel):

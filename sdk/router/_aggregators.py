@@ -244,3 +244,4 @@ AGGREGATORS: dict[str, Callable[[], Aggregator]] = {
     "secure": SecureAggregator,
     "plain": PlainAggregator,
 }
+"""Aggregator factories by name: ``secure`` (SecAgg+) and ``plain`` (the unmasked baseline)."""

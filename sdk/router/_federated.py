@@ -29,6 +29,7 @@ __all__ = [
 
 # round index -> protocol stage -> ids of the clients whose reply at that stage never arrives.
 DropoutSchedule = Mapping[int, Mapping[Stage, Collection[str]]]
+"""Per round, per SecAgg stage: the clients that drop out there (for simulations)."""
 
 
 @dataclass

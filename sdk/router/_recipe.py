@@ -28,7 +28,7 @@ def default_federated_config(rounds: int = 30, seed: int = 0) -> FederatedConfig
 
     Client k holds only label k, so each local model drifts towards "always me": a single epoch
     keeps the discriminative part through FedAvg, and the decaying lr stops the last rounds from
-    swinging routing between similar clients (measurements in docs/router.md).
+    swinging routing between similar clients (docs/router.md, "Label skew").
     """
     local = LocalTrainingConfig(epochs=1, batch_size=64, lr=3e-3, seed=seed)
     return FederatedConfig(rounds=rounds, local=local, lr_schedule="cosine",

@@ -181,10 +181,12 @@ ServerMessage = Annotated[
     AdvertiseKeysRequest | ShareKeysRequest | MaskedInputRequest | ConsistencyCheckRequest | UnmaskingRequest,
     Field(discriminator="kind"),
 ]
+"""Any message the server sends to a client, discriminated by ``kind``."""
 ClientMessage = Annotated[
     AdvertisedKeys | ShareKeysResponse | MaskedInput | ConsistencySignature | UnmaskingResponse,
     Field(discriminator="kind"),
 ]
+"""Any message a client sends to the server, discriminated by ``kind``."""
 _SERVER_ADAPTER: TypeAdapter[ServerMessage] = TypeAdapter(ServerMessage)
 _CLIENT_ADAPTER: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 

@@ -84,11 +84,19 @@ class PurgeClock:
 
 
 HEADER_SENDER = "x-fedmor-sender"
+"""Request header: the signer's id (a member's client id, or ``server``)."""
 HEADER_TIMESTAMP = "x-fedmor-timestamp"
+"""Request header: Unix seconds when the request was signed (checked against the clock skew)."""
 HEADER_NONCE = "x-fedmor-nonce"
+"""Request header: a single-use random token (replays are refused)."""
 HEADER_SIGNATURE = "x-fedmor-signature"
+"""Request header: base64 Ed25519 signature over the canonical message."""
 HEADER_RECIPIENT = "x-fedmor-recipient"
+"""Request header: the id of the party the request is for (a signed request cannot be replayed to
+another)."""
 HEADER_CONTENT_SHA256 = "x-fedmor-content-sha256"  # signed: checked before the body is read
+"""Request header: the body's hex sha256, signed, so the signature is checked before the body is
+read."""
 # One answer for an unknown sender and a bad signature: a caller cannot probe which ids exist.
 BAD_SIGNATURE = "unknown sender or bad signature"
 _log = logging.getLogger("fedmor.auth")

@@ -68,6 +68,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     for code, text in [(401, "Not authenticated"), (403, "Forbidden"), (404, "Not found"),
                        (409, "Conflict"), (413, "Request too large"), (422, "Invalid request")]
 }
+"""The error responses every endpoint documents in OpenAPI (4xx/5xx bodies are ``ErrorBody``)."""
 
 
 class BodyTooLarge(HTTPException):

@@ -12,3 +12,5 @@ from sdk.wire._secagg_kind import SecAggKind
 __all__ = ["ROUND_KINDS"]
 
 ROUND_KINDS: dict[str, RoundKind] = {kind.name: kind for kind in (FedAvgKind(), SecAggKind())}
+"""Round kinds by name (``rm_fedavg``, ``router_secagg``): what a round's stages are and how
+each closes."""

@@ -50,10 +50,12 @@ __all__ = [
 
 # A stage message on the wire: a JSON object, or the raw bytes of an octet-stream body.
 StagePayload = dict[str, Any] | bytes
+"""A stage message on the wire: a JSON object, or the raw bytes of an octet-stream body."""
 # The client's local update (vector_length,) and weight n_k. The runner computes it in the
 # background while a kind's input-free stages (SecAgg+'s key agreement) go ahead; a kind waits
 # on it only at the stage that needs it, and gets what the local update raised, if it failed.
 UpdateSource = Future[tuple[np.ndarray, float]]
+"""A member's local update for a round, computed in the background: (vector, weight n_k)."""
 
 
 # Round ``params`` addressed to the members' update sources, not to a round kind: a kind that
@@ -65,6 +67,8 @@ DEMO_TRAIN_PARAM = "demo_train_s"
 DEMO_SAMPLES_PARAM = "demo_samples"
 """The sample count n_k the demo update reports (1-1000; default: 1-10 from the name)."""
 UPDATE_PARAMS = frozenset({ROUTER_ROUND_PARAM, DEMO_TRAIN_PARAM, DEMO_SAMPLES_PARAM})
+"""Round ``params`` addressed to the members' update sources, not to a round kind (a kind passes
+them through)."""
 
 
 def as_delta(params: np.ndarray, base: np.ndarray | None) -> np.ndarray:

@@ -20,6 +20,7 @@ CREATE TABLE IF NOT EXISTS nonces (
     sender TEXT NOT NULL, nonce TEXT NOT NULL, ts REAL NOT NULL, PRIMARY KEY (sender, nonce))
     WITHOUT ROWID;
 """
+"""The SQL of the table each app keeps used nonces in (replay protection)."""
 
 
 class SQLiteFile:
