@@ -1,0 +1,38 @@
+"""Operations: ``GET /v1/health`` here, and ``GET /v1/ready`` and ``GET /metrics`` (with the
+server's gauges over its store) from ``sdk.wire.install_ops``."""
+
+# No ``from __future__ import annotations``: FastAPI reads the endpoint annotations.
+
+from fastapi import APIRouter, FastAPI
+
+from sdk._version import __version__
+from sdk.wire import Health, StoredGauge, install_ops
+from server_app._store import Store
+
+__all__ = ["install_server_ops", "meta_router"]
+
+
+def install_server_ops(app: FastAPI, store: Store) -> None:
+    """Readiness and Prometheus metrics, with rounds, refusals and queued queries as gauges."""
+    install_ops(app, prefix="fedmor_server", store=store, gauges=[
+        StoredGauge.counting("fedmor_server_rounds", "rounds by status", "status", store,
+                             "SELECT status, COUNT(*) FROM rounds GROUP BY status"),
+        StoredGauge.counting("fedmor_server_refusals", "members' policy refusals of rounds, "
+                             "by reason", "reason", store,
+                             "SELECT reason, COUNT(*) FROM round_refusals GROUP BY reason"),
+        StoredGauge.counting("fedmor_server_reward_queries", "queued (pull-mode) reward "
+                             "queries by member", "client_id", store,
+                             "SELECT client_id, COUNT(*) FROM reward_queries GROUP BY client_id"),
+    ])
+
+
+def meta_router() -> APIRouter:
+    """``GET /v1/health``: the process answers (no store read; ``/v1/ready`` does that)."""
+    router = APIRouter(tags=["meta"])
+
+    @router.get("/v1/health", response_model=Health)
+    def health() -> Health:
+        """Liveness probe."""
+        return Health(app="fedmor-server", version=__version__)
+
+    return router

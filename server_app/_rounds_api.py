@@ -1,0 +1,110 @@
+"""Rounds: open and list rounds, submit a stage's message, fetch a stage's input, refuse a round
+(an ``APIRouter`` that ``create_app`` includes)."""
+
+# No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
+
+import logging
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from sdk.wire import (
+    RoundCreate,
+    RoundInfo,
+    RoundRefusal,
+    SignatureCheck,
+    StageAck,
+    StageBroadcast,
+    StageSubmit,
+    stage_payload,
+)
+from server_app._access import Access, Identity
+from server_app._rounds import RoundManager
+
+__all__ = ["rounds_router"]
+
+_log = logging.getLogger("fedmor.server")
+_STAGE = Path(pattern=r"^[a-z_]{1,40}$")
+_STAGE_BODY = {"required": True, "content": {
+    "application/json": {"schema": StageSubmit.model_json_schema()},
+    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+RoundId = Annotated[int, Path(ge=1, le=2**62)]
+
+
+def _json_response(model: StageAck | StageBroadcast) -> Response:
+    # Serialized once here, not validated again against ``response_model`` (which still
+    # documents it): these are the hot endpoints of every stage.
+    return Response(model.model_dump_json(), media_type="application/json")
+
+
+def rounds_router(rounds: RoundManager, access: Access) -> APIRouter:
+    """The ``/v1/rounds`` endpoints over ``rounds``: the operator opens rounds, members take
+    part in them, any signed caller reads their status."""
+    router = APIRouter(prefix="/v1/rounds", tags=["rounds"])
+
+    async def client_check(request: Request) -> SignatureCheck:
+        """The signature check of ``request`` to run in the endpoint's own worker thread: the
+        round endpoints then cost one thread hop, not two (auth, then the work). A hop is a
+        wake-up, and on a busy machine each stage of a round waited for a few of them."""
+        return await access.member_check(request)
+
+    Client = Annotated[str, Depends(access.member)]
+    ClientCheck = Annotated[SignatureCheck, Depends(client_check)]
+    Caller = Annotated[Identity, Depends(access.caller)]
+
+    @router.post("", response_model=RoundInfo, dependencies=[Depends(access.operator)])
+    def create_round(req: RoundCreate) -> RoundInfo:
+        """Open a round (admin token, or a signed ``operator`` identity)."""
+        info = rounds.create(req)
+        _log.info("round %d opened: %s over %d participants", info.round_id, info.kind,
+                  len(info.participants))
+        return info
+
+    @router.get("", response_model=list[RoundInfo])
+    def list_rounds(_: Caller, status: Annotated[str | None, Query(
+            pattern="^(open|finished|failed)$")] = None) -> list[RoundInfo]:
+        """All rounds, oldest first."""
+        return rounds.list(status)
+
+    @router.get("/{round_id}", response_model=RoundInfo)
+    def get_round(_: Caller, round_id: RoundId) -> RoundInfo:
+        """Status of one round."""
+        return rounds.info(round_id)
+
+    @router.post("/{round_id}/stages/{stage}", response_model=StageAck,
+                 openapi_extra={"requestBody": _STAGE_BODY})
+    async def submit(request: Request, check: ClientCheck, round_id: RoundId,
+                     stage: Annotated[str, _STAGE],
+                     wait_next_s: Annotated[float, Query(ge=0, le=30)] = 0.0) -> Response:
+        """A client's message for one stage; acknowledged once committed. JSON
+        ``{"payload": {...}}``, or the raw bytes of a bulk message (masked input, plain update)
+        as ``application/octet-stream``. ``wait_next_s`` > 0 also waits (that long at most) for
+        the next stage's input and returns it in ``next``."""
+        media, body = request.headers.get("content-type", ""), check.body
+
+        def run() -> StageAck:
+            client = access.as_member(check())  # authentication first, as with a dependency
+            return rounds.submit(round_id, stage, client, stage_payload(media, body),
+                                 wait_next_s, body_sha256=check.body_sha256)
+
+        return _json_response(await run_in_threadpool(run))
+
+    @router.post("/{round_id}/refusal", response_model=RoundInfo)
+    def refuse(client: Client, round_id: RoundId, body: RoundRefusal) -> RoundInfo:
+        """A participant's site policy refuses the round: it sends nothing more there; the
+        refusal and its reason show in the round's ``refusals`` (idempotent)."""
+        _log.warning("client %s refused round %d: %s (%s)", client, round_id, body.reason,
+                     body.detail)
+        return rounds.refuse(round_id, client, body.reason, body.detail)
+
+    @router.get("/{round_id}/stages/{stage}", response_model=StageBroadcast)
+    async def stage_input(check: ClientCheck, round_id: RoundId, stage: Annotated[str, _STAGE],
+                          wait_s: Annotated[float, Query(ge=0, le=30)] = 0.0) -> Response:
+        """The server's input for this client's stage (``ready`` false until available);
+        ``wait_s`` > 0 holds the request until it is ready or that time passed."""
+        return _json_response(await run_in_threadpool(
+            lambda: rounds.broadcast(round_id, stage, access.as_member(check()),
+                                     wait_s=wait_s)))
+
+    return router

@@ -1,0 +1,91 @@
+"""Router versions: the newest version's metadata, one version's parameters, the initial
+publication and the rollback (an ``APIRouter`` that ``create_app`` includes)."""
+
+# No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
+
+from typing import Annotated, Any
+
+import numpy as np
+from fastapi import APIRouter, Depends, Path, Request, Response
+
+from sdk.wire import NotFoundError, PayloadError, RouterRollback, RouterVersionInfo
+from server_app._access import Access, Identity
+from server_app._store import ConflictError, Store
+
+__all__ = ["router_versions_router"]
+
+_BINARY_BODY = {"requestBody": {"required": True, "content": {
+    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
+_BLOB_RESPONSE: dict[int | str, dict[str, Any]] = {200: {
+    "content": {"application/octet-stream": {}},
+    "description": "little-endian float32 router parameters"}}
+
+
+def _initial_router(body: bytes) -> np.ndarray:
+    """Parse a published router: whole little-endian float32 values, all finite."""
+    if not body or len(body) % 4:
+        raise PayloadError(f"a router is whole float32 values; got {len(body)} bytes")
+    vector = np.frombuffer(body, dtype="<f4")
+    if not np.isfinite(vector).all():
+        raise PayloadError("the router holds non-finite values")
+    return vector
+
+
+def _version_info(store: Store, version: int | None = None) -> RouterVersionInfo:
+    """The metadata of ``version`` (the newest when None); NotFoundError if there is none."""
+    row = store.version(version)
+    if row is None:
+        raise NotFoundError("no router version exists yet" if version is None
+                            else f"router version {version} does not exist")
+    return RouterVersionInfo(version=row["version"], round_id=row["round_id"],
+                             sha256=row["sha256"], size_bytes=len(row["blob"]),
+                             length=row["length"], created_at=row["created_at"])
+
+
+def router_versions_router(store: Store, access: Access) -> APIRouter:
+    """The ``/v1/router`` endpoints over ``store``: any signed caller reads, the admin
+    publishes the first version and rolls back."""
+    router = APIRouter(prefix="/v1/router", tags=["router"])
+    Caller = Annotated[Identity, Depends(access.caller)]
+
+    @router.get("/latest", response_model=RouterVersionInfo)
+    def router_latest(_: Caller) -> RouterVersionInfo:
+        """Metadata and sha256 of the newest global router."""
+        return _version_info(store)
+
+    @router.post("", response_model=RouterVersionInfo, dependencies=[Depends(access.admin)],
+                 openapi_extra=_BINARY_BODY)
+    async def router_initial(request: Request) -> RouterVersionInfo:
+        """Publish the federation's starting router (admin): little-endian float32 parameters,
+        accepted only while no version exists. Rounds then sum deltas from it, which one
+        fixed-point clip range holds."""
+        vector = _initial_router(await request.body())
+        if store.version() is not None:
+            raise ConflictError("a router version exists already; rounds build on it")
+        version = store.add_version(None, vector.tobytes(), int(vector.shape[0]))
+        store.audit("admin", "router_published", version=version)
+        return _version_info(store, version)
+
+    @router.get("/{version}", response_class=Response, responses=_BLOB_RESPONSE)
+    def router_blob(_: Caller, version: Annotated[int, Path(ge=1, le=2**62)]) -> Response:
+        """The parameters of one router version; header ``x-fedmor-sha256`` is their hash."""
+        row = store.version(version)
+        if row is None:
+            raise NotFoundError(f"router version {version} does not exist")
+        return Response(bytes(row["blob"]), media_type="application/octet-stream",
+                        headers={"x-fedmor-sha256": row["sha256"]})
+
+    @router.post("/rollback", response_model=RouterVersionInfo,
+                 dependencies=[Depends(access.admin)])
+    def router_rollback(req: RouterRollback) -> RouterVersionInfo:
+        """Publish an earlier router version again as the newest (admin): members fetch it as
+        ``latest`` and the next round starts from it. Nothing is deleted; versions only grow."""
+        row = store.version(req.version)
+        if row is None:
+            raise NotFoundError(f"router version {req.version} does not exist")
+        with store.transaction():
+            version = store.add_version(None, bytes(row["blob"]), int(row["length"]))
+            store.audit("admin", "router_rolled_back", restored=req.version, version=version)
+        return _version_info(store, version)
+
+    return router

@@ -1,0 +1,58 @@
+"""A member's work: ``GET /v1/work`` (long polling) and the pull-mode reward queries,
+``GET /v1/reward/pending`` and ``POST /v1/reward/answers/{query_id}``.
+
+Unlike the other areas these sit on the app itself, not in an included ``APIRouter``: a member
+falls back to polling when ``/v1/work`` is missing (an older server), and the test of that
+fallback plays such a server by dropping the route from the app's own route list."""
+
+# No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
+
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Path, Query
+
+from sdk.wire import NotFoundError, PendingQuery, RewardAnswer, Work
+from server_app._access import Access
+from server_app._rounds import RoundManager
+from server_app._settings import ServerSettings
+from server_app._store import ConflictError, Store
+from server_app._work import Signal, find_work
+
+__all__ = ["install_work_routes"]
+
+
+def install_work_routes(app: FastAPI, store: Store, rounds: RoundManager, work: Signal,
+                        access: Access, cfg: ServerSettings) -> None:
+    """Add the member-only endpoints that find and answer its work; ``work`` wakes long
+    polls."""
+    Client = Annotated[str, Depends(access.member)]
+
+    @app.get("/v1/reward/pending", response_model=list[PendingQuery], tags=["reward"])
+    def pending(client: Client) -> list[PendingQuery]:
+        """Pull mode: this client's queued reward queries."""
+        return [PendingQuery.model_validate(q) for q in store.pending_queries(client)]
+
+    @app.get("/v1/work", response_model=Work, tags=["rounds", "reward"])
+    def find(client: Client, wait_s: Annotated[float, Query(ge=0, le=30)] = 0.0,
+             include_rounds: Annotated[bool, Query(alias="rounds")] = True) -> Work:
+        """What this client has to do: open rounds still waiting for its message (unless
+        ``rounds`` is false) and its queued reward queries. ``wait_s`` > 0 holds the request
+        until there is something or that time passed (long polling; then empty lists)."""
+        found = work.wait_for(
+            lambda: find_work(rounds, store, client, include_rounds=include_rounds), wait_s,
+            recheck_s=cfg.work_recheck_s)
+        return found or Work()
+
+    @app.post("/v1/reward/answers/{query_id}", response_model=None, tags=["reward"],
+              status_code=204)
+    def answer(client: Client, query_id: Annotated[int, Path(ge=1, le=2**62)],
+               body: RewardAnswer) -> None:
+        """Pull mode: scores for one query (or the image hashes the client lacks)."""
+        row = store.query(query_id)
+        if row is None or row["client_id"] != client:
+            raise NotFoundError(f"query {query_id} is not pending for this client")
+        if row["status"] != "pending":
+            raise ConflictError(f"query {query_id} was already answered")
+        store.answer_query(query_id, body.scores if not (body.missing or body.error)
+                           else body.model_dump(include={"missing", "error"}))
+
