@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import Any, TextIO
 import torch
 import torch.nn.functional as F
 
+from sdk._progress import Steps
 from sdk.reward._config import RewardTrainingConfig
 from sdk.reward._dp import PairDPSGD
 from sdk.reward._model import PairLike, RewardModel
@@ -88,6 +88,75 @@ def _fit_normalizer(model: RewardModel, pairs: Sequence[PairLike], config: Rewar
     return ScoreNormalizer.fit(scores, clip=config.clip_bound)
 
 
+class _Batches:
+    """Training batches in the run's seeded order: shuffled epochs without DP, Poisson-style
+    samples (the accountant's) with it."""
+
+    def __init__(self, pairs: Sequence[PairLike], batch_size: int, rng: random.Random,
+                 dp: PairDPSGD | None) -> None:
+        self.pairs, self.batch_size, self.rng, self.dp = pairs, batch_size, rng, dp
+        self._order: list[int] = []
+
+    def next(self) -> list[PairLike]:
+        if self.dp is not None:
+            return [self.pairs[i] for i in self.dp.sample(self.rng)]
+        if len(self._order) < self.batch_size:
+            self._order += self.rng.sample(range(len(self.pairs)), len(self.pairs))
+        batch = [self.pairs[i] for i in self._order[: self.batch_size]]
+        del self._order[: self.batch_size]
+        return batch
+
+
+def _check_lora(model: RewardModel, config: RewardTrainingConfig) -> None:
+    if config.lora is not None and config.lora != model.lora:
+        # Adapters are injected when the model is built; training cannot add or change them.
+        raise ValueError(
+            f"config.lora={config.lora!r} but the model was built with lora={model.lora!r}: "
+            "build it with RewardModel.from_backbone(path, lora=config.lora)"
+        )
+
+
+def _train_step(model: RewardModel, batch: list[PairLike], optimizer: torch.optim.Optimizer,
+                params: list[torch.nn.Parameter], config: RewardTrainingConfig,
+                dp: PairDPSGD | None, generator: torch.Generator) -> float:
+    """One optimizer step on ``batch``; returns its loss. Under DP the gradient is the
+    clipped, noised sum of per-pair gradients."""
+    optimizer.zero_grad(set_to_none=True)
+    if dp is None:
+        loss = _pair_loss(model, batch)
+        loss.backward()
+        if config.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+        loss_value = float(loss.detach())
+    else:
+        loss_value = dp.private_gradients(
+            [partial(_pair_loss, model, [pair]) for pair in batch], generator
+        )
+    optimizer.step()
+    return loss_value
+
+
+def _evaluate(model: RewardModel, eval_pairs: Sequence[PairLike], config: RewardTrainingConfig
+              ) -> float:
+    accuracy = pairwise_accuracy(model, eval_pairs, batch_size=config.eval_batch_size)
+    model.train()
+    return accuracy
+
+
+def _save(model: RewardModel, out_dir: str | Path, config: RewardTrainingConfig, *, steps: int,
+          eval_accuracy: float | None, spent: float | None,
+          normalizer: ScoreNormalizer | None) -> Path:
+    # "config" is the whole recipe: an auditor's LiRA shadows train with it (attacks).
+    checkpoint = model.save_pretrained(out_dir, extra={"training": {
+        "steps": steps, "seed": config.seed, "eval_accuracy": eval_accuracy,
+        "spent_epsilon": spent, "dp": None if config.dp is None else config.dp.model_dump(),
+        "config": config.model_dump(mode="json"),
+    }})
+    if normalizer is not None:
+        normalizer.save(checkpoint)
+    return checkpoint
+
+
 def train_reward_model(
     model: RewardModel,
     train_pairs: Sequence[PairLike],
@@ -104,79 +173,50 @@ def train_reward_model(
     other than the model's raises ValueError, and None accepts the model's. DP-SGD comes from
     ``config.dp``. With ``out_dir`` the model and normalizer are saved there once, at the end
     (evaluations do not rewrite the checkpoint). The model trains where it was loaded
-    (``RewardModel.from_backbone(..., runtime=...)``), in its dtype.
+    (``RewardModel.from_backbone(..., runtime=...)``), in its dtype. ``progress`` shows a bar
+    (on a terminal) and a step line every 10 steps on stderr (or ``stream``), unless quiet
+    mode (``sdk._progress``) is on.
     """
     config = config or RewardTrainingConfig()
     if not train_pairs:
         raise ValueError("train_reward_model needs at least one training pair")
-    if config.lora is not None and config.lora != model.lora:
-        # Adapters are injected when the model is built; training cannot add or change them.
-        raise ValueError(
-            f"config.lora={config.lora!r} but the model was built with lora={model.lora!r}: "
-            "build it with RewardModel.from_backbone(path, lora=config.lora)"
-        )
-    out = stream or sys.stderr
+    _check_lora(model, config)
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
     generator = torch.Generator().manual_seed(config.seed + 1)
     total = config.total_steps(len(train_pairs))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    dp = None
-    if config.dp is not None:
-        dp = PairDPSGD(params, config.dp, n_records=len(train_pairs),
-                       batch_size=config.batch_size, steps=total)
+    dp = None if config.dp is None else PairDPSGD(
+        params, config.dp, n_records=len(train_pairs), batch_size=config.batch_size, steps=total)
+    batches = _Batches(train_pairs, config.batch_size, rng, dp)
     history: list[dict[str, float]] = []
-    order: list[int] = []
     eval_acc: float | None = None
     start = time.perf_counter()
     model.train()
-    for step in range(total):
-        for group in optimizer.param_groups:
-            group["lr"] = config.lr * _lr_factor(step, config.warmup_steps, total)
-        optimizer.zero_grad(set_to_none=True)
-        if dp is None:
-            if len(order) < config.batch_size:
-                order += rng.sample(range(len(train_pairs)), len(train_pairs))
-            batch = [train_pairs[i] for i in order[: config.batch_size]]
-            del order[: config.batch_size]
-            loss = _pair_loss(model, batch)
-            loss.backward()
-            if config.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-            loss_value = float(loss.detach())
-        else:
-            batch = [train_pairs[i] for i in dp.sample(rng)]
-            loss_value = dp.private_gradients(
-                [partial(_pair_loss, model, [pair]) for pair in batch], generator
-            )
-        optimizer.step()
-        record: dict[str, float] = {"step": step + 1, "loss": loss_value,
-                                    "lr": optimizer.param_groups[0]["lr"]}
-        last = step + 1 == total
-        if eval_pairs and (last or (config.eval_every and (step + 1) % config.eval_every == 0)):
-            eval_acc = pairwise_accuracy(model, eval_pairs, batch_size=config.eval_batch_size)
-            record["eval_accuracy"] = eval_acc
-            model.train()
-        history.append(record)
-        if progress and (last or record.get("eval_accuracy") is not None or step % 10 == 0):
-            acc = record.get("eval_accuracy")
-            print(f"[rm {model.architecture}] step {step + 1}/{total} loss {loss_value:.4f}"
-                  + ("" if acc is None else f" eval_acc {acc:.3f}"), file=out, flush=True)
+    with Steps(f"[rm {model.architecture}]", total, enabled=progress, stream=stream) as steps:
+        for step in range(1, total + 1):
+            lr = config.lr * _lr_factor(step - 1, config.warmup_steps, total)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            loss = _train_step(model, batches.next(), optimizer, params, config, dp, generator)
+            record: dict[str, float] = {"step": step, "loss": loss, "lr": lr}
+            if eval_pairs and (step == total or (config.eval_every
+                                                 and step % config.eval_every == 0)):
+                eval_acc = record["eval_accuracy"] = _evaluate(model, eval_pairs, config)
+            history.append(record)
+            steps.advance()
+            if step == total or "eval_accuracy" in record or step % 10 == 1:
+                steps.line(f"[rm {model.architecture}] step {step}/{total} loss {loss:.4f}"
+                           + ("" if "eval_accuracy" not in record
+                              else f" eval_acc {record['eval_accuracy']:.3f}"))
     model.eval()
     wall = time.perf_counter() - start
     normalizer = _fit_normalizer(model, train_pairs, config) if config.fit_normalizer else None
     spent = dp.spent_epsilon() if dp is not None else None
-    checkpoint = None
-    if out_dir is not None:
-        # "config" is the whole recipe: an auditor's LiRA shadows train with it (attacks).
-        checkpoint = model.save_pretrained(out_dir, extra={"training": {
-            "steps": total, "seed": config.seed, "eval_accuracy": eval_acc,
-            "spent_epsilon": spent, "dp": None if config.dp is None else config.dp.model_dump(),
-            "config": config.model_dump(mode="json"),
-        }})
-        if normalizer is not None:
-            normalizer.save(checkpoint)
+    checkpoint = None if out_dir is None else _save(
+        model, out_dir, config, steps=total, eval_accuracy=eval_acc, spent=spent,
+        normalizer=normalizer)
     return RewardTrainingResult(
         history=history, eval_accuracy=eval_acc, wall_s=wall, steps=total, spent_epsilon=spent,
         noise_multiplier=None if dp is None else dp.noise_multiplier, normalizer=normalizer,
