@@ -6,10 +6,16 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sdk._progress import say
+
 if TYPE_CHECKING:
     from attacks._report import AuditReport
 
 __all__ = ["register"]
+
+
+def _say(message: str) -> None:
+    say(f"[audit] {message}")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -128,7 +134,7 @@ def _audit_capture(args: argparse.Namespace) -> int:
         inversion=CapturedAttackConfig(steps=args.inversion_steps, seed=args.seed), seed=args.seed
     )
     report = audit_capture_dir(
-        args.capture, out, cfg, truth=truth, progress=lambda m: print(f"[audit] {m}", flush=True)
+        args.capture, out, cfg, truth=truth, progress=_say
     )
     _print_summary(report)
     print(f"wrote {out / 'report.json'} and {out / 'report.html'}")
@@ -174,7 +180,7 @@ def _audit(args: argparse.Namespace) -> int:
         live = {args.clients[0]: RemoteRewardScorer(http, key, sender=args.sender,
                                                          recipient=args.recipient)}
     report = audit_run_dir(
-        args.run_dir, out, cfg, live=live, progress=lambda m: print(f"[audit] {m}", flush=True)
+        args.run_dir, out, cfg, live=live, progress=_say
     )
     for m in report.memberships:
         print(f"{m.setting} ({m.attack}): {m.verdict}")

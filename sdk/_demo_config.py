@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sdk._progress import say as progress_line
+
 __all__ = ["DemoConfig", "rm_config", "say"]
 
 
@@ -53,7 +55,8 @@ class DemoConfig(BaseModel):
 
 
 def say(message: str) -> None:
-    print(f"[demo] {message}", flush=True)
+    """A demo progress line (stderr; none in quiet mode)."""
+    progress_line(f"[demo] {message}")
 
 
 def rm_config(config: DemoConfig) -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 
 import tomllib
 
+from sdk._progress import set_quiet
 from sdk._version import __version__
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
@@ -71,6 +72,22 @@ def add_backup_command(group: argparse._SubParsersAction[argparse.ArgumentParser
     p.set_defaults(handler=run)
 
 
+_QUIET_HELP = ("print only results and errors: no progress bars or step lines (also "
+               "FEDMOR_QUIET=1)")
+
+
+def _add_quiet(parser: argparse.ArgumentParser) -> None:
+    """``--quiet`` on ``parser`` and on every command below it, so it goes anywhere on the line
+    (``fedmor --quiet rm train ...`` or ``fedmor rm train ... --quiet``)."""
+    # SUPPRESS: a command's own default does not undo a --quiet given before the command.
+    parser.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS,
+                        help=_QUIET_HELP)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _add_quiet(child)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fedmor",
@@ -80,12 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for register in _registrars():
         register(sub)
+    _add_quiet(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "quiet", False):
+        set_quiet()  # through the environment: processes the command starts follow it
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()

@@ -16,6 +16,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from sdk._progress import Steps
 from sdk.alignment._export import write_base_reference
 from sdk.data import Query
 from sdk.models import Runtime, load_vlm
@@ -295,12 +296,31 @@ def _freeze_vision_encoder(model: torch.nn.Module) -> None:
 
 
 class _Progress(TrainerCallback):
-    """One line of GRPO progress every ``every`` steps."""
+    """One line of GRPO progress every ``every`` steps, and a bar of all steps while stderr is
+    a terminal (``sdk._progress``: none in quiet mode)."""
 
     def __init__(self, say: Callable[[str], None], *, every: int, total: int) -> None:
         self.say, self.every, self.total = say, every, total
         self._last = time.perf_counter()
         self._last_step = 0
+        self._bar: Steps | None = None
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState,
+                       control: TrainerControl, **kwargs: Any) -> None:
+        if state.is_world_process_zero:
+            self._bar = Steps("GRPO", self.total).__enter__()
+            self._bar.advance(state.global_step)  # a resumed run starts where it stopped
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, **kwargs: Any) -> None:
+        if self._bar is not None:
+            self._bar.advance()
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState,
+                     control: TrainerControl, **kwargs: Any) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = None
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                logs: dict[str, float] | None = None, **kwargs: Any) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sdk._progress import say
 from sdk._runtime_options import add_runtime_arguments, runtime_from_args
 from sdk.alignment._grpo import GRPOSettings
 from sdk.models import Runtime
@@ -90,7 +91,7 @@ def run_align_job(job: AlignJob, *, callbacks: list[Any] | None = None) -> Path:
     reward_fn = RestRewardFunction(job.server, job.identity, _sender(job), method=job.method,
                                    verify=_verify(job), timeout_s=job.timeout_s)
     out = align(job.policy, reward_fn, queries, job.grpo, out_dir=job.out,
-                callbacks=callbacks or [], progress=lambda line: print(line, flush=True),
+                callbacks=callbacks or [], progress=say,
                 progress_every=job.progress_every, runtime=job.runtime, resume=job.resume)
     # Every rank asked the server for its own completions: one record per rank.
     rank = int(os.environ.get("RANK", "0"))

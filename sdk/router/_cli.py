@@ -8,6 +8,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sdk._progress import say
+
 if TYPE_CHECKING:
     from sdk.router._encoder import Encoder
 
@@ -77,15 +79,15 @@ def _train(args: argparse.Namespace) -> int:
     )
 
     encoder = _encoder(args)
-    print(f"[router] encoding up to {args.pairs_per_client} pairs per client with "
-          f"{encoder.encoder_id}", flush=True)
+    say(f"[router] encoding up to {args.pairs_per_client} pairs per client with "
+        f"{encoder.encoder_id}")
     clients = load_router_clients(args.data, args.clients, encoder,
                                   pairs_per_client=args.pairs_per_client)
     router, stats = train_federated_router(
         clients, encoder, aggregation=args.aggregation, num_layers=args.layers, seed=args.seed,
         config=default_federated_config(seed=args.seed) if args.rounds is None
         else default_federated_config(args.rounds, args.seed),
-        log=lambda line: print(line, flush=True),
+        log=say,
     )
     router.save(args.out)
     (args.out / _ROUNDS_FILE).write_text(json.dumps([asdict(s) for s in stats], indent=2))
