@@ -27,6 +27,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,18 +142,20 @@ def measure(arch: str, root: Path, data: Path, *, dtype: str, device: str, steps
     base, ckpt = root / f"{arch}-base", root / f"{arch}-reward"
     common = {"arch": arch, "dir": base, "dtype": dtype, "device": device, "data": data,
               "ckpt": ckpt, "steps": steps, "size": size}
-    built = run_phase("build", **common)
-    say(f"[real_size] {arch}: built in {built['build_s']:.0f} s, "
-        f"{_dir_bytes(base) / 1e9:.2f} GB on disk")
-    loaded = run_phase("load", **common)
-    say(f"[real_size] {arch}: {loaded['params'] / 1e9:.2f}B parameters, loaded in "
-        f"{loaded['load_s']:.1f} s, peak RSS {loaded['peak_rss'] / 1e9:.2f} GB")
-    trained = run_phase("train", **common)
-    say(f"[real_size] {arch}: {trained['train_step_s']:.1f} s a step, peak RSS "
-        f"{trained['peak_rss'] / 1e9:.2f} GB")
-    scored = run_phase("score", **common)
-    say(f"[real_size] {arch}: {scored['score_item_s']:.2f} s an item, peak RSS "
-        f"{scored['peak_rss'] / 1e9:.2f} GB")
+    # Each phase in a fresh process (its own peak RSS), and one line on how it went.
+    lines: dict[str, Callable[[dict[str, Any]], str]] = {
+        "build": lambda r: f"built in {r['build_s']:.0f} s, {_dir_bytes(base) / 1e9:.2f} GB "
+                           "on disk",
+        "load": lambda r: f"{r['params'] / 1e9:.2f}B parameters, loaded in {r['load_s']:.1f} s",
+        "train": lambda r: f"{r['train_step_s']:.1f} s a step",
+        "score": lambda r: f"{r['score_item_s']:.2f} s an item",
+    }
+    done: dict[str, dict[str, Any]] = {}
+    for phase, line in lines.items():
+        done[phase] = run_phase(phase, **common)
+        rss = "" if phase == "build" else f", peak RSS {done[phase]['peak_rss'] / 1e9:.2f} GB"
+        say(f"[real_size] {arch}: {line(done[phase])}{rss}")
+    built, loaded, trained, scored = (done[p] for p in lines)
     weight_bytes = loaded["weight_bytes"]
     adapter_bytes = _dir_bytes(ckpt)
     peaks = {name: phase["peak_rss"] for name, phase in
