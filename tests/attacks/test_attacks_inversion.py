@@ -12,6 +12,7 @@ from attacks import (
     AttackInputError,
     CapturedUpdate,
     InversionConfig,
+    ReconstructionReport,
     UpdateKind,
     analytic_attack_on_update,
     analytic_linear_candidates,
@@ -40,6 +41,16 @@ def summed(updates: list[CapturedUpdate]) -> CapturedUpdate:
         local_steps=updates[0].local_steps,
         local_lr=updates[0].local_lr,
     )
+
+
+def _invert_image(model: nn.Module, update: CapturedUpdate, truth: torch.Tensor, *, label: int,
+                  setting: str, best_match: bool = False) -> ReconstructionReport:
+    """Invert ``update`` for one 16x16 image of class ``label``, scored against ``truth``."""
+    res = invert_update(model, update, input_shape=(1, 3, 16, 16), labels=torch.tensor([label]),
+                        loss_fn=CE, config=IMAGE_CFG)
+    return reconstruction_report(truth, res.final.reconstruction, smooth_images(32, seed=5),
+                                 attack="inverting-gradients", setting=setting,
+                                 step=res.final.step, best_match=best_match)
 
 
 # ---- analytic attack on the router's first linear layer -------------------------------
@@ -118,22 +129,7 @@ def test_optimization_reaches_20db_on_one_unprotected_image() -> None:
     model, x = image_model(), smooth_images(1)
     upd = compute_update(model, CE, x, torch.tensor([2]))
     assert infer_label(upd, "7.bias") == 2
-    res = invert_update(
-        model,
-        upd,
-        input_shape=(1, 3, 16, 16),
-        labels=torch.tensor([2]),
-        loss_fn=CE,
-        config=IMAGE_CFG,
-    )
-    rep = reconstruction_report(
-        x,
-        res.final.reconstruction,
-        smooth_images(32, seed=5),
-        attack="inverting-gradients",
-        setting="unprotected",
-        step=res.final.step,
-    )
+    rep = _invert_image(model, upd, x, label=2, setting="unprotected")
     assert rep.metrics["psnr"].mean >= 20.0
     assert rep.verdict.startswith("leaks")
     assert rep.lpips is None and rep.lpips_status.startswith("unavailable")
@@ -142,22 +138,7 @@ def test_optimization_reaches_20db_on_one_unprotected_image() -> None:
 def test_single_image_attacker_fails_on_an_aggregate_of_three_clients() -> None:
     model, x = image_model(), smooth_images(3)
     ups = [compute_update(model, CE, x[i : i + 1], torch.tensor([i])) for i in range(3)]
-    res = invert_update(
-        model,
-        summed(ups),
-        input_shape=(1, 3, 16, 16),
-        labels=torch.tensor([0]),
-        loss_fn=CE,
-        config=IMAGE_CFG,
-    )
-    rep = reconstruction_report(
-        x,
-        res.final.reconstruction,
-        smooth_images(32, seed=5),
-        attack="inverting-gradients",
-        setting="secagg-3",
-        best_match=True,
-    )
+    rep = _invert_image(model, summed(ups), x, label=0, setting="secagg-3", best_match=True)
     assert rep.verdict.startswith(NO_LEAK), rep.verdict
     assert rep.metrics["psnr"].mean < 20.0
 
@@ -170,21 +151,7 @@ def test_optimization_fails_on_a_dp_noised_update() -> None:
     g = torch.Generator().manual_seed(0)
     scale = min(1.0, 1.0 / float(flat.norm()))
     noisy = {k: t * scale + torch.randn(t.shape, generator=g) for k, t in upd.tensors.items()}
-    res = invert_update(
-        model,
-        CapturedUpdate(noisy),
-        input_shape=(1, 3, 16, 16),
-        labels=torch.tensor([2]),
-        loss_fn=CE,
-        config=IMAGE_CFG,
-    )
-    rep = reconstruction_report(
-        x,
-        res.final.reconstruction,
-        smooth_images(32, seed=5),
-        attack="inverting-gradients",
-        setting="dp",
-    )
+    rep = _invert_image(model, CapturedUpdate(noisy), x, label=2, setting="dp")
     assert rep.verdict.startswith(NO_LEAK), rep.verdict
 
 

@@ -10,6 +10,7 @@ from _attack_kit import Pair, PairData, train_reward_scorer
 from attacks import (
     AttackInputError,
     LiraConfig,
+    MembershipReport,
     PairScorer,
     balance,
     lira_attack,
@@ -58,30 +59,20 @@ def test_threshold_attack_is_null_on_independent_scores(independent: PairScorer[
     assert rep.verdict.startswith("within the null band")
 
 
+def _lira_report(scorer: PairScorer[Pair], setting: str) -> MembershipReport:
+    scores = lira_attack(scorer, MEMBERS, NON_MEMBERS, shadow_trainer,
+                         population=POPULATION[:50], config=LiraConfig(n_shadow=4))
+    return membership_report(scores, setting=setting)
+
+
 def test_lira_bites_on_overfit_scores(overfit: PairScorer[Pair]) -> None:
-    scores = lira_attack(
-        overfit,
-        MEMBERS,
-        NON_MEMBERS,
-        shadow_trainer,
-        population=POPULATION[:50],
-        config=LiraConfig(n_shadow=4),
-    )
-    rep = membership_report(scores, setting="unprotected")
+    rep = _lira_report(overfit, "unprotected")
     assert rep.auc >= 0.75
     assert rep.verdict.startswith("leaks")
 
 
 def test_lira_is_null_on_independent_scores(independent: PairScorer[Pair]) -> None:
-    scores = lira_attack(
-        independent,
-        MEMBERS,
-        NON_MEMBERS,
-        shadow_trainer,
-        population=POPULATION[:50],
-        config=LiraConfig(n_shadow=4),
-    )
-    rep = membership_report(scores, setting="independent")
+    rep = _lira_report(independent, "independent")
     assert rep.null_band[0] <= rep.auc <= rep.null_band[1]
 
 
