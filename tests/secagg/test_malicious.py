@@ -59,12 +59,18 @@ def test_survivor_moved_to_dropped_refused(harness: Harness) -> None:
     _refused(harness, 0, evil, Attack.INCONSISTENT_SURVIVORS)
 
 
-def test_differing_survivor_sets_refused() -> None:
-    h = Harness(n=6)
+def _at_consistency_check(n: int) -> tuple[Harness, ConsistencyCheckRequest]:
+    """A round of ``n`` clients three stages in: the server's consistency-check request."""
+    h = Harness(n=n)
     for _ in range(3):
         h.step()
     req = h.outbox[0]
     assert isinstance(req, ConsistencyCheckRequest)
+    return h, req
+
+
+def test_differing_survivor_sets_refused() -> None:
+    h, req = _at_consistency_check(6)
     # The server shows client 5 a set without client 4, everyone else the full set.
     lie = req.model_copy(update={"survivors": [0, 1, 2, 3, 5]})
     sigs = {c: h.clients[c].receive(lie if c == 5 else req) for c in range(6)}
@@ -75,10 +81,7 @@ def test_differing_survivor_sets_refused() -> None:
 def test_too_few_consistency_signatures_abort() -> None:
     from sdk.secagg import RoundAborted
 
-    h = Harness(n=6)
-    for _ in range(3):
-        h.step()
-    req = h.outbox[0]
+    h, req = _at_consistency_check(6)
     sigs = {c: h.clients[c].receive(req) for c in range(6)}
     unmask = UnmaskingRequest(round_id="r1", survivors=req.survivors, dropped=[], signatures={0: sigs[0].signature})  # type: ignore[union-attr]
     with pytest.raises(RoundAborted):
