@@ -23,7 +23,6 @@ from sdk.wire import (
     PayloadError,
     PendingQuery,
     RewardAnswer,
-    RosterFile,
     RoundCreate,
     RoundInfo,
     RoundRefusal,
@@ -41,12 +40,15 @@ from sdk.wire import (
     docs_ui,
     install_errors,
     install_ops,
+    key_passphrase,
     load_or_create_key,
     public_key_b64,
     stage_payload,
 )
 from server_app._access import Access, Identity
 from server_app._broker import RewardBroker
+from server_app._identity import Identities
+from server_app._identity_api import identity_router
 from server_app._rewards import AlignmentService
 from server_app._rewards_api import install_rate_limit, rewards_router
 from server_app._rounds import RoundManager
@@ -87,13 +89,14 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     if not cfg.allow_readable_files:
         check_private_files(cfg.db_path, cfg.identity_key, cfg.tls_key)
     store = Store(cfg.db_path)
-    key = load_or_create_key(cfg.identity_key)
-    if cfg.roster_file is not None:
-        for entry in RosterFile.load(cfg.roster_file).clients:
-            store.upsert_roster(entry.name, entry.public_key, entry.token_sha256, entry.role)
+    key = load_or_create_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
     work = Signal()  # bumped when a round opens or moves on, or a pull query is queued
     rounds = RoundManager(store, default_deadline_s=cfg.stage_deadline_s, on_change=work.bump)
     verify: Any = ssl.create_default_context(cafile=str(cfg.tls_ca)) if cfg.tls_ca else True
+    access = Access(store, cfg)
+    identities = Identities(store, access, rounds, cfg.roster_file)
+    if cfg.roster_file is not None:
+        identities.sync_roster()
     broker = RewardBroker(store, key, timeout_s=cfg.reward_timeout_s, poll_s=cfg.reward_poll_s,
                           verify=verify, on_queue=work.bump)
 
@@ -104,6 +107,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                 await asyncio.sleep(cfg.tick_interval_s)
                 try:
                     await asyncio.to_thread(rounds.tick)
+                    await asyncio.to_thread(identities.tick)
                 except Exception:  # a failing tick must not stop all future deadlines
                     _log.exception("deadline tick failed")
 
@@ -114,6 +118,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         task.cancel()
         with suppress(asyncio.CancelledError):
             await task
+        identities.flush_seen()
         await broker.aclose()
 
     app = FastAPI(title="fedmor server", version=__version__, lifespan=lifespan,
@@ -135,8 +140,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                              "SELECT client_id, COUNT(*) FROM reward_queries GROUP BY client_id"),
     ])
 
-    access = Access(store, cfg)
     app.state.access = access
+    app.include_router(identity_router(identities, access))
     app.state.rewards = AlignmentService(store, broker, cfg.alignment)
     app.include_router(rewards_router(app.state.rewards, access))
     install_rate_limit(app)
