@@ -26,7 +26,7 @@ def _client(args: argparse.Namespace) -> int:
     cfg = cfg.model_copy(update=update)
     try:
         app = create_client_app(cfg, start_runner=not args.no_rounds)
-    except ValueError as exc:  # a setting to fill: say which, without a traceback
+    except (ValueError, PermissionError) as exc:  # a setting or key: say which, no traceback
         print(f"fedmor client: {exc}", file=sys.stderr)
         return 2
     serve(app, host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,12 @@ def _server(args: argparse.Namespace) -> int:
     configure_logging(cfg.log_level, cfg.log_format)
     if args.port is not None:
         cfg = cfg.model_copy(update={"port": args.port})
-    serve(create_app(cfg), host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert,
+    try:
+        app = create_app(cfg)
+    except (ValueError, PermissionError) as exc:  # a key or setting to fix: say which, no traceback
+        print(f"fedmor server: {exc}", file=sys.stderr)
+        return 2
+    serve(app, host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert,
           tls_key=cfg.tls_key, log_level=cfg.log_level, log_format=cfg.log_format)
     return 0
 
