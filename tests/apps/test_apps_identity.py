@@ -5,6 +5,7 @@ file enrolls without a restart, and the operator lists every identity."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sdk.consortium import OPEN_POLICY, LocalConsortium
+from sdk.consortium import ADMIN_TOKEN, OPEN_POLICY, LocalConsortium
 from sdk.wire import (
     add_to_roster,
     generate_key,
@@ -145,3 +146,37 @@ def test_roster_changes_reach_the_running_server(team: LocalConsortium) -> None:
         time.sleep(0.2)
     assert _members(team)["late"]["state"] == "revoked"
     assert ("roster-file", "member_revoked") in _audit(team)
+
+
+def test_the_operator_sees_every_identity(team: LocalConsortium) -> None:
+    add_to_roster(team.dir / "roster.json", name="pending",
+                  public_key=public_key_b64(generate_key()))
+    team.admin.post("/v1/roster/reload").raise_for_status()
+    view = _members(team)
+    ids = dict(zip(team.names[:2], team.enrolled(), strict=True))
+    assert {n: view[n]["state"] for n in (*team.names, "late", "pending")} == {
+        "site-0": "enrolled", "site-1": "enrolled", "site-2": "revoked", "late": "revoked",
+        "pending": "not_enrolled"}
+    first = view["site-0"]
+    assert first["client_id"] == ids["site-0"] and first["role"] == "member"
+    key = load_private_key(Path(team.client_cfg["site-0"]["identity_key"]))
+    assert first["fingerprint"] == key_fingerprint(public_key_b64(key))
+    assert isinstance(first["last_seen"], float) and time.time() - first["last_seen"] < 30
+    assert first["rounds"] == 3 and view["site-2"]["rounds"] == 1  # silent in the 2nd, then revoked
+    assert view["pending"]["client_id"] is None and view["pending"]["last_seen"] is None
+    assert isinstance(view["site-2"]["revoked_at"], float)
+
+    member = _signed(team, key, ids["site-0"], "GET", "/v1/members")
+    assert member.status_code == 403 and "operator" in member.json()["detail"]
+    assert _signed(team, key, ids["site-0"], "POST",
+                   "/v1/members/site-1/revoke").status_code == 403
+    listed = subprocess.run(
+        [sys.executable, "-m", "sdk.cli", "roster", "list", "--server", team.server_url],
+        capture_output=True, text=True, cwd=_REPO, timeout=120,
+        env={**os.environ, "FEDMOR_ADMIN_TOKEN": ADMIN_TOKEN})
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split()[:3] == ["NAME", "ROLE", "STATE"]
+    row = next(line.split() for line in lines if line.startswith("site-0 "))
+    assert row[:4] == ["site-0", "member", "enrolled", first["fingerprint"]]
+    assert row[-2:] == ["3", ids["site-0"]]
