@@ -187,11 +187,11 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         return EnrollResponse(client_id=row["client_id"], name=row["name"],
                               server_public_key=public_key_b64(key), role=row["role"])
 
-    @app.post("/v1/rounds", response_model=RoundInfo, tags=["rounds"],
-              dependencies=[Depends(access.operator)])
-    def create_round(req: RoundCreate) -> RoundInfo:
+    @app.post("/v1/rounds", response_model=RoundInfo, tags=["rounds"])
+    def create_round(caller: Annotated[Identity, Depends(access.operator)],
+                     req: RoundCreate) -> RoundInfo:
         """Open a round (admin token, or a signed ``operator`` identity)."""
-        info = rounds.create(req)
+        info = rounds.create(req, actor=caller.caller_id)
         _log.info("round %d opened: %s over %d participants", info.round_id, info.kind,
                   len(info.participants))
         return info

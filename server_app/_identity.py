@@ -79,12 +79,20 @@ class Identities:
             revoked = {(str(r["name"]), str(r["roster_key"])) for r in self.store._all(
                 "SELECT name, roster_key FROM revocations")}
             skipped = []
+            known = {str(r["name"]): r for r in self.store.roster()}
             for entry in roster.clients:
                 if (entry.name, entry.public_key) in revoked:
                     skipped.append(entry.name)
                     continue
                 self.store.upsert_roster(entry.name, entry.public_key, entry.token_sha256,
                                          entry.role)
+                before = known.get(entry.name)
+                if before is None or (before["public_key"], before["token_sha256"],
+                                      before["role"]) != (entry.public_key, entry.token_sha256,
+                                                          entry.role):
+                    self.store.audit(actor, "roster_entry_added" if before is None
+                                     else "roster_entry_changed", name=entry.name,
+                                     role=entry.role, key=key_fingerprint(entry.public_key))
             listed = {e.name for e in roster.clients}
             gone = [str(r["name"]) for r in self.store.roster() if r["name"] not in listed]
             for name in gone:
