@@ -93,12 +93,12 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     work = Signal()  # bumped when a round opens or moves on, or a pull query is queued
     rounds = RoundManager(store, default_deadline_s=cfg.stage_deadline_s, on_change=work.bump)
     verify: Any = ssl.create_default_context(cafile=str(cfg.tls_ca)) if cfg.tls_ca else True
-    access = Access(store, cfg)
-    identities = Identities(store, access, rounds, cfg.roster_file)
-    if cfg.roster_file is not None:
-        identities.sync_roster()
     broker = RewardBroker(store, key, timeout_s=cfg.reward_timeout_s, poll_s=cfg.reward_poll_s,
                           verify=verify, on_queue=work.bump)
+    access = Access(store, cfg)
+    identities = Identities(store, access, rounds, cfg.roster_file, broker)
+    if cfg.roster_file is not None:
+        identities.sync_roster()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

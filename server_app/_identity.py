@@ -34,6 +34,7 @@ from sdk.wire import (
     rotation_message,
 )
 from server_app._access import Access
+from server_app._broker import RewardBroker
 from server_app._rounds import RoundManager
 from server_app._store import ConflictError, Store
 
@@ -47,8 +48,9 @@ class Identities:
     """Rotation, revocation, roster sync and the members view over one server's store."""
 
     def __init__(self, store: Store, access: Access, rounds: RoundManager,
-                 roster_file: Path | None) -> None:
+                 roster_file: Path | None, broker: RewardBroker) -> None:
         self.store, self.access, self.rounds, self.roster_file = store, access, rounds, roster_file
+        self.broker = broker
         self._lock = threading.RLock()
         self._stamp: tuple[int, int] | None = None  # (mtime_ns, size) of the file last synced
         self._seen_flushed = time.monotonic()
@@ -170,6 +172,7 @@ class Identities:
                      reason or "no reason given")
         if client_id is not None:
             self.access.forget(client_id)
+            self.broker.forget(client_id)  # no more reward queries (data) go to it
             self._drop_from_open_rounds(client_id, actor)
         if edit_file:
             self._edit_file(name, None)

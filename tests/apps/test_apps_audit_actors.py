@@ -1,15 +1,19 @@
-"""Every operator action is in the server's audit table with who did it: the operator
-identity's client id, ``admin`` for the admin token, ``roster-file`` for a file change."""
+"""Every operator action is in the server's audit table with who did it (the operator
+identity's client id, ``admin`` for the admin token, ``roster-file`` for a file change), and a
+revoked member gets no further reward query."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from sdk.wire import rotation_message
 from server_app import (
+    BrokerError,
     ServerSettings,
     add_to_roster,
     create_app,
@@ -42,7 +46,11 @@ def test_admin_actions_are_audited_with_who_did_them(tmp_path: Path) -> None:
     assert tc.post("/v1/rounds", json={"vector_length": 4}, headers=_ADMIN).status_code == 200
     add_to_roster(roster, name="m3", public_key=public_key_b64(generate_key()))
     assert ops.call("POST", "/v1/roster/reload").json()["entries"] == 5
+    broker = app.state.broker
+    assert asyncio.run(broker.query(who["m2"].client_id, [])) == []  # known, row cached
     assert ops.call("POST", "/v1/members/m2/revoke", {"reason": "left"}).status_code == 200
+    with pytest.raises(BrokerError, match="unknown client"):  # no data goes to it any more
+        asyncio.run(broker.query(who["m2"].client_id, []))
     new = generate_key()
     public = public_key_b64(new)
     proof = base64.b64encode(new.sign(rotation_message(who["m0"].client_id, public))).decode()

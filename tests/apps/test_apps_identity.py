@@ -34,7 +34,7 @@ _REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
     with running(tmp_path_factory.mktemp("identity"), 3, demo=True, policy=OPEN_POLICY,
-                 server={"stage_deadline_s": 90.0}) as c:
+                 server={"stage_deadline_s": 90.0}, identities={"ops": "operator"}) as c:
         yield c
 
 
@@ -180,3 +180,20 @@ def test_the_operator_sees_every_identity(team: LocalConsortium) -> None:
     row = next(line.split() for line in lines if line.startswith("site-0 "))
     assert row[:4] == ["site-0", "member", "enrolled", first["fingerprint"]]
     assert row[-2:] == ["3", ids["site-0"]]
+    assert next(line.split() for line in lines if line.startswith("ops "))[1:3] == [
+        "operator", "not_enrolled"]
+
+    # An operator identity (no admin token) signs the same listing.
+    ops = team.identity_cfg["ops"]
+    enrolled = httpx.post(f"{team.server_url}/v1/enroll", json={
+        "name": "ops", "token": ops["enrollment_token"], "public_key": public_key_b64(
+            load_private_key(Path(ops["identity_key"])))})
+    assert enrolled.status_code == 200, enrolled.text
+    signed = subprocess.run(
+        [sys.executable, "-m", "sdk.cli", "roster", "list", "--server", team.server_url,
+         "--key-file", ops["identity_key"], "--sender", enrolled.json()["client_id"]],
+        capture_output=True, text=True, cwd=_REPO, timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "FEDMOR_ADMIN_TOKEN"})
+    assert signed.returncode == 0, signed.stderr
+    assert next(line.split() for line in signed.stdout.splitlines()
+                if line.startswith("ops "))[1:3] == ["operator", "enrolled"]
