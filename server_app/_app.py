@@ -97,7 +97,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                           verify=verify, on_queue=work.bump)
     access = Access(store, cfg)
     identities = Identities(store, access, rounds, cfg.roster_file, broker)
-    if cfg.roster_file is not None:
+    if cfg.roster_file is not None and cfg.roster_file.exists():
         identities.sync_roster()
 
     @asynccontextmanager

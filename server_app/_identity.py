@@ -53,6 +53,7 @@ class Identities:
         self.broker = broker
         self._lock = threading.RLock()
         self._stamp: tuple[int, int] | None = None  # (mtime_ns, size) of the file last synced
+        self._bad: tuple[int, int] | None = None  # the file's stamp when it failed to load
         self._seen_flushed = time.monotonic()
         access.revoked_key_of = self._revoked_key
 
@@ -73,6 +74,9 @@ class Identities:
                                 "reload")
         with self._lock:
             stamp = self._file_stamp()
+            if stamp is None:  # moved away, not emptied: revoking everyone would be wrong
+                raise ConflictError(f"roster file {self.roster_file} is missing: nothing "
+                                    "changed")
             try:
                 roster = RosterFile.load(self.roster_file)
             except ValidationError as exc:
@@ -108,10 +112,12 @@ class Identities:
     def tick(self) -> None:
         """Called by the server's ticker: reload a changed roster file, keep last-seen
         times."""
-        if self.roster_file is not None and self._file_stamp() != self._stamp:
+        stamp = None if self.roster_file is None else self._file_stamp()
+        if stamp is not None and stamp not in (self._stamp, self._bad):
             try:
                 found = self.sync_roster()
-            except (ValueError, OSError) as exc:  # half-written by an editor: next tick
+            except (ValueError, OSError) as exc:  # half-written by an editor: its next change
+                self._bad = stamp
                 _log.warning("roster file %s not reloaded: %s", self.roster_file, exc)
             else:
                 _log.info("roster reloaded: %d entries, revoked: %s", found.entries,

@@ -77,3 +77,13 @@ def test_admin_actions_are_audited_with_who_did_them(tmp_path: Path) -> None:
     bad = who["m1"].call("POST", "/v1/identity/rotate", {"public_key": public_key_b64(
         generate_key()), "proof": proof})
     assert bad.status_code == 422 and "proof" in bad.json()["detail"]
+
+    # A roster file moved away revokes nobody; a broken one is a 422 and changes nothing.
+    roster.rename(tmp_path / "moved.json")
+    missing = ops.call("POST", "/v1/roster/reload")
+    assert missing.status_code == 409 and "missing" in missing.json()["detail"]
+    roster.write_text("{")
+    broken = ops.call("POST", "/v1/roster/reload")
+    assert broken.status_code == 422 and "not a valid roster" in broken.json()["detail"]
+    assert ops.call("GET", "/v1/members").status_code == 200
+    assert who["m1"].call("GET", "/v1/work").status_code == 200
