@@ -25,6 +25,7 @@ from sdk.wire import (
     check_private_files,
     docs_ui,
     install_errors,
+    key_passphrase,
     load_or_create_key,
 )
 
@@ -126,7 +127,7 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     # Refuses to start without one (unless it takes part in no rounds).
     update_fn = resolve_update_fn(cfg) if start_runner and cfg.run_rounds else None
     store = ClientStore(cfg.db_path)
-    key = load_or_create_key(cfg.identity_key)
+    key = load_or_create_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
     service = RewardService(store, scorer, clip=_clip_bound(cfg, scorer), policy=cfg.policy,
                             rate_per_minute=cfg.rate_limit_per_minute)
     if cfg.demo:

@@ -1,4 +1,5 @@
-"""``fedmor client`` (registered by sdk.cli) and ``fedmor client policy show``."""
+"""``fedmor client`` (registered by sdk.cli), ``fedmor client policy show`` and ``fedmor client
+rotate-key``."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def _client(args: argparse.Namespace) -> int:
     cfg = cfg.model_copy(update=update)
     try:
         app = create_client_app(cfg, start_runner=not args.no_rounds)
-    except ValueError as exc:  # a setting to fill: say which, without a traceback
+    except (ValueError, PermissionError) as exc:  # a setting or key: say which, no traceback
         print(f"fedmor client: {exc}", file=sys.stderr)
         return 2
     serve(app, host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
@@ -40,6 +41,27 @@ def _policy_show(args: argparse.Namespace) -> int:
 
     cfg = load_settings(ClientSettings, args.config)
     print(describe_policy(cfg.policy))
+    return 0
+
+
+def _rotate_key(args: argparse.Namespace) -> int:
+    from client_app._identity import rotate_key
+    from client_app._runner import ClientRunner, RunnerError, _no_update
+    from client_app._settings import ClientSettings
+    from sdk.wire import key_fingerprint, load_settings
+
+    cfg = load_settings(ClientSettings, args.config)
+    try:
+        runner = ClientRunner(cfg, update_fn=_no_update)
+        try:
+            public = rotate_key(runner)
+        finally:
+            runner.close()
+    except (ValueError, RunnerError) as exc:
+        print(f"fedmor client rotate-key: {exc}", file=sys.stderr)
+        return 2
+    print(f"rotated: {cfg.identity_key} now holds key {key_fingerprint(public)} ({public}); "
+          f"a running client app switches to it at its next request")
     return 0
 
 
@@ -64,4 +86,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show = policy.add_parser("show", help="print the effective site policy in words")
     show.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
     show.set_defaults(handler=_policy_show)
+    rotate = groups.add_parser("rotate-key", help="switch to a new identity key (signed by the "
+                               "current one); the old key stops working")
+    rotate.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
+    rotate.set_defaults(handler=_rotate_key)
     add_backup_command(groups, settings=_settings, app="client")

@@ -23,6 +23,7 @@ import numpy as np
 import tenacity
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from client_app._identity import reload_key
 from client_app._policy import (
     PolicyDenied,
     PolicyRefused,
@@ -50,6 +51,7 @@ from sdk.wire import (
     UpdateSource,
     Work,
     as_delta,
+    key_passphrase,
     load_or_create_key,
     public_key_b64,
     sign_headers,
@@ -109,7 +111,8 @@ class ClientRunner:
                  service: RewardService | None = None) -> None:
         self.settings = settings
         self.store = store or ClientStore(settings.db_path)
-        self.key = key or load_or_create_key(settings.identity_key)
+        self.key = key or load_or_create_key(
+            settings.identity_key, key_passphrase(settings.identity_key_passphrase_file))
         self.update_fn: UpdateFn = update_fn or (resolve_update_fn(settings)
                                                  if settings.run_rounds else _no_update)
         self.service = service
@@ -168,6 +171,8 @@ class ClientRunner:
             return resp
         if resp.status_code in _RETRYABLE:
             raise _Retry(f"status {resp.status_code}")
+        if signed and resp.status_code in (401, 403) and reload_key(self):
+            raise _Retry("the identity key was rotated")
         raise RunnerError(resp.status_code, f"{method} {path}: {resp.status_code} "
                                             f"{resp.text[:300]}")
 

@@ -9,6 +9,8 @@ aligner, and the admin token opens only the admin endpoints.
 from __future__ import annotations
 
 import hmac
+import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from fastapi import Request
@@ -21,6 +23,7 @@ __all__ = ["ADMIN", "Access", "Identity"]
 
 ADMIN = "admin"
 """The caller id of a request that presented the admin bearer token."""
+_REVOKED = "revoked"  # the cached role of a revoked identity: its signature still checks out
 
 
 class Identity(NamedTuple):
@@ -36,20 +39,37 @@ def _refuse(identity: Identity, allowed: tuple[str, ...], what: str) -> AuthErro
 
 
 class Access:
-    """The server's authentication: key and role lookups (cached: an enrolled identity's key
-    and role never change), nonces, and one check per kind of endpoint."""
+    """The server's authentication: key and role lookups (cached until a rotation or a
+    revocation calls :meth:`forget`), nonces, and one check per kind of endpoint."""
 
     def __init__(self, store: Store, cfg: ServerSettings) -> None:
         self.store, self.cfg = store, cfg
         self._rows: dict[str, tuple[str, str]] = {}  # caller id -> (public key, role)
+        self._seen: dict[str, float] = {}  # caller id -> time of its last signed request
+        # The key a revoked identity last had (set by server_app._identity): its signed
+        # requests get "revoked" (403), not "unknown sender".
+        self.revoked_key_of: Callable[[str], str | None] = lambda sender: None
 
     def _row(self, sender: str) -> tuple[str, str] | None:
         if sender not in self._rows:
             client = self.store.client(sender)
             if client is None:
-                return None
-            self._rows[sender] = (str(client["public_key"]), str(client["role"]))
+                key = self.revoked_key_of(sender)
+                if key is None:
+                    return None
+                self._rows[sender] = (key, _REVOKED)
+            else:
+                self._rows[sender] = (str(client["public_key"]), str(client["role"]))
         return self._rows[sender]
+
+    def forget(self, sender: str) -> None:
+        """Drop ``sender``'s cached key and role (its key rotated, or it was revoked)."""
+        self._rows.pop(sender, None)
+
+    def take_seen(self) -> dict[str, float]:
+        """The last-request times recorded since the previous call (then forgotten)."""
+        seen, self._seen = self._seen, {}
+        return seen
 
     def key_of(self, sender: str) -> str | None:
         """The enrolled public key of ``sender`` (None: unknown)."""
@@ -59,11 +79,16 @@ class Access:
     def role_of(self, sender: str) -> str:
         """The role of an enrolled ``sender`` (call after its signature checked out)."""
         row = self._row(sender)
-        assert row is not None, sender
+        if row is None:  # revoked (and forgotten) between its signature check and now
+            raise AuthError(f"identity {sender} is not enrolled", status=403)
+        if row[1] == _REVOKED:
+            raise AuthError(f"identity {sender} was revoked by the consortium operator",
+                            status=403)
         return row[1]
 
     def use_nonce(self, sender: str, nonce: str, ts: float) -> bool:
         """Record a request's nonce; False if it was used (a replay)."""
+        self._seen[sender] = time.time()
         return self.store.use_nonce(sender, nonce, ts, keep_s=2 * self.cfg.max_clock_skew_s + 60)
 
     def _kw(self) -> dict[str, Any]:

@@ -15,16 +15,18 @@ from fastapi import FastAPI
 from sdk._version import __version__
 from sdk.wire import (
     ERROR_RESPONSES,
-    RosterFile,
     SizeLimit,
     check_private_files,
     docs_ui,
     install_errors,
+    key_passphrase,
     load_or_create_key,
 )
 from server_app._access import Access
 from server_app._broker import RewardBroker
 from server_app._enroll_api import enrollment_router
+from server_app._identity import Identities
+from server_app._identity_api import identity_router
 from server_app._meta_api import install_server_ops, meta_router
 from server_app._rewards import AlignmentService
 from server_app._rewards_api import install_rate_limit, rewards_router
@@ -41,8 +43,8 @@ __all__ = ["create_app", "create_app_from_env"]
 _log = logging.getLogger("fedmor.server")
 
 
-def _lifespan(cfg: ServerSettings, store: Store, rounds: RoundManager, broker: RewardBroker
-              ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+def _lifespan(cfg: ServerSettings, store: Store, rounds: RoundManager, broker: RewardBroker,
+              identities: Identities) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Run the deadline ticker while the app serves; close the broker's clients after."""
 
     @asynccontextmanager
@@ -52,6 +54,7 @@ def _lifespan(cfg: ServerSettings, store: Store, rounds: RoundManager, broker: R
                 await asyncio.sleep(cfg.tick_interval_s)
                 try:
                     await asyncio.to_thread(rounds.tick)
+                    await asyncio.to_thread(identities.tick)
                 except Exception:  # a failing tick must not stop all future deadlines
                     _log.exception("deadline tick failed")
 
@@ -62,6 +65,7 @@ def _lifespan(cfg: ServerSettings, store: Store, rounds: RoundManager, broker: R
         task.cancel()
         with suppress(asyncio.CancelledError):
             await task
+        identities.flush_seen()
         await broker.aclose()
 
     return lifespan
@@ -73,18 +77,19 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     if not cfg.allow_readable_files:
         check_private_files(cfg.db_path, cfg.identity_key, cfg.tls_key)
     store = Store(cfg.db_path)
-    key = load_or_create_key(cfg.identity_key)
-    if cfg.roster_file is not None:
-        for entry in RosterFile.load(cfg.roster_file).clients:
-            store.upsert_roster(entry.name, entry.public_key, entry.token_sha256, entry.role)
+    key = load_or_create_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
     work = Signal()  # bumped when a round opens or moves on, or a pull query is queued
     rounds = RoundManager(store, default_deadline_s=cfg.stage_deadline_s, on_change=work.bump)
     verify: Any = ssl.create_default_context(cafile=str(cfg.tls_ca)) if cfg.tls_ca else True
     broker = RewardBroker(store, key, timeout_s=cfg.reward_timeout_s, poll_s=cfg.reward_poll_s,
                           verify=verify, on_queue=work.bump)
+    access = Access(store, cfg)
+    identities = Identities(store, access, rounds, cfg.roster_file, broker)
+    if cfg.roster_file is not None and cfg.roster_file.exists():
+        identities.sync_roster()
 
     app = FastAPI(title="fedmor server", version=__version__,
-                  lifespan=_lifespan(cfg, store, rounds, broker),
+                  lifespan=_lifespan(cfg, store, rounds, broker, identities),
                   responses=ERROR_RESPONSES, **docs_ui(cfg.docs_ui),
                   description="Consortium server: enrollment, secure router rounds, router "
                               "versions and the reward-query broker. See docs/rest-api.md.")
@@ -94,8 +99,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
     install_server_ops(app, store)
 
-    access = Access(store, cfg)
     app.state.access = access
+    app.include_router(identity_router(identities, access))
     app.state.rewards = AlignmentService(store, broker, cfg.alignment)
     app.include_router(rewards_router(app.state.rewards, access))
     install_rate_limit(app)

@@ -87,6 +87,11 @@ class RewardBroker:
         self._http = httpx.AsyncClient(timeout=timeout_s, verify=verify)
         # Enrolled clients' rows, read once: enrollment never rewrites one (a retry returns it).
         self._clients: dict[str, dict[str, Any]] = {}
+        self._revoked: set[str] = set()
+
+    def forget(self, client_id: str) -> None:
+        """A revoked member: no further query goes to it (its items fail as refused)."""
+        self._revoked.add(client_id)
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
@@ -127,7 +132,7 @@ class RewardBroker:
     async def query(self, client_id: str, items: list[QueryItem]) -> list[float]:
         """Scores of ``items`` from ``client_id`` (normalized and clipped by the client)."""
         client = self._clients.get(client_id) or self.store.client(client_id)
-        if client is None:
+        if client is None or client_id in self._revoked:
             raise BrokerError(f"unknown client {client_id}")
         if client["role"] != "member":  # an aligner or auditor never answers reward queries
             raise BrokerError(f"{client_id} is not a member (role {client['role']})")

@@ -1,10 +1,11 @@
-"""``fedmor server``, ``fedmor keys new``, ``fedmor roster add|list``, ``fedmor admin
+"""``fedmor server``, ``fedmor keys new``, ``fedmor roster add|remove|list``, ``fedmor admin
 rollback`` (registered by sdk.cli)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +24,26 @@ def _server(args: argparse.Namespace) -> int:
     configure_logging(cfg.log_level, cfg.log_format)
     if args.port is not None:
         cfg = cfg.model_copy(update={"port": args.port})
-    serve(create_app(cfg), host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert,
+    try:
+        app = create_app(cfg)
+    except (ValueError, PermissionError) as exc:  # a key or setting to fix: say which, no traceback
+        print(f"fedmor server: {exc}", file=sys.stderr)
+        return 2
+    serve(app, host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert,
           tls_key=cfg.tls_key, log_level=cfg.log_level, log_format=cfg.log_format)
     return 0
 
 
 def _keys_new(args: argparse.Namespace) -> int:
-    from sdk.wire import load_or_create_key, public_key_b64
+    from sdk.wire import KEY_PASSPHRASE_ENV, key_passphrase, load_or_create_key, public_key_b64
 
     if args.out.exists():
         raise ValueError(f"{args.out} exists; refusing to overwrite an identity key")
-    print(public_key_b64(load_or_create_key(args.out)))
+    passphrase = key_passphrase(args.passphrase_file)
+    if args.encrypt and passphrase is None:
+        raise ValueError(f"--encrypt needs a passphrase: set {KEY_PASSPHRASE_ENV} or give "
+                         f"--passphrase-file")
+    print(public_key_b64(load_or_create_key(args.out, passphrase if args.encrypt else None)))
     return 0
 
 
@@ -47,27 +57,82 @@ def _roster_add(args: argparse.Namespace) -> int:
     return 0
 
 
+def _roster_remove(args: argparse.Namespace) -> int:
+    from sdk.wire import RosterFile
+
+    roster = RosterFile.load(args.roster)
+    kept = [c for c in roster.clients if c.name != args.name]
+    if len(kept) == len(roster.clients):
+        raise ValueError(f"{args.name!r} is not in {args.roster}")
+    roster.clients = kept
+    roster.save(args.roster)
+    print(f"removed {args.name}; a running server revokes it within a tick (or run POST "
+          f"/v1/roster/reload)")
+    return 0
+
+
 def _roster_list(args: argparse.Namespace) -> int:
     from sdk.wire import RosterFile
 
+    if args.server is not None:
+        return _members_list(args)
     for entry in RosterFile.load(args.roster).clients:
         print(f"{entry.name}\t{entry.role}\t{entry.public_key}")
     return 0
 
 
-def _admin_rollback(args: argparse.Namespace) -> int:
+def _admin_call(args: argparse.Namespace, method: str, path: str,
+                body: Any = None) -> Any:
+    """One admin request: the admin token (FEDMOR_ADMIN_TOKEN), or signed by an operator
+    identity (``--key-file`` and ``--sender``)."""
+    import json
     import ssl
 
     import httpx
 
-    token = os.environ.get("FEDMOR_ADMIN_TOKEN")
-    if not token:
-        raise ValueError("set FEDMOR_ADMIN_TOKEN to the server's admin token")
+    from sdk.wire import load_private_key, sign_headers
+
+    content = b"" if body is None else json.dumps(body).encode()
+    headers = {"content-type": "application/json"}
+    if getattr(args, "key_file", None) is not None and getattr(args, "sender", None):
+        from sdk.wire import key_passphrase
+
+        key = load_private_key(args.key_file, key_passphrase())
+        headers |= sign_headers(key, sender=args.sender, method=method, path=path, body=content)
+    else:
+        token = os.environ.get("FEDMOR_ADMIN_TOKEN")
+        if not token:
+            raise ValueError("set FEDMOR_ADMIN_TOKEN to the server's admin token (or give an "
+                             "operator identity: --key-file and --sender)")
+        headers["authorization"] = f"Bearer {token}"
     verify: ssl.SSLContext | bool = (ssl.create_default_context(cafile=str(args.ca))
                                      if args.ca else True)
-    resp = httpx.post(args.server.rstrip("/") + "/v1/router/rollback", verify=verify,
-                      json={"version": args.version}, timeout=30,
-                      headers={"authorization": f"Bearer {token}"})
+    return httpx.request(method, args.server.rstrip("/") + path, content=content,
+                         headers=headers, verify=verify, timeout=30)
+
+
+def _members_list(args: argparse.Namespace) -> int:
+    import datetime
+
+    resp = _admin_call(args, "GET", "/v1/members")
+    if resp.status_code != 200:
+        raise ValueError(f"members list refused ({resp.status_code}): {resp.text[:300]}")
+
+    def when(at: float | None) -> str:
+        return "-" if at is None else datetime.datetime.fromtimestamp(
+            at, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+    rows = [("NAME", "ROLE", "STATE", "KEY", "LAST SEEN", "ROUNDS", "CLIENT ID")]
+    rows += [(m["name"], m["role"], m["state"], m["fingerprint"] or "-", when(m["last_seen"]),
+              str(m["rounds"]), m["client_id"] or "-") for m in resp.json()]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _admin_rollback(args: argparse.Namespace) -> int:
+    resp = _admin_call(args, "POST", "/v1/router/rollback", {"version": args.version})
     if resp.status_code != 200:
         raise ValueError(f"rollback refused ({resp.status_code}): {resp.text[:300]}")
     info = resp.json()
@@ -82,6 +147,15 @@ def _settings() -> type[Any]:
     return ServerSettings
 
 
+def _server_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument("--server", required=required, default=None,
+                        help="server URL, e.g. https://host:8443")
+    parser.add_argument("--ca", type=Path, default=None, help="CA bundle of the server")
+    parser.add_argument("--key-file", type=Path, default=None, help="an operator identity's "
+                        "key (else the admin token in FEDMOR_ADMIN_TOKEN)")
+    parser.add_argument("--sender", default=None, help="that operator identity's client id")
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the server-side subcommands."""
     p = sub.add_parser("server", help="run the consortium server")
@@ -94,6 +168,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     keys = sub.add_parser("keys", help="identity keys").add_subparsers(dest="keys_command")
     new = keys.add_parser("new", help="create an Ed25519 identity key, print its public key")
     new.add_argument("--out", type=Path, default=Path("identity.pem"))
+    new.add_argument("--encrypt", action="store_true", help="encrypt the key (PKCS#8) with the "
+                     "passphrase in FEDMOR_KEY_PASSPHRASE or --passphrase-file")
+    new.add_argument("--passphrase-file", type=Path, default=None,
+                     help="file whose first line is the passphrase (mode 0600)")
     new.set_defaults(handler=_keys_new)
 
     roster = sub.add_parser("roster", help="the consortium roster").add_subparsers(
@@ -107,15 +185,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     who.add_argument("--public-key", help="base64 Ed25519 public key")
     who.add_argument("--key-file", type=Path, help="PEM private key to take the public key from")
     add.set_defaults(handler=_roster_add)
-    listing = roster.add_parser("list", help="list members")
+    remove = roster.add_parser("remove", help="remove (revoke) a member: a running server "
+                               "revokes it within a tick")
+    remove.add_argument("--roster", type=Path, default=Path("roster.json"))
+    remove.add_argument("--name", required=True)
+    remove.set_defaults(handler=_roster_remove)
+    listing = roster.add_parser("list", help="list the roster file, or with --server every "
+                                "identity's state, key, last seen and rounds")
     listing.add_argument("--roster", type=Path, default=Path("roster.json"))
+    _server_options(listing, required=False)
     listing.set_defaults(handler=_roster_list)
 
     admin = sub.add_parser("admin", help="operator commands over the server's admin API "
                            "(token in FEDMOR_ADMIN_TOKEN)").add_subparsers(dest="admin_command")
     rollback = admin.add_parser("rollback", help="publish an earlier router version again as "
                                 "the newest")
-    rollback.add_argument("--server", required=True, help="server URL, e.g. https://host:8443")
+    _server_options(rollback, required=True)
     rollback.add_argument("--version", type=int, required=True, help="version to restore")
-    rollback.add_argument("--ca", type=Path, default=None, help="CA bundle of the server")
     rollback.set_defaults(handler=_admin_rollback)

@@ -65,8 +65,9 @@ class RoundManager:
         self._recover()
 
     # -- creation and recovery -----------------------------------------------------------------
-    def create(self, req: RoundCreate) -> RoundInfo:
-        """Open a round over ``req.participants`` (default: every enrolled client)."""
+    def create(self, req: RoundCreate, actor: str = "admin") -> RoundInfo:
+        """Open a round over ``req.participants`` (default: every enrolled client); ``actor``
+        (who asked) goes into the audit record."""
         kind = ROUND_KINDS.get(req.kind)
         if kind is None:
             raise PayloadError(f"unknown round kind {req.kind!r}")
@@ -107,7 +108,7 @@ class RoundManager:
                 else:
                     self.store.update_round(round_id, spec=spec.model_dump_json(),
                                             stage_opened_at=time.time())
-                    self.store.audit("admin", "round_created", round_id=round_id,
+                    self.store.audit(actor, "round_created", round_id=round_id,
                                      kind=req.kind, participants=participants)
                     if dp is not None:
                         self.store.put_round_dp(round_id, dp[0].model_dump(), dp[1])

@@ -53,10 +53,11 @@ def rounds_router(rounds: RoundManager, access: Access) -> APIRouter:
     ClientCheck = Annotated[SignatureCheck, Depends(client_check)]
     Caller = Annotated[Identity, Depends(access.caller)]
 
-    @router.post("", response_model=RoundInfo, dependencies=[Depends(access.operator)])
-    def create_round(req: RoundCreate) -> RoundInfo:
+    @router.post("", response_model=RoundInfo)
+    def create_round(caller: Annotated[Identity, Depends(access.operator)],
+                     req: RoundCreate) -> RoundInfo:
         """Open a round (admin token, or a signed ``operator`` identity)."""
-        info = rounds.create(req)
+        info = rounds.create(req, actor=caller.caller_id)
         _log.info("round %d opened: %s over %d participants", info.round_id, info.kind,
                   len(info.participants))
         return info

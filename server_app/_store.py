@@ -50,6 +50,12 @@ CREATE TABLE IF NOT EXISTS round_refusals (
 -- a DP round's terms (sdk.wire.DPTerms as JSON) and its own epsilon, fixed at creation
 CREATE TABLE IF NOT EXISTS round_dp (
     round_id INTEGER PRIMARY KEY, terms TEXT NOT NULL, epsilon REAL NOT NULL);
+-- revoked identities (server_app._identity): a (name, roster key) pair never comes back
+CREATE TABLE IF NOT EXISTS revocations (
+    name TEXT NOT NULL, roster_key TEXT NOT NULL, client_id TEXT, client_key TEXT,
+    role TEXT NOT NULL, enrolled_at REAL, at REAL NOT NULL, actor TEXT NOT NULL,
+    reason TEXT NOT NULL, PRIMARY KEY (name, roster_key));
+CREATE TABLE IF NOT EXISTS last_seen (client_id TEXT PRIMARY KEY, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS images (sha256 TEXT PRIMARY KEY, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS client_images (
     client_id TEXT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY (client_id, sha256));

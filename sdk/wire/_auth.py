@@ -31,6 +31,7 @@ __all__ = [
     "HEADER_SENDER",
     "HEADER_SIGNATURE",
     "HEADER_TIMESTAMP",
+    "KEY_PASSPHRASE_ENV",
     "SERVER_SENDER",
     "AuthError",
     "PurgeClock",
@@ -38,6 +39,7 @@ __all__ = [
     "canonical_message",
     "check_private_files",
     "generate_key",
+    "key_passphrase",
     "load_or_create_key",
     "load_private_key",
     "parse_public_key",
@@ -45,6 +47,7 @@ __all__ = [
     "record_nonce",
     "sign_headers",
     "verify_signed",
+    "write_private_key",
 ]
 SERVER_SENDER = "server"
 """The consortium server's id as a sender (its reward queries) and as a recipient."""
@@ -228,12 +231,61 @@ def parse_public_key(text: str) -> Ed25519PublicKey:
     return Ed25519PublicKey.from_public_bytes(raw)
 
 
-def load_private_key(path: Path) -> Ed25519PrivateKey:
-    """Load a PEM (PKCS#8, unencrypted) Ed25519 private key."""
-    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+KEY_PASSPHRASE_ENV = "FEDMOR_KEY_PASSPHRASE"
+"""Environment variable holding the passphrase of an encrypted identity key (else the
+``identity_key_passphrase_file`` setting names a file holding it)."""
+
+
+def key_passphrase(path: Path | None = None) -> bytes | None:
+    """The identity key's passphrase: ``FEDMOR_KEY_PASSPHRASE``, else the first line of the
+    file at ``path`` (refused when other users may read it), else None (a plain key)."""
+    found = os.environ.get(KEY_PASSPHRASE_ENV)
+    if found:
+        return found.encode()
+    if path is None:
+        return None
+    check_private_files(path)
+    text = path.read_text().splitlines()
+    if not text or not text[0]:
+        raise ValueError(f"passphrase file {path} is empty")
+    return text[0].encode()
+
+
+def load_private_key(path: Path, passphrase: bytes | None = None) -> Ed25519PrivateKey:
+    """Load a PEM (PKCS#8) Ed25519 private key, encrypted when ``passphrase`` is given; a
+    ``ValueError`` says what is missing (the passphrase, or the right one)."""
+    data = path.read_bytes()
+    encrypted = b"ENCRYPTED PRIVATE KEY" in data
+    if encrypted and passphrase is None:
+        raise ValueError(f"identity key {path} is encrypted: set {KEY_PASSPHRASE_ENV} or the "
+                         f"identity_key_passphrase_file setting to its passphrase")
+    try:
+        key = serialization.load_pem_private_key(data, password=passphrase if encrypted
+                                                 else None)
+    except ValueError:
+        if encrypted:
+            raise ValueError(f"identity key {path}: wrong passphrase") from None
+        raise
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"{path} does not hold an Ed25519 private key")
+    if passphrase is not None and not encrypted:
+        _log.warning("identity key %s is not encrypted although a passphrase is configured; "
+                     "encrypt it with fedmor keys new --encrypt and a rotation", path)
     return key
+
+
+def write_private_key(key: Ed25519PrivateKey, path: Path, passphrase: bytes | None = None) -> None:
+    """Write ``key`` as PEM PKCS#8 to a new file (mode 0600; it must not exist), encrypted
+    with ``passphrase`` when given."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.BestAvailableEncryption(passphrase) if passphrase
+        else serialization.NoEncryption())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            encryption)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(pem)
 
 
 def check_private_files(*paths: Path | None) -> None:
@@ -253,15 +305,11 @@ def check_private_files(*paths: Path | None) -> None:
                     f"chmod 600 {candidate} (or set allow_readable_files to start anyway)")
 
 
-def load_or_create_key(path: Path) -> Ed25519PrivateKey:
-    """Load the key at ``path``, or create it there (mode 0600) if missing."""
+def load_or_create_key(path: Path, passphrase: bytes | None = None) -> Ed25519PrivateKey:
+    """Load the key at ``path``, or create it there (mode 0600) if missing: encrypted with
+    ``passphrase`` when one is given (see :func:`key_passphrase`)."""
     if path.exists():
-        return load_private_key(path)
+        return load_private_key(path, passphrase)
     key = generate_key()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(pem)
+    write_private_key(key, path, passphrase)
     return key

@@ -42,6 +42,9 @@ class AppHardening(EnvOverFile):
     allow_readable_files: bool = Field(default=False, description="start even when the "
                                        "identity key, TLS key or database is readable by "
                                        "other users")
+    identity_key_passphrase_file: Path | None = Field(
+        default=None, description="file whose first line is the identity key's passphrase "
+        "(FEDMOR_KEY_PASSPHRASE wins); with one, a new key is written encrypted (PKCS#8)")
 
 
 def load_settings(cls: type[_S], path: Path | None) -> _S:

@@ -1,0 +1,87 @@
+"""The member's side of key rotation: ``fedmor client rotate-key`` and the running app's
+switch to the new key file.
+
+The new key is written (0600, encrypted when a passphrase is configured) next to the old one as
+``<identity_key>.next``, announced to the server signed by the old key with a proof of
+possession, and only then moved over the old file. A rotation interrupted after the server
+switched is finished by running the command again (the pending key is reused). A running client
+app notices at its next refused request that the key file changed and signs with the new key.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sdk.wire import (
+    key_passphrase,
+    load_or_create_key,
+    load_private_key,
+    public_key_b64,
+    rotation_message,
+)
+
+if TYPE_CHECKING:
+    from client_app._runner import ClientRunner
+
+__all__ = ["pending_key_path", "reload_key", "rotate_key"]
+
+_log = logging.getLogger("fedmor.client")
+_ROTATE = "/v1/identity/rotate"
+
+
+def pending_key_path(identity_key: Path) -> Path:
+    """Where a rotation keeps the new key until the server accepted it."""
+    return identity_key.with_name(identity_key.name + ".next")
+
+
+def rotate_key(runner: ClientRunner) -> str:
+    """Rotate ``runner``'s identity key at the server and on disk; returns the new public
+    key. Raises ``ValueError`` before enrollment, ``RunnerError`` when the server refuses."""
+    from client_app._runner import RunnerError
+
+    cfg = runner.settings
+    client_id = runner.store.get("client_id")
+    if client_id is None:
+        raise ValueError("not enrolled yet: a key is rotated after enrollment (start the "
+                         "client app once)")
+    pending = pending_key_path(cfg.identity_key)
+    new = load_or_create_key(pending, key_passphrase(cfg.identity_key_passphrase_file))
+    public = public_key_b64(new)
+    proof = base64.b64encode(new.sign(rotation_message(client_id, public))).decode()
+    body = {"public_key": public, "proof": proof}
+    try:
+        runner.request("POST", _ROTATE, body)
+    except RunnerError as exc:
+        if exc.status != 403:
+            raise
+        # An earlier run may have been interrupted after the server switched: the pending key
+        # then signs, and the server answers the repeated rotation as done.
+        old, runner.key = runner.key, new
+        try:
+            runner.request("POST", _ROTATE, body, attempts=1)
+        except RunnerError:
+            runner.key = old
+            raise exc from None
+    os.replace(pending, cfg.identity_key)  # atomic: the file holds the old key or the new one
+    runner.key = new
+    _log.info("identity key rotated; the old key is refused by the server from now on")
+    return public
+
+
+def reload_key(runner: ClientRunner) -> bool:
+    """After a refused request: switch ``runner`` to the key file's key if it changed (a
+    rotation by ``fedmor client rotate-key`` while the app ran); True if it did."""
+    cfg = runner.settings
+    try:
+        key = load_private_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
+    except (OSError, ValueError):
+        return False
+    if public_key_b64(key) == public_key_b64(runner.key):
+        return False
+    runner.key = key
+    _log.info("the identity key file changed (a rotation): signing with the new key")
+    return True

@@ -1,0 +1,278 @@
+"""The identity lifecycle at the server: key rotation, revocation, roster reloads and the
+operator's view of every identity.
+
+The roster file is the operator's list; the server keeps its ``roster`` table in step with it
+(at start, whenever the file changes, and on ``POST /v1/roster/reload``). A name that leaves
+the file is revoked at once: its identity is refused (403), it is dropped from every open round
+(recorded as a refusal with reason ``revoked``, so its stages stop waiting for it), and default
+rounds no longer list it. A revoked (name, key) pair never comes back from a stale file; the
+institution returns under a new key (``fedmor roster add`` with a new key file).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from pydantic import ValidationError
+
+from sdk.wire import (
+    KeyRotation,
+    MemberInfo,
+    NotFoundError,
+    PayloadError,
+    RosterFile,
+    RosterSync,
+    key_fingerprint,
+    parse_public_key,
+    rotation_message,
+)
+from server_app._access import Access
+from server_app._broker import RewardBroker
+from server_app._rounds import RoundManager
+from server_app._store import ConflictError, Store
+
+__all__ = ["Identities"]
+
+_log = logging.getLogger("fedmor.server")
+_SEEN_FLUSH_S = 10.0  # last-seen times reach the store at most this often (not per request)
+
+
+class Identities:
+    """Rotation, revocation, roster sync and the members view over one server's store."""
+
+    def __init__(self, store: Store, access: Access, rounds: RoundManager,
+                 roster_file: Path | None, broker: RewardBroker) -> None:
+        self.store, self.access, self.rounds, self.roster_file = store, access, rounds, roster_file
+        self.broker = broker
+        self._lock = threading.RLock()
+        self._stamp: tuple[int, int] | None = None  # (mtime_ns, size) of the file last synced
+        self._bad: tuple[int, int] | None = None  # the file's stamp when it failed to load
+        self._seen_flushed = time.monotonic()
+        access.revoked_key_of = self._revoked_key
+
+    # -- the roster file -----------------------------------------------------------------------
+    def _file_stamp(self) -> tuple[int, int] | None:
+        assert self.roster_file is not None
+        try:
+            st = self.roster_file.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_mtime_ns, st.st_size
+
+    def sync_roster(self, actor: str = "roster-file") -> RosterSync:
+        """Bring the roster table in step with the file: add and re-key its entries, revoke
+        the names it no longer lists."""
+        if self.roster_file is None:
+            raise ConflictError("no roster_file is configured: the server has no roster to "
+                                "reload")
+        with self._lock:
+            stamp = self._file_stamp()
+            if stamp is None:  # moved away, not emptied: revoking everyone would be wrong
+                raise ConflictError(f"roster file {self.roster_file} is missing: nothing "
+                                    "changed")
+            try:
+                roster = RosterFile.load(self.roster_file)
+            except ValidationError as exc:
+                raise PayloadError(f"roster file {self.roster_file} is not a valid roster: "
+                                   f"{exc.errors()[0]['msg']}") from None
+            revoked = {(str(r["name"]), str(r["roster_key"])) for r in self.store._all(
+                "SELECT name, roster_key FROM revocations")}
+            skipped = []
+            known = {str(r["name"]): r for r in self.store.roster()}
+            for entry in roster.clients:
+                if (entry.name, entry.public_key) in revoked:
+                    skipped.append(entry.name)
+                    continue
+                self.store.upsert_roster(entry.name, entry.public_key, entry.token_sha256,
+                                         entry.role)
+                before = known.get(entry.name)
+                if before is None or (before["public_key"], before["token_sha256"],
+                                      before["role"]) != (entry.public_key, entry.token_sha256,
+                                                          entry.role):
+                    self.store.audit(actor, "roster_entry_added" if before is None
+                                     else "roster_entry_changed", name=entry.name,
+                                     role=entry.role, key=key_fingerprint(entry.public_key))
+            listed = {e.name for e in roster.clients}
+            gone = [str(r["name"]) for r in self.store.roster() if r["name"] not in listed]
+            for name in gone:
+                self.revoke(name, actor=actor, reason="removed from the roster file",
+                            edit_file=False)
+            self._stamp = stamp
+        if skipped:
+            _log.warning("roster file lists revoked keys (ignored): %s", ", ".join(skipped))
+        return RosterSync(entries=len(roster.clients), revoked=gone, skipped=skipped)
+
+    def tick(self) -> None:
+        """Called by the server's ticker: reload a changed roster file, keep last-seen
+        times."""
+        stamp = None if self.roster_file is None else self._file_stamp()
+        if stamp is not None and stamp not in (self._stamp, self._bad):
+            try:
+                found = self.sync_roster()
+            except (ValueError, OSError) as exc:  # half-written by an editor: its next change
+                self._bad = stamp
+                _log.warning("roster file %s not reloaded: %s", self.roster_file, exc)
+            else:
+                _log.info("roster reloaded: %d entries, revoked: %s", found.entries,
+                          ", ".join(found.revoked) or "none")
+        if time.monotonic() - self._seen_flushed >= _SEEN_FLUSH_S:
+            self.flush_seen()
+
+    def _edit_file(self, name: str, public_key: str | None) -> None:
+        """Write a rotation (``public_key``) or a revocation (None) into the roster file, so
+        the operator's list and the members' copies of it name the keys the server uses."""
+        if self.roster_file is None or not self.roster_file.exists():
+            return
+        with self._lock:
+            try:
+                roster = RosterFile.load(self.roster_file)
+                if public_key is None:
+                    roster.clients = [c for c in roster.clients if c.name != name]
+                else:
+                    roster.clients = [c.model_copy(update={"public_key": public_key})
+                                      if c.name == name else c for c in roster.clients]
+                roster.save(self.roster_file)
+                self._stamp = self._file_stamp()
+            except (OSError, ValueError) as exc:
+                _log.warning("could not update the roster file %s for %s: %s",
+                             self.roster_file, name, exc)
+
+    # -- revocation ----------------------------------------------------------------------------
+    def _revoked_key(self, client_id: str) -> str | None:
+        row = self.store._one("SELECT client_key FROM revocations WHERE client_id=? "
+                              "ORDER BY at DESC LIMIT 1", (client_id,))
+        return None if row is None else str(row["client_key"])
+
+    def revoke(self, name: str, *, actor: str, reason: str = "",
+               edit_file: bool = True) -> MemberInfo:
+        """Revoke ``name`` now: refused from its next request on, dropped from every open
+        round, listed in no later default round (idempotent)."""
+        with self._lock:
+            entry = self.store._one("SELECT * FROM roster WHERE name=?", (name,))
+            client = self.store._one("SELECT * FROM clients WHERE name=?", (name,))
+            if entry is None and client is None:
+                if self._revocation(name) is None:
+                    raise NotFoundError(f"{name!r} is neither on the roster nor enrolled")
+                return self._info(name)
+            key = str((entry or client)["public_key"])  # type: ignore[index]
+            client_id = None if client is None else str(client["client_id"])
+            with self.store.transaction():
+                self.store._write(
+                    "INSERT OR REPLACE INTO revocations(name, roster_key, client_id, client_key, "
+                    "role, enrolled_at, at, actor, reason) VALUES (?,?,?,?,?,?,?,?,?)",
+                    (name, key, client_id, None if client is None else client["public_key"],
+                     (entry or client)["role"], None if client is None  # type: ignore[index]
+                     else client["enrolled_at"], time.time(), actor, reason))
+                self.store._write("DELETE FROM roster WHERE name=?", (name,))
+                self.store._write("DELETE FROM clients WHERE name=?", (name,))
+                self.store.audit(actor, "member_revoked", name=name, client_id=client_id,
+                                 reason=reason)
+        _log.warning("%s revoked %s (%s): %s", actor, name, client_id or "not enrolled",
+                     reason or "no reason given")
+        if client_id is not None:
+            self.access.forget(client_id)
+            self.broker.forget(client_id)  # no more reward queries (data) go to it
+            self._drop_from_open_rounds(client_id, actor)
+        if edit_file:
+            self._edit_file(name, None)
+        return self._info(name)
+
+    def _drop_from_open_rounds(self, client_id: str, actor: str) -> None:
+        for info in self.rounds.list("open"):
+            refused = {r.client_id for r in info.refusals}
+            if client_id in info.participants and client_id not in refused:
+                self.rounds.refuse(info.round_id, client_id, "revoked",
+                                   f"identity revoked by {actor}")
+
+    def _revocation(self, name: str) -> dict[str, Any] | None:
+        row = self.store._one("SELECT * FROM revocations WHERE name=? ORDER BY at DESC LIMIT 1",
+                              (name,))
+        return None if row is None else dict(row)
+
+    # -- rotation ------------------------------------------------------------------------------
+    def rotate(self, client_id: str, body: KeyRotation) -> MemberInfo:
+        """Switch ``client_id`` to the new key of ``body`` (checked: the new key signed the
+        rotation message); the old key is refused from the next request on. Repeating a
+        rotation that already happened returns the same answer."""
+        try:
+            new = parse_public_key(body.public_key)
+            new.verify(base64.b64decode(body.proof, validate=True),
+                       rotation_message(client_id, body.public_key))
+        except (ValueError, binascii.Error, InvalidSignature):
+            raise PayloadError("proof must be the new key's base64 signature of 'fedmor key "
+                               "rotation\\n{client_id}\\n{public_key}'") from None
+        with self._lock:
+            client = self.store.client(client_id)
+            if client is None:
+                raise NotFoundError(f"{client_id} is not enrolled")
+            old = str(client["public_key"])
+            if old == body.public_key:
+                return self._info(str(client["name"]))
+            clash = self.store._one("SELECT name FROM clients WHERE public_key=? UNION SELECT "
+                                    "name FROM roster WHERE public_key=? AND name!=?",
+                                    (body.public_key, body.public_key, client["name"]))
+            if clash is not None:
+                raise ConflictError("that key belongs to another identity: generate a new one")
+            with self.store.transaction():
+                self.store._write("UPDATE clients SET public_key=? WHERE client_id=?",
+                                  (body.public_key, client_id))
+                self.store._write("UPDATE roster SET public_key=? WHERE name=?",
+                                  (body.public_key, client["name"]))
+                self.store.audit(client_id, "key_rotated", name=client["name"],
+                                 old=key_fingerprint(old), new=key_fingerprint(body.public_key))
+            self.access.forget(client_id)
+            self._edit_file(str(client["name"]), body.public_key)
+        _log.info("%s (%s) rotated its key: %s -> %s", client["name"], client_id,
+                  key_fingerprint(old), key_fingerprint(body.public_key))
+        return self._info(str(client["name"]))
+
+    # -- the operator's view -------------------------------------------------------------------
+    def flush_seen(self) -> None:
+        """Keep the last-seen times of the identities heard from since the last flush."""
+        self._seen_flushed = time.monotonic()
+        seen = self.access.take_seen()
+        if seen:
+            with self.store.transaction():
+                for client_id, at in seen.items():
+                    self.store._write("INSERT INTO last_seen VALUES (?,?) ON CONFLICT(client_id) "
+                                      "DO UPDATE SET at=MAX(at, excluded.at)", (client_id, at))
+
+    def members(self) -> list[MemberInfo]:
+        """Every identity on the roster, enrolled, or revoked, by name."""
+        self.flush_seen()
+        rounds = {str(r[0]): int(r[1]) for r in self.store._all(  # type: ignore[arg-type]
+            "SELECT client_id, COUNT(DISTINCT round_id) FROM stage_messages GROUP BY client_id")}
+        seen = {str(r[0]): float(r[1]) for r in self.store._all("SELECT * FROM last_seen")}
+        out: dict[str, MemberInfo] = {}
+        for gone in self.store._all("SELECT * FROM revocations ORDER BY at"):
+            out[gone["name"]] = self._row_info(dict(gone), "revoked", rounds, seen)
+        for entry in self.store.roster():
+            out[entry["name"]] = self._row_info(entry, "not_enrolled", rounds, seen)
+        for client in self.store.clients(None):
+            out[client["name"]] = self._row_info(client, "enrolled", rounds, seen)
+        return [out[name] for name in sorted(out)]
+
+    @staticmethod
+    def _row_info(row: dict[str, Any], state: str, rounds: dict[str, int],
+                  seen: dict[str, float]) -> MemberInfo:
+        client_id = row.get("client_id")
+        key = row.get("client_key") or row.get("public_key") or row.get("roster_key")
+        return MemberInfo.model_validate({
+            "name": row["name"], "role": row["role"], "state": state, "client_id": client_id,
+            "fingerprint": None if key is None else key_fingerprint(str(key)),
+            "enrolled_at": row.get("enrolled_at"), "last_seen": seen.get(str(client_id)),
+            "rounds": rounds.get(str(client_id), 0),
+            "revoked_at": row.get("at") if state == "revoked" else None})
+
+    def _info(self, name: str) -> MemberInfo:
+        found = [m for m in self.members() if m.name == name]
+        if not found:
+            raise NotFoundError(f"no identity named {name!r}")
+        return found[0]

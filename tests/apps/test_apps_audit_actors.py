@@ -1,0 +1,89 @@
+"""Every operator action is in the server's audit table with who did it (the operator
+identity's client id, ``admin`` for the admin token, ``roster-file`` for a file change), and a
+revoked member gets no further reward query."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sdk.wire import rotation_message
+from server_app import (
+    BrokerError,
+    ServerSettings,
+    add_to_roster,
+    create_app,
+    generate_key,
+    public_key_b64,
+)
+from tests.apps.conftest import Member
+
+_ADMIN = {"authorization": "Bearer adm"}
+
+
+def test_admin_actions_are_audited_with_who_did_them(tmp_path: Path) -> None:
+    roster = tmp_path / "roster.json"
+    keys = {name: generate_key() for name in ("m0", "m1", "m2", "ops")}
+    tokens = {n: add_to_roster(roster, name=n, public_key=public_key_b64(k),
+                               role="operator" if n == "ops" else "member")
+              for n, k in keys.items()}
+    app = create_app(ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
+                                    roster_file=roster, admin_token="adm"))  # type: ignore[arg-type]
+    tc = TestClient(app)
+    who = {}
+    for name, key in keys.items():
+        resp = tc.post("/v1/enroll", json={"name": name, "token": tokens[name],
+                                           "public_key": public_key_b64(key)})
+        assert resp.status_code == 200, resp.text
+        who[name] = Member(tc, key, resp.json()["client_id"])
+    ops = who["ops"]
+
+    assert ops.call("POST", "/v1/rounds", {"vector_length": 4}).status_code == 200
+    assert tc.post("/v1/rounds", json={"vector_length": 4}, headers=_ADMIN).status_code == 200
+    add_to_roster(roster, name="m3", public_key=public_key_b64(generate_key()))
+    assert ops.call("POST", "/v1/roster/reload").json()["entries"] == 5
+    broker = app.state.broker
+    assert asyncio.run(broker.query(who["m2"].client_id, [])) == []  # known, row cached
+    assert ops.call("POST", "/v1/members/m2/revoke", {"reason": "left"}).status_code == 200
+    with pytest.raises(BrokerError, match="unknown client"):  # no data goes to it any more
+        asyncio.run(broker.query(who["m2"].client_id, []))
+    new = generate_key()
+    public = public_key_b64(new)
+    proof = base64.b64encode(new.sign(rotation_message(who["m0"].client_id, public))).decode()
+    rotated = who["m0"].call("POST", "/v1/identity/rotate", {"public_key": public,
+                                                             "proof": proof})
+    assert rotated.status_code == 200, rotated.text
+    assert tc.post("/v1/router", content=b"\0" * 16, headers=_ADMIN | {
+        "content-type": "application/octet-stream"}).status_code == 200
+    assert tc.post("/v1/router/rollback", json={"version": 1},
+                   headers=_ADMIN).status_code == 200
+
+    audit = [(r["actor"], r["action"]) for r in app.state.store.audit_log()]
+    ops_id = ops.client_id
+    for entry in [("roster-file", "roster_entry_added"), (ops_id, "round_created"),
+                  ("admin", "round_created"), (ops_id, "roster_entry_added"),
+                  (ops_id, "member_revoked"), (who["m0"].client_id, "key_rotated"),
+                  ("admin", "router_published"), ("admin", "router_rolled_back")]:
+        assert entry in audit, (entry, audit)
+    # The revoked member left both open rounds as a refusal, so no stage waits for it.
+    for round_id in (1, 2):
+        info = tc.get(f"/v1/rounds/{round_id}", headers=_ADMIN).json()
+        assert [r["reason"] for r in info["refusals"]] == ["revoked"]
+    # A proof by another key than the one announced is refused (422), never a 5xx.
+    bad = who["m1"].call("POST", "/v1/identity/rotate", {"public_key": public_key_b64(
+        generate_key()), "proof": proof})
+    assert bad.status_code == 422 and "proof" in bad.json()["detail"]
+
+    # A roster file moved away revokes nobody; a broken one is a 422 and changes nothing.
+    roster.rename(tmp_path / "moved.json")
+    missing = ops.call("POST", "/v1/roster/reload")
+    assert missing.status_code == 409 and "missing" in missing.json()["detail"]
+    roster.write_text("{")
+    broken = ops.call("POST", "/v1/roster/reload")
+    assert broken.status_code == 422 and "not a valid roster" in broken.json()["detail"]
+    assert ops.call("GET", "/v1/members").status_code == 200
+    assert who["m1"].call("GET", "/v1/work").status_code == 200
