@@ -52,6 +52,7 @@ from server_app._rewards_api import install_rate_limit, rewards_router
 from server_app._rounds import RoundManager
 from server_app._settings import ServerSettings
 from server_app._store import ConflictError, Store
+from server_app._visibility import visible_round, visible_rounds
 from server_app._work import Signal, find_work
 
 __all__ = ["create_app", "create_app_from_env"]
@@ -192,15 +193,16 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         return info
 
     @app.get("/v1/rounds", response_model=list[RoundInfo], tags=["rounds"])
-    def list_rounds(_: Caller, status: Annotated[str | None, Query(
+    def list_rounds(caller: Caller, status: Annotated[str | None, Query(
             pattern="^(open|finished|failed)$")] = None) -> list[RoundInfo]:
-        """All rounds, oldest first."""
-        return rounds.list(status)
+        """All rounds, oldest first (a member: the ones it takes part in)."""
+        return visible_rounds(rounds, caller, status)
 
     @app.get("/v1/rounds/{round_id}", response_model=RoundInfo, tags=["rounds"])
-    def get_round(_: Caller, round_id: Annotated[int, Path(ge=1, le=2**62)]) -> RoundInfo:
-        """Status of one round."""
-        return rounds.info(round_id)
+    def get_round(caller: Caller, round_id: Annotated[int, Path(ge=1, le=2**62)]) -> RoundInfo:
+        """Status of one round (a member: only of its own rounds, without other members'
+        refusals, dropouts or ids)."""
+        return visible_round(rounds, caller, round_id)
 
     @app.post("/v1/rounds/{round_id}/stages/{stage}", response_model=StageAck, tags=["rounds"],
               openapi_extra={"requestBody": _STAGE_BODY})
