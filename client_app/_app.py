@@ -119,7 +119,9 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     store = ClientStore(cfg.db_path)
     key = load_or_create_key(cfg.identity_key)
     service = RewardService(store, scorer, clip=_clip_bound(cfg, scorer), policy=cfg.policy,
-                            rate_per_minute=cfg.rate_limit_per_minute)
+                            rate_per_minute=cfg.rate_limit_per_minute,
+                            decoded_cache_bytes=cfg.decoded_cache_bytes,
+                            max_image_side=cfg.max_image_side)
     if cfg.demo:
         _log.warning("DEMO MODE: stand-ins answer for whatever is not configured (hash-scorer "
                      "rewards, random router updates); every reward answer carries %s: true",
