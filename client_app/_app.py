@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from client_app._policy import describe_policy
+from client_app._retention import purge_client
 from client_app._runner import ClientRunner, resolve_update_fn
 from client_app._scorer import Scorer, load_object
 from client_app._service import RateLimited, RewardService
@@ -34,6 +35,7 @@ from sdk.wire import (
     install_errors,
     install_ops,
     load_or_create_key,
+    purging,
     signature_check,
 )
 
@@ -135,7 +137,9 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
         app.state.runner, app.state.runner_task = runner, task
         _log.info("fedmor client %s (%s): rounds %s; policy: %s", __version__, cfg.name,
                   "on" if runner else "off", describe_policy(cfg.policy).replace("\n", "; "))
-        yield
+        async with purging(lambda: purge_client(store, cfg.retention, cfg.policy),
+                           cfg.retention.interval_s):
+            yield
         if runner is not None and task is not None:
             runner.stop.set()
             await asyncio.wait([task])  # a worker that died was reported by /v1/health

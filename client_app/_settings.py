@@ -10,7 +10,7 @@ from pydantic_settings import SettingsConfigDict
 
 from client_app._policy import SitePolicy
 from sdk.data import DEFAULT_MAX_IMAGE_SIDE
-from sdk.wire import AppHardening
+from sdk.wire import AppHardening, Retention
 
 if TYPE_CHECKING:
     from sdk.models import Runtime
@@ -74,6 +74,8 @@ class ClientSettings(AppHardening):
                                      "decoded query images (RGB bytes, least recently used "
                                      "dropped first)")
     max_clock_skew_s: float = Field(default=300.0, gt=0)
+    retention: Retention = Field(default_factory=Retention, description="days cached query "
+                                 "images and the query log are kept")
     run_rounds: bool = Field(default=True, description="take part in router rounds")
     poll_interval_s: float = Field(default=0.5, gt=0)
     long_poll_s: float = Field(default=2.0, ge=0, le=30, description="how long the server may "

@@ -43,10 +43,12 @@ from sdk.wire import (
     install_ops,
     load_or_create_key,
     public_key_b64,
+    purging,
     stage_payload,
 )
 from server_app._access import Access, Identity
 from server_app._broker import RewardBroker
+from server_app._retention import purge_server
 from server_app._rewards import AlignmentService
 from server_app._rewards_api import install_rate_limit, rewards_router
 from server_app._rounds import RoundManager
@@ -111,7 +113,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         task = asyncio.create_task(ticker())
         _log.info("fedmor server %s: store %s, %d enrolled member(s)", __version__, cfg.db_path,
                   len(store.clients()))
-        yield
+        async with purging(lambda: purge_server(store, cfg.retention), cfg.retention.interval_s):
+            yield
         task.cancel()
         with suppress(asyncio.CancelledError):
             await task

@@ -81,6 +81,11 @@ from sdk.wire._protocols import (
     from_delta,
     ready_update,
 )
+from sdk.wire._retention import (
+    DAY_S,
+    Retention,
+    purging,
+)
 from sdk.wire._roster import (
     ROLES,
     Role,
@@ -134,6 +139,7 @@ from sdk.wire._wal import (
 )
 
 __all__ = [
+    "DAY_S",
     "DEMO_SAMPLES_PARAM",
     "DEMO_TRAIN_PARAM",
     "ERROR_RESPONSES",
@@ -174,6 +180,7 @@ __all__ = [
     "PendingQuery",
     "PurgeClock",
     "Refusal",
+    "Retention",
     "RewardAnswer",
     "RewardItem",
     "RewardRequest",
@@ -226,6 +233,7 @@ __all__ = [
     "load_settings",
     "parse_public_key",
     "public_key_b64",
+    "purging",
     "ready_update",
     "record_nonce",
     "serve",
