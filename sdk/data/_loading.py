@@ -99,7 +99,19 @@ def open_bounded_image(source: Path | IO[bytes], max_side: int = DEFAULT_MAX_IMA
         if max(width, height) > max_side:
             raise ValueError(f"is {width}x{height}, over the limit of {max_side} px a side")
         try:
-            return opened.convert("RGB")
+            # A cut-off file decodes (the missing rows black) unless checked: ``verify``
+            # reads its chunks to the end (PNG: every CRC and the IEND), without decoding.
+            opened.verify()
+        except (OSError, ValueError, SyntaxError) as exc:
+            raise ValueError(f"is unreadable ({exc})") from exc
+    if isinstance(source, Path):
+        reopened = Image.open(source)
+    else:
+        source.seek(0)
+        reopened = Image.open(source)
+    with reopened:
+        try:
+            return reopened.convert("RGB")
         except (OSError, ValueError, Image.DecompressionBombError) as exc:
             raise ValueError(f"is unreadable ({exc})") from exc
 
