@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = ["DAY_S", "Retention", "purging"]
 
 DAY_S = 86_400.0
+"""Seconds in a day: retention windows are given in days."""
 _log = logging.getLogger("fedmor.retention")
 
 
