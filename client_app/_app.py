@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 
 from client_app._meta_api import install_client_ops, meta_router
 from client_app._policy import describe_policy
+from client_app._retention import purge_client
 from client_app._reward_api import install_reward_schemas, reward_router
 from client_app._runner import ClientRunner, UpdateFn, resolve_update_fn
 from client_app._scorer import Scorer, load_object
@@ -27,6 +28,7 @@ from sdk.wire import (
     install_errors,
     key_passphrase,
     load_or_create_key,
+    purging,
 )
 
 __all__ = ["create_client_app", "create_client_app_from_env"]
@@ -105,7 +107,9 @@ def _lifespan(cfg: ClientSettings, store: ClientStore, key: Ed25519PrivateKey,
         app.state.runner, app.state.runner_task = runner, task
         _log.info("fedmor client %s (%s): rounds %s; policy: %s", __version__, cfg.name,
                   "on" if runner else "off", describe_policy(cfg.policy).replace("\n", "; "))
-        yield
+        async with purging(lambda: purge_client(store, cfg.retention, cfg.policy),
+                           cfg.retention.interval_s):
+            yield
         if runner is not None and task is not None:
             runner.stop.set()
             await asyncio.wait([task])  # a worker that died was reported by /v1/health
@@ -129,7 +133,9 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     store = ClientStore(cfg.db_path)
     key = load_or_create_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
     service = RewardService(store, scorer, clip=_clip_bound(cfg, scorer), policy=cfg.policy,
-                            rate_per_minute=cfg.rate_limit_per_minute)
+                            rate_per_minute=cfg.rate_limit_per_minute,
+                            decoded_cache_bytes=cfg.decoded_cache_bytes,
+                            max_image_side=cfg.max_image_side)
     if cfg.demo:
         _log.warning("DEMO MODE: stand-ins answer for whatever is not configured (hash-scorer "
                      "rewards, random router updates); every reward answer carries %s: true",

@@ -326,7 +326,8 @@ class ClientRunner:
             try:
                 info = self.request("GET", f"/v1/rounds/{round_id}", attempts=1)
             except RunnerError as exc:
-                if exc.status == 404:  # the server does not know it (any more)
+                if exc.status in (403, 404):  # unknown to the server (any more), or its id
+                    # now names a round we are not in (a server restored from a backup)
                     self._end(round_id, "abandoned", "unknown to the server")
                 continue  # unreachable: try again on the next pass
             status = info.json().get("status")

@@ -14,7 +14,8 @@ __all__ = ["HashScorer", "Scorer", "load_object"]
 @runtime_checkable
 class Scorer(Protocol):
     """Anything with ``score(images, prompts, responses) -> list[float]`` (sdk.reward's
-    ClientScorer fits)."""
+    ClientScorer fits). A scorer may also declare ``input_pixels`` (the most pixels of an
+    image its model sees) and ``clip`` (the bound of its scores)."""
 
     def score(self, images: list[Image.Image], prompts: list[str],
               responses: list[str]) -> list[float]:
@@ -29,6 +30,9 @@ class HashScorer:
     """
 
     clip = 1.0  # the bound c of its scores, as a trained scorer's normalizer declares its own
+    # A model input size, as a real scorer's processor declares one: demo sites then resize
+    # large images exactly as a real site does.
+    input_pixels: int | None = 448 * 448
 
     def score(self, images: list[Image.Image], prompts: list[str],
               responses: list[str]) -> list[float]:

@@ -22,7 +22,7 @@ from PIL import Image
 from client_app._policy import SitePolicy, check_request
 from client_app._scorer import Scorer
 from client_app._store import ClientStore
-from sdk.data import DEFAULT_MAX_IMAGE_SIDE, open_bounded_image
+from sdk.data import DEFAULT_MAX_IMAGE_SIDE, fit_to_pixels, open_bounded_image
 from sdk.wire import MissingImages, PayloadError, RewardRequest, RewardResponse
 
 __all__ = ["RateLimited", "RewardService"]
@@ -70,6 +70,9 @@ class RewardService:
         self._decoded_bytes = 0
         self._decoded_max_bytes = decoded_cache_bytes
         self.max_image_side = max_image_side
+        # The model's input size (its processor's settings): a larger image is scaled down to
+        # it once, here, so neither the cache nor every scoring call holds the full-size one.
+        self.input_pixels: int | None = getattr(scorer, "input_pixels", None)
         self._lock = threading.Lock()
 
     def _admit(self, caller: str, n: int) -> list[float]:
@@ -116,9 +119,11 @@ class RewardService:
             return image
 
     def _decode(self, sha256: str, data: bytes) -> Image.Image:
-        """Decode and cache one image; its declared size is checked before any pixel is."""
+        """Decode, scale down to the model's input size and cache one image; its declared
+        size is checked before any pixel is decoded."""
         try:
-            image = open_bounded_image(io.BytesIO(data), self.max_image_side)
+            image = fit_to_pixels(open_bounded_image(io.BytesIO(data), self.max_image_side),
+                                  self.input_pixels)
         except ValueError as exc:
             raise PayloadError(f"image {sha256[:12]}… {exc}") from None
         size = image.width * image.height * 3  # RGB bytes

@@ -9,7 +9,8 @@ from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from client_app._policy import SitePolicy
-from sdk.wire import AppHardening
+from sdk.data import DEFAULT_MAX_IMAGE_SIDE
+from sdk.wire import AppHardening, Retention
 
 if TYPE_CHECKING:
     from sdk.models import Runtime
@@ -65,7 +66,16 @@ class ClientSettings(AppHardening):
                                "normalizer), else sdk.reward.DEFAULT_CLIP")
     rate_limit_per_minute: int = Field(default=600, ge=1)
     max_request_bytes: int = Field(default=32 * 2**20, ge=1024)
+    max_image_side: int = Field(default=DEFAULT_MAX_IMAGE_SIDE, ge=16, le=16384,
+                                description="a reward-query image declaring a longer side is "
+                                "refused before decoding; one within it but larger than the "
+                                "model's input size is scaled down to it")
+    decoded_cache_bytes: int = Field(default=256 * 2**20, ge=0, description="memory for "
+                                     "decoded query images (RGB bytes, least recently used "
+                                     "dropped first)")
     max_clock_skew_s: float = Field(default=300.0, gt=0)
+    retention: Retention = Field(default_factory=Retention, description="days cached query "
+                                 "images and the query log are kept")
     run_rounds: bool = Field(default=True, description="take part in router rounds")
     poll_interval_s: float = Field(default=0.5, gt=0)
     long_poll_s: float = Field(default=2.0, ge=0, le=30, description="how long the server may "

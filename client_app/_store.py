@@ -53,6 +53,7 @@ class ClientStore(SQLiteFile):
             columns = {r[1] for r in self._db.execute("PRAGMA table_info(rounds)")}
             if "created_at" not in columns:
                 self._db.execute("ALTER TABLE rounds ADD COLUMN created_at REAL")
+        self.add_column("images", "stored_at", "REAL", fill=time.time())  # for retention
 
     def _one(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         with self._lock:
@@ -75,7 +76,8 @@ class ClientStore(SQLiteFile):
 
     def put_image(self, sha256: str, data: bytes) -> None:
         """Cache an image by its hash."""
-        self._exec("INSERT OR IGNORE INTO images VALUES (?,?)", (sha256, data))
+        self._exec("INSERT OR IGNORE INTO images(sha256, data, stored_at) VALUES (?,?,?)",
+                   (sha256, data, time.time()))
 
     def image(self, sha256: str) -> bytes | None:
         """A cached image, or None."""

@@ -21,6 +21,7 @@ from sdk.wire import (
     install_errors,
     key_passphrase,
     load_or_create_key,
+    purging,
 )
 from server_app._access import Access
 from server_app._broker import RewardBroker
@@ -28,6 +29,7 @@ from server_app._enroll_api import enrollment_router
 from server_app._identity import Identities
 from server_app._identity_api import identity_router
 from server_app._meta_api import install_server_ops, meta_router
+from server_app._retention import purge_server
 from server_app._rewards import AlignmentService
 from server_app._rewards_api import install_rate_limit, rewards_router
 from server_app._rounds import RoundManager
@@ -61,7 +63,8 @@ def _lifespan(cfg: ServerSettings, store: Store, rounds: RoundManager, broker: R
         task = asyncio.create_task(ticker())
         _log.info("fedmor server %s: store %s, %d enrolled member(s)", __version__, cfg.db_path,
                   len(store.clients()))
-        yield
+        async with purging(lambda: purge_server(store, cfg.retention), cfg.retention.interval_s):
+            yield
         task.cancel()
         with suppress(asyncio.CancelledError):
             await task

@@ -21,6 +21,7 @@ from sdk.wire import (
 )
 from server_app._access import Access, Identity
 from server_app._rounds import RoundManager
+from server_app._visibility import visible_round, visible_rounds
 
 __all__ = ["rounds_router"]
 
@@ -63,15 +64,16 @@ def rounds_router(rounds: RoundManager, access: Access) -> APIRouter:
         return info
 
     @router.get("", response_model=list[RoundInfo])
-    def list_rounds(_: Caller, status: Annotated[str | None, Query(
+    def list_rounds(caller: Caller, status: Annotated[str | None, Query(
             pattern="^(open|finished|failed)$")] = None) -> list[RoundInfo]:
-        """All rounds, oldest first."""
-        return rounds.list(status)
+        """All rounds, oldest first (a member: the ones it takes part in)."""
+        return visible_rounds(rounds, caller, status)
 
     @router.get("/{round_id}", response_model=RoundInfo)
-    def get_round(_: Caller, round_id: RoundId) -> RoundInfo:
-        """Status of one round."""
-        return rounds.info(round_id)
+    def get_round(caller: Caller, round_id: RoundId) -> RoundInfo:
+        """Status of one round (a member: only of its own rounds, without other members'
+        refusals, dropouts or ids)."""
+        return visible_round(rounds, caller, round_id)
 
     @router.post("/{round_id}/stages/{stage}", response_model=StageAck,
                  openapi_extra={"requestBody": _STAGE_BODY})

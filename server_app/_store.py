@@ -97,6 +97,7 @@ class Store(SQLiteFile):
         if "clip_bound" not in columns:  # a store created before members announced it
             self._db.execute("ALTER TABLE clients ADD COLUMN clip_bound REAL")
         self._add_role_columns()
+        self.add_column("images", "stored_at", "REAL", fill=time.time())  # for retention
         # Group commit: stage messages stored with ``defer_commit`` sit in one open transaction
         # until ``flush`` (or any durable write) commits them all with one fsync.
         self._pending = False
@@ -437,7 +438,8 @@ class Store(SQLiteFile):
         with self.transaction():
             fresh = [(h, d) for h, d in images.items()
                      if self._one("SELECT 1 FROM images WHERE sha256=?", (h,)) is None]
-            self._db.executemany("INSERT OR IGNORE INTO images VALUES (?,?)", fresh)
+            self._db.executemany("INSERT OR IGNORE INTO images(sha256, data, stored_at) "
+                                 "VALUES (?,?,?)", [(h, d, time.time()) for h, d in fresh])
 
     def image(self, sha256: str) -> bytes | None:
         """An image by hash, or None."""

@@ -19,7 +19,13 @@ from sdk.data._catalog import (
 from sdk.data._category import Category, CategoryKind, Item
 from sdk.data._errors import PreferenceDataError
 from sdk.data._hf import to_hf_dataset
-from sdk.data._loading import DEFAULT_MAX_IMAGE_SIDE, load_pairs, load_queries, open_bounded_image
+from sdk.data._loading import (
+    DEFAULT_MAX_IMAGE_SIDE,
+    fit_to_pixels,
+    load_pairs,
+    load_queries,
+    open_bounded_image,
+)
 from sdk.data._records import PreferencePair, Query
 from sdk.data._synth import SynthConfig, SynthManifest, synthesize
 
@@ -43,6 +49,7 @@ __all__ = [
     "Query",
     "SynthConfig",
     "SynthManifest",
+    "fit_to_pixels",
     "get_category",
     "load_pairs",
     "load_queries",

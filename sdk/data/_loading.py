@@ -7,6 +7,7 @@ Every record is checked before anything is returned, and the first problem raise
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -21,6 +22,7 @@ __all__ = [
     "DEFAULT_MAX_IMAGE_SIDE",
     "PAIRS_FILE",
     "QUERIES_FILE",
+    "fit_to_pixels",
     "load_pairs",
     "load_queries",
     "open_bounded_image",
@@ -97,9 +99,32 @@ def open_bounded_image(source: Path | IO[bytes], max_side: int = DEFAULT_MAX_IMA
         if max(width, height) > max_side:
             raise ValueError(f"is {width}x{height}, over the limit of {max_side} px a side")
         try:
-            return opened.convert("RGB")
+            # A cut-off file decodes (the missing rows black) unless checked: ``verify``
+            # reads its chunks to the end (PNG: every CRC and the IEND), without decoding.
+            opened.verify()
+        except (OSError, ValueError, SyntaxError) as exc:
+            raise ValueError(f"is unreadable ({exc})") from exc
+    if isinstance(source, Path):
+        reopened = Image.open(source)
+    else:
+        source.seek(0)
+        reopened = Image.open(source)
+    with reopened:
+        try:
+            return reopened.convert("RGB")
         except (OSError, ValueError, Image.DecompressionBombError) as exc:
             raise ValueError(f"is unreadable ({exc})") from exc
+
+
+def fit_to_pixels(image: Image.Image, max_pixels: int | None) -> Image.Image:
+    """``image`` scaled down, aspect kept, to at most ``max_pixels`` pixels (a model's input
+    size: its processor would shrink it anyway, and a smaller image costs less to keep and to
+    preprocess); returned as is when it fits or there is no bound."""
+    if max_pixels is None or image.width * image.height <= max_pixels:
+        return image
+    scale = math.sqrt(max_pixels / (image.width * image.height))
+    size = (max(1, int(image.width * scale)), max(1, int(image.height * scale)))
+    return image.resize(size, Image.Resampling.BICUBIC)
 
 
 def _image(

@@ -17,7 +17,7 @@ from sdk.models._factory import (
     load_vlm,
     read_model_type,
 )
-from sdk.models._inputs import VLMInputError, chat_texts, encode_batch, to_rgb
+from sdk.models._inputs import VLMInputError, chat_texts, encode_batch, input_pixels, to_rgb
 from sdk.models._real_sizes import REAL_SIZES, RealSize
 from sdk.models._runtime import DTypeName, Placement, Runtime
 from sdk.models._tokenizer import DEFAULT_CORPUS, train_tokenizer
@@ -42,6 +42,7 @@ __all__ = [
     "config_digest",
     "encode_batch",
     "get_architecture",
+    "input_pixels",
     "load_vlm",
     "read_model_type",
     "runtime_from_args",

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from PIL import Image
 from transformers import BatchFeature, ProcessorMixin
 
-__all__ = ["VLMInputError", "chat_texts", "encode_batch", "to_rgb"]
+__all__ = ["VLMInputError", "chat_texts", "encode_batch", "input_pixels", "to_rgb"]
 
 PaddingSide = Literal["left", "right"]
 
@@ -32,6 +32,35 @@ def to_rgb(image: Any, index: int = 0) -> Image.Image:
         raise VLMInputError(
             f"image {index} (mode {image.mode!r}) cannot be read as RGB: {exc}"
         ) from exc
+
+
+def _size_field(size: Any, name: str) -> int | None:
+    value = size.get(name) if isinstance(size, dict) else getattr(size, name, None)
+    return int(value) if value else None
+
+
+def input_pixels(processor: Any) -> int | None:
+    """The most pixels of one image the model ever sees, read from its image processor's
+    settings (None: it declares no bound). A larger image is shrunk by the processor anyway,
+    so a caller may scale it down to this first (``sdk.data.fit_to_pixels``).
+
+    Qwen2-VL / Qwen2.5-VL: ``max_pixels`` (kept as ``size["longest_edge"]``); LLaVA-OneVision:
+    its largest anyres grid pinpoint; a fixed-size processor: ``height x width``.
+    """
+    images = getattr(processor, "image_processor", processor)
+    pinpoints = getattr(images, "image_grid_pinpoints", None)
+    if pinpoints:
+        return max(int(h) * int(w) for h, w in pinpoints)
+    own = getattr(images, "max_pixels", None)
+    if own:
+        return int(own)
+    size = getattr(images, "size", None)
+    if size is None:
+        return None
+    if "Qwen2VL" in type(images).__name__:  # its ``longest_edge`` is a pixel count
+        return _size_field(size, "longest_edge") or _size_field(size, "max_pixels")
+    height, width = _size_field(size, "height"), _size_field(size, "width")
+    return height * width if height and width else _size_field(size, "max_pixels")
 
 
 def chat_texts(

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from sdk.models import Runtime
+from sdk.models import Runtime, input_pixels
 from sdk.reward._model import RewardModel
 from sdk.reward._normalizer import ScoreNormalizer
 
@@ -26,6 +26,12 @@ class ClientScorer:
     def architecture(self) -> str:
         """The backbone architecture (not secret: the server may log it)."""
         return self._model.architecture
+
+    @property
+    def input_pixels(self) -> int | None:
+        """The most pixels of an image the model sees (its processor's settings): a client
+        app scales larger images down to it before scoring or caching them."""
+        return input_pixels(self._model.bundle.processor)
 
     @property
     def clip(self) -> float:

@@ -93,6 +93,11 @@ from sdk.wire._protocols import (
     from_delta,
     ready_update,
 )
+from sdk.wire._retention import (
+    DAY_S,
+    Retention,
+    purging,
+)
 from sdk.wire._roster import (
     ROLES,
     Role,
@@ -146,6 +151,7 @@ from sdk.wire._wal import (
 )
 
 __all__ = [
+    "DAY_S",
     "DEMO_SAMPLES_PARAM",
     "DEMO_TRAIN_PARAM",
     "ERROR_RESPONSES",
@@ -190,6 +196,7 @@ __all__ = [
     "PendingQuery",
     "PurgeClock",
     "Refusal",
+    "Retention",
     "Revocation",
     "RewardAnswer",
     "RewardItem",
@@ -246,6 +253,7 @@ __all__ = [
     "load_settings",
     "parse_public_key",
     "public_key_b64",
+    "purging",
     "ready_update",
     "record_nonce",
     "rotation_message",

@@ -66,6 +66,21 @@ class SQLiteFile:
         with self._lock:
             return [tuple(r) for r in self._db.execute(sql, args).fetchall()]
 
+    def add_column(self, table: str, column: str, decl: str, fill: object = None) -> None:
+        """Add ``column`` to a ``table`` created before it existed, set to ``fill`` in the
+        rows already there (table and column names come from code, never from a request)."""
+        with self._lock:
+            if column not in {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+                self._db.execute(f"UPDATE {table} SET {column}=?", (fill,))
+
+    def delete(self, sql: str, args: tuple[object, ...] = ()) -> int:
+        """Run one ``DELETE`` (retention purges); returns the number of rows deleted."""
+        with self._lock:
+            deleted = self._db.execute(sql, args).rowcount
+        self.checkpoints.committed()
+        return int(deleted)
+
     def close(self) -> None:
         """Stop the checkpoint thread and close the connection."""
         self.checkpoints.close()

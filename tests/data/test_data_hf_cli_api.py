@@ -109,6 +109,7 @@ def test_public_api_is_pinned() -> None:
             "Query",
             "SynthConfig",
             "SynthManifest",
+            "fit_to_pixels",
             "get_category",
             "load_pairs",
             "load_queries",

@@ -41,7 +41,7 @@ def test_public_api_is_pinned() -> None:
         "ARCHITECTURES", "DEFAULT_CORPUS", "ArchitectureSpec", "BuildSize", "DTypeName",
         "ModelSize", "Placement", "REAL_SIZES", "RealSize", "Runtime",
         "UnknownArchitectureError", "VLMBundle", "VLMInputError", "add_runtime_arguments",
-        "build_tiny_vlm", "chat_texts", "config_digest", "encode_batch", "get_architecture",
+        "build_tiny_vlm", "chat_texts", "config_digest", "encode_batch", "get_architecture", "input_pixels",
         "load_vlm", "read_model_type", "runtime_from_args", "size_with_hidden",
         "to_rgb", "train_tokenizer",
     ])
