@@ -70,7 +70,7 @@ def test_fedmor_align_trains_with_rewards_from_the_server(
     before = _stats(consortium)
     done = _run(consortium, [sys.executable], base_policy, data_dir, tmp_path / "one", steps=2)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "GRPO step 2/2" in done.stdout  # a progress line per step
+    assert "GRPO step 2/2" in done.stderr  # a progress line per step (stderr, as all progress)
     metrics = json.loads((tmp_path / "one" / "metrics.json").read_text())
     assert metrics["rest"]["requests"] >= 2 and metrics["rest"]["failed_items"] == 0
     after = _stats(consortium)
@@ -121,7 +121,7 @@ def test_fedmor_align_resumes_from_its_checkpoint(
     log = json.loads((out / "metrics.json").read_text())["log_history"]
     assert [e["step"] for e in log if "loss" in e] == [1, 2, 3]  # 1-2 from the checkpoint
     # ... and only step 3 was trained again.
-    assert "GRPO step 3/3" in again.stdout and "GRPO step 2/3" not in again.stdout
+    assert "GRPO step 3/3" in again.stderr and "GRPO step 2/3" not in again.stderr
 
 
 def _port() -> int:
