@@ -46,6 +46,7 @@ from sdk.wire import (
     stage_payload,
 )
 from server_app._access import Access, Identity
+from server_app._audit_api import install_audit
 from server_app._broker import RewardBroker
 from server_app._rewards import AlignmentService
 from server_app._rewards_api import install_rate_limit, rewards_router
@@ -140,6 +141,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.state.rewards = AlignmentService(store, broker, cfg.alignment)
     app.include_router(rewards_router(app.state.rewards, access))
     install_rate_limit(app)
+    install_audit(app, store, rounds, broker, access, cfg)
 
     async def client_check(request: Request) -> SignatureCheck:
         """The signature check of ``request`` to run in the endpoint's own worker thread: the
