@@ -18,18 +18,8 @@ from attacks._baselines import (
 )
 from attacks._capture import capture_round, capture_run_dir, pooled_embeddings
 from attacks._capture_audit import CaptureAuditConfig, MemberTruth, audit_capture_dir
-from attacks._capture_dir import (
-    CAPTURE_DIR_FORMAT,
-    CapturedArtefact,
-    CaptureDir,
-    CapturedRound,
-    CaptureError,
-    CaptureManifest,
-    RewardQuery,
-    RoundCapture,
-    write_capture,
-)
-from attacks._captured import CAPTURE_FORMAT, CapturedRouterUpdate, CaptureMeta
+from attacks._capture_dir import CaptureDir
+from attacks._captured import CapturedRouterUpdate
 from attacks._captured_attacks import CapturedAttackConfig, attack_captured_update
 from attacks._errors import AttackError, AttackInputError
 from attacks._html import VERDICT_CLASSES, render_html, write_report
@@ -113,6 +103,18 @@ from attacks._testbed import (
     overfit_reward_model_scores,
     secure_mean,
     smooth_images,
+)
+from sdk.capture import (
+    CAPTURE_DIR_FORMAT,
+    CAPTURE_FORMAT,
+    CapturedArtefact,
+    CapturedRound,
+    CaptureError,
+    CaptureManifest,
+    CaptureMeta,
+    RewardQuery,
+    RoundCapture,
+    write_capture,
 )
 
 __all__ = [

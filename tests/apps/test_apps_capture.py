@@ -47,9 +47,10 @@ def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsor
     work = tmp_path_factory.mktemp("capture")
     with LocalConsortium(
         work, 3, demo=True, policy=OPEN_POLICY, identities={AUDITOR: "auditor"},
+        capture=work / "capture",
         server={"stage_deadline_s": 20.0,
-                "capture": {"enabled": True, "dir": str(work / "capture"), "router": ROUTER},
-                "alignment": {"members": MEMBERS},
+                # the capture names parameters after the alignment section's router
+                "alignment": {"members": MEMBERS, "router": ROUTER},
                 "audit": {"query_budget": BUDGET}},
     ) as c:
         # site-0 trains for real: one gradient step on one sample (the others send random
