@@ -56,10 +56,11 @@ class CaptureDir(CaptureFiles):
     manifest."""
 
     @classmethod
-    def open(cls, root: str | Path) -> CaptureDir:
-        """Read and check ``root/manifest.json``; an ``AttackInputError`` for anything else."""
+    def open(cls, root: str | Path, *, verify: bool = True) -> CaptureDir:
+        """Read and check ``root/manifest.json`` (and, with ``verify``, every file's sha256);
+        an ``AttackInputError`` for anything else."""
         with _as_attack_input():
-            opened = super().open(root)
+            opened = super().open(root, verify=verify)
         assert isinstance(opened, CaptureDir)
         return opened
 

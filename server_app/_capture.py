@@ -105,7 +105,8 @@ class ServerCapture:
         with self._lock:
             if not (self.cfg.dir / "manifest.json").is_file():
                 return CaptureManifest()
-            return CaptureFiles.open(self.cfg.dir).manifest
+            # The server wrote every file itself: no need to hash them all on each listing.
+            return CaptureFiles.open(self.cfg.dir, verify=False).manifest
 
     # -- the worker ----------------------------------------------------------------------------
     def _run(self) -> None:

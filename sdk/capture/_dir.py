@@ -279,11 +279,12 @@ class CaptureFiles:
     manifest: CaptureManifest
 
     @classmethod
-    def open(cls, root: str | Path) -> CaptureFiles:
-        """Read and check ``root/manifest.json``; a clear :class:`CaptureError` otherwise."""
+    def open(cls, root: str | Path, *, verify: bool = True) -> CaptureFiles:
+        """Read and check ``root/manifest.json``; a clear :class:`CaptureError` otherwise.
+        ``verify`` (default) also checks every file against its sha256 (reads them all)."""
         src = Path(root)
         manifest = _read_manifest(src)
-        for rnd in manifest.rounds:
+        for rnd in manifest.rounds if verify else ():
             for art in rnd.artefacts:
                 f = (src / art.file).resolve()
                 if src.resolve() not in f.parents or not f.is_file():

@@ -225,3 +225,27 @@ def _wait_queries(auditor: Signed, n: int) -> list[dict[str, Any]]:
             return [json.loads(x) for x in text.splitlines() if x.strip()]
         time.sleep(0.2)
     raise TimeoutError(f"fewer than {n} reward queries captured")
+
+
+def test_retention_keeps_the_newest_rounds(tmp_path: Path) -> None:
+    """``prune_capture`` (the server's ``capture.retention_rounds``): the oldest rounds' folders
+    and manifest entries go, the reward-query log stays, what remains still opens."""
+    from sdk.capture import CaptureMeta, RewardQuery, RoundCapture, prune_capture, write_capture
+
+    meta = CaptureMeta(setting="aggregate", router={}, client_ids=["a", "b"], encoder_id="e",
+                       client_indices=[0, 1], samples_per_client=[1, 1], tokens=1)
+    before = {"w": np.zeros((2, 3), dtype=np.float32)}
+    for r in (1, 2, 3):
+        write_capture(tmp_path, rounds=[RoundCapture(
+            round_id=r, meta=meta, before=before, aggregate={"w": np.full((2, 3), r, "f4")},
+            plain_updates={"a": {"w": np.ones((2, 3), "f4")}})],
+            reward_queries=[RewardQuery(image_sha256="0" * 64, prompt="p", response="y",
+                                        score=0.5, member="a")])
+    assert prune_capture(tmp_path, 2) == [1]
+    assert prune_capture(tmp_path, 2) == []
+    files = CaptureFiles.open(tmp_path)
+    assert [r.round_id for r in files.manifest.rounds] == [2, 3]
+    assert not (tmp_path / "round-000001").exists() and (tmp_path / "round-000003").is_dir()
+    assert len(files.reward_queries()) == 3
+    meta3, arrays = files.update_arrays(files.manifest.rounds[1].artefacts[1])
+    assert meta3.setting == "aggregate" and float(arrays["after.w"][0, 0]) == 3.0
