@@ -64,6 +64,8 @@ class ServerCapture:
         self._router_cfg = cfg.router if cfg.router is not None else router
         self._encoder_cfg = cfg.encoder if cfg.encoder is not None else encoder
         self._members = members
+        # Plain updates of unmasked rounds and who scored what: readable by the server only.
+        cfg.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._lock = threading.Lock()  # one writer of the manifest at a time
         self._jobs: queue.Queue[int | None] = queue.Queue()
         self._idle = threading.Condition()
@@ -87,8 +89,11 @@ class ServerCapture:
         rows = [RewardQuery(image_sha256=i.image_sha256, prompt=i.prompt, response=i.response,
                             score=float(s), member=member)
                 for i, s in zip(items, scores, strict=True)]
-        with self._lock:
-            write_capture(self.cfg.dir, reward_queries=rows)
+        try:
+            with self._lock:
+                write_capture(self.cfg.dir, reward_queries=rows)
+        except (OSError, ValueError):  # the member's answer still reaches the aligner
+            _log.exception("capture of a reward query from %s failed", member)
 
     def wait_idle(self, timeout_s: float = 30.0) -> bool:
         """Block until every queued round is written (tests, shutdown)."""
