@@ -18,17 +18,8 @@ from attacks._baselines import (
 )
 from attacks._capture import capture_round, capture_run_dir, pooled_embeddings
 from attacks._capture_audit import CaptureAuditConfig, MemberTruth, audit_capture_dir
-from attacks._capture_dir import (
-    CAPTURE_DIR_FORMAT,
-    CapturedArtefact,
-    CaptureDir,
-    CapturedRound,
-    CaptureManifest,
-    RewardQuery,
-    RoundCapture,
-    write_capture,
-)
-from attacks._captured import CAPTURE_FORMAT, CapturedRouterUpdate, CaptureMeta
+from attacks._capture_dir import CaptureDir
+from attacks._captured import CapturedRouterUpdate
 from attacks._captured_attacks import CapturedAttackConfig, attack_captured_update
 from attacks._errors import AttackError, AttackInputError
 from attacks._html import VERDICT_CLASSES, render_html, write_report
@@ -113,6 +104,18 @@ from attacks._testbed import (
     secure_mean,
     smooth_images,
 )
+from sdk.capture import (
+    CAPTURE_DIR_FORMAT,
+    CAPTURE_FORMAT,
+    CapturedArtefact,
+    CapturedRound,
+    CaptureError,
+    CaptureManifest,
+    CaptureMeta,
+    RewardQuery,
+    RoundCapture,
+    write_capture,
+)
 
 __all__ = [
     "ARTEFACT_KINDS",
@@ -135,6 +138,7 @@ __all__ = [
     "CaptureAuditConfig",
     "CaptureCheck",
     "CaptureDir",
+    "CaptureError",
     "CaptureManifest",
     "CaptureMeta",
     "CapturedArtefact",

@@ -13,66 +13,27 @@ One ``.safetensors`` file per captured update, documented in docs/attacks.md:
 
 The string metadata (safetensors header) holds ``format``, and ``meta``: a JSON
 :class:`CaptureMeta` with the router's architecture and how the update was made (how many
-clients, how many samples each, gradient or trained parameters, the local optimizer).
+clients, how many samples each, gradient or trained parameters, the local optimizer). The
+format, its metadata model and its writer live in ``sdk.capture`` (the server writes it too).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from safetensors import SafetensorError
-from safetensors.torch import load_file, safe_open, save_file
 
 from attacks._errors import AttackInputError
+from sdk.capture import (
+    CAPTURE_FORMAT,
+    CaptureError,
+    CaptureMeta,
+    read_update_file,
+    write_update_file,
+)
 
 __all__ = ["CAPTURE_FORMAT", "CaptureMeta", "CapturedRouterUpdate"]
-
-CAPTURE_FORMAT = "fedmor-captured-update-v1"
-"""Format tag of a captured router-update file."""
-
-
-class CaptureMeta(BaseModel):
-    """How a captured update was made; the attacker may use all of it (it is public or
-    inferable: the federation's router config, the client count, the local training recipe)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    setting: Literal["plaintext", "aggregate"]
-    description: str = ""
-    router: dict[str, object] = Field(description="sdk.router RouterConfig fields")
-    client_ids: list[str] = Field(min_length=1)
-    encoder_id: str
-    client_indices: list[int] = Field(min_length=1, description="router output of each sender")
-    samples_per_client: list[int] = Field(min_length=1, description="encoded responses n_k")
-    update: Literal["gradient", "parameters"] = Field(
-        default="parameters",
-        description="gradient: 'after' = before - gradient (FedSGD); parameters: trained phi_k",
-    )
-    local_optimizer: str = Field(default="AdamW", description="how phi_k was trained")
-    local_steps: int = Field(default=1, ge=1, description="optimizer steps per client")
-    tokens: int = Field(ge=1, description="encoder tokens per sample (padded length)")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> CaptureMeta:
-        if len(self.client_indices) != len(self.samples_per_client):
-            raise ValueError("client_indices and samples_per_client must be equally long")
-        if self.setting == "plaintext" and len(self.client_indices) != 1:
-            raise ValueError("a plaintext update comes from exactly one client")
-        if any(n < 1 for n in self.samples_per_client):
-            raise ValueError("every client has at least one sample")
-        k = len(self.client_ids)
-        if any(not 0 <= i < k for i in self.client_indices):
-            raise ValueError(f"client_indices must lie in [0, {k})")
-        return self
-
-    @property
-    def n_samples(self) -> int:
-        """Samples behind the update, all clients together."""
-        return sum(self.samples_per_client)
 
 
 @dataclass(frozen=True)
@@ -103,42 +64,22 @@ class CapturedRouterUpdate:
         return {n: (self.after[n] - self.before[n]).detach() for n in self.before}
 
     def save(self, path: str | Path) -> Path:
-        """Write the documented safetensors file."""
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
+        """Write the documented safetensors file (sdk.capture's writer)."""
         tensors = {f"before.{n}": t for n, t in self.before.items()}
         tensors |= {f"after.{n}": t for n, t in self.after.items()}
         for name, t in (("truth.embeddings", self.truth), ("truth.pool", self.pool)):
             if t is not None:
                 tensors[name] = t
-        tensors = {k: v.detach().float().contiguous().cpu() for k, v in tensors.items()}
-        save_file(
-            tensors,
-            str(out),
-            metadata={"format": CAPTURE_FORMAT, "meta": self.meta.model_dump_json()},
-        )
-        return out
+        return write_update_file(path, self.meta, tensors)
 
     @classmethod
     def load(cls, path: str | Path) -> CapturedRouterUpdate:
         """Read a file written by :meth:`save`; a clear error for anything else."""
-        src = Path(path)
-        if not src.is_file():
-            raise AttackInputError(f"no captured update file at {src}")
         try:
-            with safe_open(str(src), framework="pt") as f:
-                header = f.metadata() or {}
-            tensors = load_file(str(src))
-        except (SafetensorError, OSError) as exc:
-            raise AttackInputError(f"{src} is not a safetensors file: {exc}") from exc
-        if header.get("format") != CAPTURE_FORMAT:
-            raise AttackInputError(
-                f"{src} has format {header.get('format')!r}, not {CAPTURE_FORMAT}"
-            )
-        try:
-            meta = CaptureMeta.model_validate_json(header.get("meta", ""))
-        except ValidationError as exc:
-            raise AttackInputError(f"{src}: invalid capture metadata: {exc}") from exc
+            meta, arrays = read_update_file(path)
+        except CaptureError as exc:
+            raise AttackInputError(str(exc)) from exc
+        tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
         part = {
             p: {k[len(p) + 1 :]: v for k, v in tensors.items() if k.startswith(p + ".")}
             for p in ("before", "after")

@@ -97,7 +97,21 @@ def _capture_arguments(audit: argparse.ArgumentParser) -> None:
         help="attack a server's capture directory (manifest.json) instead of a run directory",
     )
     audit.add_argument(
-        "--member", help="with --capture: the audited member, whose ground truth follows"
+        "--member",
+        help="with --capture: the audited member, whose ground truth follows; with --server: "
+        "the member to query",
+    )
+    audit.add_argument(
+        "--server",
+        help="a live consortium server: membership queries to --member through it, as the "
+        "auditor role (--identity, --caller-id, --truth-pairs)",
+    )
+    audit.add_argument(
+        "--identity", type=Path, help="with --server: the auditor's Ed25519 identity PEM"
+    )
+    audit.add_argument("--caller-id", help="with --server: the auditor's enrolled client id")
+    audit.add_argument(
+        "--server-ca", type=Path, help="with --server: CA bundle of the server's certificate"
     )
     audit.add_argument(
         "--truth-embeddings",
@@ -117,6 +131,28 @@ def _print_summary(report: AuditReport) -> None:
     for m in report.summary.members:
         for v in m.verdicts:
             print(f"{m.member}: {v.artefact}: {v.level.upper()}: {v.advice}")
+
+
+def _audit_server(args: argparse.Namespace) -> int:
+    import ssl
+
+    from attacks._live_audit import audit_live_member
+    from sdk.wire import load_private_key
+
+    if None in (args.identity, args.caller_id, args.member, args.truth_pairs):
+        raise ValueError("--server needs --identity, --caller-id, --member and --truth-pairs")
+    out = args.out or Path(f"audit-{args.member}")
+    verify = ssl.create_default_context(cafile=str(args.server_ca)) if args.server_ca else True
+    report = audit_live_member(
+        args.server, load_private_key(args.identity), caller_id=args.caller_id,
+        member=args.member, pairs_dir=args.truth_pairs, out_dir=out,
+        max_pairs=args.max_pairs, seed=args.seed, verify=verify,
+    )
+    for m in report.memberships:
+        print(f"{m.setting} ({m.attack}): {m.verdict}")
+    _print_summary(report)
+    print(f"wrote {out / 'report.json'} and {out / 'report.html'}")
+    return 0
 
 
 def _audit_capture(args: argparse.Namespace) -> int:
@@ -147,10 +183,12 @@ def _audit(args: argparse.Namespace) -> int:
     from attacks._captured_attacks import CapturedAttackConfig
     from sdk._runtime_options import runtime_from_args
 
-    if (args.run_dir is None) == (args.capture is None):
-        raise ValueError("give either a RUN_DIR or --capture DIR")
+    if sum(x is not None for x in (args.run_dir, args.capture, args.server)) != 1:
+        raise ValueError("give one of RUN_DIR, --capture DIR or --server URL")
     if args.capture is not None:
         return _audit_capture(args)
+    if args.server is not None:
+        return _audit_server(args)
 
     out = args.out or args.run_dir / "audit"
     cfg = AuditConfig(

@@ -165,7 +165,12 @@ def render_html(report: AuditReport, out_dir: str | Path) -> Path:
             parts += [_img(_resolve(f, out), f"{rr.attack} / {rr.setting}") for f in rr.figures]
     if report.checks:
         parts.append("<h2>Captured artefacts</h2>")
-        parts.append(_check_table(report.checks))
+        kinds = dict.fromkeys(r.artefact for r in report.checks)  # first-seen order
+        for kind in kinds:  # one section per artefact kind: attack, baseline, verdict
+            parts.append(f'<section class="captured" data-artefact="{_esc(kind)}">'
+                         f"<h3>{_esc(kind)}</h3>"
+                         + _check_table([r for r in report.checks if r.artefact == kind])
+                         + "</section>")
     parts += [_img(_resolve(f, out), Path(f).name) for f in report.figures]
     page = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

@@ -30,7 +30,9 @@ class RemoteRewardScorer:
     """``scorer(pairs) -> margins (n,)`` through ``/v1/reward``: two scored items per pair
     (chosen, rejected). ``http`` is an ``httpx.Client`` with the app's ``base_url`` (an ASGI
     test client works too); ``recipient`` is the member's client id, which every signed query
-    names. ``items_sent`` counts what the app's budget was charged."""
+    names. ``items_sent`` counts what the app's budget was charged. ``path``: another endpoint
+    of the same contract, e.g. the server's ``/v1/audit/members/{name}/reward`` for an auditor
+    (``sender``: its client id, ``recipient``: ``server``)."""
 
     def __init__(
         self,
@@ -40,8 +42,10 @@ class RemoteRewardScorer:
         recipient: str,
         sender: str = "server",
         batch_pairs: int = 64,
+        path: str = _PATH,
     ) -> None:
         self._http, self._key, self._sender = http, key, sender
+        self._path = path
         self._recipient = recipient
         self._batch = batch_pairs
         self._sent: set[str] = set()  # image hashes the app already holds
@@ -62,16 +66,16 @@ class RemoteRewardScorer:
 
         body = json.dumps({"items": items}).encode()
         headers = sign_headers(
-            self._key, sender=self._sender, method="POST", path=_PATH, body=body,
+            self._key, sender=self._sender, method="POST", path=self._path, body=body,
             recipient=self._recipient,
         ) | {"content-type": "application/json"}
-        resp = self._http.post(_PATH, content=body, headers=headers)
+        resp = self._http.post(self._path, content=body, headers=headers)
         if resp.status_code != 200:
-            raise AttackError(f"{_PATH} answered HTTP {resp.status_code}: {resp.text[:300]}")
+            raise AttackError(f"{self._path} answered HTTP {resp.status_code}: {resp.text[:300]}")
         self.items_sent += len(items)
         scores = [float(s) for s in resp.json()["scores"]]
         if len(scores) != len(items):
-            raise AttackError(f"{_PATH} returned {len(scores)} scores for {len(items)} items")
+            raise AttackError(f"{self._path} returned {len(scores)} scores for {len(items)} items")
         return scores
 
     def __call__(self, pairs: Sequence[Any]) -> np.ndarray:

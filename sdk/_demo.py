@@ -219,6 +219,7 @@ def _running_consortium(config: DemoConfig, run_dir: Path,
         server={"stage_deadline_s": config.stage_deadline_s, "reward_timeout_s": 120.0},
         clients={"update_source": "client_app._router_update:router_update"},
         identities={_ALIGNER: "aligner"},
+        capture=run_dir / "capture" if config.capture else None,
         # Secure rounds of as few as two synthetic sites (each could learn the other's update
         # from the sum): allowed here explicitly, refused by a site's default policy.
         policy={"min_participants": 2, "min_threshold": 2})
@@ -326,7 +327,7 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
 
 def _handle(args: argparse.Namespace) -> int:
     run_dir = args.out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
-    run_demo(DemoConfig(seed=args.seed), run_dir, args.cache)
+    run_demo(DemoConfig(seed=args.seed, capture=args.capture), run_dir, args.cache)
     return 0
 
 
@@ -335,6 +336,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("demo", help="run the end-to-end demo on the embedded defaults")
     parser.add_argument("--out", type=Path, help="run directory (default: runs/demo-<time>)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--capture", action="store_true", help="the server keeps what it "
+                        "receives and publishes in RUN/capture (fedmor audit --capture)")
     parser.add_argument("--cache", type=Path, default=Path("runs") / "cache",
                         help="cache of the warmed-up policy, shared by runs")
     parser.set_defaults(handler=_handle)

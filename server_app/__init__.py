@@ -20,6 +20,7 @@ from sdk.wire import (
     sign_headers,
 )
 from server_app._app import create_app, create_app_from_env
+from server_app._audit_settings import AuditSettings, CaptureSettings
 from server_app._broker import BrokerError, QueryItem, RewardBroker
 from server_app._rewards import AlignmentService
 from server_app._rounds import RoundManager
@@ -30,8 +31,10 @@ __all__ = [
     "ROUND_KINDS",
     "AlignmentService",
     "AlignmentSettings",
+    "AuditSettings",
     "AuthError",
     "BrokerError",
+    "CaptureSettings",
     "ClientRound",
     "QueryItem",
     "RewardBroker",

@@ -87,6 +87,8 @@ class RewardBroker:
         self._http = httpx.AsyncClient(timeout=timeout_s, verify=verify)
         # Enrolled clients' rows, read once: enrollment never rewrites one (a retry returns it).
         self._clients: dict[str, dict[str, Any]] = {}
+        # (client id, items, scores) of every answered query: the capture mode's log.
+        self.on_scored: Callable[[str, list[QueryItem], list[float]], None] | None = None
         self._revoked: set[str] = set()
 
     def forget(self, client_id: str) -> None:
@@ -163,6 +165,8 @@ class RewardBroker:
         sent = sorted({item.image_sha256 for item in items} - cached)
         if sent:
             self.store.mark_cached(client_id, sent)
+        if self.on_scored is not None:
+            self.on_scored(client_id, items, scores)
         return scores
 
     def _record(self, client_id: str, n_items: int, new: list[QueryItem]) -> None:

@@ -62,6 +62,7 @@ class RoundManager:
         self._storing = 0  # admitted submissions still parsing or storing their message
         self._rounds = RoundLookup(store)
         self.records = RoundRecords(store)
+        self.capture: Any = None  # server_app._capture.ServerCapture when capture is on
         self._recover()
 
     # -- creation and recovery -----------------------------------------------------------------
@@ -356,6 +357,8 @@ class RoundManager:
             _log.info("round %d: stage %s closed (%d present, dropouts: %s)", round_id, stage,
                       len(present), sorted(missing) or "none")
         if last:
+            if self.capture is not None and result is not None:
+                self.capture.round_ended(round_id)
             self._forget(round_id)
             self.store.checkpoint_soon()  # the round's megabytes leave the log between rounds
         self._notify()
@@ -425,7 +428,8 @@ class RoundManager:
             base_version=spec.base_version, router_version=row["router_version"],
             error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],
             refusals=self.records.refusals(round_id),
-            dp=self.records.dp_account(round_id, row["status"]))
+            dp=self.records.dp_account(round_id, row["status"]),
+            captured=self.capture is not None)
 
     def list(self, status: str | None = None) -> list[RoundInfo]:
         """All rounds (that started), oldest first."""

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from sdk.wire import AppHardening, Retention, load_settings
+from server_app._audit_settings import AuditSettings, CaptureSettings
 
 __all__ = ["AlignmentSettings", "ServerSettings", "load_settings"]
 
@@ -77,6 +78,8 @@ class ServerSettings(AppHardening):
     alignment: AlignmentSettings = Field(default_factory=AlignmentSettings)
     retention: Retention = Field(default_factory=Retention, description="days cached images, "
                                  "answered reward queries and audit rows are kept")
+    capture: CaptureSettings = Field(default_factory=CaptureSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
     work_recheck_s: float = Field(default=0.25, gt=0, description="a held GET /v1/work also "
                                   "re-reads the store this often: it notices reward queries "
                                   "queued by a broker in another process")

@@ -22,7 +22,8 @@ from sdk.wire import RoundInfo
 CONFIG = DemoConfig(clients=("detail", "safety"), train_pairs=64, eval_pairs=24, heldout_pairs=8,
                     rm_steps=40, rm_batch_size=8, router_max_pairs=64, router_rounds=3,
                     router_epochs=5,
-                    grpo_steps=3, grpo_prompts=4, warmup_steps=20, eval_queries=4)
+                    grpo_steps=3, grpo_prompts=4, warmup_steps=20, eval_queries=4,
+                    capture=True)
 
 
 @pytest.fixture(scope="module")
@@ -153,3 +154,32 @@ def _tensors(directory: Path) -> dict[str, torch.Tensor]:
     """Every tensor of the (single) safetensors file under ``directory``."""
     (path,) = directory.rglob("*.safetensors")
     return load_file(str(path))
+
+
+def test_demo_capture_holds_every_round_and_query_and_audits(
+        run: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """``fedmor demo --capture``: the server kept each secure round as received and every reward
+    query of stage C, and ``fedmor audit --capture`` reports on them with one summary card per
+    member and captured artefact kind."""
+    from attacks import AuditReport, CaptureDir, audit_capture_dir
+
+    run_dir, _ = run
+    cap = CaptureDir.open(run_dir / "capture")  # every file matches its sha256
+    rounds = cap.manifest.rounds
+    assert len(rounds) == CONFIG.router_rounds
+    for r in rounds:
+        assert r.secure_aggregation and sorted(a.kind for a in r.artefacts) == (
+            ["aggregate"] + ["masked_input"] * 2 + ["unmasking_shares"] * 2)
+    assert cap.manifest.n_reward_queries > 0
+    assert {q.member for q in cap.reward_queries()} <= {"site-0", "site-1"}
+    report = audit_capture_dir(run_dir / "capture", tmp_path / "audit")
+    html = (tmp_path / "audit" / "report.html").read_text()
+    for kind in ("masked input (secure aggregation)", "unmasking shares (secure aggregation)",
+                 "reward-query log (captured)"):  # one section per captured artefact kind
+        assert html.count(f'<section class="captured" data-artefact="{kind}">') == 1, kind
+    again = AuditReport.model_validate_json((tmp_path / "audit" / "report.json").read_text())
+    cards = {m.member: {v.artefact: v.level for v in m.verdicts} for m in again.summary.members}
+    assert report.summary == again.summary
+    for member in ("site-0", "site-1"):
+        assert cards[member]["masked input (secure aggregation)"] == "no measurable leak"
+        assert cards[member]["router aggregate (published)"] != "leak"

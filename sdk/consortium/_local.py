@@ -130,10 +130,13 @@ class LocalConsortium:
                  server: dict[str, Any] | None = None,
                  clients: dict[str, Any] | None = None, demo: bool = False,
                  policy: dict[str, Any] | None = None,
-                 identities: dict[str, Role] | None = None) -> None:
+                 identities: dict[str, Role] | None = None,
+                 capture: Path | None = None) -> None:
         """``demo``: the clients may stand in the hash scorer and random updates for what
         ``clients`` leaves unconfigured; ``policy``: the clients' site policy (None: the client
-        app's safe default); ``identities``: non-member identities (name -> role)."""
+        app's safe default); ``identities``: non-member identities (name -> role);
+        ``capture``: the server's capture directory (capture mode on, announced in every
+        round's info)."""
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.tls = tls
@@ -172,6 +175,7 @@ class LocalConsortium:
             "identity_key": str(workdir / "server" / "identity.pem"),
             "roster_file": str(roster), "admin_token": ADMIN_TOKEN, "port": self.server_port,
             "tick_interval_s": 0.2, "allow_http_reward_urls": not tls, **self._tls("tls_ca"),
+            **({"capture": {"enabled": True, "dir": str(capture)}} if capture else {}),
             **(server or {})}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.admin = httpx.Client(base_url=self.server_url, verify=self.verify, timeout=30,

@@ -164,6 +164,9 @@ class RoundInfo(_Wire):
                                     "policy refused this round, and why")
     dp: DPAccount | None = Field(default=None, description="client-level DP of the round and "
                                  "its accounted cost; None: no DP")
+    captured: bool = Field(default=False, description="the server keeps every message of this "
+                           "round as received, and what it published, in its capture directory "
+                           "(for the consortium's auditor)")
 
 
 class StageSubmit(_Wire):

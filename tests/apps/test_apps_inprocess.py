@@ -220,7 +220,7 @@ def test_public_api_is_pinned() -> None:
         "ServerSettings", "Store", "UpdateSource", "add_to_roster", "create_app", "create_app_from_env",
         "generate_key", "load_or_create_key", "load_private_key", "load_settings",
         "parse_public_key", "public_key_b64", "ready_update", "sign_headers",
-        "AlignmentService", "AlignmentSettings"])
+        "AlignmentService", "AlignmentSettings", "AuditSettings", "CaptureSettings"])
     assert sorted(client_app.__all__) == sorted([
         "ClientRunner", "ClientSettings", "ClientStore", "HashScorer", "PolicyDenied",
         "PolicyRefused", "RateLimited", "RewardService", "RunnerError", "Scorer", "SitePolicy",

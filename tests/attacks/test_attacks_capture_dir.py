@@ -19,6 +19,7 @@ from attacks import (
     AttackInputError,
     AuditReport,
     CaptureDir,
+    CaptureError,
     MemberTruth,
     RewardQuery,
     RoundCapture,
@@ -154,7 +155,7 @@ def test_capture_directory_round_trips_and_refuses_tampering(
         masked.dtype == np.uint32
         and masked.size == sum(t.numel() for t in plain.before.values()) + 1
     )
-    with pytest.raises(AttackInputError, match="already in the capture"):
+    with pytest.raises(CaptureError, match="already in the capture"):
         write_capture(root, rounds=[RoundCapture(round_id=1, meta=r1.meta, before=plain.before)])
     copy = tmp_path / "copy"
     import shutil
@@ -289,7 +290,7 @@ def test_capture_checks_flag_an_unmasked_input_and_rebuildable_masks(
     assert checks["masked input (secure aggregation)"].verdict.startswith("leaks")
     shares = checks["unmasking shares (secure aggregation)"]
     assert shares.verdict.startswith("leaks") and "['a']" in shares.verdict
-    with pytest.raises(AttackInputError, match="unfit for file names"):
+    with pytest.raises(CaptureError, match="unfit for file names"):
         write_capture(
             tmp_path / "x",
             rounds=[

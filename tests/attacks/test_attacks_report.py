@@ -202,6 +202,7 @@ def test_public_api_is_pinned() -> None:
             "audit_capture_dir",
             "CAPTURE_DIR_FORMAT",
             "CaptureDir",
+            "CaptureError",
             "CapturedArtefact",
             "CapturedRound",
             "CaptureManifest",

@@ -1,0 +1,170 @@
+"""The auditor role's endpoints (an ``APIRouter`` that ``create_app`` includes).
+
+- ``GET /v1/captures``: the capture directory's manifest; ``GET /v1/captures/files/{path}``:
+  one file it names (or the manifest, or the reward-query log), byte for byte. For a signed
+  ``auditor`` identity or the admin token; 404 while capture mode is off.
+- ``POST /v1/audit/members/{name}/reward``: a membership query relayed to one member through
+  the reward broker, exactly as the aligner's queries reach it. The member sees the server as
+  the caller, so its site policy's ``reward_budget`` bounds every server-relayed query
+  together; the server adds a budget per auditor (``audit.query_budget`` items per
+  ``audit.window_s``, HTTP 429 past it).
+
+An auditor may not open rounds, send stage messages or ask for rewards (``/v1/rewards``): those
+endpoints check their own roles and refuse it (403).
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
+
+import base64
+import binascii
+import hashlib
+import threading
+import time
+from collections import deque
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi import Path as PathParam
+from fastapi.responses import FileResponse
+
+from sdk.capture import CaptureManifest
+from sdk.wire import NotFoundError, PayloadError, RewardRequest, RewardResponse
+from server_app._access import ADMIN, Access
+from server_app._audit_settings import AuditSettings
+from server_app._broker import BrokerError, QueryItem, RewardBroker
+from server_app._capture import ServerCapture
+from server_app._rewards import RateLimited
+from server_app._rounds import RoundManager
+from server_app._settings import ServerSettings
+from server_app._store import Store
+
+__all__ = ["audit_router", "install_audit"]
+
+
+class _Budget:
+    """Items each auditor had scored in the sliding window (in memory: a restart forgets it;
+    the member's own budget, kept in its store, still holds)."""
+
+    def __init__(self, cfg: AuditSettings) -> None:
+        self.cfg = cfg
+        self._used: dict[str, deque[tuple[float, int]]] = {}
+        self._lock = threading.Lock()
+
+    def charge(self, auditor: str, n: int) -> None:
+        now = time.monotonic()
+        with self._lock:
+            used = self._used.setdefault(auditor, deque())
+            while used and used[0][0] < now - self.cfg.window_s:
+                used.popleft()
+            total = sum(k for _, k in used)
+            if total + n > self.cfg.query_budget:
+                raise RateLimited(f"auditor {auditor} has used {total} of its "
+                                  f"{self.cfg.query_budget} scored items in the last "
+                                  f"{self.cfg.window_s:g} s; {n} more would exceed them")
+            used.append((now, n))
+
+
+def _items(store: Store, req: RewardRequest) -> list[QueryItem]:
+    """The query's items with their image bytes (sent now, or kept from an earlier query)."""
+    out, missing = [], []
+    sent: dict[str, bytes] = {}  # an image travels once per request, then by hash
+    for item in req.items:
+        if item.image_b64 is not None:
+            try:
+                data = base64.b64decode(item.image_b64, validate=True)
+            except (binascii.Error, ValueError):
+                raise PayloadError(f"image {item.image_sha256[:12]}: image_b64 is not "
+                                   "base64") from None
+            if hashlib.sha256(data).hexdigest() != item.image_sha256:
+                raise PayloadError(f"image {item.image_sha256[:12]}: the bytes do not hash to "
+                                   "image_sha256")
+            sent[item.image_sha256] = data
+        else:
+            data = sent.get(item.image_sha256) or store.image(item.image_sha256) or b""
+            if not data:
+                missing.append(item.image_sha256)
+        out.append(QueryItem(data, item.prompt, item.response))
+    if missing:
+        raise PayloadError(f"the server does not hold image(s) {sorted(set(missing))}: send "
+                           "their bytes in image_b64")
+    return out
+
+
+def audit_router(store: Store, capture: ServerCapture | None, broker: RewardBroker,
+                 access: Access, cfg: AuditSettings) -> APIRouter:
+    """The capture and membership-query endpoints."""
+    router = APIRouter(tags=["audit"])
+    budget = _Budget(cfg)
+
+    async def reader(request: Request) -> str:
+        return Access.require(await access.caller(request), ("auditor", ADMIN), "captures")
+
+    async def auditor(request: Request) -> str:
+        return Access.require(await access.identity(request), ("auditor",),
+                              "membership queries")
+
+    Reader = Annotated[str, Depends(reader)]
+    Auditor = Annotated[str, Depends(auditor)]
+
+    def opened() -> ServerCapture:
+        if capture is None:
+            raise NotFoundError("capture mode is off on this server (capture.enabled)")
+        return capture
+
+    @router.get("/v1/captures", response_model=CaptureManifest)
+    def manifest(_: Reader) -> CaptureManifest:
+        """The capture directory's manifest: every captured round, its artefacts (with their
+        sha256) and the number of logged reward queries."""
+        return opened().manifest()
+
+    @router.get("/v1/captures/files/{path:path}", response_class=FileResponse,
+                responses={200: {"content": {"application/octet-stream": {}}}})
+    def capture_file(_: Reader, path: str) -> FileResponse:
+        """One file of the capture, as the manifest names it (``manifest.json`` and the
+        reward-query log too); anything else is 404."""
+        cap = opened()
+        found = cap.manifest()
+        allowed = {"manifest.json", *( [found.reward_queries] if found.reward_queries else []),
+                   *(a.file for r in found.rounds for a in r.artefacts)}
+        if path not in allowed:
+            raise NotFoundError(f"{path!r} is not a file of the capture")
+        return FileResponse(cap.cfg.dir / path, media_type="application/octet-stream")
+
+    @router.post("/v1/audit/members/{name}/reward", response_model=RewardResponse,
+                 responses={429: {"description": "this auditor's query budget is spent"},
+                            502: {"description": "the member refused or did not answer"}})
+    async def member_reward(who: Auditor, req: RewardRequest,
+                            name: Annotated[str, PathParam(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+                            ) -> RewardResponse:
+        """Scores of ``items`` from member ``name``, relayed through the reward broker (the
+        member's site policy and budget apply to the server as its caller); charged to this
+        auditor's budget before the member is asked."""
+        member = next((m for m in store.clients("member") if m["name"] == name), None)
+        if member is None:
+            raise NotFoundError(f"no enrolled member is named {name!r}")
+        items = _items(store, req)
+        budget.charge(who, len(items))
+        try:
+            scores = await broker.query(str(member["client_id"]), items)
+        except BrokerError as exc:
+            raise HTTPException(502, f"member {name} did not score the query: {exc}") from exc
+        store.audit(who, "audit_query", member=name, items=len(items))
+        digest = hashlib.sha256(req.model_dump_json().encode()).hexdigest()
+        return RewardResponse(scores=scores, query_sha256=digest)
+
+    return router
+
+
+def install_audit(app: FastAPI, store: Store, rounds: RoundManager, broker: RewardBroker,
+                  access: Access, cfg: ServerSettings) -> ServerCapture | None:
+    """Capture mode (when ``cfg.capture.enabled``: hooked into the round manager and the
+    broker) and the auditor's endpoints."""
+    capture = None
+    if cfg.capture.enabled:
+        capture = ServerCapture(store, cfg.capture, router=cfg.alignment.router,
+                                encoder=cfg.alignment.encoder, members=cfg.alignment.members)
+        rounds.capture = capture
+        broker.on_scored = capture.reward_query
+    app.state.capture = capture
+    app.include_router(audit_router(store, capture, broker, access, cfg.audit))
+    return capture

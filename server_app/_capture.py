@@ -1,0 +1,220 @@
+"""The server's opt-in capture mode: exactly what it received and published, for an auditor.
+
+With ``capture.enabled`` every round's info says ``captured: true`` (no member is captured
+silently), and after each finished round a worker thread writes, into ``capture.dir`` in the
+``sdk.capture`` format, the messages the round stored as they arrived (masked inputs and
+unmasking responses of ``router_secagg``; plain updates of ``rm_fedavg``), the round's base and
+its published router. Every reward query the broker answers is logged as (image hash, prompt,
+response, score, member). Only the newest ``retention_rounds`` rounds are kept.
+
+Parameters are named as ``sdk.router.Router.named_parameters()`` of the router in ``capture``
+(default: ``alignment``'s router and encoder; its outputs are the enrolled members, or
+``alignment.members``): the attacks read layers by name. A vector of another length is kept
+whole, as one ``flat`` tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sdk.capture import (
+    CaptureFiles,
+    CaptureManifest,
+    CaptureMeta,
+    RewardQuery,
+    RoundCapture,
+    prune_capture,
+    write_capture,
+)
+from sdk.wire import ROUND_KINDS, RoundSpec, from_delta
+from server_app._audit_settings import CaptureSettings
+from server_app._store import Store
+
+__all__ = ["ServerCapture"]
+
+_log = logging.getLogger("fedmor.server.capture")
+
+
+def _named(flat: np.ndarray, shapes: Sequence[tuple[str, tuple[int, ...]]]) -> dict[str, Any]:
+    """A flat (P,) vector split into named parameters, or kept whole as ``flat``."""
+    if sum(int(np.prod(s)) for _, s in shapes) != flat.size:
+        return {"flat": flat}
+    out, offset = {}, 0
+    for name, shape in shapes:
+        n = int(np.prod(shape))
+        out[name] = flat[offset: offset + n].reshape(shape)
+        offset += n
+    return out
+
+
+class ServerCapture:
+    """Writes finished rounds and brokered queries into the capture directory (one worker
+    thread: the round lock is never held while files are written)."""
+
+    def __init__(self, store: Store, cfg: CaptureSettings, *, router: dict[str, Any],
+                 encoder: dict[str, Any], members: list[str] | None) -> None:
+        self.store, self.cfg = store, cfg
+        self._router_cfg = cfg.router if cfg.router is not None else router
+        self._encoder_cfg = cfg.encoder if cfg.encoder is not None else encoder
+        self._members = members
+        # Plain updates of unmasked rounds and who scored what: readable by the server only.
+        cfg.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._lock = threading.Lock()  # one writer of the manifest at a time
+        self._jobs: queue.Queue[int | None] = queue.Queue()
+        self._idle = threading.Condition()
+        self._busy = 0
+        self._worker = threading.Thread(target=self._run, name="fedmor-capture", daemon=True)
+        self._worker.start()
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def round_ended(self, round_id: int) -> None:
+        """Queue a finished round for capture (called by the round manager)."""
+        with self._idle:
+            self._busy += 1
+        self._jobs.put(round_id)
+
+    def reward_query(self, client_id: str, items: Sequence[Any], scores: Sequence[float]) -> None:
+        """Log one answered query (called by the broker; items carry image_sha256, prompt,
+        response)."""
+        if not self.cfg.reward_queries or not items:
+            return
+        member = self._name(client_id)
+        rows = [RewardQuery(image_sha256=i.image_sha256, prompt=i.prompt, response=i.response,
+                            score=float(s), member=member)
+                for i, s in zip(items, scores, strict=True)]
+        try:
+            with self._lock:
+                write_capture(self.cfg.dir, reward_queries=rows)
+        except (OSError, ValueError):  # the member's answer still reaches the aligner
+            _log.exception("capture of a reward query from %s failed", member)
+
+    def wait_idle(self, timeout_s: float = 30.0) -> bool:
+        """Block until every queued round is written (tests, shutdown)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._busy == 0, timeout_s)
+
+    def close(self) -> None:
+        """Finish the queued rounds and stop the worker."""
+        self._jobs.put(None)
+        self._worker.join(timeout=30)
+
+    def manifest(self) -> CaptureManifest:
+        """The current manifest (an empty one before anything was captured)."""
+        with self._lock:
+            if not (self.cfg.dir / "manifest.json").is_file():
+                return CaptureManifest()
+            # The server wrote every file itself: no need to hash them all on each listing.
+            return CaptureFiles.open(self.cfg.dir, verify=False).manifest
+
+    # -- the worker ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        while (round_id := self._jobs.get()) is not None:
+            try:
+                self._capture(round_id)
+            except Exception:  # a capture failure must not stop the next rounds' captures
+                _log.exception("capture of round %d failed", round_id)
+            finally:
+                with self._idle:
+                    self._busy -= 1
+                    self._idle.notify_all()
+
+    def _name(self, client_id: str) -> str:
+        row = self.store.client(client_id)
+        return client_id if row is None else str(row["name"])
+
+    def _layout(self) -> tuple[list[str], str, list[tuple[str, tuple[int, ...]]]]:
+        """The router's output names, its encoder id and its parameters' names and shapes."""
+        from sdk.router import HashingEncoder, HashingEncoderConfig, Router, RouterConfig
+
+        names = self._members or [str(m["name"]) for m in self.store.clients("member")]
+        encoder_id = HashingEncoder(HashingEncoderConfig.model_validate(
+            self._encoder_cfg)).encoder_id
+        router = Router(RouterConfig.model_validate(self._router_cfg), names, encoder_id)
+        shapes = [(n, tuple(p.shape)) for n, p in router.named_parameters()]
+        return names, encoder_id, shapes
+
+    def _vector(self, version: int | None, length: int) -> np.ndarray:
+        row = None if version is None else self.store.version(version)
+        if row is None:  # a federation's first round: members sent their parameters
+            return np.zeros(length, dtype=np.float32)
+        return np.frombuffer(bytes(row["blob"]), dtype="<f4").copy()
+
+    def _capture(self, round_id: int) -> None:
+        row = self.store.round_row(round_id)
+        if row is None or row["status"] != "finished":
+            return
+        spec = RoundSpec.model_validate(json.loads(row["spec"]) if isinstance(row["spec"], str)
+                                        else row["spec"])
+        names, encoder_id, shapes = self._layout()
+        members = [self._name(c) for c in spec.participants]
+        for m in members:
+            if m not in names:
+                names.append(m)  # an output the layout lacks: named, never attacked by index
+        base_version = spec.base_version
+        before = self._vector(base_version, spec.vector_length)
+        published = self._vector(row["router_version"], spec.vector_length)
+        plain: dict[str, Any] = {}
+        weights: dict[str, float] = dict.fromkeys(members, 1.0)
+        messages: list[Any] = []
+        kind = ROUND_KINDS[spec.kind]
+        for stage in kind.server(spec).stages:
+            for client_id, payload in self.store.messages(round_id, stage).items():
+                member = self._name(client_id)
+                if spec.kind == "rm_fedavg":
+                    delta, weights[member] = _fedavg_update(payload, spec.vector_length)
+                    plain[member] = _named(from_delta(delta, None if base_version is None
+                                                      else before), shapes)
+                else:
+                    messages.append(_secagg_message(payload))
+        secagg = spec.kind != "rm_fedavg"
+        meta = CaptureMeta(
+            setting="aggregate", router=dict(self._router_cfg), client_ids=names,
+            encoder_id=encoder_id, client_indices=[names.index(m) for m in members],
+            samples_per_client=[int(max(1, round(weights[m]))) for m in members],
+            update="parameters", local_optimizer="unknown to the server (local training)",
+            tokens=1,
+            description=f"round {round_id} ({spec.kind}) as the server received it"
+            + ("; samples per member are masked: 1 stands for unknown" if secagg else ""))
+        rc = RoundCapture(
+            round_id=round_id, meta=meta, before=_named(before, shapes),
+            aggregate=_named(published, shapes), plain_updates=plain,
+            router_version=row["router_version"], round_kind=spec.kind,
+            threshold=kind.privacy(spec).min_survivors if secagg else None,
+            secagg_ids={m: i + 1 for i, m in enumerate(members)} if secagg else {})
+        for msg in messages:
+            if msg is not None:
+                rc.record(msg)
+        with self._lock:
+            write_capture(self.cfg.dir, rounds=[rc],
+                          description="captured by the fedmor consortium server")
+            dropped = prune_capture(self.cfg.dir, self.cfg.retention_rounds)
+        _log.info("round %d captured in %s%s", round_id, self.cfg.dir,
+                  f" (retention dropped rounds {dropped})" if dropped else "")
+
+
+def _fedavg_update(payload: Any, length: int) -> tuple[np.ndarray, float]:
+    """(delta (P,), weight n_k) of a stored ``rm_fedavg`` message (binary or JSON)."""
+    from sdk.wire import decode_vector
+
+    if isinstance(payload, bytes):
+        weight = float(np.frombuffer(payload[:8], dtype="<f8")[0])
+        return np.frombuffer(payload, dtype="<f4", offset=8).copy(), weight
+    return decode_vector(payload["vector"], length), float(payload["weight"])
+
+
+def _secagg_message(payload: Any) -> Any:
+    """A stored SecAgg client message parsed again (masked input or unmasking response; the
+    key stages' messages give None: they hold keys and signatures only)."""
+    from sdk.secagg import MaskedInput, parse_client_message
+
+    if isinstance(payload, bytes):
+        return MaskedInput.from_bytes(payload)
+    msg = parse_client_message(json.dumps(payload))
+    return msg if getattr(msg, "kind", None) == "unmasking_response" else None
