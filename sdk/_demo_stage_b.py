@@ -24,16 +24,16 @@ def _dp_params(config: DemoConfig) -> dict[str, Any]:
     """``dp`` and ``clip_range`` of a DP round: the noise multiplier that reaches
     ``dp_epsilon`` after ``router_rounds`` rounds, resolved once here (opacus' search takes
     ~0.8 s, which the server and every member would otherwise repeat at each check)."""
-    from sdk.secagg import DPConfig
+    from sdk.secagg import DPConfig, dp_clip_range
 
-    dp = DPConfig(clip_norm=config.dp_clip_norm, target_epsilon=config.dp_epsilon,
-                  delta=_DP_DELTA, rounds=config.router_rounds)
-    z = dp.resolved_noise_multiplier()
+    target = DPConfig(clip_norm=config.dp_clip_norm, target_epsilon=config.dp_epsilon,
+                      delta=_DP_DELTA, rounds=config.router_rounds)
+    dp = target.model_copy(update={"noise_multiplier": target.resolved_noise_multiplier(),
+                                   "target_epsilon": None})
     # Each member's noised coordinates must fit the quantization (the server refuses the round
-    # otherwise): clip_norm + 4 x its noise share, z C / sqrt(t), with t = every member.
-    need = dp.clip_norm * (1 + 4 * z / len(config.clients) ** 0.5)
-    return {"dp": {"clip_norm": dp.clip_norm, "noise_multiplier": z, "delta": dp.delta,
-                   "rounds": dp.rounds},
+    # otherwise); every member is a survivor the noise is calibrated for.
+    need = dp_clip_range(dp, min_survivors=len(config.clients))
+    return {"dp": dp.model_dump(exclude={"target_epsilon", "sample_rate"}),
             "clip_range": round(1.01 * need, 3)}
 
 
