@@ -24,7 +24,8 @@ def _server(args: argparse.Namespace) -> int:
     if args.port is not None:
         cfg = cfg.model_copy(update={"port": args.port})
     serve(create_app(cfg), host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert,
-          tls_key=cfg.tls_key, log_level=cfg.log_level, log_format=cfg.log_format)
+          tls_key=cfg.tls_key, log_level=cfg.log_level, log_format=cfg.log_format,
+          client_ca=cfg.client_ca if cfg.require_client_cert else None)
     return 0
 
 
