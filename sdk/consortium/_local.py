@@ -308,9 +308,9 @@ class LocalConsortium:
             time.sleep(0.1)
         raise TimeoutError("not every client enrolled")
 
-    def create_round(self, **body: Any) -> dict[str, Any]:
-        """POST /v1/rounds as admin."""
-        resp = self.admin.post("/v1/rounds", json=body)
+    def create_round(self, *, request_timeout_s: float = 30.0, **body: Any) -> dict[str, Any]:
+        """POST /v1/rounds as admin (``body``: a ``RoundCreate``)."""
+        resp = self.admin.post("/v1/rounds", json=body, timeout=request_timeout_s)
         resp.raise_for_status()
         return dict(resp.json())
 
