@@ -156,10 +156,8 @@ def train_router(config: DemoConfig, consortium: Any, spec: Any,
         t = time.perf_counter()
         info = consortium.create_round(
             kind="router_secagg", vector_length=length, min_clients=len(config.clients),
-            stage_deadline_s=config.stage_deadline_s, params=round_params(config, r, max_weight),
-            # The server's first DP round loads its accountant (opacus, torch): a minute and
-            # more on a loaded machine.
-            request_timeout_s=config.stage_deadline_s)
+            stage_deadline_s=config.stage_deadline_s,
+            params=round_params(config, r, max_weight))
         done = consortium.wait_round(info["round_id"], timeout_s=6 * config.stage_deadline_s)
         if done["status"] != "finished":
             raise RuntimeError(f"router round {info['round_id']} failed: {done['error']}")

@@ -308,8 +308,10 @@ class LocalConsortium:
             time.sleep(0.1)
         raise TimeoutError("not every client enrolled")
 
-    def create_round(self, *, request_timeout_s: float = 30.0, **body: Any) -> dict[str, Any]:
-        """POST /v1/rounds as admin (``body``: a ``RoundCreate``)."""
+    def create_round(self, *, request_timeout_s: float = 120.0, **body: Any) -> dict[str, Any]:
+        """POST /v1/rounds as admin (``body``: a ``RoundCreate``). The server's first DP round
+        loads its accountant (opacus, torch) before it answers: tens of seconds on a loaded
+        machine, hence the long default."""
         resp = self.admin.post("/v1/rounds", json=body, timeout=request_timeout_s)
         resp.raise_for_status()
         return dict(resp.json())
