@@ -51,6 +51,7 @@ from sdk.wire import (
     UpdateSource,
     Work,
     as_delta,
+    check_private_files,
     key_passphrase,
     load_or_create_key,
     public_key_b64,
@@ -99,8 +100,28 @@ def _no_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.
 
 
 def _verify(settings: ClientSettings) -> ssl.SSLContext | bool:
-    return ssl.create_default_context(cafile=str(settings.server_ca)) if settings.server_ca \
-        else True
+    """The TLS context for the server: its CA, and this member's certificate when it names
+    one (mutual TLS)."""
+    cert = _client_cert(settings)
+    if settings.server_ca is None and cert is None:
+        return True
+    context = ssl.create_default_context(cafile=str(settings.server_ca) if settings.server_ca
+                                         else None)
+    if cert is not None:
+        context.load_cert_chain(*cert)
+    return context
+
+
+def _client_cert(settings: ClientSettings) -> tuple[str, str] | None:
+    """This member's certificate and key for a server that requires them (mutual TLS)."""
+    cert, key = settings.tls_client_cert, settings.tls_client_key
+    if (cert is None) != (key is None):
+        raise ValueError("give both tls_client_cert and tls_client_key, or neither")
+    if cert is None or key is None:
+        return None
+    if not settings.allow_readable_files:
+        check_private_files(key)
+    return str(cert), str(key)
 
 
 class ClientRunner:

@@ -38,6 +38,10 @@ class ClientSettings(AppHardening):
     tls_cert: Path | None = Field(default=None, description="PEM certificate chain (HTTPS)")
     tls_key: Path | None = None
     server_ca: Path | None = Field(default=None, description="CA bundle to verify the server")
+    tls_client_cert: Path | None = Field(default=None, description="this member's client "
+                                         "certificate for the server (mutual TLS)")
+    tls_client_key: Path | None = Field(default=None, description="PEM private key of "
+                                        "tls_client_cert")
     server_public_key: str | None = Field(default=None, description="pinned server identity "
                                           "(default: the key learned at enrollment)")
     reward_model_dir: Path | None = Field(default=None, description="sdk.reward checkpoint "

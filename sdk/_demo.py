@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from sdk._demo_config import DemoConfig, rm_config, say
 from sdk._demo_judges import judge_architectures, style_evaluation, train_style_judges
 from sdk._demo_report import plot_run, results_table, style_table
-from sdk._demo_stage_b import router_spec, stage_b
+from sdk._demo_stage_b import dp_options, router_spec, site_policy, stage_b
 
 if TYPE_CHECKING:
     from sdk.reward import RewardModel
@@ -220,9 +220,7 @@ def _running_consortium(config: DemoConfig, run_dir: Path,
         clients={"update_source": "client_app._router_update:router_update"},
         identities={_ALIGNER: "aligner"},
         capture=run_dir / "capture" if config.capture else None,
-        # Secure rounds of as few as two synthetic sites (each could learn the other's update
-        # from the sum): allowed here explicitly, refused by a site's default policy.
-        policy={"min_participants": 2, "min_threshold": 2})
+        policy=site_policy(config))
     spec = router_spec(config, run_dir, consortium.names)
     consortium.server_cfg["alignment"] = _alignment_settings(config, spec, consortium.names)
     spec_path = run_dir / "router" / "spec.json"
@@ -327,7 +325,8 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
 
 def _handle(args: argparse.Namespace) -> int:
     run_dir = args.out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
-    run_demo(DemoConfig(seed=args.seed, capture=args.capture), run_dir, args.cache)
+    run_demo(DemoConfig(seed=args.seed, capture=args.capture, **dp_options(args)), run_dir,
+             args.cache)
     return 0
 
 
@@ -338,6 +337,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--capture", action="store_true", help="the server keeps what it "
                         "receives and publishes in RUN/capture (fedmor audit --capture)")
+    parser.add_argument("--dp", action="store_true",
+                        help="client-level DP in stage B's router rounds (the members require it)")
+    parser.add_argument("--dp-epsilon", type=float, default=DemoConfig().dp_epsilon,
+                        help="epsilon (delta 1e-5) over the router rounds under --dp")
     parser.add_argument("--cache", type=Path, default=Path("runs") / "cache",
                         help="cache of the warmed-up policy, shared by runs")
     parser.set_defaults(handler=_handle)

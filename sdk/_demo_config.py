@@ -36,6 +36,13 @@ class DemoConfig(BaseModel):
     router_layers: int = Field(default=2, ge=1)
     router_d_model: int = Field(default=64, ge=4)
     stage_deadline_s: float = Field(default=120.0, gt=0)
+    # Client-level DP of stage B's rounds (``fedmor demo --dp``): each member clips its delta
+    # to dp_clip_norm and adds its share of the noise that reaches dp_epsilon (delta 1e-5)
+    # over router_rounds rounds; the members' site policies then require DP and hold the same
+    # epsilon budget.
+    dp: bool = Field(default=False, description="client-level DP in the router rounds")
+    dp_epsilon: float = Field(default=8.0, gt=0, description="epsilon over router_rounds")
+    dp_clip_norm: float = Field(default=1.0, gt=0, description="L2 clip of a member's delta")
     # Stage C: alignment with MoR over REST (0 GRPO steps skips stage C).
     grpo_steps: int = Field(default=200, ge=0)
     grpo_prompts: int = Field(default=8, ge=1, description="prompts per GRPO step")

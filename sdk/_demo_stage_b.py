@@ -9,7 +9,56 @@ from typing import Any
 
 from sdk._demo_config import DemoConfig, say
 
-__all__ = ["router_spec", "stage_b"]
+__all__ = ["dp_options", "round_params", "router_spec", "site_policy", "stage_b",
+           "train_router"]
+
+_DP_DELTA = 1e-5
+
+
+def dp_options(args: Any) -> dict[str, Any]:
+    """The ``DemoConfig`` fields of ``fedmor demo --dp [--dp-epsilon E]`` (parsed arguments)."""
+    return {"dp": args.dp, "dp_epsilon": args.dp_epsilon}
+
+
+def _dp_params(config: DemoConfig) -> dict[str, Any]:
+    """``dp`` and ``clip_range`` of a DP round: the noise multiplier that reaches
+    ``dp_epsilon`` after ``router_rounds`` rounds, resolved once here (opacus' search takes
+    ~0.8 s, which the server and every member would otherwise repeat at each check)."""
+    from sdk.secagg import DPConfig, dp_clip_range
+
+    target = DPConfig(clip_norm=config.dp_clip_norm, target_epsilon=config.dp_epsilon,
+                      delta=_DP_DELTA, rounds=config.router_rounds)
+    dp = target.model_copy(update={"noise_multiplier": target.resolved_noise_multiplier(),
+                                   "target_epsilon": None})
+    # Each member's noised coordinates must fit the quantization (the server refuses the round
+    # otherwise); every member is a survivor the noise is calibrated for.
+    need = dp_clip_range(dp, min_survivors=len(config.clients))
+    return {"dp": dp.model_dump(exclude={"target_epsilon", "sample_rate"}),
+            "clip_range": round(1.01 * need, 3)}
+
+
+def round_params(config: DemoConfig, index: int, max_weight: int) -> dict[str, Any]:
+    """``params`` of stage B's router round ``index``: update weights n_k up to
+    ``max_weight``, or under DP uniform weights with clipping and noise."""
+    from sdk.wire import ROUTER_ROUND_PARAM
+
+    if config.dp:
+        return {**_dp_params(config), ROUTER_ROUND_PARAM: index}
+    return {"max_weight": max_weight, ROUTER_ROUND_PARAM: index}
+
+
+def site_policy(config: DemoConfig) -> dict[str, Any]:
+    """The demo members' site policy. Secure rounds of as few as two synthetic sites (each
+    could learn the other's update from the sum) are allowed here explicitly, refused by a
+    site's default policy; under ``--dp`` every member requires DP and holds the epsilon
+    budget of the demo's rounds."""
+    policy: dict[str, Any] = {"min_participants": 2, "min_threshold": 2}
+    if config.dp:
+        # A hair above the target: the accountant's epsilon for the resolved noise lies just
+        # under it, and the last round must not be refused by float rounding.
+        policy |= {"require_dp": True, "max_epsilon": config.dp_epsilon * 1.001,
+                   "epsilon_delta": _DP_DELTA}
+    return policy
 
 
 def router_spec(config: DemoConfig, run_dir: Path, sites: list[str]) -> Any:
@@ -52,6 +101,29 @@ def _round_bytes(db_path: str, round_ids: list[int], vector_length: int,
     return {"uplink": int(up), "downlink": int(down) + downloads}
 
 
+def _dp_summary(config: DemoConfig, consortium: Any,
+                rounds: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The epsilon spent, as the server recorded it and as one member's own ledger counted it
+    (the demo runs the whole consortium, so it may read that member's store)."""
+    if not config.dp:
+        return None
+    site = consortium.names[0]
+    with sqlite3.connect(consortium.client_cfg[site]["db_path"]) as db:
+        row = db.execute("SELECT epsilon FROM dp_ledger ORDER BY at DESC LIMIT 1").fetchone()
+    member = None if row is None else float(row[0])
+    summary = {"target_epsilon": config.dp_epsilon, "delta": _DP_DELTA,
+               "clip_norm": config.dp_clip_norm,
+               "noise_multiplier": _dp_params(config)["dp"]["noise_multiplier"],
+               "epsilon_server": rounds[-1]["epsilon"],
+               "epsilon_member": member, "member": site}
+    say(f"stage B: DP spent epsilon {summary['epsilon_server']:.3f} at delta {_DP_DELTA:g} "
+        f"(server's record; {site}'s own ledger: "
+        f"{'no entry' if member is None else f'{member:.3f}'}) for a "
+        f"target of {config.dp_epsilon:g}, noise multiplier "
+        f"{summary['noise_multiplier']:.3f}, clip norm {config.dp_clip_norm:g}")
+    return summary
+
+
 def _routing_accuracy(router: Any, encoder: Any, splits: dict[str, Any]) -> float:
     """Fraction of the clients' eval responses the router sends to their own client."""
     from sdk.router import route_pairs
@@ -63,14 +135,13 @@ def _routing_accuracy(router: Any, encoder: Any, splits: dict[str, Any]) -> floa
     return hits / total
 
 
-def stage_b(config: DemoConfig, consortium: Any, spec: Any, trained: dict[str, Any],
-             splits: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+def train_router(config: DemoConfig, consortium: Any, spec: Any,
+                 splits: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
+    """Stage B's secure rounds over REST from the seeded router; returns the final router and
+    one record per round (its routing accuracy on the clients' eval ``splits``)."""
     import numpy as np
 
-    from sdk.data import HELDOUT_CATEGORIES
-    from sdk.reward import ScoreNormalizer
-    from sdk.router import HashingEncoder, reward_scores, table4
-    from sdk.wire import ROUTER_ROUND_PARAM as ROUND_PARAM
+    from sdk.router import HashingEncoder
 
     router = spec.build_router()
     length = router.num_params()
@@ -86,7 +157,7 @@ def stage_b(config: DemoConfig, consortium: Any, spec: Any, trained: dict[str, A
         info = consortium.create_round(
             kind="router_secagg", vector_length=length, min_clients=len(config.clients),
             stage_deadline_s=config.stage_deadline_s,
-            params={"max_weight": max_weight, ROUND_PARAM: r})
+            params=round_params(config, r, max_weight))
         done = consortium.wait_round(info["round_id"], timeout_s=6 * config.stage_deadline_s)
         if done["status"] != "finished":
             raise RuntimeError(f"router round {info['round_id']} failed: {done['error']}")
@@ -96,12 +167,26 @@ def stage_b(config: DemoConfig, consortium: Any, spec: Any, trained: dict[str, A
         blob.raise_for_status()
         router.set_flat_params(np.frombuffer(blob.content, dtype="<f4").copy())
         accuracy = _routing_accuracy(router, encoder, {c: splits[c] for c in config.clients})
+        epsilon = None if done.get("dp") is None else done["dp"]["epsilon_total"]
         rounds.append({"round_id": done["round_id"], "router_version": done["router_version"],
                        "dropouts": done["dropouts"], "wall_s": wall,
-                       "routing_accuracy": accuracy})
+                       "routing_accuracy": accuracy, "epsilon": epsilon})
         say(f"stage B: secure round {r + 1}/{config.router_rounds} finished in {wall} s "
-            f"(router version {done['router_version']}, routing accuracy {accuracy:.3f})")
+            f"(router version {done['router_version']}, routing accuracy {accuracy:.3f}"
+            + ("" if epsilon is None else f", epsilon {epsilon:.3f}") + ")")
+    return router, rounds
 
+
+def stage_b(config: DemoConfig, consortium: Any, spec: Any, trained: dict[str, Any],
+             splits: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """:func:`train_router`, then the Table-4 comparison with the clients' reward models."""
+    from sdk.data import HELDOUT_CATEGORIES
+    from sdk.reward import ScoreNormalizer
+    from sdk.router import HashingEncoder, reward_scores, table4
+
+    router, rounds = train_router(config, consortium, spec, splits)
+    length = router.num_params()
+    encoder = HashingEncoder(spec.encoder)
     normalizers = {c: ScoreNormalizer.load(t.checkpoint) for c, t in trained.items()}
     scores = {name: reward_scores(pairs, config.clients, {c: t.model for c, t in trained.items()},
                                   normalizers) for name, pairs in splits.items()}
@@ -115,6 +200,7 @@ def stage_b(config: DemoConfig, consortium: Any, spec: Any, trained: dict[str, A
         "routing_accuracy": table.routing_accuracy, "table4": table.accuracy,
         "id_avg": {m: table.id_avg(m) for m in table.accuracy},
         "heldout_avg": {m: table.heldout_avg(m) for m in table.accuracy},
+        "dp": _dp_summary(config, consortium, rounds),
         "bytes": _round_bytes(consortium.server_cfg["db_path"],
                               [r["round_id"] for r in rounds], length, len(config.clients)),
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from sdk.wire import AppHardening, Retention, load_settings
@@ -64,6 +64,11 @@ class ServerSettings(AppHardening):
     tls_key: Path | None = Field(default=None, description="PEM private key of tls_cert")
     tls_ca: Path | None = Field(default=None,
                                 description="CA bundle that signs client apps' certificates")
+    require_client_cert: bool = Field(
+        default=False, description="mutual TLS: refuse every connection (members, operator, "
+        "aligner) without a client certificate signed by tls_client_ca")
+    tls_client_ca: Path | None = Field(default=None, description="CA bundle that signs the "
+                                       "callers' client certificates (default: tls_ca)")
     roster_file: Path | None = Field(default=None, description="JSON roster loaded at start")
     admin_token: SecretStr | None = Field(default=None,
                                           description="bearer token for admin endpoints")
@@ -83,3 +88,16 @@ class ServerSettings(AppHardening):
     work_recheck_s: float = Field(default=0.25, gt=0, description="a held GET /v1/work also "
                                   "re-reads the store this often: it notices reward queries "
                                   "queued by a broker in another process")
+
+    @model_validator(mode="after")
+    def _mutual_tls_needs_a_ca(self) -> ServerSettings:
+        if self.require_client_cert and (self.tls_cert is None or self.client_ca is None):
+            raise ValueError("require_client_cert needs tls_cert/tls_key (HTTPS) and "
+                             "tls_client_ca (or tls_ca): the CA that signs the callers' "
+                             "certificates")
+        return self
+
+    @property
+    def client_ca(self) -> Path | None:
+        """The CA that signs client certificates under mutual TLS."""
+        return self.tls_client_ca or self.tls_ca

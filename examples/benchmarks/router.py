@@ -5,8 +5,11 @@ on different VLM architectures (sdk.reward), encodes every client's training res
 public encoder, trains the router federatedly twice from the same start (SecAgg+ and plain
 FedAvg), then evaluates pairwise preference accuracy of Router+RM (each response routed
 separately, normalized scores), every single client RM, AvgRM, Random selection and Router+RM
-without normalization, on each client's eval pairs and on the held-out categories. The last
-stdout line is one JSON object with a ``headline``.
+without normalization, on each client's eval pairs and on the held-out categories. Then the
+secure router again, same seeds and rounds, with client-level DP at each ``--dp-epsilons``
+(delta 1e-5 over the rounds): in-process, through the same distributed DP the REST rounds use
+(every ``SecAggClient`` clips its delta and adds its share of the noise; uniform weights). The
+last stdout line is one JSON object with a ``headline`` and a ``dp`` comparison.
 
     .venv/bin/python examples/benchmarks/router.py --quick   # 3 clients, small RMs
     .venv/bin/python examples/benchmarks/router.py           # 5 clients
@@ -33,10 +36,12 @@ from sdk.reward import (
     train_client_reward_models,
 )
 from sdk.router import (
+    Aggregator,
     Encoder,
     HashingEncoder,
     Router,
     RouterClient,
+    SecureAggregator,
     Table4,
     VLMEncoder,
     default_federated_config,
@@ -45,6 +50,7 @@ from sdk.router import (
     table4,
     train_federated_router,
 )
+from sdk.secagg import DPConfig, SecAggConfig, dp_clip_range
 
 QUICK_CLIENTS = ("diagram", "detail", "safety")
 FULL_CLIENTS = ("diagram", "poster", "position", "detail", "safety")
@@ -91,8 +97,18 @@ def _encoder(kind: str, root: Path, seed: int) -> Encoder:
     return VLMEncoder(bundle.model, bundle.processor)
 
 
+def _dp_aggregator(epsilon: float, rounds: int, clip_norm: float) -> SecureAggregator:
+    """SecAgg+ with client-level DP reaching ``epsilon`` (delta 1e-5) after ``rounds`` rounds of
+    every client; the noise multiplier is resolved once (opacus' search takes ~1 s)."""
+    target = DPConfig(clip_norm=clip_norm, target_epsilon=epsilon, rounds=rounds)
+    dp = DPConfig(clip_norm=clip_norm, noise_multiplier=target.resolved_noise_multiplier(),
+                  rounds=rounds)
+    # The fewest survivors a secure round accepts (2) gives the widest noise share to fit.
+    return SecureAggregator(SecAggConfig(clip_range=dp_clip_range(dp, min_survivors=2), dp=dp))
+
+
 def _train_router(
-    name: str,
+    name: str | Aggregator,
     clients: list[RouterClient],
     encoder: Encoder,
     rounds: int,
@@ -111,10 +127,23 @@ def _train_router(
             "loss": round(s.mean_loss, 4),
             "bytes_up": s.bytes_up,
             "bytes_down": s.bytes_down,
+            **({} if s.epsilon is None else {"epsilon": round(s.epsilon, 4)}),
         }
         for s in stats
     ]
     return router, rows, wall
+
+
+def _dp_row(table: Table4, aggregator: SecureAggregator | None) -> dict[str, float | None]:
+    """One row of the DP comparison: what the router costs in accuracy at an epsilon."""
+    dp = None if aggregator is None else aggregator.dp
+    return {
+        "epsilon": None if dp is None else round(dp.epsilon(), 4),
+        "noise_multiplier": None if dp is None else round(dp.resolved_noise_multiplier(), 4),
+        "routing_accuracy": round(table.routing_accuracy, 4),
+        "router_id_avg": round(table.id_avg("Router+RM"), 4),
+        "router_heldout_avg": round(table.heldout_avg("Router+RM"), 4),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rm-steps", type=int, help="override reward-model steps (smoke runs)")
     parser.add_argument("--rounds", type=int, help="override router rounds (smoke runs)")
     parser.add_argument("--train-pairs", type=int, help="override pairs per split (smoke runs)")
+    parser.add_argument("--dp-epsilons", type=float, nargs="*", default=[1.0, 8.0],
+                        help="client-level DP runs of the secure router (none: skip)")
+    parser.add_argument("--dp-clip-norm", type=float, default=1.0,
+                        help="L2 clip of a client's router delta under DP")
     args = parser.parse_args(argv)
     torch.manual_seed(args.seed)
     start = time.perf_counter()
@@ -190,6 +223,22 @@ def main(argv: list[str] | None = None) -> int:
         )
         _log(tables[name].format())
 
+    dp_rows = {"none": _dp_row(tables["secure"], None)}
+    for epsilon in args.dp_epsilons:
+        aggregator = _dp_aggregator(epsilon, rounds, args.dp_clip_norm)
+        name = f"secure, DP epsilon {epsilon:g}"
+        router, comm[name], walls[name] = _train_router(
+            aggregator, fed_clients, encoder, rounds, args.seed
+        )
+        tables[name] = table4(router, encoder, id_splits, ho_splits, scores)
+        _log(f"\n[bench] Table 4 with the router trained by {name} ({walls[name]:.1f} s):")
+        _log(tables[name].format())
+        dp_rows[f"{epsilon:g}"] = _dp_row(tables[name], aggregator)
+    _log("\n[bench] DP: epsilon spent | noise multiplier | routing accuracy | Router+RM ID avg | "
+         "Router+RM held-out avg")
+    for key, row in dp_rows.items():
+        _log(f"[bench] DP {key:>5}: {row}")
+
     t = tables["secure"]
     headline = {
         "router_id_avg": t.id_avg("Router+RM"),
@@ -220,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         # The held-out average of the single RM that is best in distribution (the headline's
         # best_single_heldout_avg is the stronger oracle: the best single RM chosen on held-out).
         "best_id_single_heldout_avg": round(t.heldout_avg(t.best_single_id_method()), 4),
+        "dp": {"clip_norm": args.dp_clip_norm, "delta": 1e-5, "by_epsilon": dp_rows},
         "plain_table": {m: tables["plain"].accuracy[m] for m in tables["plain"].accuracy},
         "secure_table": t.accuracy,
         "architectures": archs,

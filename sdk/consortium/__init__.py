@@ -5,10 +5,11 @@ from sdk.consortium._local import (
     ADMIN_TOKEN,
     OPEN_POLICY,
     LocalConsortium,
+    client_cert_paths,
     free_port,
     make_pki,
     wait_healthy,
 )
 
-__all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "free_port", "make_pki",
-           "wait_healthy"]
+__all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "client_cert_paths", "free_port",
+           "make_pki", "wait_healthy"]

@@ -18,6 +18,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ from cryptography.x509.oid import NameOID
 
 from sdk.wire import Role, add_to_roster, load_or_create_key, public_key_b64
 
-__all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "free_port", "make_pki", "wait_healthy"]
+__all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "client_cert_paths", "free_port",
+           "make_pki", "wait_healthy"]
 
 ADMIN_TOKEN = "local-admin-token"
 """The admin bearer token of a local consortium's server (127.0.0.1 only; never for a deployment)."""
@@ -38,6 +40,7 @@ OPEN_POLICY: dict[str, Any] = {
     "min_local_samples": 1}
 """A site policy that takes part in every round: for tests and benchmarks of the protocols on
 throw-away data, never for a site (the client app's defaults refuse plain and small rounds)."""
+_OPERATOR = "operator"  # the harness's own client certificate under mutual TLS
 _REPO = Path(__file__).resolve().parents[2]  # so ``python -m server_app`` finds the packages
 
 
@@ -55,10 +58,34 @@ def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
                                        serialization.NoEncryption()))
 
 
-def make_pki(directory: Path) -> tuple[Path, Path, Path]:
+def _leaf(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, name: str, *,
+          server: bool, now: datetime.datetime) -> tuple[x509.Certificate,
+                                                           ec.EllipticCurvePrivateKey]:
+    """A CA-signed certificate: for 127.0.0.1/localhost (``server``) or a client ``name``."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    usage = x509.oid.ExtendedKeyUsageOID.SERVER_AUTH if server \
+        else x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
+    builder = (x509.CertificateBuilder()
+               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+               .issuer_name(ca.subject).public_key(key.public_key())
+               .serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(minutes=5))
+               .not_valid_after(now + datetime.timedelta(days=1))
+               .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                   ca_key.public_key()), critical=False))
+    if server:
+        builder = builder.add_extension(x509.SubjectAlternativeName([
+            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False)
+    return builder.sign(ca_key, hashes.SHA256()), key
+
+
+def make_pki(directory: Path, clients: Sequence[str] = ()) -> tuple[Path, Path, Path]:
     """A self-signed CA and a CA-signed certificate for 127.0.0.1/localhost.
 
-    Returns (ca.pem, cert.pem, key.pem).
+    Returns (ca.pem, cert.pem, key.pem). Each name in ``clients`` also gets a client
+    certificate (mutual TLS): ``clients/<name>.pem`` and ``clients/<name>-key.pem``.
     """
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -76,26 +103,20 @@ def make_pki(directory: Path) -> tuple[Path, Path, Path]:
           .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
                          critical=False)
           .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-            .issuer_name(ca_name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([
-                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False)
-            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
-                           critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
     paths = directory / "ca.pem", directory / "cert.pem", directory / "key.pem"
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    _write_key(key, paths[2])
+    for name, (cert_path, key_path) in {"127.0.0.1": paths[1:], **{
+            c: client_cert_paths(directory, c) for c in clients}}.items():
+        cert, key = _leaf(ca, ca_key, name, server=name == "127.0.0.1", now=now)
+        cert_path.parent.mkdir(parents=True, exist_ok=True)
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _write_key(key, key_path)
     return paths
+
+
+def client_cert_paths(directory: Path, name: str) -> tuple[Path, Path]:
+    """Where :func:`make_pki` writes the client certificate and key of ``name``."""
+    return directory / "clients" / f"{name}.pem", directory / "clients" / f"{name}-key.pem"
 
 
 def wait_healthy(url: str, *, verify: Any, proc: subprocess.Popen[bytes] | None = None,
@@ -126,7 +147,7 @@ def wait_healthy(url: str, *, verify: Any, proc: subprocess.Popen[bytes] | None 
 class LocalConsortium:
     """One server and ``n_clients`` client apps as subprocesses under ``workdir``."""
 
-    def __init__(self, workdir: Path, n_clients: int, *, tls: bool = False,
+    def __init__(self, workdir: Path, n_clients: int, *, tls: bool = False, mtls: bool = False,
                  server: dict[str, Any] | None = None,
                  clients: dict[str, Any] | None = None, demo: bool = False,
                  policy: dict[str, Any] | None = None,
@@ -136,18 +157,23 @@ class LocalConsortium:
         ``clients`` leaves unconfigured; ``policy``: the clients' site policy (None: the client
         app's safe default); ``identities``: non-member identities (name -> role);
         ``capture``: the server's capture directory (capture mode on, announced in every
-        round's info)."""
+        round's info); ``mtls`` (implies ``tls``): the server requires a client certificate
+        from every caller, and each client app, identity and this harness's operator get one
+        from the CA."""
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
+        tls = tls or mtls
         self.tls = tls
-        self.pki = make_pki(workdir / "pki") if tls else None
+        self.names = [f"site-{i}" for i in range(n_clients)]
+        # Client certificates: one per member and identity, and the operator's (this harness).
+        certified = [*self.names, *(identities or {}), _OPERATOR] if mtls else []
+        self.pki = make_pki(workdir / "pki", certified) if tls else None
         self.verify: Any = ssl.create_default_context(cafile=str(self.pki[0])) if self.pki \
             else True
         scheme = "https" if tls else "http"
         self.server_port = free_port()
         self.server_url = f"{scheme}://127.0.0.1:{self.server_port}"
         roster = workdir / "roster.json"
-        self.names = [f"site-{i}" for i in range(n_clients)]
         self.client_cfg: dict[str, dict[str, Any]] = {}
         for name in self.names:
             key_path = workdir / name / "identity.pem"
@@ -160,6 +186,7 @@ class LocalConsortium:
                 "roster_file": str(roster), "port": port,
                 "public_url": f"{scheme}://127.0.0.1:{port}", "poll_interval_s": 0.05,
                 "retry_max_s": 0.5, "demo": demo, **self._tls("server_ca"),
+                **self._client_cert(name, mtls),
                 **({"policy": policy} if policy is not None else {}), **(clients or {})}
         # Non-member identities (name -> role): a key file and a one-time token each, enrolled by
         # whoever runs as them (``identity_key`` and ``enrollment_token`` in ``identity_cfg``).
@@ -169,24 +196,39 @@ class LocalConsortium:
             token = add_to_roster(roster, name=name, role=role,
                                   public_key=public_key_b64(load_or_create_key(key_path)))
             self.identity_cfg[name] = {"name": name, "identity_key": str(key_path),
-                                       "enrollment_token": token, "role": role}
+                                       "enrollment_token": token, "role": role,
+                                       **self._client_cert(name, mtls)}
         self.server_cfg: dict[str, Any] = {
             "db_path": str(workdir / "server" / "server.db"),
             "identity_key": str(workdir / "server" / "identity.pem"),
             "roster_file": str(roster), "admin_token": ADMIN_TOKEN, "port": self.server_port,
             "tick_interval_s": 0.2, "allow_http_reward_urls": not tls, **self._tls("tls_ca"),
             **({"capture": {"enabled": True, "dir": str(capture)}} if capture else {}),
-            **(server or {})}
+            "require_client_cert": mtls, **(server or {})}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.admin = httpx.Client(base_url=self.server_url, verify=self.verify, timeout=30,
+        operator = self._client_cert(_OPERATOR, mtls)
+        self.cert = (operator["tls_client_cert"], operator["tls_client_key"]) if mtls else None
+        """The operator's client certificate and key (mutual TLS), else None."""
+        # ``verify`` stays certificate-less: it is what a caller without a certificate uses.
+        self.operator_tls: Any = self.verify
+        if self.cert is not None and self.pki is not None:
+            self.operator_tls = ssl.create_default_context(cafile=str(self.pki[0]))
+            self.operator_tls.load_cert_chain(*self.cert)
+        self.admin = httpx.Client(base_url=self.server_url, verify=self.operator_tls, timeout=30,
                                   headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
-        self._probe = httpx.Client(verify=self.verify, timeout=2)  # health polls
+        self._probe = httpx.Client(verify=self.operator_tls, timeout=2)  # health polls
 
     def _tls(self, ca_field: str) -> dict[str, Any]:
         if self.pki is None:
             return {}
         ca, cert, key = self.pki
         return {ca_field: str(ca), "tls_cert": str(cert), "tls_key": str(key)}
+
+    def _client_cert(self, name: str, mtls: bool) -> dict[str, str]:
+        if not mtls or self.pki is None:
+            return {}
+        cert, key = client_cert_paths(self.pki[0].parent, name)
+        return {"tls_client_cert": str(cert), "tls_client_key": str(key)}
 
     def _spawn(self, who: str, module: str, cfg: dict[str, Any]) -> subprocess.Popen[bytes]:
         path = self.dir / f"{who}.json"
@@ -270,9 +312,11 @@ class LocalConsortium:
             time.sleep(0.1)
         raise TimeoutError("not every client enrolled")
 
-    def create_round(self, **body: Any) -> dict[str, Any]:
-        """POST /v1/rounds as admin."""
-        resp = self.admin.post("/v1/rounds", json=body)
+    def create_round(self, *, request_timeout_s: float = 120.0, **body: Any) -> dict[str, Any]:
+        """POST /v1/rounds as admin (``body``: a ``RoundCreate``). The server's first DP round
+        loads its accountant (opacus, torch) before it answers: tens of seconds on a loaded
+        machine, hence the long default."""
+        resp = self.admin.post("/v1/rounds", json=body, timeout=request_timeout_s)
         resp.raise_for_status()
         return dict(resp.json())
 

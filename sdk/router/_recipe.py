@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sdk.router._aggregators import AGGREGATORS
+from sdk.router._aggregators import AGGREGATORS, Aggregator
 from sdk.router._encoder import Encoder
 from sdk.router._federated import (
     FederatedConfig,
@@ -58,20 +58,22 @@ def train_federated_router(
     clients: Sequence[RouterClient],
     encoder: Encoder,
     *,
-    aggregation: str = "secure",
+    aggregation: str | Aggregator = "secure",
     config: FederatedConfig | None = None,
     num_layers: int = 2,
     seed: int = 0,
     log: Callable[[str], None] | None = print,
 ) -> tuple[Router, list[RoundStats]]:
-    """Train a fresh router over ``clients`` with ``secure`` (SecAgg+) or ``plain`` FedAvg."""
-    if aggregation not in AGGREGATORS:
+    """Train a fresh router over ``clients`` with ``secure`` (SecAgg+) or ``plain`` FedAvg, or
+    with a configured ``Aggregator`` (e.g. a ``SecureAggregator`` with client-level DP)."""
+    if isinstance(aggregation, str) and aggregation not in AGGREGATORS:
         raise ValueError(f"aggregation must be one of {sorted(AGGREGATORS)}, got {aggregation!r}")
     ids = [c.client_id for c in clients]
     router = Router(RouterConfig(input_dim=encoder.dim, num_layers=num_layers, seed=seed), ids,
                     encoder.encoder_id)
     trainer = FederatedRouterTrainer(
-        router, clients, config or default_federated_config(seed=seed), AGGREGATORS[aggregation](),
+        router, clients, config or default_federated_config(seed=seed),
+        AGGREGATORS[aggregation]() if isinstance(aggregation, str) else aggregation,
         log=log,
     )
     return router, trainer.run()

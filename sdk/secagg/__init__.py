@@ -9,7 +9,13 @@ from sdk.secagg._client import SecAggClient
 from sdk.secagg._client_state import ClientState
 from sdk.secagg._config import SecAggConfig
 from sdk.secagg._crypto import Roster, generate_identities
-from sdk.secagg._dp import DPConfig, client_noise_std, clip_and_noise, composed_epsilon
+from sdk.secagg._dp import (
+    DPConfig,
+    client_noise_std,
+    clip_and_noise,
+    composed_epsilon,
+    dp_clip_range,
+)
 from sdk.secagg._errors import (
     Attack,
     ConfigError,
@@ -84,6 +90,7 @@ __all__ = [
     "clip_and_noise",
     "composed_epsilon",
     "default_degree",
+    "dp_clip_range",
     "drive_round",
     "generate_identities",
     "neighbour_graph",

@@ -13,7 +13,7 @@ import math
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["DPConfig", "client_noise_std", "clip_and_noise", "composed_epsilon"]
+__all__ = ["DPConfig", "client_noise_std", "clip_and_noise", "composed_epsilon", "dp_clip_range"]
 
 
 class DPConfig(BaseModel):
@@ -64,6 +64,13 @@ class DPConfig(BaseModel):
 def client_noise_std(cfg: DPConfig, *, min_survivors: int, max_weight: int) -> float:
     """Std of each client's noise so that >= ``min_survivors`` clients sum to std z*C*max_weight."""
     return cfg.resolved_noise_multiplier() * cfg.clip_norm * max_weight / math.sqrt(min_survivors)
+
+
+def dp_clip_range(cfg: DPConfig, *, min_survivors: int) -> float:
+    """The per-coordinate quantization range a client's clipped, noised update fits (uniform
+    weights): C + 4 x its noise std. Clipping the noise at a smaller range would bias the
+    aggregate and void the noise's calibration."""
+    return cfg.clip_norm + 4 * client_noise_std(cfg, min_survivors=min_survivors, max_weight=1)
 
 
 def clip_and_noise(update: np.ndarray, cfg: DPConfig, *, min_survivors: int, max_weight: int, rng: np.random.Generator) -> np.ndarray:

@@ -33,6 +33,7 @@ from sdk.secagg import (
     SecAggServer,
     Stage,
     client_noise_std,
+    dp_clip_range,
     parse_client_message,
     parse_server_message,
 )
@@ -119,7 +120,7 @@ def _check_dp_range(params: RoundParams) -> None:
     the noise there would bias the aggregate and void the noise's calibration."""
     assert params.dp is not None
     std = client_noise_std(params.dp, min_survivors=params.threshold, max_weight=1)
-    need = params.dp.clip_norm + 4 * std
+    need = dp_clip_range(params.dp, min_survivors=params.threshold)
     if params.quantization.clip_range < need:
         raise ValueError(f"dp: clip_range {params.quantization.clip_range:g} < clip_norm + 4 x "
                          f"each member's noise std ({params.dp.clip_norm:g} + 4 x {std:.3g} = "

@@ -32,17 +32,28 @@ def configure_logging(level: str, fmt: str = "text") -> None:
 
 
 def serve(app: Any, *, host: str, port: int, tls_cert: Path | None, tls_key: Path | None,
-          log_level: str = "info", log_format: str = "text") -> None:
+          log_level: str = "info", log_format: str = "text",
+          client_ca: Path | None = None) -> None:
     """Run ``app`` on uvicorn, over HTTPS when a certificate is given, logging at
-    ``log_level`` (uvicorn's access log only at debug: every long poll would be a line)."""
+    ``log_level`` (uvicorn's access log only at debug: every long poll would be a line).
+
+    ``client_ca``: mutual TLS, every connection must present a certificate this CA signed
+    (the TLS handshake fails otherwise, before any request is read)."""
+    import ssl
+
     import uvicorn
 
     if (tls_cert is None) != (tls_key is None):
         raise ValueError("give both tls_cert and tls_key, or neither")
+    if client_ca is not None and tls_cert is None:
+        raise ValueError("client_ca (mutual TLS) needs tls_cert and tls_key")
     configure_logging(log_level, log_format)
-    logging.getLogger("fedmor").info("listening on %s://%s:%d", "https" if tls_cert else "http",
-                                     host, port)
+    logging.getLogger("fedmor").info("listening on %s://%s:%d%s", "https" if tls_cert else "http",
+                                     host, port, " (client certificates required)"
+                                     if client_ca else "")
     uvicorn.run(app, host=host, port=port, log_level=log_level,
                 access_log=log_level == "debug",
                 ssl_certfile=str(tls_cert) if tls_cert else None,
-                ssl_keyfile=str(tls_key) if tls_key else None)
+                ssl_keyfile=str(tls_key) if tls_key else None,
+                ssl_ca_certs=str(client_ca) if client_ca else None,
+                ssl_cert_reqs=ssl.CERT_REQUIRED if client_ca else ssl.CERT_NONE)

@@ -332,3 +332,21 @@ def test_federated_names_are_exported() -> None:
     }
     assert new <= set(sdk.router.__all__)
     assert all(hasattr(sdk.router, name) for name in new)
+
+
+def test_train_federated_router_takes_a_configured_aggregator() -> None:
+    from sdk.router import train_federated_router
+    from sdk.secagg import dp_clip_range
+
+    dp = DPConfig(clip_norm=0.05, noise_multiplier=1.0)
+    # The clip range the benchmark gives: a member's noised coordinates fit it.
+    clip_range = dp_clip_range(dp, min_survivors=2)
+    assert clip_range == pytest.approx(0.05 + 4 * client_noise_std(dp, min_survivors=2,
+                                                                    max_weight=1))
+    agg = SecureAggregator(SecAggConfig(clip_range=clip_range, dp=dp))
+    _, stats = train_federated_router(_clients(), ENC, aggregation=agg, config=_fast(2),
+                                      num_layers=1, log=None)
+    assert [s.epsilon for s in stats] == pytest.approx(
+        [dp.model_copy(update={"rounds": 2}).epsilon(r) for r in (1, 2)])
+    with pytest.raises(ValueError, match="aggregation must be one of"):
+        train_federated_router(_clients(), ENC, aggregation="dp", log=None)
