@@ -17,6 +17,7 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from sdk.alignment._export import write_base_reference
+from sdk.alignment._plots import plot_alignment
 from sdk.data import Query
 from sdk.models import Runtime, load_vlm
 from sdk.reward import LoraSettings
@@ -146,10 +147,11 @@ def query_dataset(queries: Sequence[Query]) -> Dataset:
 
 
 class StepTimer(TrainerCallback):
-    """Wall time of each optimizer step (seconds), for the routed-reward overhead benchmark."""
+    """Wall time of each optimizer step (seconds) and the step it ended (``steps``)."""
 
     def __init__(self) -> None:
         self.durations: list[float] = []
+        self.steps: list[int] = []
         self._start = 0.0
 
     def on_step_begin(self, args: TrainingArguments, state: TrainerState,
@@ -161,6 +163,7 @@ class StepTimer(TrainerCallback):
                     control: TrainerControl, **kwargs: Any) -> None:
         """Stop the clock."""
         self.durations.append(time.perf_counter() - self._start)
+        self.steps.append(state.global_step)
 
 
 def align(
@@ -184,8 +187,9 @@ def align(
     ``out_dir/policy`` (model + processor); under ``lora`` instead ``out_dir/adapter`` (the
     adapter, the processor and the base's path and config hash; merge it with
     :func:`export_policy`, or here with ``merge_lora``, which also writes ``policy``), and
-    ``out_dir/metrics.json`` (trl's log history, the reward per call and the router feedback)
-    and returns ``out_dir``. ``progress`` gets one line (step, loss, reward, KL, seconds per
+    ``out_dir/metrics.json`` (trl's log history, seconds per step, the reward per call and the
+    router feedback) with its plots in ``out_dir/plots`` (reward, KL, seconds per step) and
+    returns ``out_dir``. ``progress`` gets one line (step, loss, reward, KL, seconds per
     step) every ``progress_every`` steps (default: about every tenth of the run); None keeps it
     quiet. ``runtime`` places the policy (device, dtype) and sets trl's ``bf16`` / ``fp16`` /
     ``gradient_checkpointing`` to match. ``resume``: continue from the newest checkpoint under
@@ -226,7 +230,8 @@ def align(
         **rt.trainer_precision(),
     )
     feedback = reward_fn.trainer_callbacks()
-    all_callbacks: list[TrainerCallback] = [*callbacks, *feedback]
+    clock = StepTimer()
+    all_callbacks: list[TrainerCallback] = [*callbacks, *feedback, clock]
     if progress is not None:
         every = progress_every or max(s.steps // 10, 1)
         all_callbacks.append(_Progress(progress, every=every, total=s.steps))
@@ -244,8 +249,8 @@ def align(
     trainer.remove_callback(PrinterCallback)
     checkpoints = sorted((out / "trainer").glob("checkpoint-*"),
                          key=lambda p: int(p.name.rsplit("-", 1)[1]))
-    trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if resume and checkpoints
-                  else None)
+    resumed = resume and bool(checkpoints)
+    trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if resumed else None)
     if trainer.accelerator.is_main_process:
         policy: Any = trainer.accelerator.unwrap_model(trainer.model)
         if s.lora is not None:
@@ -260,11 +265,25 @@ def align(
             "settings": s.model_dump(),
             "selection": reward_fn.method,
             "log_history": trainer.state.log_history,
+            "step_seconds": _step_seconds(out / "metrics.json" if resumed else None, clock),
             "mean_reward_per_call": reward_fn.history,
             "router_feedback": [h for cb in feedback for h in getattr(cb, "history", [])],
         }
+        metrics["plots"] = plot_alignment(metrics, out / "plots")
         (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
     return out
+
+
+def _step_seconds(previous: Path | None, clock: StepTimer) -> list[dict[str, float]]:
+    """Seconds per step of this run, after those of the run it resumed (its steps before the
+    first one trained here; the checkpoint restores trl's log but not our clock)."""
+    first = clock.steps[0] if clock.steps else float("inf")
+    earlier = []
+    if previous is not None and previous.is_file():
+        earlier = [t for t in json.loads(previous.read_text()).get("step_seconds", [])
+                   if t["step"] < first]
+    return earlier + [{"step": step, "seconds": round(seconds, 4)}
+                      for step, seconds in zip(clock.steps, clock.durations, strict=True)]
 
 
 @dataclass(frozen=True)
