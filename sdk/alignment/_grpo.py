@@ -166,6 +166,27 @@ class StepTimer(TrainerCallback):
         self.steps.append(state.global_step)
 
 
+class _StepPeriod(StepTimer):
+    """Seconds from one step's end to the next (the first from the start of training): the
+    whole period, with the logging callbacks (the router feedback post) that run after a step
+    ends and that :class:`StepTimer` and trl's ``step_time`` leave out."""
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState,
+                       control: TrainerControl, **kwargs: Any) -> None:
+        """Start the first period."""
+        self._start = time.perf_counter()
+
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState,
+                      control: TrainerControl, **kwargs: Any) -> None:
+        """A period runs on through the next step's start."""
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, **kwargs: Any) -> None:
+        """Close this period and open the next."""
+        super().on_step_end(args, state, control, **kwargs)
+        self._start = time.perf_counter()
+
+
 def align(
     policy_dir: str | Path,
     reward_fn: GRPORewardFunction,
@@ -230,7 +251,7 @@ def align(
         **rt.trainer_precision(),
     )
     feedback = reward_fn.trainer_callbacks()
-    clock = StepTimer()
+    clock = _StepPeriod()
     all_callbacks: list[TrainerCallback] = [*callbacks, *feedback, clock]
     if progress is not None:
         every = progress_every or max(s.steps // 10, 1)
