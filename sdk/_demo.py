@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from sdk._demo_config import DemoConfig, rm_config, say
 from sdk._demo_judges import judge_architectures, style_evaluation, train_style_judges
-from sdk._demo_report import plot_run, results_table, style_table
+from sdk._demo_report import change_summary, plot_run, results_table, style_table
 from sdk._demo_stage_b import dp_options, router_spec, site_policy, stage_b
+from sdk._runtime_options import add_runtime_arguments
 
 if TYPE_CHECKING:
     from sdk.reward import RewardModel
@@ -47,13 +48,13 @@ def _policy(config: DemoConfig, run_dir: Path, cache_dir: Path) -> Path:
     base = run_dir / "policy" / "base"
     corpus = [q.prompt for q in warm] + [str(q.answer) for q in warm]
     build_tiny_vlm("qwen2_5_vl", base, corpus=corpus, seed=config.seed)
-    warm_cfg = WarmupConfig(seed=config.seed)
+    warm_cfg = WarmupConfig(seed=config.seed, label_noise=config.warmup_label_noise)
     if config.warmup_steps is not None:
         warm_cfg = warm_cfg.model_copy(update={"steps": config.warmup_steps})
     say(f"stage C (background): supervised warm-up of the base policy ({warm_cfg.steps} steps, "
         f"cached in {cache_dir})")
     lines = itertools.count()  # one line in 8 (every 200 steps): stages A and B print meanwhile
-    return warmup_policy(base, warm, cache_dir, warm_cfg,
+    return warmup_policy(base, warm, cache_dir, warm_cfg, runtime=config.runtime(),
                          progress=lambda m: say(f"stage C (background): {m}")
                          if next(lines) % 8 == 0 else None)
 
@@ -76,7 +77,8 @@ def _judges(config: DemoConfig, run_dir: Path) -> dict[str, RewardModel]:
                                 [c for c in config.clients if c in PREFERENCE_CLIENTS])
     say(f"stage C: training held-out judge reward models {archs} on separate data")
     return train_style_judges(archs, run_dir / "judges", seed=config.seed,
-                              train_pairs=config.train_pairs, config=rm_config(config))
+                              train_pairs=config.train_pairs, config=rm_config(config),
+                              runtime=config.runtime())
 
 
 _ALIGNER = "aligner"  # the roster name of the demo's GRPO job (role aligner)
@@ -119,6 +121,7 @@ def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: lis
     from sdk.reward import pairwise_accuracy
     from sdk.wire import load_private_key
 
+    runtime = config.runtime()
     # The GRPO job is a client of the server's REST API with its own aligner identity: it
     # never opens the server's store or key; the server routes, queries and updates the router.
     aligner = consortium.identity_cfg[_ALIGNER]
@@ -128,14 +131,14 @@ def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: lis
     reward_fn = RestRewardFunction(consortium.server_url, key, sender.client_id,
                                    verify=consortium.verify)
     grpo = GRPOSettings(steps=config.grpo_steps, prompts_per_step=config.grpo_prompts,
-                        learning_rate=config.grpo_lr, num_generations=4,
+                        learning_rate=config.grpo_lr, beta=config.grpo_beta, num_generations=4,
                         max_completion_length=8, seed=config.seed)
     timer = StepTimer()
     say(f"stage C: GRPO with MoR, {grpo.steps} steps x {grpo.prompts_per_step} prompts x "
         f"{grpo.num_generations} completions; every reward comes from a client process "
         f"through the server's POST /v1/rewards")
     out = align(policy, reward_fn, load_queries(run_dir / "data" / "policy" / "train"), grpo,
-                out_dir=run_dir / "alignment", callbacks=[timer],
+                out_dir=run_dir / "alignment", callbacks=[timer], runtime=runtime,
                 progress=lambda line: say(f"stage C: {line}"))
     stats = consortium.admin.get("/v1/rewards/stats")  # as the consortium's operator
     stats.raise_for_status()
@@ -153,7 +156,7 @@ def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: lis
     for name, path in (("base", policy), ("MoR (REST)", out / "policy")):
         say(f"stage C: evaluating the {name} policy (best-of-3 on {len(evals)} categories, "
             f"held-out judges on {len(judges)} style clients)")
-        ev = evaluate_policy(path, evals, settings)
+        ev = evaluate_policy(path, evals, settings, runtime=runtime)
         rows[name] = {"id_avg": ev.average(id_cats) if id_cats else None,
                       "heldout_avg": ev.average(HELDOUT_CATEGORIES),
                       "per_category": {c: s.best_of_n for c, s in ev.categories.items()},
@@ -161,7 +164,8 @@ def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: lis
                       "id_expected": ev.average(id_cats, "expected") if id_cats else None,
                       "heldout_expected": ev.average(HELDOUT_CATEGORIES, "expected"),
                       "expected": {c: s.expected for c, s in ev.categories.items()},
-                      "style": style_evaluation(path, judges, style_pairs, settings)}
+                      "style": style_evaluation(path, judges, style_pairs, settings,
+                                                runtime=runtime)}
     log = json.loads((out / "metrics.json").read_text())["log_history"]
     return {
         "grpo": grpo.model_dump(), "eval": settings.model_dump(), "id_categories": id_cats,
@@ -189,7 +193,7 @@ def _stage_a(config: DemoConfig, run_dir: Path) -> tuple[dict[str, Any], dict[st
     say("stage A: training one reward model per client")
     trained = train_client_reward_models(
         run_dir / "data", config.clients, config.architectures, run_dir / "reward_models",
-        config=rm_config(config),
+        config=rm_config(config), runtime=config.runtime(),
     )
     splits = {c: load_pairs(run_dir / "data" / "clients" / c / "eval") for c in config.clients}
     splits |= {h: load_pairs(run_dir / "data" / "heldout" / h) for h in HELDOUT_CATEGORIES}
@@ -227,7 +231,8 @@ def _running_consortium(config: DemoConfig, run_dir: Path,
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(spec.model_dump_json(indent=2))
     for site, client in zip(consortium.names, config.clients, strict=True):
-        consortium.client_cfg[site]["reward_model_dir"] = str(trained[client].checkpoint)
+        consortium.client_cfg[site].update(reward_model_dir=str(trained[client].checkpoint),
+                                           **client_runtime(config))
     with consortium:
         say(f"stage B: starting 1 server + {len(config.clients)} client processes on "
             f"127.0.0.1 (logs in {consortium.dir})")
@@ -245,9 +250,15 @@ def _running_consortium(config: DemoConfig, run_dir: Path,
         yield consortium, client_ids, spec
 
 
+def client_runtime(config: DemoConfig) -> dict[str, str]:
+    """The device and dtype fields of each client app's settings: its scorer runs there."""
+    return {"device": config.device, "dtype": config.dtype}
+
+
 def _print_stage_c(stage_c: dict[str, Any]) -> None:
-    say("stage C: results (best-of-3 multiple-choice accuracy per category)")
+    say("stage C: results (multiple-choice accuracy per category)")
     print(results_table(stage_c), flush=True)
+    say(change_summary(stage_c))
     if any(r["style"] for r in stage_c["results"].values()):
         say("stage C: style clients, win rate against the rejected answer under a held-out "
             "judge reward model (3 samples per prompt)")
@@ -325,9 +336,15 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
 
 def _handle(args: argparse.Namespace) -> int:
     run_dir = args.out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
-    run_demo(DemoConfig(seed=args.seed, capture=args.capture, **dp_options(args)), run_dir,
-             args.cache)
+    run_demo(config_from_args(args), run_dir, args.cache)
     return 0
+
+
+def config_from_args(args: argparse.Namespace) -> DemoConfig:
+    """The demo's config from ``fedmor demo``'s flags (the defaults for everything else)."""
+    return DemoConfig(seed=args.seed, device=args.device, dtype=args.dtype,
+                      gradient_checkpointing=args.gradient_checkpointing, capture=args.capture,
+                      **dp_options(args))
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -343,4 +360,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="epsilon (delta 1e-5) over the router rounds under --dp")
     parser.add_argument("--cache", type=Path, default=Path("runs") / "cache",
                         help="cache of the warmed-up policy, shared by runs")
+    add_runtime_arguments(parser)
     parser.set_defaults(handler=_handle)

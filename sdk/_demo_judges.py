@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sdk.alignment import EvalSettings
     from sdk.data import PreferencePair
+    from sdk.models import Runtime
     from sdk.reward import RewardModel, RewardTrainingConfig
 
 __all__ = ["JUDGE_SEED_OFFSET", "judge_architectures", "style_evaluation", "train_style_judges"]
@@ -32,9 +33,10 @@ def judge_architectures(clients: Sequence[str], architectures: Sequence[str],
 
 
 def train_style_judges(architectures: Mapping[str, str], out_dir: Path, *, seed: int,
-                       train_pairs: int, config: RewardTrainingConfig) -> dict[str, RewardModel]:
+                       train_pairs: int, config: RewardTrainingConfig,
+                       runtime: Runtime | None = None) -> dict[str, RewardModel]:
     """One judge :class:`~sdk.reward.RewardModel` per style client (the keys of
-    ``architectures``), trained on separate data."""
+    ``architectures``), trained on separate data, on ``runtime``'s device and dtype."""
     from sdk.data import SynthConfig, synthesize
     from sdk.reward import train_client_reward_models
 
@@ -47,13 +49,15 @@ def train_style_judges(architectures: Mapping[str, str], out_dir: Path, *, seed:
                            warmup_queries=0, policy_train_queries=0, policy_eval_queries=0),
                data)
     trained = train_client_reward_models(data, clients, list(architectures.values()),
-                                         out_dir / "models", config=config, progress=False)
+                                         out_dir / "models", config=config, progress=False,
+                                         runtime=runtime)
     return {c: t.model for c, t in trained.items()}
 
 
 def style_evaluation(policy: Path, judges: Mapping[str, RewardModel],
                      pairs: Mapping[str, Sequence[PreferencePair]],
-                     settings: EvalSettings) -> dict[str, dict[str, Any]]:
+                     settings: EvalSettings,
+                     runtime: Runtime | None = None) -> dict[str, dict[str, Any]]:
     """Win rate against the rejected answer and mean judge score, per style client.
 
     Each pair's prompt is answered ``settings.samples`` times with the GRPO rollouts' decoding;
@@ -65,7 +69,7 @@ def style_evaluation(policy: Path, judges: Mapping[str, RewardModel],
     from sdk.alignment import generate_responses, style_scores
     from sdk.models import load_vlm
 
-    bundle = load_vlm(policy)
+    bundle = load_vlm(policy, runtime=runtime)
     torch.manual_seed(settings.seed)
     out: dict[str, dict[str, Any]] = {}
     for client, judge in judges.items():

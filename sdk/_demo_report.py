@@ -5,24 +5,61 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_run", "results_table", "style_table"]
+__all__ = ["change_summary", "plot_run", "results_table", "style_table"]
+
+
+# (title, per-category key, ID average key, held-out average key) of each block, in print order:
+# the noise-free figure first, since 32 queries' best-of-3 moves by sampling luck alone.
+_BLOCKS = (("expected accuracy: P(right option), no sampling noise", "expected", "id_expected",
+            "heldout_expected"),
+           ("best-of-3 accuracy: 3 answers sampled at temperature 1, any right", "per_category",
+            "id_avg", "heldout_avg"))
 
 
 def results_table(stage_c: dict[str, Any]) -> str:
-    """Stage C's accuracies as a fixed-width table: one row per policy."""
-    cats = list(next(iter(stage_c["results"].values()))["per_category"])
+    """Stage C's accuracies as fixed-width tables, expected accuracy first and best-of-3
+    second: one row per policy, one column per category."""
+    rows = stage_c["results"]
+    cats = list(next(iter(rows.values()))["per_category"])
     head = f"{'policy':<14}" + "".join(f"{c[:9]:>10}" for c in cats) + f"{'ID avg':>10}{'HO avg':>10}"
-    lines = [head, "-" * len(head)]
-    for name, r in stage_c["results"].items():
-        id_avg = float("nan") if r["id_avg"] is None else r["id_avg"]
-        vals = [r["per_category"][c] for c in cats] + [id_avg, r["heldout_avg"]]
-        lines.append(f"{name:<14}" + "".join(f"{v:>10.3f}" for v in vals))
-    for name, r in stage_c["results"].items():
-        if r.get("heldout_expected") is not None:
-            id_exp = float("nan") if r["id_expected"] is None else r["id_expected"]
-            lines.append(f"{name:<14} expected (P(right option), no sampling noise): "
-                         f"ID {id_exp:.3f}, held-out {r['heldout_expected']:.3f}")
+    lines = []
+    for title, per_key, id_key, ho_key in _BLOCKS:
+        lines += [title, head, "-" * len(head)]
+        for name, r in rows.items():
+            vals = [r[per_key][c] for c in cats] + [_nan(r[id_key]), _nan(r[ho_key])]
+            lines.append(f"{name:<14}" + "".join(f"{v:>10.3f}" for v in vals))
     return "\n".join(lines)
+
+
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
+def _change(before: float, after: float) -> str:
+    """``from 0.710 to 0.760 (+5.0 points)``, or that it did not change (to 0.1 points)."""
+    points = round(100 * (after - before), 1)
+    if points == 0:
+        return f"did not change ({after:.3f})"
+    verb = "rose" if points > 0 else "fell"
+    return f"{verb} from {before:.3f} to {after:.3f} ({points:+.1f} points)"
+
+
+def change_summary(stage_c: dict[str, Any]) -> str:
+    """One sentence on what alignment changed: expected accuracy on the members' task
+    categories and on the held-out ones, and each style client's win rate (computed, base
+    against the aligned policy)."""
+    (base_name, base), (name, aligned) = list(stage_c["results"].items())[:2]
+    parts = []
+    if base["id_expected"] is not None:
+        cats = ", ".join(stage_c["id_categories"])
+        parts.append(f"expected accuracy on the members' task categories ({cats}) "
+                     + _change(base["id_expected"], aligned["id_expected"]))
+    parts.append("on the held-out categories it "
+                 + _change(base["heldout_expected"], aligned["heldout_expected"]))
+    for client, score in aligned["style"].items():
+        parts.append(f"the {client} win rate " + _change(base["style"][client]["win_rate"],
+                                                          score["win_rate"]))
+    return f"{name} against the {base_name} policy: " + "; ".join(parts)
 
 
 def style_table(stage_c: dict[str, Any]) -> str:

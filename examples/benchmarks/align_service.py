@@ -1,13 +1,19 @@
 """Alignment as a consortium service: GRPO steps with rewards through ``POST /v1/rewards``
 against the same steps with the same reward models scored in-process; 1 and 2 ranks.
 
+Two step sizes. The demo's step (8 prompts x 4 completions of up to 8 tokens, the demo's tiny
+policy), where generation and the update dominate as in a real run, gives the headline
+``rest_step_overhead_ratio`` and ``rest_step_overhead_ms``; the tiny step (2 prompts x 2
+completions of 4 tokens, a few tens of ms) gives ``tiny_step_overhead_ratio`` and
+``tiny_step_overhead_ms``, where the round trip is most of the step, and runs on 2 ranks too.
+
 A local consortium (one server, two member apps with the hash scorer, one aligner identity) on
 127.0.0.1 and a tiny policy. In-process: ``align`` with MoR over the same published router and
 two in-process hash scorers. REST: ``fedmor align`` as its own process (``python -m sdk.cli``),
 then under ``torch.distributed.run --nproc_per_node 2``. The aligner's process tree is watched
 while it runs (its open files, every 0.1 s): ``aligner_holds_server_key`` is true if it ever
-opened the server's database or identity key. Step time is the median of trl's ``step_time``
-after the first step. The last stdout line is one JSON object.
+opened the server's database or identity key. Step time is the median of ``align``'s
+``step_seconds`` after the first step. The last stdout line is one JSON object.
 
     .venv/bin/python examples/benchmarks/align_service.py --quick
 """
@@ -49,11 +55,11 @@ EMPTY = -1.0
 
 
 def _runtime(out: Path) -> float:
-    """Median seconds per optimizer step after the first (trl's ``step_time``, rank 0): the
-    first step also pays one-off costs (the server builds its pipeline on the first batch,
-    importing torch and the router: 3-14 s here)."""
-    log = json.loads((out / "metrics.json").read_text())["log_history"]
-    times = [float(e["step_time"]) for e in log if "step_time" in e and "loss" in e]
+    """Median seconds per step after the first (``align``'s ``step_seconds``, rank 0: from one
+    step's end to the next, so the router feedback post after each step counts, which trl's
+    ``step_time`` leaves out): the first step also pays one-off costs (the server builds its
+    pipeline on the first batch, importing torch and the router: 3-14 s here)."""
+    times = [t["seconds"] for t in json.loads((out / "metrics.json").read_text())["step_seconds"]]
     return float(np.median(times[1:] if len(times) > 1 else times))
 
 
@@ -125,6 +131,17 @@ def _in_process(c: LocalConsortium, policy: Path, queries: Path, out: Path,
     return _runtime(out)
 
 
+def _overhead(c: LocalConsortium, policy: Path, queries: Path, out: Path,
+              grpo: GRPOSettings) -> tuple[dict[str, float], bool]:
+    """In-process and REST seconds per step of one step size, the overhead in ms and as a
+    ratio; and whether the aligner touched a server file."""
+    local = _in_process(c, policy, queries, out / "in_process", grpo)
+    rest, touched = _rest_run(c, [sys.executable], policy, queries, out / "rest1", grpo)
+    return {"in_process_step_s": round(local, 3), "rest_step_s": round(rest, 3),
+            "overhead_ms": round(1000 * (rest - local), 1),
+            "ratio": round(rest / local, 3)}, touched
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="5 steps (else 20)")
@@ -132,6 +149,9 @@ def main() -> None:
     steps = 5 if args.quick else 20
     grpo = GRPOSettings(steps=steps, prompts_per_step=2, num_generations=2,
                         max_completion_length=4, warmup_steps=0)
+    # The demo's GRPO step (sdk._demo: 8 prompts x 4 completions, max_completion_length 8).
+    demo_grpo = grpo.model_copy(update={"prompts_per_step": 8, "num_generations": 4,
+                                        "max_completion_length": 8})
     work = Path(tempfile.mkdtemp(prefix="fedmor-align-service-"))
     synthesize(SynthConfig(train_pairs=4, eval_pairs=4, heldout_pairs=4, warmup_queries=16,
                            policy_train_queries=16, policy_eval_queries=4), work / "data")
@@ -150,19 +170,21 @@ def main() -> None:
                         HashingEncoder().encoder_id).num_params()
         c.run_round(kind="router_secagg", vector_length=length, min_clients=2,
                     params={"clip_range": 8.0})
-        local = _in_process(c, policy, queries, work / "in_process", grpo)
-        one, touched_one = _rest_run(c, [sys.executable], policy, queries, work / "rest1", grpo)
+        demo, touched_demo = _overhead(c, policy, queries, work / "demo_step", demo_grpo)
+        tiny, touched_tiny = _overhead(c, policy, queries, work / "tiny_step", grpo)
         two, touched_two = _rest_run(
             c, [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                 "--master_port", str(free_port())], policy, queries, work / "rest2", grpo)
         stats: dict[str, Any] = c.admin.get("/v1/rewards/stats").json()
     result = {
-        "steps": steps, "in_process_step_s": round(local, 3), "rest_step_s": round(one, 3),
-        "rest_two_rank_step_s": round(two, 3),
-        "rest_step_overhead_ratio": round(one / local, 3),
-        "rest_step_overhead_s": round(one - local, 3),
-        "two_rank_speedup": round(one / two, 3), "ranks": [1, 2],
-        "aligner_holds_server_key": touched_one or touched_two,
+        "steps": steps,
+        "rest_step_overhead_ratio": demo["ratio"], "rest_step_overhead_ms": demo["overhead_ms"],
+        "in_process_step_s": demo["in_process_step_s"], "rest_step_s": demo["rest_step_s"],
+        "tiny_step_overhead_ratio": tiny["ratio"], "tiny_step_overhead_ms": tiny["overhead_ms"],
+        "tiny_in_process_step_s": tiny["in_process_step_s"],
+        "tiny_rest_step_s": tiny["rest_step_s"], "rest_two_rank_step_s": round(two, 3),
+        "two_rank_speedup": round(tiny["rest_step_s"] / two, 3), "ranks": [1, 2],
+        "aligner_holds_server_key": touched_demo or touched_tiny or touched_two,
         "server_items": stats["items"], "server_failed": stats["failed"],
         "feedback_applied": stats["feedback_applied"], "work_dir": str(work),
     }

@@ -18,6 +18,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from sdk._progress import Steps
 from sdk.alignment._export import write_base_reference
+from sdk.alignment._plots import plot_alignment
 from sdk.data import Query
 from sdk.models import Runtime, load_vlm
 from sdk.reward import LoraSettings
@@ -147,10 +148,11 @@ def query_dataset(queries: Sequence[Query]) -> Dataset:
 
 
 class StepTimer(TrainerCallback):
-    """Wall time of each optimizer step (seconds), for the routed-reward overhead benchmark."""
+    """Wall time of each optimizer step (seconds) and the step it ended (``steps``)."""
 
     def __init__(self) -> None:
         self.durations: list[float] = []
+        self.steps: list[int] = []
         self._start = 0.0
 
     def on_step_begin(self, args: TrainingArguments, state: TrainerState,
@@ -162,6 +164,28 @@ class StepTimer(TrainerCallback):
                     control: TrainerControl, **kwargs: Any) -> None:
         """Stop the clock."""
         self.durations.append(time.perf_counter() - self._start)
+        self.steps.append(state.global_step)
+
+
+class _StepPeriod(StepTimer):
+    """Seconds from one step's end to the next (the first from the start of training): the
+    whole period, with the logging callbacks (the router feedback post) that run after a step
+    ends and that :class:`StepTimer` and trl's ``step_time`` leave out."""
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState,
+                       control: TrainerControl, **kwargs: Any) -> None:
+        """Start the first period."""
+        self._start = time.perf_counter()
+
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState,
+                      control: TrainerControl, **kwargs: Any) -> None:
+        """A period runs on through the next step's start."""
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, **kwargs: Any) -> None:
+        """Close this period and open the next."""
+        super().on_step_end(args, state, control, **kwargs)
+        self._start = time.perf_counter()
 
 
 def align(
@@ -185,8 +209,9 @@ def align(
     ``out_dir/policy`` (model + processor); under ``lora`` instead ``out_dir/adapter`` (the
     adapter, the processor and the base's path and config hash; merge it with
     :func:`export_policy`, or here with ``merge_lora``, which also writes ``policy``), and
-    ``out_dir/metrics.json`` (trl's log history, the reward per call and the router feedback)
-    and returns ``out_dir``. ``progress`` gets one line (step, loss, reward, KL, seconds per
+    ``out_dir/metrics.json`` (trl's log history, seconds per step, the reward per call and the
+    router feedback) with its plots in ``out_dir/plots`` (reward, KL, seconds per step) and
+    returns ``out_dir``. ``progress`` gets one line (step, loss, reward, KL, seconds per
     step) every ``progress_every`` steps (default: about every tenth of the run); None keeps it
     quiet. ``runtime`` places the policy (device, dtype) and sets trl's ``bf16`` / ``fp16`` /
     ``gradient_checkpointing`` to match. ``resume``: continue from the newest checkpoint under
@@ -227,7 +252,8 @@ def align(
         **rt.trainer_precision(),
     )
     feedback = reward_fn.trainer_callbacks()
-    all_callbacks: list[TrainerCallback] = [*callbacks, *feedback]
+    clock = _StepPeriod()
+    all_callbacks: list[TrainerCallback] = [*callbacks, *feedback, clock]
     if progress is not None:
         every = progress_every or max(s.steps // 10, 1)
         all_callbacks.append(_Progress(progress, every=every, total=s.steps))
@@ -245,8 +271,8 @@ def align(
     trainer.remove_callback(PrinterCallback)
     checkpoints = sorted((out / "trainer").glob("checkpoint-*"),
                          key=lambda p: int(p.name.rsplit("-", 1)[1]))
-    trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if resume and checkpoints
-                  else None)
+    resumed = resume and bool(checkpoints)
+    trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if resumed else None)
     if trainer.accelerator.is_main_process:
         policy: Any = trainer.accelerator.unwrap_model(trainer.model)
         if s.lora is not None:
@@ -261,11 +287,25 @@ def align(
             "settings": s.model_dump(),
             "selection": reward_fn.method,
             "log_history": trainer.state.log_history,
+            "step_seconds": _step_seconds(out / "metrics.json" if resumed else None, clock),
             "mean_reward_per_call": reward_fn.history,
             "router_feedback": [h for cb in feedback for h in getattr(cb, "history", [])],
         }
+        metrics["plots"] = plot_alignment(metrics, out / "plots")
         (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
     return out
+
+
+def _step_seconds(previous: Path | None, clock: StepTimer) -> list[dict[str, float]]:
+    """Seconds per step of this run, after those of the run it resumed (its steps before the
+    first one trained here; the checkpoint restores trl's log but not our clock)."""
+    first = clock.steps[0] if clock.steps else float("inf")
+    earlier = []
+    if previous is not None and previous.is_file():
+        earlier = [t for t in json.loads(previous.read_text()).get("step_seconds", [])
+                   if t["step"] < first]
+    return earlier + [{"step": step, "seconds": round(seconds, 4)}
+                      for step, seconds in zip(clock.steps, clock.durations, strict=True)]
 
 
 @dataclass(frozen=True)

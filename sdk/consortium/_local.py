@@ -340,7 +340,12 @@ class LocalConsortium:
         """Block until a round is finished or failed."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            info = self.round(round_id)
+            try:
+                info = self.round(round_id)
+            except httpx.RemoteProtocolError:
+                # The server closed the idle keep-alive connection as this poll reused it (this
+                # process was descheduled for seconds under a load average of 26): poll again.
+                continue
             if info["status"] != "open":
                 return info
             time.sleep(0.05)

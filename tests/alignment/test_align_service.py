@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -72,6 +73,9 @@ def test_fedmor_align_trains_with_rewards_from_the_server(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "GRPO step 2/2" in done.stderr  # a progress line per step (stderr, as all progress)
     metrics = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    assert [t["step"] for t in metrics["step_seconds"]] == [1, 2]
+    assert all(t["seconds"] > 0 for t in metrics["step_seconds"])
+    _assert_plots(tmp_path / "one", metrics)
     assert metrics["rest"]["requests"] >= 2 and metrics["rest"]["failed_items"] == 0
     after = _stats(consortium)
     # Every completion of both steps went to the server (2 prompts x 2 completions per step).
@@ -111,17 +115,30 @@ def test_two_torchrun_ranks_share_the_servers_router(
 def test_fedmor_align_resumes_from_its_checkpoint(
         consortium: LocalConsortium, base_policy: Path, data_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "resumable"
-    first = _run(consortium, [sys.executable], base_policy, data_dir, out, 2, save_steps=1)
+    first = _run(consortium, [sys.executable], base_policy, data_dir, out, 3, save_steps=2)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    # Every 2 steps, and at the end.
     assert sorted(p.name for p in (out / "trainer").glob("checkpoint-*")) == [
-        "checkpoint-1", "checkpoint-2"]
+        "checkpoint-2", "checkpoint-3"]
+    # A job that died during step 3 left checkpoint-2 as its newest.
+    shutil.rmtree(out / "trainer" / "checkpoint-3")
     again = _run(consortium, [sys.executable], base_policy, data_dir, out, 3, "--resume",
-                 save_steps=1)
+                 save_steps=2)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    log = json.loads((out / "metrics.json").read_text())["log_history"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    log = metrics["log_history"]
     assert [e["step"] for e in log if "loss" in e] == [1, 2, 3]  # 1-2 from the checkpoint
-    # ... and only step 3 was trained again.
+    # ... and only step 3 was trained again; the first run's clock covers steps 1-2.
     assert "GRPO step 3/3" in again.stderr and "GRPO step 2/3" not in again.stderr
+    assert [t["step"] for t in metrics["step_seconds"]] == [1, 2, 3]
+    _assert_plots(out, metrics)
+
+
+def _assert_plots(out: Path, metrics: dict[str, Any]) -> None:
+    """Reward, KL and seconds per step as PNG files beside metrics.json."""
+    assert metrics["plots"] == ["reward.png", "kl.png", "seconds_per_step.png"]
+    for name in metrics["plots"]:
+        assert (out / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def _port() -> int:
