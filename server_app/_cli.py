@@ -48,10 +48,31 @@ def _keys_new(args: argparse.Namespace) -> int:
     return 0
 
 
-def _roster_add(args: argparse.Namespace) -> int:
-    from sdk.wire import add_to_roster, load_private_key, public_key_b64
+def _public_key_from_file(path: Path) -> str:
+    """The base64 Ed25519 public key a member sent (what ``fedmor keys new`` prints, or a PEM
+    public key); a private key is refused: the operator must never hold a member's secret."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-    public = args.public_key or public_key_b64(load_private_key(args.key_file))
+    from sdk.wire import parse_public_key, public_key_b64
+
+    text = path.read_text().strip()
+    if "PRIVATE KEY" in text:
+        raise ValueError(f"{path} holds a private key: ask the member for its public key "
+                         f"(the line `fedmor keys new` printed), never its identity file")
+    if text.startswith("-----BEGIN PUBLIC KEY-----"):
+        key = load_pem_public_key(text.encode())
+        if not isinstance(key, Ed25519PublicKey):
+            raise ValueError(f"{path} is not an Ed25519 public key")
+        return public_key_b64(key)
+    parse_public_key(text)  # names the problem if it is not one
+    return text
+
+
+def _roster_add(args: argparse.Namespace) -> int:
+    from sdk.wire import add_to_roster
+
+    public = args.public_key or _public_key_from_file(args.public_key_file)
     token = add_to_roster(args.roster, name=args.name, public_key=public, role=args.role)
     print(f"added {args.name} ({args.role}); one-time enrollment token (give it to the site): "
           f"{token}")
@@ -184,7 +205,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="member (default), aligner (the GRPO job), auditor or operator")
     who = add.add_mutually_exclusive_group(required=True)
     who.add_argument("--public-key", help="base64 Ed25519 public key")
-    who.add_argument("--key-file", type=Path, help="PEM private key to take the public key from")
+    who.add_argument("--public-key-file", type=Path, help="file holding the member's public "
+                     "key (base64, as `fedmor keys new` prints it, or PEM)")
     add.set_defaults(handler=_roster_add)
     remove = roster.add_parser("remove", help="remove (revoke) a member: a running server "
                                "revokes it within a tick")

@@ -196,8 +196,14 @@ def test_cli_keys_and_roster(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert args.handler(args) == 0
     public = capsys.readouterr().out.strip()
     roster = tmp_path / "roster.json"
+    # The operator takes the member's public key, never its identity file.
     args = parser.parse_args(["roster", "add", "--roster", str(roster), "--name", "h1",
-                              "--key-file", str(key)])
+                              "--public-key-file", str(key)])
+    with pytest.raises(ValueError, match="holds a private key"):
+        args.handler(args)
+    (tmp_path / "h1.pub").write_text(public + "\n")
+    args = parser.parse_args(["roster", "add", "--roster", str(roster), "--name", "h1",
+                              "--public-key-file", str(tmp_path / "h1.pub")])
     assert args.handler(args) == 0
     assert "enrollment token" in capsys.readouterr().out
     args = parser.parse_args(["roster", "add", "--roster", str(roster), "--name", "job",
