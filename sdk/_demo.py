@@ -258,7 +258,7 @@ def client_runtime(config: DemoConfig) -> dict[str, str]:
 def _print_stage_c(stage_c: dict[str, Any]) -> None:
     say("stage C: results (multiple-choice accuracy per category)")
     print(results_table(stage_c), flush=True)
-    say(change_summary(stage_c))
+    print(change_summary(stage_c), flush=True)  # a result, not progress: kept by --quiet
     if any(r["style"] for r in stage_c["results"].values()):
         say("stage C: style clients, win rate against the rejected answer under a held-out "
             "judge reward model (3 samples per prompt)")

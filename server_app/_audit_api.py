@@ -20,7 +20,6 @@ import binascii
 import hashlib
 import threading
 import time
-from collections import deque
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
@@ -42,26 +41,21 @@ __all__ = ["audit_router", "install_audit"]
 
 
 class _Budget:
-    """Items each auditor had scored in the sliding window (in memory: a restart forgets it;
-    the member's own budget, kept in its store, still holds)."""
+    """Items each auditor had scored in the sliding window, kept in the store (a restart
+    forgets nothing; the member's own budget, kept in its store, holds as well)."""
 
-    def __init__(self, cfg: AuditSettings) -> None:
-        self.cfg = cfg
-        self._used: dict[str, deque[tuple[float, int]]] = {}
-        self._lock = threading.Lock()
+    def __init__(self, store: Store, cfg: AuditSettings) -> None:
+        self.store, self.cfg = store, cfg
+        self._lock = threading.Lock()  # one check-and-charge at a time
 
     def charge(self, auditor: str, n: int) -> None:
-        now = time.monotonic()
         with self._lock:
-            used = self._used.setdefault(auditor, deque())
-            while used and used[0][0] < now - self.cfg.window_s:
-                used.popleft()
-            total = sum(k for _, k in used)
+            total = self.store.auditor_items(auditor, time.time() - self.cfg.window_s)
             if total + n > self.cfg.query_budget:
                 raise RateLimited(f"auditor {auditor} has used {total} of its "
                                   f"{self.cfg.query_budget} scored items in the last "
                                   f"{self.cfg.window_s:g} s; {n} more would exceed them")
-            used.append((now, n))
+            self.store.charge_auditor(auditor, n)
 
 
 def _items(store: Store, req: RewardRequest) -> list[QueryItem]:
@@ -94,7 +88,7 @@ def audit_router(store: Store, capture: ServerCapture | None, broker: RewardBrok
                  access: Access, cfg: AuditSettings) -> APIRouter:
     """The capture and membership-query endpoints."""
     router = APIRouter(tags=["audit"])
-    budget = _Budget(cfg)
+    budget = _Budget(store, cfg)
 
     async def reader(request: Request) -> str:
         return Access.require(await access.caller(request), ("auditor", ADMIN), "captures")

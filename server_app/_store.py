@@ -63,6 +63,9 @@ CREATE TABLE IF NOT EXISTS client_images (
 CREATE TABLE IF NOT EXISTS online_router (
     method TEXT PRIMARY KEY, router_version INTEGER NOT NULL, run TEXT NOT NULL,
     step INTEGER, last_loss REAL, state BLOB NOT NULL, updated_at REAL NOT NULL);
+-- items each auditor had scored (server_app._audit_api's budget; survives a restart)
+CREATE TABLE IF NOT EXISTS auditor_items (
+    auditor TEXT NOT NULL, at REAL NOT NULL, items INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS reward_queries (
     query_id INTEGER PRIMARY KEY AUTOINCREMENT, client_id TEXT NOT NULL, items TEXT NOT NULL,
     status TEXT NOT NULL, scores TEXT, created_at REAL NOT NULL, answered_at REAL);
@@ -415,6 +418,18 @@ class Store(SQLiteFile):
         """Append one audit record."""
         self._write("INSERT INTO audit(ts, actor, action, detail) VALUES (?,?,?,?)",
                     (time.time(), actor, action, json.dumps(detail, default=str)))
+
+    def auditor_items(self, auditor: str, since: float) -> int:
+        """Items ``auditor`` had scored since ``since`` (older rows are dropped here)."""
+        self._write("DELETE FROM auditor_items WHERE at < ?", (since,))
+        row = self._one("SELECT COALESCE(SUM(items), 0) AS n FROM auditor_items "
+                        "WHERE auditor = ?", (auditor,))
+        return int(row["n"]) if row is not None else 0
+
+    def charge_auditor(self, auditor: str, items: int) -> None:
+        """Record ``items`` scored for ``auditor`` now."""
+        self._write("INSERT INTO auditor_items(auditor, at, items) VALUES (?,?,?)",
+                    (auditor, time.time(), items))
 
     def audit_log(self) -> list[dict[str, Any]]:
         """All audit records, oldest first."""

@@ -183,3 +183,21 @@ def test_demo_capture_holds_every_round_and_query_and_audits(
     for member in ("site-0", "site-1"):
         assert cards[member]["masked input (secure aggregation)"] == "no measurable leak"
         assert cards[member]["router aggregate (published)"] != "leak"
+
+
+def test_the_change_line_is_computed_from_the_results() -> None:
+    """What alignment changed, in words: rose, fell or did not change, from the figures."""
+    from sdk._demo_report import change_summary
+
+    def result(id_expected: float, heldout: float, win: float) -> dict[str, object]:
+        return {"id_expected": id_expected, "heldout_expected": heldout,
+                "style": {"detail": {"win_rate": win, "mean_score": 0.0}}}
+
+    stage_c = {"id_categories": ["diagram"],
+               "results": {"base": result(0.510, 0.358, 0.812),
+                           "MoR (REST)": result(0.587, 0.358, 0.781)}}
+    line = change_summary(stage_c)
+    assert line.startswith("MoR (REST) against the base policy: ")
+    assert "task categories (diagram) rose from 0.510 to 0.587 (+7.7 points)" in line
+    assert "held-out categories it did not change (0.358)" in line
+    assert "the detail win rate fell from 0.812 to 0.781 (-3.1 points)" in line

@@ -87,3 +87,21 @@ def test_admin_actions_are_audited_with_who_did_them(tmp_path: Path) -> None:
     assert broken.status_code == 422 and "not a valid roster" in broken.json()["detail"]
     assert ops.call("GET", "/v1/members").status_code == 200
     assert who["m1"].call("GET", "/v1/work").status_code == 200
+
+
+def test_an_auditors_query_budget_survives_a_server_restart(tmp_path: Path) -> None:
+    """The per-auditor budget lives in the server's database, not in the process."""
+    from server_app import AuditSettings
+    from server_app._audit_api import _Budget
+    from server_app._rewards import RateLimited
+    from server_app._store import Store
+
+    cfg = AuditSettings(query_budget=10, window_s=3600)
+    _Budget(Store(tmp_path / "server.db"), cfg).charge("auditor-1", 8)
+    restarted = _Budget(Store(tmp_path / "server.db"), cfg)  # a new process, same file
+    with pytest.raises(RateLimited, match="used 8 of its 10"):
+        restarted.charge("auditor-1", 3)
+    restarted.charge("auditor-1", 2)
+    restarted.charge("auditor-2", 10)  # each auditor has its own budget
+    with pytest.raises(RateLimited):
+        restarted.charge("auditor-2", 1)
