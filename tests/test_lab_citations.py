@@ -1,7 +1,7 @@
 """Code and the manual say why without citing the lab notebook (sessions, results entries).
 
-The experiment history lives in ``docs/lab-notes/``; a comment or a manual page that points to
-one of its runs goes stale the day the run is superseded.
+The experiment history lives in git; a comment or a manual page that points to one of its runs
+goes stale the day the run is superseded.
 """
 
 import re
@@ -17,7 +17,7 @@ CITATION = re.compile(r"\bsession[ -]?\d+|results\.md,? \"|results\.md entry|lab
 def _sources() -> list[Path]:
     code = [p for top in ("sdk", "server_app", "client_app", "attacks", "examples")
             for p in (ROOT / top).rglob("*.py")]
-    manual = [p for p in (ROOT / "docs").rglob("*.md") if "lab-notes" not in p.parts]
+    manual = list((ROOT / "docs").rglob("*.md"))
     return sorted(code + manual + [ROOT / "README.md"])
 
 
