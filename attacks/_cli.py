@@ -134,15 +134,14 @@ def _print_summary(report: AuditReport) -> None:
 
 
 def _audit_server(args: argparse.Namespace) -> int:
-    import ssl
 
     from attacks._live_audit import audit_live_member
-    from sdk.wire import load_private_key
+    from sdk.wire import load_private_key, tls_verify
 
     if None in (args.identity, args.caller_id, args.member, args.truth_pairs):
         raise ValueError("--server needs --identity, --caller-id, --member and --truth-pairs")
     out = args.out or Path(f"audit-{args.member}")
-    verify = ssl.create_default_context(cafile=str(args.server_ca)) if args.server_ca else True
+    verify = tls_verify(args.server_ca)
     report = audit_live_member(
         args.server, load_private_key(args.identity), caller_id=args.caller_id,
         member=args.member, pairs_dir=args.truth_pairs, out_dir=out,

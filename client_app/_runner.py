@@ -56,6 +56,7 @@ from sdk.wire import (
     load_or_create_key,
     public_key_b64,
     sign_headers,
+    tls_verify,
 )
 
 __all__ = ["ClientRunner", "RunnerError", "UpdateFn", "resolve_update_fn"]
@@ -102,14 +103,7 @@ def _no_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.
 def _verify(settings: ClientSettings) -> ssl.SSLContext | bool:
     """The TLS context for the server: its CA, and this member's certificate when it names
     one (mutual TLS)."""
-    cert = _client_cert(settings)
-    if settings.server_ca is None and cert is None:
-        return True
-    context = ssl.create_default_context(cafile=str(settings.server_ca) if settings.server_ca
-                                         else None)
-    if cert is not None:
-        context.load_cert_chain(*cert)
-    return context
+    return tls_verify(settings.server_ca, _client_cert(settings))
 
 
 def _client_cert(settings: ClientSettings) -> tuple[str, str] | None:

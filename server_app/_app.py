@@ -5,10 +5,8 @@ health and metrics)."""
 
 import asyncio
 import logging
-import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
-from typing import Any
 
 from fastapi import FastAPI
 
@@ -22,6 +20,7 @@ from sdk.wire import (
     key_passphrase,
     load_or_create_key,
     purging,
+    tls_verify,
 )
 from server_app._access import Access
 from server_app._audit_api import install_audit
@@ -84,7 +83,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     key = load_or_create_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
     work = Signal()  # bumped when a round opens or moves on, or a pull query is queued
     rounds = RoundManager(store, default_deadline_s=cfg.stage_deadline_s, on_change=work.bump)
-    verify: Any = ssl.create_default_context(cafile=str(cfg.tls_ca)) if cfg.tls_ca else True
+    verify = tls_verify(cfg.tls_ca)
     broker = RewardBroker(store, key, timeout_s=cfg.reward_timeout_s, poll_s=cfg.reward_poll_s,
                           verify=verify, on_queue=work.bump)
     access = Access(store, cfg)

@@ -108,11 +108,10 @@ def _admin_call(args: argparse.Namespace, method: str, path: str,
     """One admin request: the admin token (FEDMOR_ADMIN_TOKEN), or signed by an operator
     identity (``--key-file`` and ``--sender``)."""
     import json
-    import ssl
 
     import httpx
 
-    from sdk.wire import load_private_key, sign_headers
+    from sdk.wire import load_private_key, sign_headers, tls_verify
 
     content = b"" if body is None else json.dumps(body).encode()
     headers = {"content-type": "application/json"}
@@ -127,8 +126,7 @@ def _admin_call(args: argparse.Namespace, method: str, path: str,
             raise ValueError("set FEDMOR_ADMIN_TOKEN to the server's admin token (or give an "
                              "operator identity: --key-file and --sender)")
         headers["authorization"] = f"Bearer {token}"
-    verify: ssl.SSLContext | bool = (ssl.create_default_context(cafile=str(args.ca))
-                                     if args.ca else True)
+    verify = tls_verify(args.ca)
     return httpx.request(method, args.server.rstrip("/") + path, content=content,
                          headers=headers, verify=verify, timeout=30)
 

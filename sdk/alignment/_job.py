@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import ssl
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +53,9 @@ class AlignJob(BaseModel):
 
 
 def _verify(job: AlignJob) -> Any:
-    return ssl.create_default_context(cafile=str(job.server_ca)) if job.server_ca else True
+    from sdk.wire import tls_verify
+
+    return tls_verify(job.server_ca)
 
 
 def _sender(job: AlignJob) -> str:

@@ -14,7 +14,6 @@ import ipaddress
 import json
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from sdk.wire import Role, add_to_roster, load_or_create_key, public_key_b64
+from sdk.wire import Role, add_to_roster, load_or_create_key, public_key_b64, tls_verify
 
 __all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "client_cert_paths", "free_port",
            "make_pki", "wait_healthy"]
@@ -168,8 +167,8 @@ class LocalConsortium:
         # Client certificates: one per member and identity, and the operator's (this harness).
         certified = [*self.names, *(identities or {}), _OPERATOR] if mtls else []
         self.pki = make_pki(workdir / "pki", certified) if tls else None
-        self.verify: Any = ssl.create_default_context(cafile=str(self.pki[0])) if self.pki \
-            else True
+        ca = self.pki[0] if self.pki else None
+        self.verify: Any = tls_verify(ca)
         scheme = "https" if tls else "http"
         self.server_port = free_port()
         self.server_url = f"{scheme}://127.0.0.1:{self.server_port}"
@@ -210,10 +209,7 @@ class LocalConsortium:
         self.cert = (operator["tls_client_cert"], operator["tls_client_key"]) if mtls else None
         """The operator's client certificate and key (mutual TLS), else None."""
         # ``verify`` stays certificate-less: it is what a caller without a certificate uses.
-        self.operator_tls: Any = self.verify
-        if self.cert is not None and self.pki is not None:
-            self.operator_tls = ssl.create_default_context(cafile=str(self.pki[0]))
-            self.operator_tls.load_cert_chain(*self.cert)
+        self.operator_tls: Any = tls_verify(ca, self.cert)
         self.admin = httpx.Client(base_url=self.server_url, verify=self.operator_tls, timeout=30,
                                   headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
         self._probe = httpx.Client(verify=self.operator_tls, timeout=2)  # health polls

@@ -136,6 +136,7 @@ from sdk.wire._secagg_kind import (
 from sdk.wire._serve import (
     configure_logging,
     serve,
+    tls_verify,
 )
 from sdk.wire._settings import (
     AppHardening,
@@ -261,6 +262,7 @@ __all__ = [
     "sign_headers",
     "signature_check",
     "stage_payload",
+    "tls_verify",
     "verify_signed",
     "write_private_key",
 ]
