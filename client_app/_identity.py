@@ -3,14 +3,14 @@ switch to the new key file.
 
 The new key is written (0600, encrypted when a passphrase is configured) next to the old one as
 ``<identity_key>.next``, announced to the server signed by the old key with a proof of
-possession, and only then moved over the old file. A rotation interrupted after the server
+possession and the old key's endorsement (published for the other members' roster copies), and
+only then moved over the old file. A rotation interrupted after the server
 switched is finished by running the command again (the pending key is reused). A running client
 app notices at its next refused request that the key file changed and signs with the new key.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 from pathlib import Path
@@ -21,7 +21,7 @@ from sdk.wire import (
     load_or_create_key,
     load_private_key,
     public_key_b64,
-    rotation_message,
+    sign_rotation,
 )
 
 if TYPE_CHECKING:
@@ -50,13 +50,12 @@ def rotate_key(runner: ClientRunner) -> str:
                          "client app once)")
     pending = pending_key_path(cfg.identity_key)
     new = load_or_create_key(pending, key_passphrase(cfg.identity_key_passphrase_file))
-    public = public_key_b64(new)
-    proof = base64.b64encode(new.sign(rotation_message(client_id, public))).decode()
-    body = {"public_key": public, "proof": proof}
+    rotation = sign_rotation(client_id, runner.key, new)
+    public, body = rotation.public_key, rotation.model_dump()
     try:
         runner.request("POST", _ROTATE, body)
     except RunnerError as exc:
-        if exc.status != 403:
+        if exc.status not in (401, 403):
             raise
         # An earlier run may have been interrupted after the server switched: the pending key
         # then signs, and the server answers the repeated rotation as done.

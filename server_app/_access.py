@@ -49,6 +49,9 @@ class Access:
         # The key a revoked identity last had (set by server_app._identity): its signed
         # requests get "revoked" (403), not "unknown sender".
         self.revoked_key_of: Callable[[str], str | None] = lambda sender: None
+        # The keys an identity rotated away from (set by server_app._identity): a request one
+        # of them signed gets 401 "rotated out", not the 403 of a bad signature.
+        self.retired_keys_of: Callable[[str], list[str]] = lambda sender: []
 
     def _row(self, sender: str) -> tuple[str, str] | None:
         if sender not in self._rows:
@@ -93,7 +96,7 @@ class Access:
 
     def _kw(self) -> dict[str, Any]:
         return {"public_key_of": self.key_of, "use_nonce": self.use_nonce,
-                "max_skew_s": self.cfg.max_clock_skew_s}
+                "max_skew_s": self.cfg.max_clock_skew_s, "retired_keys_of": self.retired_keys_of}
 
     async def identity(self, request: Request) -> Identity:
         """A signed caller and its role."""

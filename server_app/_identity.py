@@ -7,6 +7,11 @@ the file is revoked at once: its identity is refused (403), it is dropped from e
 (recorded as a refusal with reason ``revoked``, so its stages stop waiting for it), and default
 rounds no longer list it. A revoked (name, key) pair never comes back from a stale file; the
 institution returns under a new key (``fedmor roster add`` with a new key file).
+
+Each rotation is kept with the old key's endorsement of the new one and published (``GET
+/v1/identity/rotations``): a member that checks rounds against its own roster copy follows a
+chain of endorsements from a key it knows, without trusting the server. A request signed by a
+rotated-out key gets 401.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from sdk.wire import (
     PayloadError,
     RosterFile,
     RosterSync,
+    RotationRecord,
+    endorsement_message,
     key_fingerprint,
     parse_public_key,
     rotation_message,
@@ -42,6 +49,18 @@ __all__ = ["Identities"]
 
 _log = logging.getLogger("fedmor.server")
 _SEEN_FLUSH_S = 10.0  # last-seen times reach the store at most this often (not per request)
+_ROTATIONS = """CREATE TABLE IF NOT EXISTS key_rotations (client_id TEXT NOT NULL,
+    old_key TEXT NOT NULL, new_key TEXT NOT NULL, at REAL NOT NULL, endorsement TEXT NOT NULL,
+    PRIMARY KEY (client_id, old_key))"""
+
+
+def _signs(public_key: str, signature: str, message: bytes) -> bool:
+    """Whether base64 ``signature`` is ``public_key``'s over ``message``."""
+    try:
+        parse_public_key(public_key).verify(base64.b64decode(signature, validate=True), message)
+    except (ValueError, binascii.Error, InvalidSignature):
+        return False
+    return True
 
 
 class Identities:
@@ -56,6 +75,8 @@ class Identities:
         self._bad: tuple[int, int] | None = None  # the file's stamp when it failed to load
         self._seen_flushed = time.monotonic()
         access.revoked_key_of = self._revoked_key
+        access.retired_keys_of = self._retired_keys
+        store._write(_ROTATIONS)
 
     # -- the roster file -----------------------------------------------------------------------
     def _file_stamp(self) -> tuple[int, int] | None:
@@ -201,13 +222,9 @@ class Identities:
         """Switch ``client_id`` to the new key of ``body`` (checked: the new key signed the
         rotation message); the old key is refused from the next request on. Repeating a
         rotation that already happened returns the same answer."""
-        try:
-            new = parse_public_key(body.public_key)
-            new.verify(base64.b64decode(body.proof, validate=True),
-                       rotation_message(client_id, body.public_key))
-        except (ValueError, binascii.Error, InvalidSignature):
+        if not _signs(body.public_key, body.proof, rotation_message(client_id, body.public_key)):
             raise PayloadError("proof must be the new key's base64 signature of 'fedmor key "
-                               "rotation\\n{client_id}\\n{public_key}'") from None
+                               "rotation\\n{client_id}\\n{public_key}'")
         with self._lock:
             client = self.store.client(client_id)
             if client is None:
@@ -215,6 +232,11 @@ class Identities:
             old = str(client["public_key"])
             if old == body.public_key:
                 return self._info(str(client["name"]))
+            if not _signs(old, body.endorsement,
+                          endorsement_message(client_id, old, body.public_key)):
+                raise PayloadError("endorsement must be the current key's base64 signature of "
+                                   "'fedmor key endorsement\\n{client_id}\\n{current key}\\n"
+                                   "{public_key}'")
             clash = self.store._one("SELECT name FROM clients WHERE public_key=? UNION SELECT "
                                     "name FROM roster WHERE public_key=? AND name!=?",
                                     (body.public_key, body.public_key, client["name"]))
@@ -225,6 +247,9 @@ class Identities:
                                   (body.public_key, client_id))
                 self.store._write("UPDATE roster SET public_key=? WHERE name=?",
                                   (body.public_key, client["name"]))
+                self.store._write("INSERT OR REPLACE INTO key_rotations VALUES (?,?,?,?,?)",
+                                  (client_id, old, body.public_key, time.time(),
+                                   body.endorsement))
                 self.store.audit(client_id, "key_rotated", name=client["name"],
                                  old=key_fingerprint(old), new=key_fingerprint(body.public_key))
             self.access.forget(client_id)
@@ -232,6 +257,20 @@ class Identities:
         _log.info("%s (%s) rotated its key: %s -> %s", client["name"], client_id,
                   key_fingerprint(old), key_fingerprint(body.public_key))
         return self._info(str(client["name"]))
+
+    def _retired_keys(self, client_id: str) -> list[str]:
+        """The keys an enrolled identity rotated away from (a revoked one: none, so its
+        requests keep their 403)."""
+        return [str(r["old_key"]) for r in self.store._all(
+            "SELECT old_key FROM key_rotations WHERE client_id=? AND client_id IN (SELECT "
+            "client_id FROM clients)", (client_id,))]
+
+    def rotations(self) -> list[RotationRecord]:
+        """Every rotation the server switched, oldest first, with its endorsement."""
+        return [RotationRecord(client_id=r["client_id"], old_public_key=r["old_key"],
+                               new_public_key=r["new_key"], at=r["at"],
+                               endorsement=r["endorsement"])
+                for r in self.store._all("SELECT * FROM key_rotations ORDER BY at")]
 
     # -- the operator's view -------------------------------------------------------------------
     def flush_seen(self) -> None:

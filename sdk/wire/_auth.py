@@ -46,6 +46,7 @@ __all__ = [
     "public_key_b64",
     "record_nonce",
     "sign_headers",
+    "signed_by",
     "verify_signed",
     "write_private_key",
 ]
@@ -194,6 +195,18 @@ def verify_signed(request: SignedRequest, public_key: Ed25519PublicKey, *, metho
     current = time.time() if now is None else now
     if request.recipient != recipient:
         raise AuthError("request addressed to another recipient", status=403)
+    if not signed_by(request, public_key, method=method, path=path, body=body,
+                     recipient=recipient, body_sha256=body_sha256):
+        _log.info("bad signature for sender %r", request.sender)
+        raise AuthError(BAD_SIGNATURE, status=403)
+    if abs(current - request.timestamp) > max_skew_s:
+        raise AuthError(f"timestamp {request.timestamp} is more than {max_skew_s:g} s away "
+                        f"from the server clock")
+
+
+def signed_by(request: SignedRequest, public_key: Ed25519PublicKey, *, method: str, path: str,
+              body: bytes, recipient: str, body_sha256: str | None = None) -> bool:
+    """Whether ``public_key`` made ``request``'s signature (no recipient or clock check)."""
     message = canonical_message(method=method, path=path, body=body,
                                 timestamp=request.timestamp, nonce=request.nonce,
                                 sender=request.sender, recipient=recipient,
@@ -201,11 +214,8 @@ def verify_signed(request: SignedRequest, public_key: Ed25519PublicKey, *, metho
     try:
         public_key.verify(request.signature, message)
     except InvalidSignature:
-        _log.info("bad signature for sender %r", request.sender)
-        raise AuthError(BAD_SIGNATURE, status=403) from None
-    if abs(current - request.timestamp) > max_skew_s:
-        raise AuthError(f"timestamp {request.timestamp} is more than {max_skew_s:g} s away "
-                        f"from the server clock")
+        return False
+    return True
 
 
 def generate_key() -> Ed25519PrivateKey:

@@ -24,6 +24,7 @@ from sdk.wire._auth import (
     AuthError,
     SignedRequest,
     parse_public_key,
+    signed_by,
     verify_signed,
 )
 from sdk.wire._protocols import PayloadError, StagePayload
@@ -34,6 +35,7 @@ __all__ = ["ERROR_RESPONSES", "ConflictError", "NotFoundError", "SignatureCheck"
 
 
 _log = logging.getLogger("fedmor.auth")
+RetiredKeys = Callable[[str], list[str]]  # sender -> the keys it rotated away from
 
 
 def docs_ui(enabled: bool) -> dict[str, Any]:
@@ -170,9 +172,9 @@ class SignatureCheck:
     def __init__(self, signed: SignedRequest, *, method: str, path: str,
                  public_key_of: Callable[[str], str | None],
                  use_nonce: Callable[[str, str, float], bool], max_skew_s: float,
-                 recipient: str) -> None:
+                 recipient: str, retired_keys_of: RetiredKeys | None = None) -> None:
         self._signed, self._method, self._path = signed, method, path
-        self._recipient = recipient
+        self._recipient, self._retired_keys_of = recipient, retired_keys_of
         self._public_key_of, self._use_nonce, self._max_skew_s = (public_key_of, use_nonce,
                                                                   max_skew_s)
         self.body = b""  # set by ``signature_check`` once read
@@ -188,10 +190,25 @@ class SignatureCheck:
         if key_text is None:
             _log.info("unknown sender %r", signed.sender)
             raise AuthError(BAD_SIGNATURE, status=403)
-        verify_signed(signed, parse_public_key(key_text), method=self._method, path=self._path,
-                      body=b"", max_skew_s=self._max_skew_s, body_sha256=self.body_sha256,
-                      recipient=self._recipient)
+        try:
+            verify_signed(signed, parse_public_key(key_text), method=self._method,
+                          path=self._path, body=b"", max_skew_s=self._max_skew_s,
+                          body_sha256=self.body_sha256, recipient=self._recipient)
+        except AuthError as exc:
+            if str(exc) == BAD_SIGNATURE and self._signed_by_retired_key():
+                # Only the old key's holder can get here: telling it so leaks nothing.
+                raise AuthError(f"the key that signed this request was rotated out of "
+                                f"identity {signed.sender}: sign with its current key") from None
+            raise
         self._verified = True
+
+    def _signed_by_retired_key(self) -> bool:
+        if self._retired_keys_of is None:
+            return False
+        return any(signed_by(self._signed, parse_public_key(old), method=self._method,
+                             path=self._path, body=b"", recipient=self._recipient,
+                             body_sha256=self.body_sha256)
+                   for old in self._retired_keys_of(self._signed.sender))
 
     def __call__(self) -> str:
         self.verify()
@@ -216,16 +233,19 @@ async def _read_hashed(request: Request, declared_sha256: str) -> bytes:
 
 async def signature_check(request: Request, *, public_key_of: Callable[[str], str | None],
                           use_nonce: Callable[[str, str, float], bool],
-                          max_skew_s: float, recipient: str = SERVER_SENDER) -> SignatureCheck:
+                          max_skew_s: float, recipient: str = SERVER_SENDER,
+                          retired_keys_of: RetiredKeys | None = None) -> SignatureCheck:
     """Read ``request``'s auth headers and body (``check.body``); returns the blocking check
     (``recipient``: this app's own id). A large or chunked body is read only after its headers
     passed ``SignatureCheck.verify``. An endpoint that does blocking work anyway runs the check
-    first in the same worker thread: one thread hop."""
+    first in the same worker thread: one thread hop. ``retired_keys_of`` names the keys an
+    identity rotated away from: a request one of them signed gets 401 saying so."""
     signed = SignedRequest.from_headers(dict(request.headers))
     path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     check = SignatureCheck(signed, method=request.method, path=path,
                            public_key_of=public_key_of, use_nonce=use_nonce,
-                           max_skew_s=max_skew_s, recipient=recipient)
+                           max_skew_s=max_skew_s, recipient=recipient,
+                           retired_keys_of=retired_keys_of)
     declared = request.headers.get("content-length", "")
     if not declared.isdigit() or int(declared) > _PRECHECK_BYTES:
         await run_in_threadpool(check.verify)
@@ -234,10 +254,11 @@ async def signature_check(request: Request, *, public_key_of: Callable[[str], st
 
 
 async def authenticate(request: Request, *, public_key_of: Callable[[str], str | None],
-                       use_nonce: Callable[[str, str, float], bool], max_skew_s: float) -> str:
+                       use_nonce: Callable[[str, str, float], bool], max_skew_s: float,
+                       retired_keys_of: RetiredKeys | None = None) -> str:
     """Verify the signed headers of ``request``; returns the sender. Raises ``AuthError``."""
     check = await signature_check(request, public_key_of=public_key_of, use_nonce=use_nonce,
-                                  max_skew_s=max_skew_s)
+                                  max_skew_s=max_skew_s, retired_keys_of=retired_keys_of)
     # Off the event loop: the store lookups may wait behind a large durable write.
     return await run_in_threadpool(check)
 

@@ -5,13 +5,12 @@ revoked member gets no further reward query."""
 from __future__ import annotations
 
 import asyncio
-import base64
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from sdk.wire import rotation_message
+from sdk.wire import sign_rotation
 from server_app import (
     BrokerError,
     ServerSettings,
@@ -51,12 +50,12 @@ def test_admin_actions_are_audited_with_who_did_them(tmp_path: Path) -> None:
     assert ops.call("POST", "/v1/members/m2/revoke", {"reason": "left"}).status_code == 200
     with pytest.raises(BrokerError, match="unknown client"):  # no data goes to it any more
         asyncio.run(broker.query(who["m2"].client_id, []))
-    new = generate_key()
-    public = public_key_b64(new)
-    proof = base64.b64encode(new.sign(rotation_message(who["m0"].client_id, public))).decode()
-    rotated = who["m0"].call("POST", "/v1/identity/rotate", {"public_key": public,
-                                                             "proof": proof})
+    rotation = sign_rotation(who["m0"].client_id, who["m0"].key, generate_key())
+    rotated = who["m0"].call("POST", "/v1/identity/rotate", rotation.model_dump())
     assert rotated.status_code == 200, rotated.text
+    stale = who["m0"].call("GET", "/v1/work")  # still signed by the rotated-out key
+    assert stale.status_code == 401 and "rotated out" in stale.json()["detail"], stale.text
+    assert rotation.public_key not in stale.text  # nor is the current key named
     assert tc.post("/v1/router", content=b"\0" * 16, headers=_ADMIN | {
         "content-type": "application/octet-stream"}).status_code == 200
     assert tc.post("/v1/router/rollback", json={"version": 1},
@@ -73,10 +72,15 @@ def test_admin_actions_are_audited_with_who_did_them(tmp_path: Path) -> None:
     for round_id in (1, 2):
         info = tc.get(f"/v1/rounds/{round_id}", headers=_ADMIN).json()
         assert [r["reason"] for r in info["refusals"]] == ["revoked"]
-    # A proof by another key than the one announced is refused (422), never a 5xx.
-    bad = who["m1"].call("POST", "/v1/identity/rotate", {"public_key": public_key_b64(
-        generate_key()), "proof": proof})
+    # A proof by another key than the one announced is refused (422), never a 5xx; so is an
+    # endorsement by another key than the caller's current one.
+    other = sign_rotation(who["m1"].client_id, keys["m1"], generate_key())
+    bad = who["m1"].call("POST", "/v1/identity/rotate", other.model_copy(update={
+        "public_key": public_key_b64(generate_key())}).model_dump())
     assert bad.status_code == 422 and "proof" in bad.json()["detail"]
+    forged = sign_rotation(who["m1"].client_id, generate_key(), generate_key())
+    bad = who["m1"].call("POST", "/v1/identity/rotate", forged.model_dump())
+    assert bad.status_code == 422 and "endorsement" in bad.json()["detail"]
 
     # A roster file moved away revokes nobody; a broken one is a 422 and changes nothing.
     roster.rename(tmp_path / "moved.json")

@@ -1,5 +1,5 @@
 """The identity lifecycle on real processes: a member rotates its key while its app runs (the
-old key is refused, the next round completes), a revoked member is dropped from an open round
+old key gets 401, the next round completes), a revoked member is dropped from an open round
 that still completes and is refused afterwards, a roster entry added to the running server's
 file enrolls without a restart, and the operator lists every identity."""
 
@@ -78,7 +78,9 @@ def test_a_rotated_key_works_and_the_old_one_is_refused(team: LocalConsortium) -
     assert not (key_file.parent / "identity.pem.next").exists()
 
     refused = _signed(team, old, client_id, "GET", "/v1/work")
-    assert refused.status_code == 403, refused.text
+    assert refused.status_code == 401, refused.text  # authentication failed: a stale key
+    assert "rotated out" in refused.json()["detail"]
+    assert public_key_b64(new) not in refused.text
     assert _signed(team, new, client_id, "GET", "/v1/work").status_code == 200
     assert _members(team)[site]["fingerprint"] == key_fingerprint(public_key_b64(new))
     assert (client_id, "key_rotated") in _audit(team)
