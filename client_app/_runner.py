@@ -31,6 +31,7 @@ from client_app._policy import (
     check_round,
     check_update,
 )
+from client_app._roster_copy import RosterCopy
 from client_app._scorer import load_object
 from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
@@ -42,7 +43,6 @@ from sdk.wire import (
     PayloadError,
     PendingQuery,
     RewardRequest,
-    RosterFile,
     RoundFailed,
     RoundInfo,
     RoundSpec,
@@ -226,14 +226,16 @@ class ClientRunner:
         return np.frombuffer(resp.content, dtype="<f4").copy()
 
     def _check_roster(self, info: RoundInfo) -> None:
-        if self.settings.roster_file is None:
-            return
-        known = {c.public_key for c in RosterFile.load(self.settings.roster_file).clients}
-        strangers = [p for p, k in zip(info.participants, info.public_keys, strict=True)
-                     if k not in known]
-        if strangers:
-            raise RoundFailed(f"round {info.round_id} lists keys outside the roster for "
-                              f"{strangers}")
+        if self.settings.roster_file is not None:
+            RosterCopy(self.settings.roster_file, self.store, self._rotations).check(info)
+
+    def _rotations(self) -> list[dict[str, Any]]:
+        """The server's key rotation records (none from a server that cannot say)."""
+        try:
+            return list(self.request("GET", "/v1/identity/rotations", attempts=3).json())
+        except (RunnerError, ValueError) as exc:
+            _log.warning("could not fetch the key rotation records: %s", exc)
+            return []
 
     def _wait_input(self, round_id: int, stage: str) -> StageBroadcast:
         # Long polling: the server answers as soon as the previous stage closes.

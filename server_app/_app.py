@@ -32,6 +32,7 @@ from server_app._meta_api import install_server_ops, meta_router
 from server_app._retention import purge_server
 from server_app._rewards import AlignmentService
 from server_app._rewards_api import install_rate_limit, rewards_router
+from server_app._rotations_api import rotations_router
 from server_app._rounds import RoundManager
 from server_app._rounds_api import rounds_router
 from server_app._router_api import router_versions_router
@@ -104,6 +105,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
     app.state.access = access
     app.include_router(identity_router(identities, access))
+    app.include_router(rotations_router(identities, access))
     app.state.rewards = AlignmentService(store, broker, cfg.alignment)
     app.include_router(rewards_router(app.state.rewards, access))
     install_rate_limit(app)

@@ -56,6 +56,13 @@ def test_admin_actions_are_audited_with_who_did_them(tmp_path: Path) -> None:
     stale = who["m0"].call("GET", "/v1/work")  # still signed by the rotated-out key
     assert stale.status_code == 401 and "rotated out" in stale.json()["detail"], stale.text
     assert rotation.public_key not in stale.text  # nor is the current key named
+    # The record with the old key's endorsement is published to members (only).
+    records = who["m1"].call("GET", "/v1/identity/rotations")
+    assert records.status_code == 200, records.text
+    assert [(r["client_id"], r["old_public_key"], r["new_public_key"], r["endorsement"])
+            for r in records.json()] == [(who["m0"].client_id, public_key_b64(keys["m0"]),
+                                          rotation.public_key, rotation.endorsement)]
+    assert ops.call("GET", "/v1/identity/rotations").status_code == 403
     assert tc.post("/v1/router", content=b"\0" * 16, headers=_ADMIN | {
         "content-type": "application/octet-stream"}).status_code == 200
     assert tc.post("/v1/router/rollback", json={"version": 1},
