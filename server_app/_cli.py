@@ -126,9 +126,18 @@ def _admin_call(args: argparse.Namespace, method: str, path: str,
             raise ValueError("set FEDMOR_ADMIN_TOKEN to the server's admin token (or give an "
                              "operator identity: --key-file and --sender)")
         headers["authorization"] = f"Bearer {token}"
-    verify = tls_verify(args.ca)
+    verify = tls_verify(args.ca, _client_cert(args))
     return httpx.request(method, args.server.rstrip("/") + path, content=content,
                          headers=headers, verify=verify, timeout=30)
+
+
+def _client_cert(args: argparse.Namespace) -> tuple[str, str] | None:
+    """The operator's client certificate and key for a server that requires one (mutual
+    TLS), from ``--client-cert`` / ``--client-key``."""
+    cert, key = args.client_cert, args.client_key
+    if (cert is None) != (key is None):
+        raise ValueError("give both --client-cert and --client-key, or neither")
+    return None if cert is None else (str(cert), str(key))
 
 
 def _members_list(args: argparse.Namespace) -> int:
@@ -168,9 +177,15 @@ def _settings() -> type[Any]:
 
 
 def _server_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    """The options of every admin command that talks to the server: where it is, how to
+    verify it and present a client certificate (mutual TLS), and who signs."""
     parser.add_argument("--server", required=required, default=None,
                         help="server URL, e.g. https://host:8443")
     parser.add_argument("--ca", type=Path, default=None, help="CA bundle of the server")
+    parser.add_argument("--client-cert", type=Path, default=None, help="the operator's client "
+                        "certificate (PEM), for a server with require_client_cert")
+    parser.add_argument("--client-key", type=Path, default=None,
+                        help="the private key of --client-cert (PEM)")
     parser.add_argument("--key-file", type=Path, default=None, help="an operator identity's "
                         "key (else the admin token in FEDMOR_ADMIN_TOKEN)")
     parser.add_argument("--sender", default=None, help="that operator identity's client id")

@@ -1,9 +1,11 @@
 """Mutual TLS: a server with ``require_client_cert`` serves only callers whose certificate the
 consortium's CA signed; members with a certificate complete a round, a caller without one (or
-with one from another CA) fails the TLS handshake before any request is read."""
+with one from another CA) fails the TLS handshake before any request is read; the admin commands
+present the operator's certificate with --client-cert/--client-key."""
 
 from __future__ import annotations
 
+import os
 import ssl
 import subprocess
 import sys
@@ -13,7 +15,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from sdk.consortium import OPEN_POLICY, client_cert_paths, make_pki
+from sdk.consortium import ADMIN_TOKEN, OPEN_POLICY, client_cert_paths, make_pki
 from server_app import ServerSettings
 from tests.apps.conftest import running
 
@@ -43,6 +45,27 @@ def test_with_mutual_tls_members_with_certificates_complete_a_round(tmp_path: Pa
             intruder.get(f"{c.server_url}/v1/health").raise_for_status()
         with httpx.Client(verify=c.operator_tls, timeout=5) as operator:
             assert operator.get(f"{c.server_url}/v1/health").status_code == 200
+        # Every admin command takes the operator's certificate the same way.
+        assert c.cert is not None and c.pki is not None
+        tls = ["--server", c.server_url, "--ca", str(c.pki[0])]
+        cert = ["--client-cert", c.cert[0], "--client-key", c.cert[1]]
+        listed = _admin("roster", "list", *tls, *cert)
+        assert listed.returncode == 0, listed.stderr
+        assert any(line.startswith("site-0 ") for line in listed.stdout.splitlines())
+        rolled = _admin("admin", "rollback", *tls, *cert, "--version", "1")
+        assert rolled.returncode == 0, rolled.stderr
+        assert "router version 1 restored as version 2" in rolled.stdout
+        refused = _admin("admin", "rollback", *tls, "--version", "1")  # no certificate
+        assert refused.returncode != 0 and "restored" not in refused.stdout
+        half = _admin("admin", "rollback", *tls, cert[0], cert[1], "--version", "1")
+        assert half.returncode != 0 and "--client-cert and --client-key" in half.stderr
+
+
+def _admin(*args: str) -> subprocess.CompletedProcess[str]:
+    """``fedmor ARGS`` with the local consortium's admin token."""
+    return subprocess.run([sys.executable, "-m", "sdk.cli", *args], capture_output=True,
+                          text=True, timeout=120, cwd=_REPO,
+                          env={**os.environ, "FEDMOR_ADMIN_TOKEN": ADMIN_TOKEN})
 
 
 def test_require_client_cert_without_https_or_a_ca_is_refused(tmp_path: Path) -> None:
