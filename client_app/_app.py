@@ -20,6 +20,7 @@ from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
 from sdk._version import __version__
+from sdk.secagg import preload_accountant
 from sdk.wire import (
     ERROR_RESPONSES,
     SizeLimit,
@@ -93,6 +94,13 @@ def _configured_scorer(cfg: ClientSettings) -> Scorer:
     return cast(Scorer, factory() if callable(factory) else factory)
 
 
+def _expects_dp(cfg: ClientSettings, store: ClientStore) -> bool:
+    """Whether this site will account DP rounds: its policy asks for DP, or it took part in
+    one before. (Not for every site that may: the accountant costs ~260 MB.)"""
+    policy = cfg.policy
+    return policy.require_dp or policy.max_epsilon is not None or bool(store.dp_ledger())
+
+
 def _lifespan(cfg: ClientSettings, store: ClientStore, key: Ed25519PrivateKey,
               service: RewardService, update_fn: UpdateFn | None, start_runner: bool
               ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
@@ -104,6 +112,8 @@ def _lifespan(cfg: ClientSettings, store: ClientStore, key: Ed25519PrivateKey,
         runner = ClientRunner(cfg, store=store, key=key, service=service,
                               update_fn=update_fn) if start_runner else None
         task = asyncio.create_task(asyncio.to_thread(runner.run_forever)) if runner else None
+        if runner is not None and _expects_dp(cfg, store):
+            preload_accountant()  # not while a DP round's first stage waits for this site
         app.state.runner, app.state.runner_task = runner, task
         _log.info("fedmor client %s (%s): rounds %s; policy: %s", __version__, cfg.name,
                   "on" if runner else "off", describe_policy(cfg.policy).replace("\n", "; "))

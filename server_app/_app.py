@@ -11,6 +11,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppres
 from fastapi import FastAPI
 
 from sdk._version import __version__
+from sdk.secagg import preload_accountant
 from sdk.wire import (
     ERROR_RESPONSES,
     SizeLimit,
@@ -62,6 +63,8 @@ def _lifespan(cfg: ServerSettings, store: Store, rounds: RoundManager, broker: R
                     _log.exception("deadline tick failed")
 
         task = asyncio.create_task(ticker())
+        if cfg.preload_dp_accountant:  # any operator may open a DP round over REST
+            preload_accountant()
         _log.info("fedmor server %s: store %s, %d enrolled member(s)", __version__, cfg.db_path,
                   len(store.clients()))
         async with purging(lambda: purge_server(store, cfg.retention), cfg.retention.interval_s):

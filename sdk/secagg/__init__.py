@@ -15,6 +15,7 @@ from sdk.secagg._dp import (
     clip_and_noise,
     composed_epsilon,
     dp_clip_range,
+    preload_accountant,
 )
 from sdk.secagg._errors import (
     Attack,
@@ -96,5 +97,6 @@ __all__ = [
     "neighbour_graph",
     "parse_client_message",
     "parse_server_message",
+    "preload_accountant",
     "simulate_round",
 ]

@@ -8,12 +8,18 @@ weighted sum to one client. Epsilon comes from opacus' RDP accountant.
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
+import time
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["DPConfig", "client_noise_std", "clip_and_noise", "composed_epsilon", "dp_clip_range"]
+__all__ = ["DPConfig", "client_noise_std", "clip_and_noise", "composed_epsilon", "dp_clip_range",
+           "preload_accountant"]
+
+_log = logging.getLogger("fedmor.dp")
 
 
 class DPConfig(BaseModel):
@@ -93,3 +99,19 @@ def composed_epsilon(rounds: list[tuple[float, float]], delta: float) -> float:
     acc = RDPAccountant()
     acc.history = [(z, q, 1) for z, q in rounds]
     return float(acc.get_epsilon(delta=delta))
+
+
+def preload_accountant() -> threading.Thread:
+    """Import opacus' RDP accountant (and torch with it: seconds, tens on a loaded host) in a
+    background thread, so the first DP round's request does not wait for it. Returns the
+    (daemon) thread; importing stays lazy for processes that never call this."""
+
+    def load() -> None:
+        started = time.monotonic()
+        import opacus.accountants  # noqa: F401  (the import is the point)
+
+        _log.info("DP accountant (opacus) loaded in %.1f s", time.monotonic() - started)
+
+    thread = threading.Thread(target=load, name="fedmor-dp-preload", daemon=True)
+    thread.start()
+    return thread

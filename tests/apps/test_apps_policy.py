@@ -8,6 +8,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -140,9 +141,14 @@ def test_a_dp_round_completes_with_a_dropout_and_its_epsilon_is_the_accountants(
     dp = {"clip_norm": 0.5, "noise_multiplier": 1.0, "delta": 1e-5, "rounds": 10}
     params = {"dp": dp, "clip_range": 2.0, DEMO_SAMPLES_PARAM: 5}
     ids = dict(zip(strict.names, strict.enrolled(), strict=True))
-    # A first DP round loads the accountant (opacus, torch) in every member: seconds here.
+    # The server loaded its accountant (opacus, torch) in the background when it started, not
+    # in the request that opens the first DP round: that request answers at once.
+    _wait_for_line(strict.dir / "server.log", _PRELOADED)
+    started = time.monotonic()
+    # A member without a DP policy loads the accountant at its first DP round: seconds here.
     first = strict.create_round(kind="router_secagg", vector_length=LENGTH, min_clients=3,
                                 stage_deadline_s=60.0, params=params)
+    assert time.monotonic() - started < 5.0
     assert strict.wait_round(first["round_id"], timeout_s=90)["status"] == "finished"
     strict.stop("site-3")  # drops out of the next one
     info = strict.create_round(kind="router_secagg", vector_length=LENGTH, min_clients=3,
@@ -172,6 +178,7 @@ def test_a_dp_round_completes_with_a_dropout_and_its_epsilon_is_the_accountants(
     # site-3 returns with an epsilon budget between one such round (spent) and two: it
     # refuses the next one, which completes without it; the server's total composes all three.
     strict.start_client("site-3", policy={"max_epsilon": (epsilon(1.0) + epsilon(1.0, 1.0)) / 2})
+    _wait_for_line(strict.dir / "site-3.log", _PRELOADED)  # it expects DP: loaded at start
     again = strict.create_round(kind="router_secagg", vector_length=LENGTH, min_clients=3,
                                 stage_deadline_s=60.0, params=params)
     done = strict.wait_round(again["round_id"], timeout_s=60)
@@ -179,6 +186,16 @@ def test_a_dp_round_completes_with_a_dropout_and_its_epsilon_is_the_accountants(
     assert [(r["client_id"], r["reason"]) for r in done["refusals"]] == [
         (ids["site-3"], "epsilon")]
     assert done["dp"]["epsilon_total"] == pytest.approx(epsilon(1.0, 1.0, 1.0), rel=1e-9)
+
+
+_PRELOADED = "DP accountant (opacus) loaded"
+
+
+def _wait_for_line(log: Path, text: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in log.read_text():
+        assert time.monotonic() < deadline, f"{log.name} never said {text!r}"
+        time.sleep(0.2)
 
 
 def test_dp_params_that_do_not_fit_are_refused_at_creation(strict: LocalConsortium) -> None:
