@@ -27,6 +27,7 @@ from server_app._store import Store
 
 __all__ = ["BrokerError", "QueryItem", "RewardBroker"]
 
+_REVOKED = "withdrawn: the member was revoked"
 
 
 class BrokerError(RuntimeError):
@@ -92,8 +93,13 @@ class RewardBroker:
         self._revoked: set[str] = set()
 
     def forget(self, client_id: str) -> None:
-        """A revoked member: no further query goes to it (its items fail as refused)."""
+        """A revoked member: no further query goes to it (its items fail as refused), and its
+        queued pull queries are withdrawn now, so whoever waits for them (the aligner's step,
+        in this process or another on the same store) gets the failure at once, not at the
+        timeout."""
         self._revoked.add(client_id)
+        for query in self.store.pending_queries(client_id):
+            self.store.answer_query(query["query_id"], {"error": _REVOKED})
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
@@ -214,6 +220,9 @@ class RewardBroker:
                 row = self.store.query(query_id)
                 if row is not None and row["status"] == "answered":
                     break
+                if client_id in self._revoked:  # queued just as it was revoked
+                    self.store.answer_query(query_id, {"error": _REVOKED})
+                    continue
                 if time.monotonic() > deadline:
                     self.store.answer_query(query_id, [])  # withdraw it
                     raise BrokerError(f"client {client_id} did not answer query {query_id} "
