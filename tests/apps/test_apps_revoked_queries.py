@@ -81,6 +81,7 @@ def test_revoking_a_member_fails_its_queued_queries_at_once(tmp_path: Path) -> N
         finally:
             for pid in pids:
                 os.kill(pid, signal.SIGCONT)
+        assert "resp" in out, "the step never returned: it waited for the revoked member"
         resp: httpx.Response = out["resp"]
         assert resp.status_code == 200, resp.text
         body = resp.json()
