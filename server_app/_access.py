@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from sdk.wire import AuthError, SignatureCheck, authenticate, signature_check
 from server_app._settings import ServerSettings
@@ -125,6 +126,18 @@ class Access:
         if found.role not in (ADMIN, "operator"):
             raise _refuse(found, ("operator", ADMIN), "admin endpoints")
         return found
+
+    async def operator_with_body(self, request: Request) -> tuple[Identity, bytes]:
+        """Like :meth:`operator`, for an endpoint that reads a raw body: the body too, read
+        after the headers checked out (a signed body is read once, by the signature check)."""
+        if request.headers.get("authorization"):
+            self.admin(request)
+            return Identity(ADMIN, ADMIN), await request.body()
+        check = await signature_check(request, **self._kw())
+        sender = await run_in_threadpool(check)
+        found = Identity(sender, self.role_of(sender))
+        self.require(found, ("operator", ADMIN), "admin endpoints")
+        return found, check.body
 
     async def member(self, request: Request) -> str:
         """A signed ``member`` (the round and reward-query endpoints); returns its id."""

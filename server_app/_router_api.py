@@ -43,27 +43,28 @@ def _version_info(store: Store, version: int | None = None) -> RouterVersionInfo
 
 
 def router_versions_router(store: Store, access: Access) -> APIRouter:
-    """The ``/v1/router`` endpoints over ``store``: any signed caller reads, the admin
-    publishes the first version and rolls back."""
+    """The ``/v1/router`` endpoints over ``store``: any signed caller reads, the operator role
+    (or the admin token) publishes the first version and rolls back."""
     router = APIRouter(prefix="/v1/router", tags=["router"])
     Caller = Annotated[Identity, Depends(access.caller)]
+    Operator = Annotated[Identity, Depends(access.operator)]
 
     @router.get("/latest", response_model=RouterVersionInfo)
     def router_latest(_: Caller) -> RouterVersionInfo:
         """Metadata and sha256 of the newest global router."""
         return _version_info(store)
 
-    @router.post("", response_model=RouterVersionInfo, dependencies=[Depends(access.admin)],
-                 openapi_extra=_BINARY_BODY)
+    @router.post("", response_model=RouterVersionInfo, openapi_extra=_BINARY_BODY)
     async def router_initial(request: Request) -> RouterVersionInfo:
-        """Publish the federation's starting router (admin): little-endian float32 parameters,
-        accepted only while no version exists. Rounds then sum deltas from it, which one
-        fixed-point clip range holds."""
-        vector = _initial_router(await request.body())
+        """Publish the federation's starting router (operator or admin): little-endian
+        float32 parameters, accepted only while no version exists. Rounds then sum deltas
+        from it, which one fixed-point clip range holds."""
+        caller, body = await access.operator_with_body(request)
+        vector = _initial_router(body)
         if store.version() is not None:
             raise ConflictError("a router version exists already; rounds build on it")
         version = store.add_version(None, vector.tobytes(), int(vector.shape[0]))
-        store.audit("admin", "router_published", version=version)
+        store.audit(caller.caller_id, "router_published", version=version)
         return _version_info(store, version)
 
     @router.get("/{version}", response_class=Response, responses=_BLOB_RESPONSE)
@@ -75,17 +76,18 @@ def router_versions_router(store: Store, access: Access) -> APIRouter:
         return Response(bytes(row["blob"]), media_type="application/octet-stream",
                         headers={"x-fedmor-sha256": row["sha256"]})
 
-    @router.post("/rollback", response_model=RouterVersionInfo,
-                 dependencies=[Depends(access.admin)])
-    def router_rollback(req: RouterRollback) -> RouterVersionInfo:
-        """Publish an earlier router version again as the newest (admin): members fetch it as
-        ``latest`` and the next round starts from it. Nothing is deleted; versions only grow."""
+    @router.post("/rollback", response_model=RouterVersionInfo)
+    def router_rollback(caller: Operator, req: RouterRollback) -> RouterVersionInfo:
+        """Publish an earlier router version again as the newest (operator or admin):
+        members fetch it as ``latest`` and the next round starts from it. Nothing is deleted;
+        versions only grow."""
         row = store.version(req.version)
         if row is None:
             raise NotFoundError(f"router version {req.version} does not exist")
         with store.transaction():
             version = store.add_version(None, bytes(row["blob"]), int(row["length"]))
-            store.audit("admin", "router_rolled_back", restored=req.version, version=version)
+            store.audit(caller.caller_id, "router_rolled_back", restored=req.version,
+                        version=version)
         return _version_info(store, version)
 
     return router

@@ -80,3 +80,42 @@ def test_a_store_from_before_roles_reads_every_identity_as_a_member(tmp_path: Pa
         db.execute("INSERT INTO clients VALUES ('c-1', 'm0', 'k', NULL, 1.0)")
     store = Store(tmp_path / "old.db")
     assert [c["role"] for c in store.clients(None)] == ["member"]
+
+
+def test_without_an_admin_token_the_operator_role_runs_the_consortium(tmp_path: Path) -> None:
+    """Operators who want only signed roles leave ``admin_token`` unset (the default): the
+    bearer token is refused everywhere, and an operator identity does every admin task."""
+    roster = tmp_path / "roster.json"
+    keys = {name: generate_key() for name in ("m0", "m1", "ops")}
+    tokens = {n: add_to_roster(roster, name=n, public_key=public_key_b64(k),
+                               role="operator" if n == "ops" else "member")
+              for n, k in keys.items()}
+    cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
+                         roster_file=roster)
+    assert cfg.admin_token is None
+    tc = TestClient(create_app(cfg))
+    who = {}
+    for name, key in keys.items():
+        resp = tc.post("/v1/enroll", json={"name": name, "token": tokens[name],
+                                           "public_key": public_key_b64(key)})
+        who[name] = Member(tc, key, resp.json()["client_id"])
+    bearer = {"authorization": "Bearer anything"}
+    for method, path in [("POST", "/v1/rounds"), ("GET", "/v1/members"),
+                         ("POST", "/v1/router/rollback"), ("POST", "/v1/router")]:
+        refused = tc.request(method, path, json={}, headers=bearer)
+        assert refused.status_code == 403 and "disabled" in refused.json()["detail"], path
+
+    ops = who["ops"]
+    published = ops.send("/v1/router", b"\0" * 16)
+    assert published.status_code == 200, published.text
+    assert ops.call("POST", "/v1/router/rollback", {"version": 1}).json()["version"] == 2
+    assert ops.call("POST", "/v1/rounds", {"vector_length": 4,
+                                           "min_clients": 2}).status_code == 200
+    assert ops.call("GET", "/v1/members").status_code == 200
+    assert ops.call("POST", "/v1/members/m1/revoke").json()["state"] == "revoked"
+    # A member may not publish or roll back; each action is audited with the operator's id.
+    assert who["m0"].send("/v1/router", b"\0" * 16).status_code == 403
+    assert who["m0"].call("POST", "/v1/router/rollback", {"version": 1}).status_code == 403
+    audit = {(r["actor"], r["action"]) for r in tc.app.state.store.audit_log()}  # type: ignore[attr-defined]
+    assert {(ops.client_id, "router_published"), (ops.client_id, "router_rolled_back"),
+            (ops.client_id, "round_created"), (ops.client_id, "member_revoked")} <= audit
