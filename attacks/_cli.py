@@ -114,6 +114,13 @@ def _capture_arguments(audit: argparse.ArgumentParser) -> None:
         "--server-ca", type=Path, help="with --server: CA bundle of the server's certificate"
     )
     audit.add_argument(
+        "--target-config",
+        type=Path,
+        help="with --server: the member's reward_config.json (or its checkpoint directory; no "
+        "weights are read): LiRA trains --shadow-models shadows like it here, from its base "
+        "(the one it records, or --shadow-base)",
+    )
+    audit.add_argument(
         "--truth-embeddings",
         type=Path,
         help="with --member: safetensors with 'embeddings' (N, D) of the samples behind its "
@@ -135,20 +142,27 @@ def _print_summary(report: AuditReport) -> None:
 
 def _audit_server(args: argparse.Namespace) -> int:
 
+    from attacks._audit import AuditConfig
     from attacks._live_audit import audit_live_member
+    from sdk._runtime_options import runtime_from_args
     from sdk.wire import load_private_key, tls_verify
 
     if None in (args.identity, args.caller_id, args.member, args.truth_pairs):
         raise ValueError("--server needs --identity, --caller-id, --member and --truth-pairs")
     out = args.out or Path(f"audit-{args.member}")
     verify = tls_verify(args.server_ca)
+    cfg = AuditConfig(max_pairs=args.max_pairs, seed=args.seed,
+                      shadow_models=args.shadow_models if args.target_config else 0,
+                      shadow_steps=args.shadow_steps, shadow_base=args.shadow_base,
+                      runtime=runtime_from_args(args))
     report = audit_live_member(
         args.server, load_private_key(args.identity), caller_id=args.caller_id,
-        member=args.member, pairs_dir=args.truth_pairs, out_dir=out,
-        max_pairs=args.max_pairs, seed=args.seed, verify=verify,
+        member=args.member, pairs_dir=args.truth_pairs, out_dir=out, config=cfg,
+        target_config=args.target_config, verify=verify, progress=_say,
     )
     for m in report.memberships:
         print(f"{m.setting} ({m.attack}): {m.verdict}")
+    print(report.notes[0])  # the budget this audit used
     _print_summary(report)
     print(f"wrote {out / 'report.json'} and {out / 'report.html'}")
     return 0

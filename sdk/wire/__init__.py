@@ -106,6 +106,7 @@ from sdk.wire._roster import (
     add_to_roster,
 )
 from sdk.wire._schemas import (
+    AuditBudget,
     DPAccount,
     DPTerms,
     EnrollRequest,
@@ -176,6 +177,7 @@ __all__ = [
     "AlignerResponse",
     "AlignerStats",
     "AppHardening",
+    "AuditBudget",
     "AuthError",
     "ClientRound",
     "ConflictError",

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "AuditBudget",
     "DPAccount",
     "DPTerms",
     "EnrollRequest",
@@ -261,6 +262,17 @@ class RewardAnswer(_Wire):
     scores: list[float] = Field(default_factory=list, max_length=MAX_BATCH)
     missing: list[str] = Field(default_factory=list, max_length=MAX_BATCH)
     error: str | None = Field(default=None, max_length=1000, description="refusal reason")
+
+
+class AuditBudget(_Reply):
+    """An auditor's membership-query budget (``GET /v1/audit/budget``): scored items it may
+    still ask for in the sliding window."""
+
+    auditor: str
+    budget: int = Field(description="scored items per window (the server's audit.query_budget)")
+    used: int = Field(description="items scored for this auditor in the current window")
+    left: int
+    window_s: float
 
 
 class MissingImages(_Reply):

@@ -15,10 +15,10 @@ from pydantic import BaseModel, ValidationError
 import sdk.wire as wire
 from tests.apps.conftest import Member
 
-RESPONSES = ["AlignerFeedbackAck", "AlignerResponse", "AlignerStats", "DPAccount", "DPTerms",
-             "EnrollResponse", "ErrorBody", "Health", "MissingImages", "PendingQuery", "Refusal",
-             "RewardResponse", "RoundInfo", "RouterVersionInfo", "StageAck", "StageBroadcast",
-             "Work"]
+RESPONSES = ["AlignerFeedbackAck", "AlignerResponse", "AlignerStats", "AuditBudget",
+             "DPAccount", "DPTerms", "EnrollResponse", "ErrorBody", "Health", "MissingImages",
+             "PendingQuery", "Refusal", "RewardResponse", "RoundInfo", "RouterVersionInfo",
+             "StageAck", "StageBroadcast", "Work"]
 REQUESTS = ["AlignerFeedback", "AlignerItem", "AlignerRequest", "EnrollRequest", "KeyRotation",
             "Revocation", "RewardAnswer", "RewardItem", "RewardRequest", "RoundCreate",
             "RoundRefusal", "RouterRollback", "StageSubmit"]
