@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from attacks._audit import AuditConfig, shadow_recipe
-from attacks._audit_lira import lira_reports, pick_candidates
+from attacks._audit_lira import Candidates, lira_reports, pick_candidates
 from attacks._errors import AttackInputError
 from attacks._html import write_report
 from attacks._membership import threshold_attack
@@ -32,7 +32,7 @@ from attacks._remote import RemoteRewardScorer
 from attacks._report import AuditReport, MembershipReport, membership_report
 from attacks._shadow_base import recorded_shadow_base
 
-__all__ = ["audit_live_member", "read_target_config"]
+__all__ = ["answer_reports", "audit_live_member", "read_target_config"]
 
 ARTEFACT = "reward answers (/v1/reward)"
 _ITEMS_PER_PAIR = 2  # chosen and rejected: one scored item each
@@ -64,10 +64,10 @@ def _signed_get(http: Any, key: Any, caller_id: str, path: str) -> dict[str, Any
     return data
 
 
-def _live_lira(member: str, target: np.ndarray, picked: Any, config: dict[str, Any],
+def _live_lira(member: str, target: np.ndarray, picked: Candidates, config: dict[str, Any],
                cfg: AuditConfig, say: Callable[[str], None]) -> list[MembershipReport]:
     """LiRA on the live answers ``target`` (2n, 2), shadows from the member's recorded base
-    and recipe."""
+    (or ``cfg.shadow_base``) and recipe."""
     from sdk.reward import LoraSettings
 
     lora = None if config["lora"] is None else LoraSettings(**config["lora"])
@@ -77,10 +77,35 @@ def _live_lira(member: str, target: np.ndarray, picked: Any, config: dict[str, A
     say(f"{member}: LiRA with {cfg.shadow_models} shadow models trained here ({base.label}"
         f"{adapters}, {recipe.steps} steps of {recipe.batch_size} pairs each)")
     return lira_reports(
-        member, [("live reward answers relayed by the server", target)],
+        member, [("live reward answers", target)],
         picked.members + picked.non_members, picked.population, base=base, recipe=recipe,
         n_shadow=cfg.shadow_models, clip=recipe.clip_bound, n_boot=cfg.n_boot, seed=cfg.seed,
         say=lambda m: say(f"{member}: {m}"), runtime=cfg.runtime, normalized_from=0)
+
+
+def answer_reports(member: str, margins: np.ndarray, picked: Candidates, cfg: AuditConfig,
+                   target_config: dict[str, Any] | None, *, setting: str,
+                   say: Callable[[str], None]) -> tuple[list[MembershipReport], list[str]]:
+    """The threshold attack, and with ``target_config`` (the member's reward_config.json)
+    LiRA, on the member's answers: ``margins`` (2n,) of ``picked``'s members then
+    non-members, each scored once for both attacks. Returns the reports and notes."""
+    n = len(picked.members)
+    attack = threshold_attack(lambda idx: margins[np.asarray(idx, dtype=np.int64)],
+                              list(range(n)), list(range(n, 2 * n)), seed=cfg.seed)
+    reports = [membership_report(attack, setting=f"{member}: {setting}", n_boot=cfg.n_boot,
+                                 seed=cfg.seed)]
+    say(f"{member}: threshold attack: {reports[0].verdict}")
+    notes = []
+    if target_config is not None and cfg.shadow_models:
+        target = np.stack([margins, np.zeros_like(margins)], axis=1)  # (2n, 2): margin rows
+        reports += _live_lira(member, target, picked, target_config, cfg, say)
+        say(f"{reports[-1].setting}: {reports[-1].verdict}")
+    else:
+        notes.append("No LiRA: it needs the member's reward_config.json (--target-config, or "
+                     "the reward_model_dir of its settings) to train shadow models like it, "
+                     "and --shadow-models > 0.")
+    return [r.model_copy(update={"members": [member], "artefact": ARTEFACT})
+            for r in reports], notes
 
 
 def audit_live_member(server_url: str, key: Any, *, caller_id: str, member: str,
@@ -122,26 +147,14 @@ def audit_live_member(server_url: str, key: Any, *, caller_id: str, member: str,
                                     path=f"/v1/audit/members/{member}/reward")
         margins = scorer(picked.members + picked.non_members)  # (2n,) chosen - rejected
         after = _signed_get(http, key, caller_id, "/v1/audit/budget")
-    target = np.stack([margins, np.zeros_like(margins)], axis=1)  # (2n, 2): margin rows
-    attack = threshold_attack(lambda idx: margins[np.asarray(idx, dtype=np.int64)],
-                              list(range(n)), list(range(n, 2 * n)), seed=cfg.seed)
-    reports = [membership_report(attack, setting=f"{member}: live reward answers relayed by "
-                                 f"the server ({scorer.items_sent} scored items)",
-                                 n_boot=cfg.n_boot, seed=cfg.seed)]
-    say(f"{member}: threshold attack: {reports[0].verdict}")
-    notes = [f"Auditor budget: this audit used {scorer.items_sent} scored items; "
-             f"{after['used']} of {after['budget']} are used in the current window of "
-             f"{after['window_s']:g} s ({after['left']} left)."]
-    if target_cfg is not None and cfg.shadow_models:
-        reports += _live_lira(member, target, picked, target_cfg, cfg, say)
-        say(f"{reports[-1].setting}: {reports[-1].verdict}")
-    else:
-        notes.append("No LiRA: it needs the member's reward_config.json (--target-config) to "
-                     "train shadow models like it, and --shadow-models > 0.")
+    reports, notes = answer_reports(
+        member, margins, picked, cfg, target_cfg, say=say,
+        setting=f"live reward answers relayed by the server ({scorer.items_sent} scored items)")
+    notes.insert(0, f"Auditor budget: this audit used {scorer.items_sent} scored items; "
+                 f"{after['used']} of {after['budget']} are used in the current window of "
+                 f"{after['window_s']:g} s ({after['left']} left).")
     report = AuditReport(
-        title=f"fedmor live audit of {member} through {server_url}",
-        memberships=[r.model_copy(update={"members": [member], "artefact": ARTEFACT})
-                     for r in reports],
+        title=f"fedmor live audit of {member} through {server_url}", memberships=reports,
         notes=[*notes, "Queried as the auditor role through the consortium server: the "
                "member's site policy and budget applied to every query, and the server "
                "charged them to the auditor's own budget."])
