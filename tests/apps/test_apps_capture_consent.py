@@ -121,3 +121,21 @@ def test_a_finished_round_not_yet_captured_survives_a_server_crash(
                                  params={DEMO_SAMPLES_PARAM: 5, "threshold": 3},
                                  participants=consortium.enrolled()[:3])
     assert after["round_id"] in {r.round_id for r in _captured_rounds(capture, 3).manifest.rounds}
+
+
+def test_a_reward_query_line_torn_by_a_crash_does_not_spoil_the_log(tmp_path: Path) -> None:
+    """A crash in the middle of an append leaves half a line (its query was never answered):
+    the next append cuts it, and every whole line still reads."""
+    from sdk.capture import RewardQuery, write_capture
+
+    def query(i: int) -> RewardQuery:
+        return RewardQuery(image_sha256=f"{i:064x}", prompt="p", response=f"r{i}", score=0.5,
+                           member="a")
+
+    write_capture(tmp_path, reward_queries=[query(0), query(1)])
+    log = tmp_path / "reward-queries.jsonl"
+    with log.open("a") as f:
+        f.write(query(2).model_dump_json()[:40])  # the crash
+    write_capture(tmp_path, reward_queries=[query(3)])
+    assert [q.response for q in CaptureFiles.open(tmp_path).reward_queries()] == \
+        ["r0", "r1", "r3"]
