@@ -139,7 +139,8 @@ class RoundRefusal(_Wire):
     /v1/rounds/{id}/refusal``): it sends nothing more in that round and never retries it."""
 
     reason: str = Field(pattern=r"^[a-z_]{1,40}$", description="which policy rule refused it "
-                        "(round_kind, participants, threshold, dp, epsilon, local_samples, ...)")
+                        "(round_kind, participants, captured, threshold, dp, epsilon, "
+                        "local_samples, ...)")
     detail: str = Field(default="", max_length=1000, description="the rule, in words")
 
 
