@@ -7,7 +7,8 @@
   the reward broker, exactly as the aligner's queries reach it. The member sees the server as
   the caller, so its site policy's ``reward_budget`` bounds every server-relayed query
   together; the server adds a budget per auditor (``audit.query_budget`` items per
-  ``audit.window_s``, HTTP 429 past it); ``GET /v1/audit/budget``: what is left of it.
+  ``audit.window_s``, HTTP 429 past it); ``GET /v1/audit/budget`` (server_app._audit_budget_api)
+  says what is left of it.
 
 An auditor may not open rounds, send stage messages or ask for rewards (``/v1/rewards``): those
 endpoints check their own roles and refuse it (403).
@@ -27,7 +28,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import FileResponse
 
 from sdk.capture import CaptureManifest
-from sdk.wire import AuditBudget, NotFoundError, PayloadError, RewardRequest, RewardResponse
+from sdk.wire import NotFoundError, PayloadError, RewardRequest, RewardResponse
 from server_app._access import ADMIN, Access
 from server_app._audit_settings import AuditSettings
 from server_app._broker import BrokerError, QueryItem, RewardBroker
@@ -47,11 +48,6 @@ class _Budget:
     def __init__(self, store: Store, cfg: AuditSettings) -> None:
         self.store, self.cfg = store, cfg
         self._lock = threading.Lock()  # one check-and-charge at a time
-
-    def state(self, auditor: str) -> AuditBudget:
-        used = self.store.auditor_items(auditor, time.time() - self.cfg.window_s)
-        return AuditBudget(auditor=auditor, budget=self.cfg.query_budget, used=used,
-                           left=max(0, self.cfg.query_budget - used), window_s=self.cfg.window_s)
 
     def charge(self, auditor: str, n: int) -> None:
         with self._lock:
@@ -128,12 +124,6 @@ def audit_router(store: Store, capture: ServerCapture | None, broker: RewardBrok
         if path not in allowed:
             raise NotFoundError(f"{path!r} is not a file of the capture")
         return FileResponse(cap.cfg.dir / path, media_type="application/octet-stream")
-
-    @router.get("/v1/audit/budget", response_model=AuditBudget)
-    def budget_left(who: Auditor) -> AuditBudget:
-        """This auditor's query budget: items used in the window and left, so an audit can be
-        sized to fit before it asks a member anything."""
-        return budget.state(who)
 
     @router.post("/v1/audit/members/{name}/reward", response_model=RewardResponse,
                  responses={429: {"description": "this auditor's query budget is spent"},
