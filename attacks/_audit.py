@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from attacks._audit_lira import lira_reports
+from attacks._audit_lira import lira_reports, pick_candidates
 from attacks._captured import CapturedRouterUpdate, CaptureMeta
 from attacks._captured_attacks import CapturedAttackConfig, attack_captured_update
 from attacks._errors import AttackInputError
@@ -36,7 +36,7 @@ from sdk.models import Runtime
 if TYPE_CHECKING:
     from sdk.reward import LoraSettings, RewardTrainingConfig
 
-__all__ = ["AuditConfig", "audit_run_dir", "update_owner"]
+__all__ = ["AuditConfig", "audit_run_dir", "shadow_recipe", "update_owner"]
 
 _RAW, _ANSWERS = "reward model (raw scores)", "reward answers (/v1/reward)"
 
@@ -106,7 +106,7 @@ def _margins(model: Any, pairs: list[Any]) -> np.ndarray:
     return np.stack([chosen.double().numpy(), rejected.double().numpy()], axis=1)
 
 
-def _shadow_recipe(
+def shadow_recipe(
     training: Mapping[str, Any], lora: LoraSettings | None, cfg: AuditConfig
 ) -> RewardTrainingConfig:
     """The target's training recipe as its checkpoint recorded it (``train_reward_model``'s
@@ -142,17 +142,9 @@ def _client_reports(
 
     client = ckpt.name
     data = run_dir / "data" / "clients" / client
-    train, held = load_pairs(data / "train"), load_pairs(data / "eval")
-    rng = np.random.default_rng(cfg.seed)
-    n = min(cfg.max_pairs, len(train), len(held))
-    if n == 0:
-        raise AttackInputError(
-            f"client {client}: needs train and eval pairs, got {len(train)} / {len(held)}"
-        )
-    mem_idx = np.sort(rng.choice(len(train), n, replace=False))
-    non_idx = np.sort(rng.choice(len(held), n, replace=False))
-    members = [train[int(i)] for i in mem_idx]
-    non_members = [held[int(i)] for i in non_idx]
+    picked = pick_candidates(client, load_pairs(data / "train"), load_pairs(data / "eval"),
+                             cfg.max_pairs, cfg.seed)
+    members, non_members, n = picked.members, picked.non_members, len(picked.members)
     model = RewardModel.from_pretrained(ckpt, runtime=cfg.runtime)
     normalizer = ScoreNormalizer.load(ckpt)
     raw = _margins(model, members + non_members)  # (2n, 2)
@@ -181,18 +173,12 @@ def _client_reports(
         out.append(rep.model_copy(update={"members": [client], "artefact": kinds[len(out)]}))
         say(f"{client}: threshold attack on {name}: {out[-1].verdict}")
     if cfg.shadow_models:
-        # Shadows train on pairs from the same distribution that are not candidates, about as
-        # many as the client trained on (the candidates' IN half comes on top).
-        taken, held_taken = set(mem_idx.tolist()), set(non_idx.tolist())
-        rest = [p for i, p in enumerate(train) if i not in taken]
-        rest += [p for i, p in enumerate(held) if i not in held_taken]
-        population = rest[: max(len(train) - n, 0)]
         lira = _lira(
             ckpt,
             model,
             views[:2],
             members + non_members,
-            population,
+            picked.population,
             clip=normalizer.clip,
             cfg=cfg,
             work=work,
@@ -225,7 +211,7 @@ def _lira(
 
     client = ckpt.name
     training = RewardModel.read_checkpoint_config(ckpt).get("training") or {}
-    recipe = _shadow_recipe(training, model.lora, cfg)
+    recipe = shadow_recipe(training, model.lora, cfg)
     dp = recipe.dp
     private = "" if dp is None else f", record-level DP-SGD at epsilon {dp.target_epsilon:g}"
     adapters = "" if recipe.lora is None else f", LoRA rank {recipe.lora.r}"

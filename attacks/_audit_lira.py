@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from attacks._errors import AttackInputError
 from attacks._membership import LiraConfig, lira_attack
 from attacks._report import MembershipReport, membership_report
 from attacks._shadow_base import ShadowBase
@@ -27,7 +29,37 @@ if TYPE_CHECKING:
     from sdk.models import Runtime
     from sdk.reward import RewardTrainingConfig
 
-__all__ = ["lira_reports"]
+__all__ = ["Candidates", "lira_reports", "pick_candidates"]
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """An audit's candidate pairs (members first, as many non-members) and the population the
+    shadows train on besides half of the candidates."""
+
+    members: list[Any]
+    non_members: list[Any]
+    population: list[Any]
+
+
+def pick_candidates(who: str, train: Sequence[Any], held: Sequence[Any], max_pairs: int,
+                    seed: int) -> Candidates:
+    """``max_pairs`` members drawn from ``train`` and as many non-members from ``held``
+    (fewer when either runs short); the population is the pairs left over, about as many as
+    the target trained on (the candidates' IN half comes on top)."""
+    rng = np.random.default_rng(seed)
+    n = min(max_pairs, len(train), len(held))
+    if n == 0:
+        raise AttackInputError(
+            f"client {who}: needs train and eval pairs, got {len(train)} / {len(held)}"
+        )
+    mem_idx = np.sort(rng.choice(len(train), n, replace=False))
+    non_idx = np.sort(rng.choice(len(held), n, replace=False))
+    taken, held_taken = set(mem_idx.tolist()), set(non_idx.tolist())
+    rest = [p for i, p in enumerate(train) if i not in taken]
+    rest += [p for i, p in enumerate(held) if i not in held_taken]
+    return Candidates([train[int(i)] for i in mem_idx], [held[int(i)] for i in non_idx],
+                      rest[: max(len(train) - n, 0)])
 
 
 class _Shadows:
@@ -106,9 +138,11 @@ def lira_reports(
     seed: int,
     say: Callable[[str], None],
     runtime: Runtime | None = None,
+    normalized_from: int = 1,
 ) -> list[MembershipReport]:
     """LiRA on each view ``(name, target margins (2n, 2))`` of the 2n candidates (first n
-    members); view 0 is raw, every later one normalized and clipped at ``clip``. Every shadow
+    members); views before ``normalized_from`` are raw, the others normalized and clipped at
+    ``clip`` (a live member's answers: all of them, ``normalized_from=0``). Every shadow
     starts from ``base`` (attacks._shadow_base) and trains with ``recipe`` (the target's: its
     steps, batch, learning rate, LoRA adapters and DP-SGD), seeded apart, on ``runtime``'s
     device and dtype."""
@@ -122,7 +156,7 @@ def lira_reports(
     pop_idx = list(range(n2, len(pairs)))
     out = []
     for v, (name, target) in enumerate(views):
-        which = 0 if v == 0 else 1
+        which = 0 if v < normalized_from else 1
 
         def target_scorer(idx: Sequence[int], t: np.ndarray = target) -> np.ndarray:
             i = np.asarray(idx, dtype=np.int64)

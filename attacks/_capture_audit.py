@@ -363,6 +363,7 @@ def audit_capture_dir(
         memberships=members,
         checks=[*checks, *query_checks],
         notes=list(_CAPTURE_NOTES),
+        captured=True,
     )
     rows: list[ReconstructionReport | MembershipReport | CaptureCheck] = [
         *report.reconstructions,

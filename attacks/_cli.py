@@ -114,6 +114,19 @@ def _capture_arguments(audit: argparse.ArgumentParser) -> None:
         "--server-ca", type=Path, help="with --server: CA bundle of the server's certificate"
     )
     audit.add_argument(
+        "--client-config",
+        type=Path,
+        help="a member's self-audit: its client app's settings file (reward model, device, "
+        "clip, policy); its reward answers are attacked locally on --truth-pairs, no server",
+    )
+    audit.add_argument(
+        "--target-config",
+        type=Path,
+        help="with --server: the member's reward_config.json (or its checkpoint directory; no "
+        "weights are read): LiRA trains --shadow-models shadows like it here, from its base "
+        "(the one it records, or --shadow-base)",
+    )
+    audit.add_argument(
         "--truth-embeddings",
         type=Path,
         help="with --member: safetensors with 'embeddings' (N, D) of the samples behind its "
@@ -135,18 +148,45 @@ def _print_summary(report: AuditReport) -> None:
 
 def _audit_server(args: argparse.Namespace) -> int:
 
+    from attacks._audit import AuditConfig
     from attacks._live_audit import audit_live_member
+    from sdk._runtime_options import runtime_from_args
     from sdk.wire import load_private_key, tls_verify
 
     if None in (args.identity, args.caller_id, args.member, args.truth_pairs):
         raise ValueError("--server needs --identity, --caller-id, --member and --truth-pairs")
     out = args.out or Path(f"audit-{args.member}")
     verify = tls_verify(args.server_ca)
+    cfg = AuditConfig(max_pairs=args.max_pairs, seed=args.seed,
+                      shadow_models=args.shadow_models if args.target_config else 0,
+                      shadow_steps=args.shadow_steps, shadow_base=args.shadow_base,
+                      runtime=runtime_from_args(args))
     report = audit_live_member(
         args.server, load_private_key(args.identity), caller_id=args.caller_id,
-        member=args.member, pairs_dir=args.truth_pairs, out_dir=out,
-        max_pairs=args.max_pairs, seed=args.seed, verify=verify,
+        member=args.member, pairs_dir=args.truth_pairs, out_dir=out, config=cfg,
+        target_config=args.target_config, verify=verify, progress=_say,
     )
+    for m in report.memberships:
+        print(f"{m.setting} ({m.attack}): {m.verdict}")
+    print(report.notes[0])  # the budget this audit used
+    _print_summary(report)
+    print(f"wrote {out / 'report.json'} and {out / 'report.html'}")
+    return 0
+
+
+def _audit_self(args: argparse.Namespace) -> int:
+    from attacks._audit import AuditConfig
+    from attacks._self_audit import audit_own_scorer
+    from sdk._runtime_options import runtime_from_args
+
+    if args.truth_pairs is None:
+        raise ValueError("--client-config needs --truth-pairs (the site's own train/ and eval/ "
+                         "pairs)")
+    out = args.out or Path("self-audit")
+    cfg = AuditConfig(max_pairs=args.max_pairs, seed=args.seed,
+                      shadow_models=args.shadow_models, shadow_steps=args.shadow_steps,
+                      shadow_base=args.shadow_base, runtime=runtime_from_args(args))
+    report = audit_own_scorer(args.client_config, args.truth_pairs, out, cfg, progress=_say)
     for m in report.memberships:
         print(f"{m.setting} ({m.attack}): {m.verdict}")
     _print_summary(report)
@@ -182,10 +222,14 @@ def _audit(args: argparse.Namespace) -> int:
     from attacks._captured_attacks import CapturedAttackConfig
     from sdk._runtime_options import runtime_from_args
 
-    if sum(x is not None for x in (args.run_dir, args.capture, args.server)) != 1:
-        raise ValueError("give one of RUN_DIR, --capture DIR or --server URL")
+    sources = (args.run_dir, args.capture, args.server, args.client_config)
+    if sum(x is not None for x in sources) != 1:
+        raise ValueError("give one of RUN_DIR, --capture DIR, --server URL or --client-config "
+                         "FILE")
     if args.capture is not None:
         return _audit_capture(args)
+    if args.client_config is not None:
+        return _audit_self(args)
     if args.server is not None:
         return _audit_server(args)
 

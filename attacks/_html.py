@@ -9,7 +9,7 @@ from pathlib import Path
 from attacks._errors import AttackInputError
 from attacks._metrics import MetricSummary
 from attacks._plots import plot_roc
-from attacks._report import AuditReport, CaptureCheck, MembershipReport, ReconstructionReport
+from attacks._report import AuditReport, MembershipReport, ReconstructionReport
 from attacks._summary import AuditSummary, VerdictLevel, verdict_level
 
 __all__ = ["VERDICT_CLASSES", "render_html", "write_report"]
@@ -127,17 +127,51 @@ def _reconstruction_table(rows: list[ReconstructionReport]) -> str:
     )
 
 
-def _check_table(rows: list[CaptureCheck]) -> str:
-    body = "".join(
-        f"<tr><td>{_esc(r.attack)}</td><td>{_esc(r.setting)}</td><td>{_esc(r.recovered)}</td>"
-        f"<td>{_esc(r.statistic)}: {r.value:.4g}</td><td>{_esc(r.baseline)}</td>"
-        f"<td>{_verdict(r.verdict)}</td></tr>"
-        for r in rows
-    )
-    return (
-        "<table><tr><th>attack</th><th>setting</th><th>what the attacker recovered</th>"
-        "<th>statistic</th><th>trivial baseline</th><th>verdict</th></tr>" + body + "</table>"
-    )
+_EXACT_CI = "none: computed exactly from the captured bytes (no sampling)"
+
+
+def _captured_rows(report: AuditReport) -> dict[str, list[str]]:
+    """One row per finding on a captured artefact, grouped by artefact kind (first seen first):
+    attack, setting, what the attacker recovered, the statistic, its 95% interval, the trivial
+    baseline beside it and the verdict. Reconstructions and membership rows count only when
+    every row of the report attacks a capture (``report.captured``)."""
+    rows: dict[str, list[str]] = {}
+
+    def add(kind: str, cells: tuple[str, str, str, str, str, str], verdict: str) -> None:
+        names = ("attack", "setting", "recovered", "statistic", "ci", "baseline")
+        tds = "".join(f'<td class="{n}">{_esc(c)}</td>' for n, c in zip(names, cells, strict=True))
+        rows.setdefault(kind, []).append(
+            f'<tr class="finding">{tds}<td class="verdict-cell">{_verdict(verdict)}</td></tr>')
+
+    scored = report.captured
+    for r in report.reconstructions if scored else []:
+        key, m = r.primary_metric, r.metrics[r.primary_metric]
+        bases = "; ".join(f"{name}: {b[key].mean:.3f} [{b[key].ci_low:.3f}, {b[key].ci_high:.3f}]"
+                          for name, b in r.baselines.items())
+        add(r.artefact, (r.attack, r.setting, f"a reconstruction, scored against the member's "
+                         f"samples ({r.target})", f"{key}: {m.mean:.4g}",
+                         f"[{m.ci_low:.3f}, {m.ci_high:.3f}]", f"{bases} ({key})"), r.verdict)
+    for mr in report.memberships if scored else []:
+        add(mr.artefact, (mr.attack, mr.setting, f"scores of {mr.n_members} member and "
+                          f"{mr.n_non_members} non-member pairs", f"AUC: {mr.auc:.3f}",
+                          f"[{mr.auc_ci[0]:.3f}, {mr.auc_ci[1]:.3f}]",
+                          f"a random guess: AUC in the null band [{mr.null_band[0]:.3f}, "
+                          f"{mr.null_band[1]:.3f}]"), mr.verdict)
+    for c in report.checks:
+        ci = _EXACT_CI if c.ci is None else f"[{c.ci[0]:.3f}, {c.ci[1]:.3f}]"
+        add(c.artefact, (c.attack, c.setting, c.recovered, f"{c.statistic}: {c.value:.4g}", ci,
+                         c.baseline), c.verdict)
+    return rows
+
+
+def _captured_sections(report: AuditReport) -> str:
+    """One section per captured artefact kind, each a table of its findings."""
+    head = ("<table><tr><th>attack</th><th>setting</th><th>what the attacker recovered</th>"
+            "<th>statistic</th><th>95% CI</th><th>trivial baseline</th><th>verdict</th></tr>")
+    return "".join(
+        f'<section class="captured" data-artefact="{_esc(kind)}"><h3>{_esc(kind)}</h3>'
+        + head + "".join(rows) + "</table></section>"
+        for kind, rows in _captured_rows(report).items())
 
 
 def render_html(report: AuditReport, out_dir: str | Path) -> Path:
@@ -163,14 +197,9 @@ def render_html(report: AuditReport, out_dir: str | Path) -> Path:
         parts.append(_reconstruction_table(report.reconstructions))
         for rr in report.reconstructions:
             parts += [_img(_resolve(f, out), f"{rr.attack} / {rr.setting}") for f in rr.figures]
-    if report.checks:
+    if report.checks or report.captured:
         parts.append("<h2>Captured artefacts</h2>")
-        kinds = dict.fromkeys(r.artefact for r in report.checks)  # first-seen order
-        for kind in kinds:  # one section per artefact kind: attack, baseline, verdict
-            parts.append(f'<section class="captured" data-artefact="{_esc(kind)}">'
-                         f"<h3>{_esc(kind)}</h3>"
-                         + _check_table([r for r in report.checks if r.artefact == kind])
-                         + "</section>")
+        parts.append(_captured_sections(report))
     parts += [_img(_resolve(f, out), Path(f).name) for f in report.figures]
     page = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

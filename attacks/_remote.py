@@ -21,35 +21,23 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attacks._errors import AttackError
 
-__all__ = ["RemoteRewardScorer"]
+__all__ = ["RemoteRewardScorer", "RewardItemScorer"]
 
 _PATH = "/v1/reward"
 
 
-class RemoteRewardScorer:
-    """``scorer(pairs) -> margins (n,)`` through ``/v1/reward``: two scored items per pair
-    (chosen, rejected). ``http`` is an ``httpx.Client`` with the app's ``base_url`` (an ASGI
-    test client works too); ``recipient`` is the member's client id, which every signed query
-    names. ``items_sent`` counts what the app's budget was charged. ``path``: another endpoint
-    of the same contract, e.g. the server's ``/v1/audit/members/{name}/reward`` for an auditor
-    (``sender``: its client id, ``recipient``: ``server``)."""
+class RewardItemScorer:
+    """``scorer(pairs) -> margins (n,)`` from ``RewardRequest`` items, two per pair (chosen,
+    rejected), each image sent once and then by hash: subclasses deliver a batch of items
+    (``_post``) and get one score per item. ``items_sent`` counts the scored items."""
 
-    def __init__(
-        self,
-        http: httpx.Client,
-        key: Ed25519PrivateKey,
-        *,
-        recipient: str,
-        sender: str = "server",
-        batch_pairs: int = 64,
-        path: str = _PATH,
-    ) -> None:
-        self._http, self._key, self._sender = http, key, sender
-        self._path = path
-        self._recipient = recipient
+    def __init__(self, *, batch_pairs: int = 64) -> None:
         self._batch = batch_pairs
-        self._sent: set[str] = set()  # image hashes the app already holds
+        self._sent: set[str] = set()  # image hashes the scorer already holds
         self.items_sent = 0
+
+    def _post(self, items: list[dict[str, Any]]) -> list[float]:
+        raise NotImplementedError
 
     def _image(self, image: Any) -> tuple[str, str | None]:
         buf = io.BytesIO()
@@ -59,24 +47,6 @@ class RemoteRewardScorer:
         if digest in self._sent:
             return digest, None
         return digest, base64.b64encode(data).decode("ascii")
-
-    def _post(self, items: list[dict[str, Any]]) -> list[float]:
-        # The wire contract's signing (it imports fastapi): only when a live attack runs.
-        from sdk.wire import sign_headers
-
-        body = json.dumps({"items": items}).encode()
-        headers = sign_headers(
-            self._key, sender=self._sender, method="POST", path=self._path, body=body,
-            recipient=self._recipient,
-        ) | {"content-type": "application/json"}
-        resp = self._http.post(self._path, content=body, headers=headers)
-        if resp.status_code != 200:
-            raise AttackError(f"{self._path} answered HTTP {resp.status_code}: {resp.text[:300]}")
-        self.items_sent += len(items)
-        scores = [float(s) for s in resp.json()["scores"]]
-        if len(scores) != len(items):
-            raise AttackError(f"{self._path} returned {len(scores)} scores for {len(items)} items")
-        return scores
 
     def __call__(self, pairs: Sequence[Any]) -> np.ndarray:
         """Margins score(x, chosen) - score(x, rejected), shape (len(pairs),)."""
@@ -102,3 +72,45 @@ class RemoteRewardScorer:
             self._sent.update(new)
             out += [c - r for c, r in zip(scores[0::2], scores[1::2], strict=True)]
         return np.asarray(out, dtype=np.float64)
+
+
+class RemoteRewardScorer(RewardItemScorer):
+    """A :class:`RewardItemScorer` through ``/v1/reward``. ``http`` is an ``httpx.Client``
+    with the app's ``base_url`` (an ASGI test client works too); ``recipient`` is the member's
+    client id, which every signed query names. ``items_sent`` counts what the app's budget was
+    charged. ``path``: another endpoint of the same contract, e.g. the server's
+    ``/v1/audit/members/{name}/reward`` for an auditor (``sender``: its client id,
+    ``recipient``: ``server``)."""
+
+    def __init__(
+        self,
+        http: httpx.Client,
+        key: Ed25519PrivateKey,
+        *,
+        recipient: str,
+        sender: str = "server",
+        batch_pairs: int = 64,
+        path: str = _PATH,
+    ) -> None:
+        super().__init__(batch_pairs=batch_pairs)
+        self._http, self._key, self._sender = http, key, sender
+        self._path = path
+        self._recipient = recipient
+
+    def _post(self, items: list[dict[str, Any]]) -> list[float]:
+        # The wire contract's signing (it imports fastapi): only when a live attack runs.
+        from sdk.wire import sign_headers
+
+        body = json.dumps({"items": items}).encode()
+        headers = sign_headers(
+            self._key, sender=self._sender, method="POST", path=self._path, body=body,
+            recipient=self._recipient,
+        ) | {"content-type": "application/json"}
+        resp = self._http.post(self._path, content=body, headers=headers)
+        if resp.status_code != 200:
+            raise AttackError(f"{self._path} answered HTTP {resp.status_code}: {resp.text[:300]}")
+        self.items_sent += len(items)
+        scores = [float(s) for s in resp.json()["scores"]]
+        if len(scores) != len(items):
+            raise AttackError(f"{self._path} returned {len(scores)} scores for {len(items)} items")
+        return scores

@@ -138,6 +138,9 @@ class CaptureCheck(BaseModel):
     verdict: str
     members: list[str] = Field(default_factory=list, description="whose data; []: every member")
     artefact: str
+    ci: tuple[float, float] | None = Field(default=None, description="95% interval of the "
+                                           "statistic when it is estimated from samples; "
+                                           "None: computed exactly from the captured bytes")
 
 
 class AuditReport(BaseModel):
@@ -151,6 +154,9 @@ class AuditReport(BaseModel):
     checks: list[CaptureCheck] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     figures: list[str] = Field(default_factory=list)
+    captured: bool = Field(default=False, description="every row attacks a captured artefact "
+                           "(fedmor audit --capture): report.html shows each artefact kind in "
+                           "a section of its own, scored rows included")
     summary: AuditSummary = Field(
         default_factory=AuditSummary, description="derived from the rows; recomputed on load"
     )

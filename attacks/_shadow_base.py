@@ -14,6 +14,10 @@ In order of preference:
    so: such shadows are not the target's twins, and the audit should be rerun with (1).
 
 Any size fedmor can load works: nothing here depends on the sizes fedmor builds itself.
+
+An auditor who queries a live member holds no checkpoint, only the member's
+``reward_config.json`` (no weights): :func:`recorded_shadow_base` takes (1) or the base it
+records, checked against the recorded hash of its config.json, and refuses anything else.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from attacks._errors import AttackInputError
 if TYPE_CHECKING:
     from sdk.reward import RewardModel
 
-__all__ = ["ShadowBase", "resolve_shadow_base"]
+__all__ = ["ShadowBase", "recorded_shadow_base", "resolve_shadow_base"]
 
 
 @dataclass(frozen=True)
@@ -88,21 +92,14 @@ def resolve_shadow_base(
     ``work`` is a scratch directory that must outlive the shadows."""
     from transformers import AutoConfig
 
-    from sdk.models import get_architecture, read_model_type
+    from sdk.models import get_architecture
     from sdk.reward import RewardModel
 
     config: dict[str, Any] = RewardModel.read_checkpoint_config(ckpt)
     width = int(target.bundle.hidden_size)
     what = f"{target.architecture}, hidden {width}"
     if explicit is not None:
-        if not _has_weights(explicit):
-            raise AttackInputError(f"shadow base {explicit} is not a VLM checkpoint directory")
-        kind = get_architecture(read_model_type(explicit)).name
-        if kind != target.architecture or _hidden(explicit) != width:
-            raise AttackInputError(
-                f"shadow base {explicit} is a {kind} of hidden {_hidden(explicit)}; the target "
-                f"is a {what}"
-            )
+        _check_explicit(explicit, target.architecture, width)
         return ShadowBase(explicit, f"{what}, from the given base {explicit}", True)
     if target.lora is not None and config["backbone"].get("adapter_only"):
         # An adapter checkpoint stores no backbone: the target was loaded over its recorded
@@ -129,3 +126,46 @@ def resolve_shadow_base(
         "(name it with --shadow-base for shadows that are the target's twins)",
         False,
     )
+
+
+def _check_explicit(explicit: Path, architecture: str, width: int) -> str:
+    """``explicit``'s architecture name, or an AttackInputError if it is not a VLM directory
+    of ``architecture`` and hidden size ``width``."""
+    from sdk.models import get_architecture, read_model_type
+
+    if not _has_weights(explicit):
+        raise AttackInputError(f"shadow base {explicit} is not a VLM checkpoint directory")
+    kind = get_architecture(read_model_type(explicit)).name
+    if kind != architecture or _hidden(explicit) != width:
+        raise AttackInputError(
+            f"shadow base {explicit} is a {kind} of hidden {_hidden(explicit)}; the target "
+            f"is a {architecture}, hidden {width}"
+        )
+    return kind
+
+
+def recorded_shadow_base(config: dict[str, Any], explicit: Path | None = None) -> ShadowBase:
+    """The base of the target whose ``reward_config.json`` is ``config`` (a live member's: its
+    weights stay with it): ``explicit``, or the base directory it records when that is here
+    with the config hash it records."""
+    from sdk.models import config_digest
+
+    architecture, width = str(config["architecture"]), int(config["hidden_size"])
+    what = f"{architecture}, hidden {width}"
+    if explicit is not None:
+        _check_explicit(explicit, architecture, width)
+        return ShadowBase(explicit, f"{what}, from the given base {explicit}", True)
+    recorded = config["backbone"]
+    source = Path(str(recorded.get("source", "")))
+    if not _has_weights(source):
+        raise AttackInputError(
+            f"the target's base {source} is not here: name a copy of it with --shadow-base "
+            "(LiRA's shadows must start from the weights the target started from)"
+        )
+    if recorded.get("config_sha256") and config_digest(source) != recorded["config_sha256"]:
+        raise AttackInputError(
+            f"{source}/config.json does not hash to the target's recorded base: not the base "
+            "it was trained from; name the right one with --shadow-base"
+        )
+    _check_explicit(source, architecture, width)
+    return ShadowBase(source, f"{what}, from the target's recorded base {source}", True)

@@ -1,6 +1,6 @@
 """fedmor client_app: a member's app (reward queries, its side of each round)."""
 
-from client_app._app import create_client_app, create_client_app_from_env
+from client_app._app import create_client_app, create_client_app_from_env, site_reward_service
 from client_app._demo import demo_update
 from client_app._policy import PolicyDenied, PolicyRefused, SitePolicy, describe_policy
 from client_app._runner import ClientRunner, RunnerError, UpdateFn
@@ -27,4 +27,5 @@ __all__ = [
     "demo_update",
     "describe_policy",
     "load_object",
+    "site_reward_service",
 ]

@@ -32,7 +32,7 @@ from sdk.wire import (
     purging,
 )
 
-__all__ = ["create_client_app", "create_client_app_from_env"]
+__all__ = ["create_client_app", "create_client_app_from_env", "site_reward_service"]
 
 _log = logging.getLogger("fedmor.client")
 DEMO_HEADER = "x-fedmor-demo"
@@ -101,6 +101,18 @@ def _expects_dp(cfg: ClientSettings, store: ClientStore) -> bool:
     return policy.require_dp or policy.max_epsilon is not None or bool(store.dp_ledger())
 
 
+def site_reward_service(cfg: ClientSettings, store: ClientStore,
+                        scorer: Scorer | None = None) -> RewardService:
+    """The reward service the app serves ``/v1/reward`` with: the configured scorer (or
+    ``scorer``), the site's clip bound, policy and limits; it records queries in ``store``.
+    A member's self-audit (``fedmor audit --client-config``) scores through one of its own."""
+    scorer = scorer or _configured_scorer(cfg)
+    return RewardService(store, scorer, clip=_clip_bound(cfg, scorer), policy=cfg.policy,
+                         rate_per_minute=cfg.rate_limit_per_minute,
+                         decoded_cache_bytes=cfg.decoded_cache_bytes,
+                         max_image_side=cfg.max_image_side)
+
+
 def _lifespan(cfg: ClientSettings, store: ClientStore, key: Ed25519PrivateKey,
               service: RewardService, update_fn: UpdateFn | None, start_runner: bool
               ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
@@ -142,10 +154,7 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     update_fn = resolve_update_fn(cfg) if start_runner and cfg.run_rounds else None
     store = ClientStore(cfg.db_path)
     key = load_or_create_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
-    service = RewardService(store, scorer, clip=_clip_bound(cfg, scorer), policy=cfg.policy,
-                            rate_per_minute=cfg.rate_limit_per_minute,
-                            decoded_cache_bytes=cfg.decoded_cache_bytes,
-                            max_image_side=cfg.max_image_side)
+    service = site_reward_service(cfg, store, scorer)
     if cfg.demo:
         _log.warning("DEMO MODE: stand-ins answer for whatever is not configured (hash-scorer "
                      "rewards, random router updates); every reward answer carries %s: true",

@@ -47,6 +47,10 @@ class SitePolicy(BaseModel):
     min_local_samples: int = Field(
         default=2, ge=1, description="fewest local pairs an update may be computed from: an "
                                      "update on one sample can be inverted to that sample")
+    allow_captured_rounds: bool = Field(
+        default=False, description="take part in rounds the server captures (RoundInfo."
+        "captured: it keeps every message as received for the consortium's auditor); off "
+        "until the site agreed to the audit, so no site is captured by a server setting alone")
     serve_rewards: bool = Field(default=True, description="answer reward queries at all")
     reward_budget: int = Field(default=100_000, ge=0, description="items each caller may have "
                                "scored per reward_window")
@@ -101,6 +105,10 @@ def check_round(policy: SitePolicy, info: RoundInfo) -> RoundPrivacy:
     if len(info.participants) < policy.min_participants:
         raise PolicyRefused("participants", f"{len(info.participants)} participant(s) < "
                                             f"min_participants {policy.min_participants}")
+    if info.captured and not policy.allow_captured_rounds:
+        raise PolicyRefused("captured", "the server captures this round (keeps every message "
+                                        "for its auditor) and this site has not agreed "
+                                        "(allow_captured_rounds)")
     privacy = _privacy(info)
     if privacy.masked and privacy.min_survivors < policy.min_threshold:
         raise PolicyRefused("threshold", f"an aggregate of {privacy.min_survivors} survivor(s) "
@@ -167,9 +175,15 @@ def describe_policy(policy: SitePolicy) -> str:
     if policy.max_epsilon is not None:
         sends.append(f"until its DP rounds add up to epsilon {policy.max_epsilon:g} at delta "
                      f"{policy.epsilon_delta:g}")
+    if sends:
+        sends.append("also in rounds the server captures for the consortium's auditor"
+                     if policy.allow_captured_rounds else
+                     "only in rounds the server does not capture")
     never = [] if plain else ["plain (unmasked) updates"]
     if dp_only:
         never.append("updates without DP noise")
+    if not policy.allow_captured_rounds:
+        never.append("updates in captured rounds (kept by the server for its auditor)")
     lines = ["this site sends: " + ("; ".join(sends) if sends else "no router updates")]
     if never:
         lines.append("never: " + "; ".join(never))

@@ -51,8 +51,9 @@ def site_policy(config: DemoConfig) -> dict[str, Any]:
     """The demo members' site policy. Secure rounds of as few as two synthetic sites (each
     could learn the other's update from the sum) are allowed here explicitly, refused by a
     site's default policy; under ``--dp`` every member requires DP and holds the epsilon
-    budget of the demo's rounds."""
-    policy: dict[str, Any] = {"min_participants": 2, "min_threshold": 2}
+    budget of the demo's rounds; under ``--capture`` they agree to be captured."""
+    policy: dict[str, Any] = {"min_participants": 2, "min_threshold": 2,
+                              "allow_captured_rounds": config.capture}
     if config.dp:
         # A hair above the target: the accountant's epsilon for the resolved noise lies just
         # under it, and the last round must not be refused by float rounding.

@@ -25,6 +25,7 @@ from sdk.wire import (
 )
 from server_app._access import Access
 from server_app._audit_api import install_audit
+from server_app._audit_budget_api import audit_budget_router
 from server_app._broker import RewardBroker
 from server_app._enroll_api import enrollment_router
 from server_app._identity import Identities
@@ -113,6 +114,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(rewards_router(app.state.rewards, access))
     install_rate_limit(app)
     install_audit(app, store, rounds, broker, access, cfg)
+    app.include_router(audit_budget_router(store, access, cfg.audit))
     app.include_router(meta_router())
     app.include_router(enrollment_router(store, key, cfg))
     app.include_router(rounds_router(rounds, access))

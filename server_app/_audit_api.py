@@ -7,7 +7,8 @@
   the reward broker, exactly as the aligner's queries reach it. The member sees the server as
   the caller, so its site policy's ``reward_budget`` bounds every server-relayed query
   together; the server adds a budget per auditor (``audit.query_budget`` items per
-  ``audit.window_s``, HTTP 429 past it).
+  ``audit.window_s``, HTTP 429 past it); ``GET /v1/audit/budget`` (server_app._audit_budget_api)
+  says what is left of it.
 
 An auditor may not open rounds, send stage messages or ask for rewards (``/v1/rewards``): those
 endpoints check their own roles and refuse it (403).

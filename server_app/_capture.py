@@ -5,7 +5,14 @@ silently), and after each finished round a worker thread writes, into ``capture.
 ``sdk.capture`` format, the messages the round stored as they arrived (masked inputs and
 unmasking responses of ``router_secagg``; plain updates of ``rm_fedavg``), the round's base and
 its published router. Every reward query the broker answers is logged as (image hash, prompt,
-response, score, member). Only the newest ``retention_rounds`` rounds are kept.
+response, score, member), written before the aligner gets its reward. Only the newest
+``retention_rounds`` rounds are kept.
+
+A crash loses no captured round: before a captured round's finish is committed (and so before
+its last upload is acknowledged), the round manager calls :meth:`ServerCapture.reserve`, which
+leaves a durable marker ``.pending/round-NNNNNN`` in the capture directory; the marker goes
+once the round is in the manifest. A server that restarts captures every round still marked
+(the messages are in its store), and a capture that failed is tried again there.
 
 Parameters are named as ``sdk.router.Router.named_parameters()`` of the router in ``capture``
 (default: ``alignment``'s router and encoder; its outputs are the enrolled members, or
@@ -17,9 +24,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,6 +49,7 @@ from server_app._store import Store
 __all__ = ["ServerCapture"]
 
 _log = logging.getLogger("fedmor.server.capture")
+_PENDING = ".pending"  # markers of finished rounds not yet in the manifest (never served)
 
 
 def _named(flat: np.ndarray, shapes: Sequence[tuple[str, tuple[int, ...]]]) -> dict[str, Any]:
@@ -70,10 +80,52 @@ class ServerCapture:
         self._jobs: queue.Queue[int | None] = queue.Queue()
         self._idle = threading.Condition()
         self._busy = 0
+        self._pending = cfg.dir / _PENDING
+        self._pending.mkdir(exist_ok=True, mode=0o700)
         self._worker = threading.Thread(target=self._run, name="fedmor-capture", daemon=True)
         self._worker.start()
+        for round_id in self._resume():
+            self.round_ended(round_id)
+
+    def _marker(self, round_id: int) -> Path:
+        return self._pending / f"round-{round_id:06d}"
+
+    def _resume(self) -> list[int]:
+        """Rounds marked before a crash (or whose capture failed) that finished: to capture
+        now. An open round keeps its marker (it is marked again when it finishes); a failed
+        one publishes nothing and loses it."""
+        todo = []
+        for marker in sorted(self._pending.glob("round-*")):
+            round_id = int(marker.name.removeprefix("round-"))
+            row = self.store.round_row(round_id)
+            status = None if row is None else row["status"]
+            if status == "finished":
+                todo.append(round_id)
+            elif status != "open":
+                marker.unlink(missing_ok=True)
+        if todo:
+            _log.info("capturing round(s) %s, finished before the last shutdown", todo)
+        return todo
 
     # -- hooks ---------------------------------------------------------------------------------
+    def reserve(self, round_id: int) -> None:
+        """Mark ``round_id`` durably as to be captured; called before its finish is committed,
+        so a crash at any point after leaves the marker for :meth:`_resume`."""
+        path = self._marker(round_id)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            dirfd = os.open(self._pending, os.O_RDONLY)
+            try:
+                os.fsync(dirfd)  # the new directory entry, too
+            finally:
+                os.close(dirfd)
+        except OSError:  # the round still finishes; only its capture is at risk
+            _log.exception("could not mark round %d for capture", round_id)
+
     def round_ended(self, round_id: int) -> None:
         """Queue a finished round for capture (called by the round manager)."""
         with self._idle:
@@ -149,6 +201,10 @@ class ServerCapture:
     def _capture(self, round_id: int) -> None:
         row = self.store.round_row(round_id)
         if row is None or row["status"] != "finished":
+            self._marker(round_id).unlink(missing_ok=True)
+            return
+        if round_id in {r.round_id for r in self.manifest().rounds}:  # written before a crash
+            self._marker(round_id).unlink(missing_ok=True)
             return
         spec = RoundSpec.model_validate(json.loads(row["spec"]) if isinstance(row["spec"], str)
                                         else row["spec"])
@@ -195,6 +251,7 @@ class ServerCapture:
             write_capture(self.cfg.dir, rounds=[rc],
                           description="captured by the fedmor consortium server")
             dropped = prune_capture(self.cfg.dir, self.cfg.retention_rounds)
+        self._marker(round_id).unlink(missing_ok=True)  # in the manifest now
         _log.info("round %d captured in %s%s", round_id, self.cfg.dir,
                   f" (retention dropped rounds {dropped})" if dropped else "")
 

@@ -341,6 +341,8 @@ class RoundManager:
                 self._fail(round_id, f"stage {stage}: the aggregate {problem}")
                 return
             result = self._published(round_id, mean)
+            if self.capture is not None:  # durable before the finish (and the last ack)
+                self.capture.reserve(round_id)
         with self.store.transaction():  # one commit (one fsync) per close
             self.store.put_closure(round_id, stage, broadcast)
             self.store.audit("server", "stage_closed", round_id=round_id, stage=stage,

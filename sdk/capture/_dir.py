@@ -229,6 +229,24 @@ def _save_manifest(root: Path, manifest: CaptureManifest) -> Path:
     return root / MANIFEST
 
 
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a last line without its newline: an append a crash interrupted. Its query was never
+    answered (the log is written before the reward goes out), and a half line would make the
+    whole log unreadable once more lines follow it."""
+    if not path.is_file():
+        return
+    with path.open("rb+") as f:
+        size = f.seek(0, 2)
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        f.seek(max(0, size - (1 << 20)))  # one query line is far shorter than 1 MiB
+        tail = f.read()
+        f.truncate(size - len(tail) + tail.rfind(b"\n") + 1)
+
+
 def write_capture(root: str | Path, *, rounds: Sequence[RoundCapture] = (),
                   reward_queries: Iterable[RewardQuery] = (), description: str = "") -> Path:
     """Append ``rounds`` and ``reward_queries`` to the capture directory ``root`` (created if
@@ -246,6 +264,7 @@ def write_capture(root: str | Path, *, rounds: Sequence[RoundCapture] = (),
         known.add(rc.round_id)
     queries = [q.model_dump_json() for q in reward_queries]
     if queries:
+        _drop_torn_tail(out / QUERIES)
         with (out / QUERIES).open("a", encoding="utf-8") as f:
             f.write("\n".join(queries) + "\n")
         manifest.reward_queries = QUERIES

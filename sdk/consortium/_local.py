@@ -36,7 +36,7 @@ ADMIN_TOKEN = "local-admin-token"
 """The admin bearer token of a local consortium's server (127.0.0.1 only; never for a deployment)."""
 OPEN_POLICY: dict[str, Any] = {
     "round_kinds": ["router_secagg", "rm_fedavg"], "min_participants": 1, "min_threshold": 1,
-    "min_local_samples": 1}
+    "min_local_samples": 1, "allow_captured_rounds": True}
 """A site policy that takes part in every round: for tests and benchmarks of the protocols on
 throw-away data, never for a site (the client app's defaults refuse plain and small rounds)."""
 _OPERATOR = "operator"  # the harness's own client certificate under mutual TLS

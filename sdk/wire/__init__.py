@@ -111,6 +111,7 @@ from sdk.wire._roster import (
     add_to_roster,
 )
 from sdk.wire._schemas import (
+    AuditBudget,
     DPAccount,
     DPTerms,
     EnrollRequest,
@@ -181,6 +182,7 @@ __all__ = [
     "AlignerResponse",
     "AlignerStats",
     "AppHardening",
+    "AuditBudget",
     "AuthError",
     "ClientRound",
     "ConflictError",

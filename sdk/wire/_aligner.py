@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sdk.wire._schemas import _Reply
+
 __all__ = ["AlignerFeedback", "AlignerFeedbackAck", "AlignerItem", "AlignerRequest",
            "AlignerResponse", "AlignerStats"]
 
@@ -45,7 +47,7 @@ class AlignerRequest(_Wire):
                       "step < s")
 
 
-class AlignerResponse(_Wire):
+class AlignerResponse(_Reply):
     """One normalized, clipped reward per item, or (``missing`` non-empty, ``rewards`` empty)
     the image hashes to resend with their bytes."""
 
@@ -69,7 +71,7 @@ class AlignerFeedback(_Wire):
                      "history afresh (the router keeps what it learned)")
 
 
-class AlignerFeedbackAck(_Wire):
+class AlignerFeedbackAck(_Reply):
     """Whether the feedback was applied (once per step: another rank's copy is not)."""
 
     step: int
@@ -79,7 +81,7 @@ class AlignerFeedbackAck(_Wire):
     pairs: int = Field(description="routed (context, member) pairs the update used")
 
 
-class AlignerStats(_Wire):
+class AlignerStats(_Reply):
     """Counters of the reward service since the server started (the online state: persisted)."""
 
     batches: int = 0

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "AuditBudget",
     "DPAccount",
     "DPTerms",
     "EnrollRequest",
@@ -37,16 +38,25 @@ MAX_BATCH = 256
 
 
 class _Wire(BaseModel):
+    """A request: an unknown field is refused (422), never silently dropped."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class ErrorBody(_Wire):
+class _Reply(BaseModel):
+    """A response: a field added by a newer app is ignored, so an older caller (a member app
+    not yet upgraded) still parses it. Requests stay strict (``_Wire``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class ErrorBody(_Reply):
     """Every 4xx answer: a human-readable ``detail``."""
 
     detail: str
 
 
-class Health(_Wire):
+class Health(_Reply):
     """``/v1/health``."""
 
     status: Literal["ok", "degraded"] = "ok"
@@ -68,7 +78,7 @@ class EnrollRequest(_Wire):
                                      "[-clip_bound, clip_bound]; the broker refuses others")
 
 
-class EnrollResponse(_Wire):
+class EnrollResponse(_Reply):
     """The id the client signs its later requests with, and the server's identity key."""
 
     client_id: str
@@ -104,7 +114,7 @@ class RoundCreate(_Wire):
         return value
 
 
-class DPTerms(_Wire):
+class DPTerms(_Reply):
     """A round's client-level DP: each member clips its update to L2 norm ``clip_norm`` and
     adds its share of Gaussian noise, so that any accepted aggregate carries std
     ``noise_multiplier * clip_norm`` (the sensitivity to one member; weights are 1)."""
@@ -129,18 +139,21 @@ class RoundRefusal(_Wire):
     /v1/rounds/{id}/refusal``): it sends nothing more in that round and never retries it."""
 
     reason: str = Field(pattern=r"^[a-z_]{1,40}$", description="which policy rule refused it "
-                        "(round_kind, participants, threshold, dp, epsilon, local_samples, ...)")
+                        "(round_kind, participants, captured, threshold, dp, epsilon, "
+                        "local_samples, ...)")
     detail: str = Field(default="", max_length=1000, description="the rule, in words")
 
 
 class Refusal(RoundRefusal):
     """A refusal as the server recorded it (``RoundInfo.refusals``)."""
 
+    model_config = ConfigDict(extra="ignore")  # a response, unlike the RoundRefusal it extends
+
     client_id: str
     at: float
 
 
-class RoundInfo(_Wire):
+class RoundInfo(_Reply):
     """Status of one round."""
 
     round_id: int
@@ -175,7 +188,7 @@ class StageSubmit(_Wire):
     payload: dict[str, Any]
 
 
-class StageBroadcast(_Wire):
+class StageBroadcast(_Reply):
     """The server's input for a client's stage; ``ready`` is false until the previous stage
     closed."""
 
@@ -186,7 +199,7 @@ class StageBroadcast(_Wire):
     payload: dict[str, Any] | None = None
 
 
-class StageAck(_Wire):
+class StageAck(_Reply):
     """Sent only once the message is committed; identical retries get the same ack."""
 
     round_id: int
@@ -204,7 +217,7 @@ class RouterRollback(_Wire):
     version: int = Field(ge=1, le=2**62, description="the router version to restore")
 
 
-class RouterVersionInfo(_Wire):
+class RouterVersionInfo(_Reply):
     """Metadata of one global router version; the blob is little-endian float32."""
 
     version: int
@@ -230,14 +243,14 @@ class RewardRequest(_Wire):
     items: list[RewardItem] = Field(min_length=1, max_length=MAX_BATCH)
 
 
-class RewardResponse(_Wire):
+class RewardResponse(_Reply):
     """Normalized, clipped scores, one per item."""
 
     scores: list[float]
     query_sha256: str
 
 
-class PendingQuery(_Wire):
+class PendingQuery(_Reply):
     """A queued (pull-mode) reward query for one client."""
 
     query_id: int
@@ -252,14 +265,25 @@ class RewardAnswer(_Wire):
     error: str | None = Field(default=None, max_length=1000, description="refusal reason")
 
 
-class MissingImages(_Wire):
+class AuditBudget(_Reply):
+    """An auditor's membership-query budget (``GET /v1/audit/budget``): scored items it may
+    still ask for in the sliding window."""
+
+    auditor: str
+    budget: int = Field(description="scored items per window (the server's audit.query_budget)")
+    used: int = Field(description="items scored for this auditor in the current window")
+    left: int
+    window_s: float
+
+
+class MissingImages(_Reply):
     """409 from a client app: resend these images' bytes."""
 
     detail: str
     missing: list[str]
 
 
-class Work(_Wire):
+class Work(_Reply):
     """What a client has to do now (``GET /v1/work``): open rounds that still wait for its
     message, and its queued (pull-mode) reward queries."""
 

@@ -176,6 +176,9 @@ def test_the_auditor_reads_captures_and_queries_within_its_budget_only(
     member = Signed(auditor.http, load_private_key(consortium.dir / "site-2" / "identity.pem"),
                     ids["site-2"])
     assert member("GET", "/v1/captures").status_code == 403
+    assert member("GET", "/v1/audit/budget").status_code == 403
+    fresh = auditor("GET", "/v1/audit/budget").json()
+    assert (fresh["budget"], fresh["used"], fresh["left"]) == (BUDGET, 0, BUDGET)
     assert member("POST", "/v1/audit/members/site-1/reward", {"items": []}).status_code in (
         403, 422)
     from sdk.data import SynthConfig, synthesize
@@ -212,6 +215,8 @@ def test_the_auditor_reads_captures_and_queries_within_its_budget_only(
     assert ok.status_code == 200 and len(ok.json()["scores"]) == 8, ok.text
     over = auditor("POST", "/v1/audit/members/site-1/reward", {"items": [item]})
     assert over.status_code == 429 and "40" in over.json()["detail"]
+    spent = auditor("GET", "/v1/audit/budget").json()
+    assert (spent["used"], spent["left"]) == (BUDGET, 0)
     assert auditor("POST", "/v1/audit/members/nobody/reward",
                    {"items": [item]}).status_code == 404
 

@@ -231,7 +231,7 @@ def test_public_api_is_pinned() -> None:
         "ClientRunner", "ClientSettings", "ClientStore", "HashScorer", "PolicyDenied",
         "PolicyRefused", "RateLimited", "RewardService", "RunnerError", "Scorer", "SitePolicy",
         "UpdateFn", "create_client_app", "create_client_app_from_env", "demo_update",
-        "describe_policy", "load_object"])
+        "describe_policy", "load_object", "site_reward_service"])
     for mod in (server_app, client_app):
         for name in mod.__all__:
             assert hasattr(mod, name), name

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,8 +15,10 @@ from sdk.reward import RewardTrainingConfig
 
 __all__ = [
     "CLIENT",
+    "MEMBERS",
     "PairData",
     "Router",
+    "build_capture",
     "embeddings",
     "image_model",
     "reward_run_dir",
@@ -160,3 +163,108 @@ def train_reward_scorer(
             return (model(p) - model(n)).reshape(-1).numpy().astype(np.float64)
 
     return score
+
+
+# ---- a captured consortium: what a server's capture mode writes -------------------------
+
+MEMBERS = ["a", "b", "c"]
+
+
+def build_capture(root: Path, data: Path) -> tuple[Path, dict[str, Any]]:
+    """A capture directory at ``root`` from real in-process rounds on ``data``'s pairs.
+    Round 1: member a's single-sample FedSGD gradient in the clear (an unmasked round kind).
+    Round 2: the SecAgg round of a, b, c (16 responses each, 3 local AdamW epochs), every
+    masked input and unmasking share as the server received it. Then the reward queries of
+    a's pairs. Returns the directory and each member's ground truth (``MemberTruth``)."""
+    from attacks import (
+        MemberTruth,
+        RewardQuery,
+        RoundCapture,
+        capture_round,
+        pooled_embeddings,
+        write_capture,
+    )
+    from sdk.data import load_pairs
+    from sdk.router import (
+        EncodedBatch,
+        HashingEncoder,
+        HashingEncoderConfig,
+        LocalTrainingConfig,
+        RouterConfig,
+        encode_pairs,
+        image_digest,
+    )
+    from sdk.router import Router as FedmorRouter
+    from sdk.secagg import SecAggConfig
+
+    enc = HashingEncoder(HashingEncoderConfig())
+    cfg = RouterConfig(input_dim=enc.dim, d_model=32, num_layers=1, num_heads=2, dim_feedforward=64)
+    router = FedmorRouter(cfg, MEMBERS, enc.encoder_id)
+    train, held = load_pairs(data / "train"), load_pairs(data / "eval")
+    tokens = encode_pairs(enc, train[:1])
+    single = EncodedBatch(
+        hidden=pooled_embeddings(tokens.hidden[:1], tokens.mask[:1])[:, None],
+        mask=torch.ones(1, 1, dtype=torch.bool),
+    )
+    pool = encode_pairs(enc, held)
+    pooled_pool = pooled_embeddings(pool.hidden, pool.mask)
+    plain = capture_round(router, [single], [0], setting="plaintext", update="gradient")
+    r1 = RoundCapture(
+        round_id=1,
+        meta=plain.meta,
+        before=plain.before,
+        plain_updates={"a": plain.after},
+        aggregate=plain.after,
+        router_version=1,
+    )
+    batches = [encode_pairs(enc, train[8 * k : 8 * k + 8]) for k in range(3)]  # 16 rows each
+    wire: list[object] = []
+    agg = capture_round(
+        router,
+        batches,
+        [0, 1, 2],
+        setting="aggregate",
+        local=LocalTrainingConfig(epochs=3, batch_size=16, lr=1e-3),
+        on_message=wire.append,
+    )
+    n_params = sum(t.numel() for t in agg.before.values())
+    r2 = RoundCapture(
+        round_id=2,
+        meta=agg.meta,
+        before=agg.before,
+        aggregate=agg.after,
+        router_version=2,
+        threshold=SecAggConfig().round_params([0, 1, 2], n_params).threshold,
+        secagg_ids={m: i for i, m in enumerate(MEMBERS)},
+    )
+    for msg in wire:
+        r2.record(msg)
+    assert set(r2.masked_inputs) == set(r2.unmasking) == set(MEMBERS)
+    write_capture(root, rounds=[r1], description="test consortium")
+    # Appending later, as a server does after each round.
+    queries = [
+        RewardQuery(
+            image_sha256=image_digest(p.image),
+            prompt=p.prompt,
+            response=y,
+            score=s,
+            member="a",
+            round_id=2,
+        )
+        for i, p in enumerate(train + held)
+        for y, s in (
+            (p.chosen, 2.0 if i < len(train) else 0.1 * i % 1),
+            (p.rejected, -2.0 if i < len(train) else 0.05 * i % 1),
+        )
+    ]
+    write_capture(root, rounds=[r2], reward_queries=queries)
+    assert agg.truth is not None and plain.truth is not None
+    rows = np.cumsum([0, *agg.meta.samples_per_client])
+    truth = {
+        m: MemberTruth(
+            pool=pooled_pool,
+            rounds={2: agg.truth[rows[k] : rows[k + 1]], **({1: plain.truth} if m == "a" else {})},
+        )
+        for k, m in enumerate(MEMBERS)
+    }
+    return root, truth

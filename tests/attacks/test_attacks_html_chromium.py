@@ -1,7 +1,11 @@
-"""report.html renders in headless Chromium (Debian's ``chromium``) and every image loads."""
+"""report.html renders in headless Chromium (Debian's ``chromium``): every image loads, the
+summary's verdicts and colours match report.json, and a capture audit shows one section per
+captured artefact kind with its attack, baseline, interval and verdict."""
 
 from __future__ import annotations
 
+import dataclasses
+import html
 import json
 import os
 import re
@@ -20,8 +24,10 @@ from attacks import (
     membership_report,
     plot_reconstruction_grid,
     reconstruction_report,
+    verdict_level,
     write_report,
 )
+from sdk.data import load_pairs
 
 CHROMIUM = "/usr/bin/chromium"
 # Fetches nothing from anywhere: the report is one file with data-URI images.
@@ -190,3 +196,82 @@ def test_report_screenshot_is_not_blank(chromium: str, report_dir: Path, tmp_pat
     # Colour from the plots (ROC lines, image grid), not only black text on white.
     rgb = np.asarray(Image.open(shot).convert("RGB"), dtype=np.int64)
     assert (np.ptp(rgb, axis=2) > 60).mean() > 0.001
+
+
+@pytest.fixture(scope="module")
+def capture_report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``fedmor audit --capture`` on real in-process rounds (a plaintext single-sample round
+    and a SecAgg round of three, their reward queries), scored with the members' ground
+    truth: every artefact kind a server captures, with and without an interval to show."""
+    from _attack_kit import build_capture, synth_client_data
+
+    from attacks import audit_capture_dir
+
+    root = tmp_path_factory.mktemp("captured")
+    data = synth_client_data(root / "data", train_pairs=24, eval_pairs=16)
+    cap, truth = build_capture(root / "cap", data)
+    truth["a"] = dataclasses.replace(truth["a"], members=load_pairs(data / "train"),
+                                     non_members=load_pairs(data / "eval"))
+    audit_capture_dir(cap, root / "audit", truth=truth)
+    return root / "audit"
+
+
+# After load: "CAPTURED <JSON> END", every captured section's kind and its rows (attack, CI,
+# baseline, verdict text, verdict colour) as Chromium rendered them.
+CAPTURE_PROBE = """<script>
+window.addEventListener('load', () => {
+  const sections = Array.from(document.querySelectorAll('section.captured'));
+  const out = sections.map(s => [s.dataset.artefact, Array.from(
+      s.querySelectorAll('tr.finding')).map(tr => {
+    const cell = c => tr.querySelector('td.' + c).textContent;
+    const span = tr.querySelector('span.verdict');
+    return [cell('attack'), cell('ci'), cell('baseline'), span.textContent,
+            getComputedStyle(span).backgroundColor];
+  })]);
+  const p = document.createElement('p');
+  p.id = 'capture-probe';
+  p.textContent = 'CAPTURED ' + JSON.stringify(out) + ' END';
+  document.body.appendChild(p);
+});
+</script>"""
+
+
+def test_capture_sections_show_attack_baseline_ci_and_verdict_in_chromium(
+    chromium: str, capture_report_dir: Path, tmp_path: Path
+) -> None:
+    """One section per captured artefact kind, each finding with its attack, its trivial
+    baseline, its 95% interval (or why there is none) and its verdict in words and colour,
+    exactly as report.json has them."""
+    report = json.loads((capture_report_dir / "report.json").read_text())
+    assert report["captured"] is True
+    rows = [*report["reconstructions"], *report["memberships"], *report["checks"]]
+    want: dict[str, list[tuple[str, str]]] = {}
+    for r in rows:
+        want.setdefault(r["artefact"], []).append((r["attack"], r["verdict"]))
+    assert set(want) == {
+        "router update, plaintext (no secure aggregation)",
+        "router aggregate (published)",
+        "masked input (secure aggregation)",
+        "unmasking shares (secure aggregation)",
+        "reward-query log (captured)",
+    }
+    dom = _dump_dom(chromium, (capture_report_dir / "report.html").read_text(), CAPTURE_PROBE,
+                    tmp_path)
+    found = re.search(r'id="capture-probe">CAPTURED (.*?) END<', dom)
+    assert found, dom[-500:]
+    sections = json.loads(html.unescape(found.group(1)))
+    seen: dict[str, list[list[str]]] = dict(sections)
+    assert len(seen) == len(sections), "an artefact kind has two sections"
+    assert set(seen) == set(want)
+    interval = re.compile(r"^\[-?\d+\.\d{3}, -?\d+\.\d{3}\]$")
+    for kind, findings in seen.items():
+        assert sorted((a, v) for a, _, _, v, _ in findings) == sorted(want[kind]), kind
+        for attack, ci, baseline, verdict, colour in findings:
+            assert attack and baseline, (kind, attack)
+            assert interval.match(ci) or ci.startswith("none: computed exactly"), (kind, ci)
+            assert colour == COLOURS[verdict_level(verdict)], (kind, verdict, colour)
+    # Scored rows carry a real interval: the plaintext update's reconstruction and the
+    # membership attack on the captured reward answers.
+    for kind in ("router update, plaintext (no secure aggregation)",
+                 "reward-query log (captured)"):
+        assert any(interval.match(ci) for _, ci, *_ in seen[kind]), kind
