@@ -11,9 +11,10 @@ from typing import Literal, NamedTuple
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from sdk.wire._auth import parse_public_key, public_key_b64
+from sdk.wire._schemas import _Reply, _Wire
 
 __all__ = ["KeyRotation", "MemberInfo", "MemberState", "Revocation", "RosterSync",
            "RotationChain", "RotationRecord", "endorsement_message", "follow_rotations",
@@ -44,10 +45,6 @@ def key_fingerprint(public_key: str) -> str:
     return hashlib.sha256(base64.b64decode(public_key)).hexdigest()[:16]
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 class KeyRotation(_Wire):
     """``POST /v1/identity/rotate``, signed with the current key: the new key, its proof of
     possession (the new key's signature of :func:`rotation_message`) and the current key's
@@ -76,7 +73,7 @@ def sign_rotation(client_id: str, current: Ed25519PrivateKey,
                            client_id, public_key_b64(current), public))))
 
 
-class RotationRecord(_Wire):
+class RotationRecord(_Reply):
     """One key rotation as the server keeps and publishes it (``GET
     /v1/identity/rotations``): checkable by anyone who knows the old key."""
 
@@ -154,7 +151,7 @@ class Revocation(_Wire):
     reason: str = Field(default="", max_length=500)
 
 
-class MemberInfo(_Wire):
+class MemberInfo(_Reply):
     """One roster identity as the operator sees it (``GET /v1/members``)."""
 
     name: str
@@ -169,7 +166,7 @@ class MemberInfo(_Wire):
     revoked_at: float | None = None
 
 
-class RosterSync(_Wire):
+class RosterSync(_Reply):
     """What a roster reload changed (``POST /v1/roster/reload``)."""
 
     entries: int = Field(description="entries in the roster file")
