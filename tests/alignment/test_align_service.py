@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sdk.consortium import OPEN_POLICY, LocalConsortium
+from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.router import HashingEncoder, Router, RouterConfig
 
 ROUTER = {"d_model": 16, "num_layers": 1, "num_heads": 2, "dim_feedforward": 32}
@@ -56,7 +56,7 @@ def _run(c: LocalConsortium, launcher: list[str], base_policy: Path, data_dir: P
     job.write_text(json.dumps({"grpo": {"steps": steps, "prompts_per_step": 2,
                                         "num_generations": 2, "max_completion_length": 4,
                                         "warmup_steps": 0, **grpo}}))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "examples"))), "OMP_NUM_THREADS": "1"}
     return subprocess.run(
         [*launcher, "-m", "sdk.cli", "align", "--server", c.server_url,
          "--identity", cfg["identity_key"], "--name", "trainer",
@@ -142,7 +142,7 @@ def _assert_plots(out: Path, metrics: dict[str, Any]) -> None:
 
 
 def _port() -> int:
-    from sdk.consortium import free_port
+    from fedmor_local import free_port
 
     return free_port()
 

@@ -22,8 +22,8 @@ import pytest
 from PIL import Image
 
 from client_app import HashScorer
+from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.alignment import PngCache, RestRewardFunction, enroll_identity
-from sdk.consortium import OPEN_POLICY, LocalConsortium
 from sdk.router import HashingEncoder, HashingEncoderConfig, Router, RouterConfig
 from sdk.wire import load_private_key, sign_headers
 
