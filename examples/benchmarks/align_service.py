@@ -166,10 +166,7 @@ def main() -> None:
                          server={"alignment": alignment}) as c:
         c.start()
         c.wait_enrolled()
-        length = Router(RouterConfig(**ROUTER), ["a", "b"],
-                        HashingEncoder().encoder_id).num_params()
-        c.run_round(kind="router_secagg", vector_length=length, min_clients=2,
-                    params={"clip_range": 8.0})
+        c.publish_router_round(ROUTER)
         demo, touched_demo = _overhead(c, policy, queries, work / "demo_step", demo_grpo)
         tiny, touched_tiny = _overhead(c, policy, queries, work / "tiny_step", grpo)
         two, touched_two = _rest_run(

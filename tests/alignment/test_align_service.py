@@ -18,7 +18,6 @@ import torch
 from safetensors.torch import load_file
 
 from fedmor_local import OPEN_POLICY, LocalConsortium
-from sdk.router import HashingEncoder, Router, RouterConfig
 
 ROUTER = {"d_model": 16, "num_layers": 1, "num_heads": 2, "dim_feedforward": 32}
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,10 +31,7 @@ def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsor
                                  "reward_timeout_s": 30.0}) as c:
         c.start()
         c.wait_enrolled()
-        length = Router(RouterConfig(**ROUTER), ["a", "b"],
-                        HashingEncoder().encoder_id).num_params()
-        c.run_round(kind="router_secagg", vector_length=length, min_clients=2,
-                    params={"clip_range": 8.0})
+        c.publish_router_round(ROUTER)
         yield c
 
 
@@ -92,9 +88,7 @@ def test_two_torchrun_ranks_share_the_servers_router(
         consortium: LocalConsortium, base_policy: Path, data_dir: Path, tmp_path: Path) -> None:
     steps = 3
     # A fresh online phase: a new router version is published first.
-    length = Router(RouterConfig(**ROUTER), ["a", "b"], HashingEncoder().encoder_id).num_params()
-    consortium.run_round(kind="router_secagg", vector_length=length, min_clients=2,
-                         params={"clip_range": 8.0})
+    consortium.publish_router_round(ROUTER)
     consortium.stop("server")  # fresh counters for the assertions below
     consortium.start_server()
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
