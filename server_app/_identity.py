@@ -82,8 +82,7 @@ class Identities:
             except ValidationError as exc:
                 raise PayloadError(f"roster file {self.roster_file} is not a valid roster: "
                                    f"{exc.errors()[0]['msg']}") from None
-            revoked = {(str(r["name"]), str(r["roster_key"])) for r in self.store._all(
-                "SELECT name, roster_key FROM revocations")}
+            revoked = self.store.revoked_pairs()
             skipped = []
             known = {str(r["name"]): r for r in self.store.roster()}
             for entry in roster.clients:
@@ -146,17 +145,15 @@ class Identities:
 
     # -- revocation ----------------------------------------------------------------------------
     def _revoked_key(self, client_id: str) -> str | None:
-        row = self.store._one("SELECT client_key FROM revocations WHERE client_id=? "
-                              "ORDER BY at DESC LIMIT 1", (client_id,))
-        return None if row is None else str(row["client_key"])
+        return self.store.revoked_client_key(client_id)
 
     def revoke(self, name: str, *, actor: str, reason: str = "",
                edit_file: bool = True) -> MemberInfo:
         """Revoke ``name`` now: refused from its next request on, dropped from every open
         round, listed in no later default round (idempotent)."""
         with self._lock:
-            entry = self.store._one("SELECT * FROM roster WHERE name=?", (name,))
-            client = self.store._one("SELECT * FROM clients WHERE name=?", (name,))
+            entry = self.store.roster_entry(name)
+            client = self.store.client_named(name)
             if entry is None and client is None:
                 if self._revocation(name) is None:
                     raise NotFoundError(f"{name!r} is neither on the roster nor enrolled")
@@ -164,14 +161,9 @@ class Identities:
             key = str((entry or client)["public_key"])  # type: ignore[index]
             client_id = None if client is None else str(client["client_id"])
             with self.store.transaction():
-                self.store._write(
-                    "INSERT OR REPLACE INTO revocations(name, roster_key, client_id, client_key, "
-                    "role, enrolled_at, at, actor, reason) VALUES (?,?,?,?,?,?,?,?,?)",
-                    (name, key, client_id, None if client is None else client["public_key"],
-                     (entry or client)["role"], None if client is None  # type: ignore[index]
-                     else client["enrolled_at"], time.time(), actor, reason))
-                self.store._write("DELETE FROM roster WHERE name=?", (name,))
-                self.store._write("DELETE FROM clients WHERE name=?", (name,))
+                self.store.revoke(name, roster_key=key, client=client,
+                                  role=str((entry or client)["role"]),  # type: ignore[index]
+                                  actor=actor, reason=reason)
                 self.store.audit(actor, "member_revoked", name=name, client_id=client_id,
                                  reason=reason)
         _log.warning("%s revoked %s (%s): %s", actor, name, client_id or "not enrolled",
@@ -192,9 +184,7 @@ class Identities:
                                    f"identity revoked by {actor}")
 
     def _revocation(self, name: str) -> dict[str, Any] | None:
-        row = self.store._one("SELECT * FROM revocations WHERE name=? ORDER BY at DESC LIMIT 1",
-                              (name,))
-        return None if row is None else dict(row)
+        return self.store.revocation(name)
 
     # -- rotation ------------------------------------------------------------------------------
     def rotate(self, client_id: str, body: KeyRotation) -> MemberInfo:
@@ -215,16 +205,10 @@ class Identities:
             old = str(client["public_key"])
             if old == body.public_key:
                 return self._info(str(client["name"]))
-            clash = self.store._one("SELECT name FROM clients WHERE public_key=? UNION SELECT "
-                                    "name FROM roster WHERE public_key=? AND name!=?",
-                                    (body.public_key, body.public_key, client["name"]))
-            if clash is not None:
+            if self.store.key_owner(body.public_key, besides=client["name"]) is not None:
                 raise ConflictError("that key belongs to another identity: generate a new one")
             with self.store.transaction():
-                self.store._write("UPDATE clients SET public_key=? WHERE client_id=?",
-                                  (body.public_key, client_id))
-                self.store._write("UPDATE roster SET public_key=? WHERE name=?",
-                                  (body.public_key, client["name"]))
+                self.store.set_public_key(client_id, client["name"], body.public_key)
                 self.store.audit(client_id, "key_rotated", name=client["name"],
                                  old=key_fingerprint(old), new=key_fingerprint(body.public_key))
             self.access.forget(client_id)
@@ -239,20 +223,16 @@ class Identities:
         self._seen_flushed = time.monotonic()
         seen = self.access.take_seen()
         if seen:
-            with self.store.transaction():
-                for client_id, at in seen.items():
-                    self.store._write("INSERT INTO last_seen VALUES (?,?) ON CONFLICT(client_id) "
-                                      "DO UPDATE SET at=MAX(at, excluded.at)", (client_id, at))
+            self.store.note_seen(seen)
 
     def members(self) -> list[MemberInfo]:
         """Every identity on the roster, enrolled, or revoked, by name."""
         self.flush_seen()
-        rounds = {str(r[0]): int(r[1]) for r in self.store._all(  # type: ignore[arg-type]
-            "SELECT client_id, COUNT(DISTINCT round_id) FROM stage_messages GROUP BY client_id")}
-        seen = {str(r[0]): float(r[1]) for r in self.store._all("SELECT * FROM last_seen")}
+        rounds = self.store.rounds_joined()
+        seen = self.store.last_seen()
         out: dict[str, MemberInfo] = {}
-        for gone in self.store._all("SELECT * FROM revocations ORDER BY at"):
-            out[gone["name"]] = self._row_info(dict(gone), "revoked", rounds, seen)
+        for gone in self.store.revocations():
+            out[gone["name"]] = self._row_info(gone, "revoked", rounds, seen)
         for entry in self.store.roster():
             out[entry["name"]] = self._row_info(entry, "not_enrolled", rounds, seen)
         for client in self.store.clients(None):

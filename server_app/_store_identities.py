@@ -80,6 +80,82 @@ class IdentityTables(StoreBase):
         return [dict(r) for r in self._all("SELECT * FROM clients WHERE ?1 IS NULL OR role=?1 "
                                            "ORDER BY enrolled_at", (role,))]
 
+    def roster_entry(self, name: str) -> dict[str, Any] | None:
+        """``name``'s roster entry, or None."""
+        row = self._one("SELECT * FROM roster WHERE name=?", (name,))
+        return None if row is None else dict(row)
+
+    def client_named(self, name: str) -> dict[str, Any] | None:
+        """The enrolled identity called ``name``, or None."""
+        row = self._one("SELECT * FROM clients WHERE name=?", (name,))
+        return None if row is None else dict(row)
+
+    def key_owner(self, public_key: str, *, besides: str) -> str | None:
+        """The name of an identity other than ``besides`` that enrolled with, or is listed
+        under, ``public_key``; None if no other holds it."""
+        row = self._one("SELECT name FROM clients WHERE public_key=? UNION SELECT name FROM "
+                        "roster WHERE public_key=? AND name!=?", (public_key, public_key, besides))
+        return None if row is None else str(row["name"])
+
+    def set_public_key(self, client_id: str, name: str, public_key: str) -> None:
+        """A rotation: ``client_id`` (roster name ``name``) signs with ``public_key`` from now."""
+        with self.transaction():
+            self._write("UPDATE clients SET public_key=? WHERE client_id=?",
+                        (public_key, client_id))
+            self._write("UPDATE roster SET public_key=? WHERE name=?", (public_key, name))
+
+    # -- revocations and last-seen times ---------------------------------------------------------
+    def revoke(self, name: str, *, roster_key: str, client: dict[str, Any] | None, role: str,
+               actor: str, reason: str) -> None:
+        """Record ``name``'s revocation (its roster key and, if enrolled, its ``client`` row)
+        and drop it from the roster and the enrolled identities, in one commit."""
+        with self.transaction():
+            self._write(
+                "INSERT OR REPLACE INTO revocations(name, roster_key, client_id, client_key, "
+                "role, enrolled_at, at, actor, reason) VALUES (?,?,?,?,?,?,?,?,?)",
+                (name, roster_key, None if client is None else client["client_id"],
+                 None if client is None else client["public_key"], role,
+                 None if client is None else client["enrolled_at"], time.time(), actor, reason))
+            self._write("DELETE FROM roster WHERE name=?", (name,))
+            self._write("DELETE FROM clients WHERE name=?", (name,))
+
+    def revoked_pairs(self) -> set[tuple[str, str]]:
+        """Every revoked (name, roster key) pair: none of them comes back from a roster file."""
+        return {(str(r["name"]), str(r["roster_key"]))
+                for r in self._all("SELECT name, roster_key FROM revocations")}
+
+    def revoked_client_key(self, client_id: str) -> str | None:
+        """The key ``client_id`` enrolled with, if it was revoked (its latest revocation)."""
+        row = self._one("SELECT client_key FROM revocations WHERE client_id=? "
+                        "ORDER BY at DESC LIMIT 1", (client_id,))
+        return None if row is None else str(row["client_key"])
+
+    def revocation(self, name: str) -> dict[str, Any] | None:
+        """``name``'s latest revocation, or None."""
+        row = self._one("SELECT * FROM revocations WHERE name=? ORDER BY at DESC LIMIT 1",
+                        (name,))
+        return None if row is None else dict(row)
+
+    def revocations(self) -> list[dict[str, Any]]:
+        """Every revocation, oldest first."""
+        return [dict(r) for r in self._all("SELECT * FROM revocations ORDER BY at")]
+
+    def note_seen(self, seen: dict[str, float]) -> None:
+        """Keep the latest time each client id was heard from (in one commit)."""
+        with self.transaction():
+            for client_id, at in seen.items():
+                self._write("INSERT INTO last_seen VALUES (?,?) ON CONFLICT(client_id) "
+                            "DO UPDATE SET at=MAX(at, excluded.at)", (client_id, at))
+
+    def last_seen(self) -> dict[str, float]:
+        """When each client id was last heard from (as of the last ``note_seen``)."""
+        return {str(r[0]): float(r[1]) for r in self._all("SELECT * FROM last_seen")}
+
+    def rounds_joined(self) -> dict[str, int]:
+        """How many rounds each client id sent a stage message to."""
+        return {str(r[0]): int(r[1]) for r in self._all(
+            "SELECT client_id, COUNT(DISTINCT round_id) FROM stage_messages GROUP BY client_id")}
+
     def use_nonce(self, sender: str, nonce: str, ts: float, *, keep_s: float) -> bool:
         """Record a nonce; False if ``sender`` already used it (a replay)."""
         with self._lock:
