@@ -49,11 +49,6 @@ __all__ = ["Identities"]
 
 _log = logging.getLogger("fedmor.server")
 _SEEN_FLUSH_S = 10.0  # last-seen times reach the store at most this often (not per request)
-_ROTATIONS = """CREATE TABLE IF NOT EXISTS key_rotations (client_id TEXT NOT NULL,
-    old_key TEXT NOT NULL, new_key TEXT NOT NULL, at REAL NOT NULL, endorsement TEXT NOT NULL,
-    PRIMARY KEY (client_id, old_key))"""
-
-
 def _signs(public_key: str, signature: str, message: bytes) -> bool:
     """Whether base64 ``signature`` is ``public_key``'s over ``message``."""
     try:
@@ -75,8 +70,7 @@ class Identities:
         self._bad: tuple[int, int] | None = None  # the file's stamp when it failed to load
         self._seen_flushed = time.monotonic()
         access.revoked_key_of = self._revoked_key
-        access.retired_keys_of = self._retired_keys
-        store._write(_ROTATIONS)
+        access.retired_keys_of = store.retired_keys
 
     # -- the roster file -----------------------------------------------------------------------
     def _file_stamp(self) -> tuple[int, int] | None:
@@ -103,8 +97,7 @@ class Identities:
             except ValidationError as exc:
                 raise PayloadError(f"roster file {self.roster_file} is not a valid roster: "
                                    f"{exc.errors()[0]['msg']}") from None
-            revoked = {(str(r["name"]), str(r["roster_key"])) for r in self.store._all(
-                "SELECT name, roster_key FROM revocations")}
+            revoked = self.store.revoked_pairs()
             skipped = []
             known = {str(r["name"]): r for r in self.store.roster()}
             for entry in roster.clients:
@@ -167,17 +160,15 @@ class Identities:
 
     # -- revocation ----------------------------------------------------------------------------
     def _revoked_key(self, client_id: str) -> str | None:
-        row = self.store._one("SELECT client_key FROM revocations WHERE client_id=? "
-                              "ORDER BY at DESC LIMIT 1", (client_id,))
-        return None if row is None else str(row["client_key"])
+        return self.store.revoked_client_key(client_id)
 
     def revoke(self, name: str, *, actor: str, reason: str = "",
                edit_file: bool = True) -> MemberInfo:
         """Revoke ``name`` now: refused from its next request on, dropped from every open
         round, listed in no later default round (idempotent)."""
         with self._lock:
-            entry = self.store._one("SELECT * FROM roster WHERE name=?", (name,))
-            client = self.store._one("SELECT * FROM clients WHERE name=?", (name,))
+            entry = self.store.roster_entry(name)
+            client = self.store.client_named(name)
             if entry is None and client is None:
                 if self._revocation(name) is None:
                     raise NotFoundError(f"{name!r} is neither on the roster nor enrolled")
@@ -185,14 +176,9 @@ class Identities:
             key = str((entry or client)["public_key"])  # type: ignore[index]
             client_id = None if client is None else str(client["client_id"])
             with self.store.transaction():
-                self.store._write(
-                    "INSERT OR REPLACE INTO revocations(name, roster_key, client_id, client_key, "
-                    "role, enrolled_at, at, actor, reason) VALUES (?,?,?,?,?,?,?,?,?)",
-                    (name, key, client_id, None if client is None else client["public_key"],
-                     (entry or client)["role"], None if client is None  # type: ignore[index]
-                     else client["enrolled_at"], time.time(), actor, reason))
-                self.store._write("DELETE FROM roster WHERE name=?", (name,))
-                self.store._write("DELETE FROM clients WHERE name=?", (name,))
+                self.store.revoke(name, roster_key=key, client=client,
+                                  role=str((entry or client)["role"]),  # type: ignore[index]
+                                  actor=actor, reason=reason)
                 self.store.audit(actor, "member_revoked", name=name, client_id=client_id,
                                  reason=reason)
         _log.warning("%s revoked %s (%s): %s", actor, name, client_id or "not enrolled",
@@ -213,9 +199,7 @@ class Identities:
                                    f"identity revoked by {actor}")
 
     def _revocation(self, name: str) -> dict[str, Any] | None:
-        row = self.store._one("SELECT * FROM revocations WHERE name=? ORDER BY at DESC LIMIT 1",
-                              (name,))
-        return None if row is None else dict(row)
+        return self.store.revocation(name)
 
     # -- rotation ------------------------------------------------------------------------------
     def rotate(self, client_id: str, body: KeyRotation) -> MemberInfo:
@@ -237,19 +221,11 @@ class Identities:
                 raise PayloadError("endorsement must be the current key's base64 signature of "
                                    "'fedmor key endorsement\\n{client_id}\\n{current key}\\n"
                                    "{public_key}'")
-            clash = self.store._one("SELECT name FROM clients WHERE public_key=? UNION SELECT "
-                                    "name FROM roster WHERE public_key=? AND name!=?",
-                                    (body.public_key, body.public_key, client["name"]))
-            if clash is not None:
+            if self.store.key_owner(body.public_key, besides=client["name"]) is not None:
                 raise ConflictError("that key belongs to another identity: generate a new one")
             with self.store.transaction():
-                self.store._write("UPDATE clients SET public_key=? WHERE client_id=?",
-                                  (body.public_key, client_id))
-                self.store._write("UPDATE roster SET public_key=? WHERE name=?",
-                                  (body.public_key, client["name"]))
-                self.store._write("INSERT OR REPLACE INTO key_rotations VALUES (?,?,?,?,?)",
-                                  (client_id, old, body.public_key, time.time(),
-                                   body.endorsement))
+                self.store.set_public_key(client_id, client["name"], old=old,
+                                          new=body.public_key, endorsement=body.endorsement)
                 self.store.audit(client_id, "key_rotated", name=client["name"],
                                  old=key_fingerprint(old), new=key_fingerprint(body.public_key))
             self.access.forget(client_id)
@@ -258,19 +234,12 @@ class Identities:
                   key_fingerprint(old), key_fingerprint(body.public_key))
         return self._info(str(client["name"]))
 
-    def _retired_keys(self, client_id: str) -> list[str]:
-        """The keys an enrolled identity rotated away from (a revoked one: none, so its
-        requests keep their 403)."""
-        return [str(r["old_key"]) for r in self.store._all(
-            "SELECT old_key FROM key_rotations WHERE client_id=? AND client_id IN (SELECT "
-            "client_id FROM clients)", (client_id,))]
-
     def rotations(self) -> list[RotationRecord]:
         """Every rotation the server switched, oldest first, with its endorsement."""
         return [RotationRecord(client_id=r["client_id"], old_public_key=r["old_key"],
                                new_public_key=r["new_key"], at=r["at"],
                                endorsement=r["endorsement"])
-                for r in self.store._all("SELECT * FROM key_rotations ORDER BY at")]
+                for r in self.store.key_rotations()]
 
     # -- the operator's view -------------------------------------------------------------------
     def flush_seen(self) -> None:
@@ -278,20 +247,16 @@ class Identities:
         self._seen_flushed = time.monotonic()
         seen = self.access.take_seen()
         if seen:
-            with self.store.transaction():
-                for client_id, at in seen.items():
-                    self.store._write("INSERT INTO last_seen VALUES (?,?) ON CONFLICT(client_id) "
-                                      "DO UPDATE SET at=MAX(at, excluded.at)", (client_id, at))
+            self.store.note_seen(seen)
 
     def members(self) -> list[MemberInfo]:
         """Every identity on the roster, enrolled, or revoked, by name."""
         self.flush_seen()
-        rounds = {str(r[0]): int(r[1]) for r in self.store._all(  # type: ignore[arg-type]
-            "SELECT client_id, COUNT(DISTINCT round_id) FROM stage_messages GROUP BY client_id")}
-        seen = {str(r[0]): float(r[1]) for r in self.store._all("SELECT * FROM last_seen")}
+        rounds = self.store.rounds_joined()
+        seen = self.store.last_seen()
         out: dict[str, MemberInfo] = {}
-        for gone in self.store._all("SELECT * FROM revocations ORDER BY at"):
-            out[gone["name"]] = self._row_info(dict(gone), "revoked", rounds, seen)
+        for gone in self.store.revocations():
+            out[gone["name"]] = self._row_info(gone, "revoked", rounds, seen)
         for entry in self.store.roster():
             out[entry["name"]] = self._row_info(entry, "not_enrolled", rounds, seen)
         for client in self.store.clients(None):

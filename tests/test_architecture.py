@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_import_contracts_hold() -> None:
     lint = Path(sys.executable).with_name("lint-imports")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+        p for p in (str(ROOT), str(ROOT / "examples"), os.environ.get("PYTHONPATH", "")) if p)}
     out = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr

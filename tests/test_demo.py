@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from client_app._router_update import ROUND_PARAM, SPEC_ENV, router_update
-from sdk._demo import DemoConfig, run_demo
+from fedmor_local._demo import DemoConfig, run_demo
 from sdk.data import HELDOUT_CATEGORIES, load_pairs
 from sdk.router import Router, image_digest
 from sdk.secagg import QuantizationConfig
@@ -187,7 +187,7 @@ def test_demo_capture_holds_every_round_and_query_and_audits(
 
 def test_the_change_line_is_computed_from_the_results() -> None:
     """What alignment changed, in words: rose, fell or did not change, from the figures."""
-    from sdk._demo_report import change_summary
+    from fedmor_local._demo_report import change_summary
 
     def result(id_expected: float, heldout: float, win: float) -> dict[str, object]:
         return {"id_expected": id_expected, "heldout_expected": heldout,

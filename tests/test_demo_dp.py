@@ -9,10 +9,16 @@ from pathlib import Path
 import pytest
 
 from client_app._policy import PolicyRefused, SitePolicy, check_epsilon, check_round
-from sdk._demo import DemoConfig
-from sdk._demo_stage_b import dp_options, round_params, router_spec, site_policy, train_router
+from fedmor_local import LocalConsortium
+from fedmor_local._demo import DemoConfig
+from fedmor_local._demo_stage_b import (
+    dp_options,
+    round_params,
+    router_spec,
+    site_policy,
+    train_router,
+)
 from sdk.cli import build_parser
-from sdk.consortium import LocalConsortium
 from sdk.data import SynthConfig, load_pairs, synthesize
 from sdk.router import ROUTER_SPEC_ENV
 from sdk.secagg import DPConfig

@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from client_app import ClientSettings
-from sdk._demo import DemoConfig, _policy, client_runtime, config_from_args
+from fedmor_local._demo import DemoConfig, _policy, client_runtime, config_from_args
 from sdk.cli import build_parser
 from sdk.data import SynthConfig, synthesize
 from sdk.models import Runtime

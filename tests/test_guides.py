@@ -66,7 +66,7 @@ def run_quickstart(guide: str, tmp_path: Path) -> str:
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+           "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "examples"))), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=work, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _fedmor(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k != QUIET_ENV}
     base["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        p for p in (str(ROOT), str(ROOT / "examples"), os.environ.get("PYTHONPATH", "")) if p)
     return subprocess.run([sys.executable, "-m", "sdk.cli", *argv], cwd=ROOT, text=True,
                           capture_output=True, timeout=600, env={**base, **(env or {})})
 

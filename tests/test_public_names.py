@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib
 import itertools
 
-PACKAGES = ("sdk.alignment", "sdk.capture", "sdk.consortium", "sdk.data", "sdk.models",
+PACKAGES = ("sdk.alignment", "sdk.capture", "sdk.data", "sdk.models",
             "sdk.reward", "sdk.router", "sdk.secagg", "sdk.wire", "server_app", "client_app",
-            "attacks")
+            "attacks", "fedmor_local")
 
 
 def test_no_two_packages_export_different_things_under_one_name() -> None:

@@ -20,7 +20,7 @@ from sdk.router import (
 
 
 def router_config(encoder: HashingEncoder) -> RouterConfig:
-    """The demo's router (sdk/_demo_config.py): 2 layers, d_model 64."""
+    """The demo's router (examples/fedmor_local/_demo_config.py): 2 layers, d_model 64."""
     return RouterConfig(input_dim=encoder.dim, d_model=64, num_layers=2, num_heads=4,
                         dim_feedforward=128)
 

@@ -61,7 +61,7 @@ def routed_step_overhead(policy: Path, queries: Sequence[Query], grpo: GRPOSetti
                          chooser: Callable[[int], NeuralTSChooser], out: Path,
                          steps: int) -> dict[str, Any]:
     """Median GRPO step time with MoR rewards over REST vs in-process, same reward models."""
-    from sdk.consortium import LocalConsortium
+    from fedmor_local import LocalConsortium
     from server_app import QueryItem, RewardBroker, Store, load_private_key
 
     # One reward model and, over REST, one client process per arm of the router.

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sdk._demo_config import DemoConfig, rm_config
-from sdk._demo_judges import style_evaluation, train_style_judges
+from fedmor_local._demo_config import DemoConfig, rm_config
+from fedmor_local._demo_judges import style_evaluation, train_style_judges
 from sdk.alignment import EvalSettings
 from sdk.data import (
     PREFERENCE_CLIENTS,

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from client_app import HashScorer
+from fedmor_local import OPEN_POLICY, LocalConsortium, free_port
 from sdk.alignment import (
     ONLINE_ROUTER_CONFIG,
     EmptyIsWorst,
@@ -44,7 +45,6 @@ from sdk.alignment import (
     align,
     make_selection,
 )
-from sdk.consortium import OPEN_POLICY, LocalConsortium, free_port
 from sdk.data import SynthConfig, load_queries, synthesize
 from sdk.models import build_tiny_vlm
 from sdk.router import HashingEncoder, NeuralThompsonRouter, Router, RouterConfig
@@ -91,7 +91,7 @@ def _rest_run(c: LocalConsortium, launcher: list[str], policy: Path, queries: Pa
     job.write_text(json.dumps({"grpo": grpo.model_dump(mode="json"), "progress_every": 100}))
     secrets = {str(Path(c.server_cfg["db_path"]).resolve()),
                str(Path(c.server_cfg["identity_key"]).resolve())}
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "examples"))), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [*launcher, "-m", "sdk.cli", "align", "--server", c.server_url, "--identity",
          cfg["identity_key"], "--name", "aligner", "--token", cfg["enrollment_token"],
@@ -149,7 +149,7 @@ def main() -> None:
     steps = 5 if args.quick else 20
     grpo = GRPOSettings(steps=steps, prompts_per_step=2, num_generations=2,
                         max_completion_length=4, warmup_steps=0)
-    # The demo's GRPO step (sdk._demo: 8 prompts x 4 completions, max_completion_length 8).
+    # The demo's GRPO step (fedmor_local._demo: 8 prompts x 4 completions, max_completion_length 8).
     demo_grpo = grpo.model_copy(update={"prompts_per_step": 8, "num_generations": 4,
                                         "max_completion_length": 8})
     work = Path(tempfile.mkdtemp(prefix="fedmor-align-service-"))
@@ -166,10 +166,7 @@ def main() -> None:
                          server={"alignment": alignment}) as c:
         c.start()
         c.wait_enrolled()
-        length = Router(RouterConfig(**ROUTER), ["a", "b"],
-                        HashingEncoder().encoder_id).num_params()
-        c.run_round(kind="router_secagg", vector_length=length, min_clients=2,
-                    params={"clip_range": 8.0})
+        c.publish_router_round(ROUTER)
         demo, touched_demo = _overhead(c, policy, queries, work / "demo_step", demo_grpo)
         tiny, touched_tiny = _overhead(c, policy, queries, work / "tiny_step", grpo)
         two, touched_two = _rest_run(

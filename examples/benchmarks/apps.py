@@ -36,12 +36,13 @@ from PIL import Image
 # One torch thread per process (here and, inherited, in every client process): with many
 # processes on few cores, torch's intra-op threads contend and scoring slows down ~40x.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fedmor_local's folder
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 from _scratch import scratch_dir
 
 from client_app._demo import TRAIN_PARAM
-from sdk.consortium import OPEN_POLICY, LocalConsortium
+from fedmor_local import OPEN_POLICY, LocalConsortium
 from server_app import QueryItem, RewardBroker, Store, load_private_key
 
 

@@ -228,8 +228,49 @@ def align(
     bundle.processor.tokenizer.padding_side = "left"
     if s.freeze_vision and s.lora is None:  # peft freezes every base weight under LoRA
         _freeze_vision_encoder(bundle.model)
-    args = GRPOConfig(
-        output_dir=str(out / "trainer"),
+    args = _grpo_config(s, out / "trainer", rt)
+    feedback = reward_fn.trainer_callbacks()
+    clock = _StepPeriod()
+    all_callbacks: list[TrainerCallback] = [*callbacks, *feedback, clock]
+    if progress is not None:
+        every = progress_every or max(s.steps // 10, 1)
+        all_callbacks.append(_Progress(progress, every=every, total=s.steps))
+    reward_funcs: list[Any] = [reward_fn]  # trl accepts async callables; its hint predates them
+    trainer = GRPOTrainer(
+        model=bundle.model,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=query_dataset(queries),
+        processing_class=bundle.processor,
+        callbacks=all_callbacks,
+        peft_config=None if s.lora is None else s.lora.peft_config(),
+    )
+    # Without tqdm, transformers prints every raw log dict; _Progress says the same in one line.
+    trainer.remove_callback(PrinterCallback)
+    checkpoint = _newest_checkpoint(out / "trainer") if resume else None
+    trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
+    if trainer.accelerator.is_main_process:
+        _save_policy(trainer.accelerator.unwrap_model(trainer.model), bundle.processor,
+                     Path(policy_dir), out, lora=s.lora is not None, merge_lora=merge_lora)
+        metrics = {
+            "settings": s.model_dump(),
+            "selection": reward_fn.method,
+            "log_history": trainer.state.log_history,
+            "step_seconds": _step_seconds(
+                None if checkpoint is None else out / "metrics.json", clock),
+            "mean_reward_per_call": reward_fn.history,
+            "router_feedback": [h for cb in feedback for h in getattr(cb, "history", [])],
+        }
+        metrics["plots"] = plot_alignment(metrics, out / "plots")
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+    return out
+
+
+def _grpo_config(s: GRPOSettings, trainer_dir: Path, rt: Runtime) -> GRPOConfig:
+    """trl's configuration of one run of ``s``: a log entry every step (the progress line and
+    metrics.json read it), checkpoints under ``trainer_dir`` every ``s.save_steps``, no tqdm."""
+    return GRPOConfig(
+        output_dir=str(trainer_dir),
         max_steps=s.steps,
         per_device_train_batch_size=s.prompts_per_step * s.num_generations,
         num_generations=s.num_generations,
@@ -251,49 +292,27 @@ def align(
         disable_tqdm=True,
         **rt.trainer_precision(),
     )
-    feedback = reward_fn.trainer_callbacks()
-    clock = _StepPeriod()
-    all_callbacks: list[TrainerCallback] = [*callbacks, *feedback, clock]
-    if progress is not None:
-        every = progress_every or max(s.steps // 10, 1)
-        all_callbacks.append(_Progress(progress, every=every, total=s.steps))
-    reward_funcs: list[Any] = [reward_fn]  # trl accepts async callables; its hint predates them
-    trainer = GRPOTrainer(
-        model=bundle.model,
-        reward_funcs=reward_funcs,
-        args=args,
-        train_dataset=query_dataset(queries),
-        processing_class=bundle.processor,
-        callbacks=all_callbacks,
-        peft_config=None if s.lora is None else s.lora.peft_config(),
-    )
-    # Without tqdm, transformers prints every raw log dict; _Progress says the same in one line.
-    trainer.remove_callback(PrinterCallback)
-    checkpoints = sorted((out / "trainer").glob("checkpoint-*"),
+
+
+def _newest_checkpoint(trainer_dir: Path) -> Path | None:
+    """trl's newest ``checkpoint-<step>`` under ``trainer_dir`` (by step, not by name), if any."""
+    checkpoints = sorted(trainer_dir.glob("checkpoint-*"),
                          key=lambda p: int(p.name.rsplit("-", 1)[1]))
-    resumed = resume and bool(checkpoints)
-    trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if resumed else None)
-    if trainer.accelerator.is_main_process:
-        policy: Any = trainer.accelerator.unwrap_model(trainer.model)
-        if s.lora is not None:
-            policy.save_pretrained(out / "adapter")  # what a federated LoRA round would ship
-            bundle.processor.save_pretrained(out / "adapter")
-            write_base_reference(out / "adapter", Path(policy_dir))
-            policy = policy.merge_and_unload() if merge_lora else None
-        if policy is not None:
-            policy.save_pretrained(out / "policy")
-            bundle.processor.save_pretrained(out / "policy")
-        metrics = {
-            "settings": s.model_dump(),
-            "selection": reward_fn.method,
-            "log_history": trainer.state.log_history,
-            "step_seconds": _step_seconds(out / "metrics.json" if resumed else None, clock),
-            "mean_reward_per_call": reward_fn.history,
-            "router_feedback": [h for cb in feedback for h in getattr(cb, "history", [])],
-        }
-        metrics["plots"] = plot_alignment(metrics, out / "plots")
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
-    return out
+    return checkpoints[-1] if checkpoints else None
+
+
+def _save_policy(policy: Any, processor: Any, policy_dir: Path, out: Path, *, lora: bool,
+                 merge_lora: bool) -> None:
+    """Write ``out/policy`` (model + processor); under LoRA ``out/adapter`` instead, and the
+    merged ``out/policy`` too with ``merge_lora``."""
+    if lora:
+        policy.save_pretrained(out / "adapter")  # what a federated LoRA round would ship
+        processor.save_pretrained(out / "adapter")
+        write_base_reference(out / "adapter", policy_dir)
+        policy = policy.merge_and_unload() if merge_lora else None
+    if policy is not None:
+        policy.save_pretrained(out / "policy")
+        processor.save_pretrained(out / "policy")
 
 
 def _step_seconds(previous: Path | None, clock: StepTimer) -> list[dict[str, float]]:

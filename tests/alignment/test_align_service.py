@@ -17,8 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sdk.consortium import OPEN_POLICY, LocalConsortium
-from sdk.router import HashingEncoder, Router, RouterConfig
+from fedmor_local import OPEN_POLICY, LocalConsortium
 
 ROUTER = {"d_model": 16, "num_layers": 1, "num_heads": 2, "dim_feedforward": 32}
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,10 +31,7 @@ def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsor
                                  "reward_timeout_s": 30.0}) as c:
         c.start()
         c.wait_enrolled()
-        length = Router(RouterConfig(**ROUTER), ["a", "b"],
-                        HashingEncoder().encoder_id).num_params()
-        c.run_round(kind="router_secagg", vector_length=length, min_clients=2,
-                    params={"clip_range": 8.0})
+        c.publish_router_round(ROUTER)
         yield c
 
 
@@ -56,7 +52,7 @@ def _run(c: LocalConsortium, launcher: list[str], base_policy: Path, data_dir: P
     job.write_text(json.dumps({"grpo": {"steps": steps, "prompts_per_step": 2,
                                         "num_generations": 2, "max_completion_length": 4,
                                         "warmup_steps": 0, **grpo}}))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "examples"))), "OMP_NUM_THREADS": "1"}
     return subprocess.run(
         [*launcher, "-m", "sdk.cli", "align", "--server", c.server_url,
          "--identity", cfg["identity_key"], "--name", "trainer",
@@ -92,9 +88,7 @@ def test_two_torchrun_ranks_share_the_servers_router(
         consortium: LocalConsortium, base_policy: Path, data_dir: Path, tmp_path: Path) -> None:
     steps = 3
     # A fresh online phase: a new router version is published first.
-    length = Router(RouterConfig(**ROUTER), ["a", "b"], HashingEncoder().encoder_id).num_params()
-    consortium.run_round(kind="router_secagg", vector_length=length, min_clients=2,
-                         params={"clip_range": 8.0})
+    consortium.publish_router_round(ROUTER)
     consortium.stop("server")  # fresh counters for the assertions below
     consortium.start_server()
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
@@ -142,7 +136,7 @@ def _assert_plots(out: Path, metrics: dict[str, Any]) -> None:
 
 
 def _port() -> int:
-    from sdk.consortium import free_port
+    from fedmor_local import free_port
 
     return free_port()
 

@@ -18,7 +18,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 
-from sdk.consortium import OPEN_POLICY, LocalConsortium
+from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.wire import RoundCreate
 from server_app import (
     ROUND_KINDS,

@@ -22,9 +22,8 @@ import pytest
 from PIL import Image
 
 from client_app import HashScorer
+from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.alignment import PngCache, RestRewardFunction, enroll_identity
-from sdk.consortium import OPEN_POLICY, LocalConsortium
-from sdk.router import HashingEncoder, HashingEncoderConfig, Router, RouterConfig
 from sdk.wire import load_private_key, sign_headers
 
 ROUTER = {"d_model": 16, "num_layers": 1, "num_heads": 2, "dim_feedforward": 32}
@@ -68,10 +67,7 @@ def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsor
                          server={"alignment": alignment, "reward_timeout_s": 3.0}) as c:
         c.start()
         c.wait_enrolled()
-        length = Router(RouterConfig(**ROUTER), ["a", "b"],
-                        HashingEncoder(HashingEncoderConfig()).encoder_id).num_params()
-        c.run_round(kind="router_secagg", vector_length=length, min_clients=2,
-                    params={"clip_range": 8.0})
+        c.publish_router_round(ROUTER)
         yield c
 
 
@@ -188,10 +184,7 @@ def test_feedback_applies_once_per_step_and_survives_a_restart(consortium: Local
     later = aligner.post("/v1/rewards/feedback", {"step": 1, "loss": 0.3, "run": "b"}).json()
     assert later["applied"] and later["feedback"] is None
     # A newly published router (another federated round) starts a fresh online phase on it.
-    length = Router(RouterConfig(**ROUTER), ["a", "b"],
-                    HashingEncoder(HashingEncoderConfig()).encoder_id).num_params()
-    consortium.run_round(kind="router_secagg", vector_length=length, min_clients=2,
-                         params={"clip_range": 8.0})
+    consortium.publish_router_round(ROUTER)
     out = aligner.post("/v1/rewards", {"items": _items(with_bytes=True)[0], "step": 1}).json()
     assert out["router_version"] == 2  # (the restarted server's image cache started empty)
     fresh = aligner.get("/v1/rewards/stats").json()

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sdk.consortium import LocalConsortium
+from fedmor_local import LocalConsortium
 from server_app import generate_key, load_private_key, sign_headers
 
 

@@ -19,8 +19,8 @@ from fastapi.testclient import TestClient
 
 from attacks import AuditReport
 from attacks._cli import register
+from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.capture import CaptureFiles
-from sdk.consortium import OPEN_POLICY, LocalConsortium
 from sdk.wire import load_private_key, public_key_b64, sign_headers
 from server_app import ServerSettings, add_to_roster, create_app, generate_key
 from tests.apps._capture_update import MEMBERS, ROUTER

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from fedmor_local import LocalConsortium
 from sdk.capture import CaptureFiles
-from sdk.consortium import LocalConsortium
 from sdk.wire import DEMO_SAMPLES_PARAM
 
 _REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from client_app import ClientRunner, ClientSettings, ClientStore, demo_update
 from client_app._demo import TRAIN_PARAM
-from sdk.consortium import OPEN_POLICY
+from fedmor_local import OPEN_POLICY
 from sdk.wire import RoundFailed, RoundInfo
 from server_app import ROUND_KINDS, ClientRound, RoundManager, RoundSpec, UpdateSource, ready_update
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sdk.consortium import ADMIN_TOKEN, OPEN_POLICY, LocalConsortium
+from fedmor_local import ADMIN_TOKEN, OPEN_POLICY, LocalConsortium
 from sdk.wire import (
     add_to_roster,
     generate_key,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from client_app import demo_update
-from sdk.consortium import OPEN_POLICY, LocalConsortium
+from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.secagg import QuantizationConfig
 from sdk.wire import RoundInfo, as_delta, from_delta
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from sdk.consortium import ADMIN_TOKEN, OPEN_POLICY, client_cert_paths, make_pki
+from fedmor_local import ADMIN_TOKEN, OPEN_POLICY, client_cert_paths, make_pki
 from server_app import ServerSettings
 from tests.apps.conftest import running
 

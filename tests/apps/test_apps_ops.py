@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sdk.consortium import LocalConsortium
+from fedmor_local import LocalConsortium
 
 from .conftest import running
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from client_app import SitePolicy, demo_update, describe_policy
-from sdk.consortium import LocalConsortium
+from fedmor_local import LocalConsortium
 from sdk.wire import DEMO_SAMPLES_PARAM, RoundInfo
 
 from .conftest import running

@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 
+from fedmor_local import OPEN_POLICY, LocalConsortium, wait_healthy
 from sdk.alignment import enroll_identity
-from sdk.consortium import OPEN_POLICY, LocalConsortium, wait_healthy
 from sdk.router import HashingEncoder, HashingEncoderConfig, Router, RouterConfig
 from sdk.wire import load_private_key
 

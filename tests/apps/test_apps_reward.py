@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from client_app import HashScorer
-from sdk.consortium import LocalConsortium
+from fedmor_local import LocalConsortium
 from server_app import QueryItem, RewardBroker, Store, load_private_key
 from server_app._broker import server_timing
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sdk.consortium import OPEN_POLICY, LocalConsortium
+from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.wire import key_fingerprint, load_private_key, public_key_b64
 
 _REPO = Path(__file__).resolve().parents[2]

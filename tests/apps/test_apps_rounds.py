@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from client_app import demo_update
-from sdk.consortium import LocalConsortium
+from fedmor_local import LocalConsortium
 from sdk.secagg import (
     QuantizationConfig,
     RoundParams,

@@ -90,7 +90,7 @@ def test_work_refuses_bad_wait_and_strangers(server: tuple[TestClient, list[Memb
 def test_runner_falls_back_to_polling_against_a_server_without_work(
         server: tuple[TestClient, list[Member]], tmp_path: Path) -> None:
     from client_app import ClientRunner, ClientSettings, ClientStore
-    from sdk.consortium import OPEN_POLICY
+    from fedmor_local import OPEN_POLICY
 
     tc, (a, b) = server
     app = tc.app

@@ -18,7 +18,7 @@ from _attack_kit import CLIENT, reward_run_dir
 
 from attacks import AttackInputError, AuditReport
 from attacks._cli import register
-from sdk.consortium import LocalConsortium
+from fedmor_local import LocalConsortium
 from sdk.models import build_tiny_vlm
 from sdk.reward import LoraSettings, RewardTrainingConfig
 from sdk.wire import load_private_key, public_key_b64

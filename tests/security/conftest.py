@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from sdk.consortium import OPEN_POLICY, LocalConsortium, wait_healthy
+from fedmor_local import OPEN_POLICY, LocalConsortium, wait_healthy
 from sdk.wire import SERVER_SENDER
 from server_app import (
     QueryItem,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from sdk.consortium import LocalConsortium
+from fedmor_local import LocalConsortium
 from server_app import generate_key, load_private_key, sign_headers
 from tests.security.conftest import PUSH, client_id
 

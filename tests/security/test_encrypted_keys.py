@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sdk.consortium import free_port, wait_healthy
+from fedmor_local import free_port, wait_healthy
 from sdk.wire import KEY_PASSPHRASE_ENV, load_or_create_key, load_private_key, public_key_b64
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ _REPO = Path(__file__).resolve().parents[2]
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != KEY_PASSPHRASE_ENV}
-    return env | {"PYTHONPATH": str(_REPO)} | extra
+    return env | {"PYTHONPATH": os.pathsep.join((str(_REPO), str(_REPO / "examples")))} | extra
 
 
 def test_a_key_written_with_a_passphrase_needs_it_back(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from client_app import ClientSettings, create_client_app
-from sdk.consortium import LocalConsortium
+from fedmor_local import LocalConsortium
 from server_app import ServerSettings, create_app, load_or_create_key
 from tests.security.conftest import PULL, PUSH
 

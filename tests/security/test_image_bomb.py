@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from client_app import ClientSettings, HashScorer, create_client_app
 from client_app._runner import ClientRunner
-from sdk.consortium import LocalConsortium
+from fedmor_local import LocalConsortium
 from server_app import QueryItem
 from server_app._broker import BrokerError
 from tests.security.conftest import (

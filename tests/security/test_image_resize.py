@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from client_app import ClientStore, HashScorer, RewardService, SitePolicy
-from sdk.consortium import LocalConsortium
+from fedmor_local import LocalConsortium
 from sdk.data import fit_to_pixels
 from sdk.models import build_tiny_vlm, input_pixels
 from sdk.reward import ClientScorer, RewardModel, ScoreNormalizer

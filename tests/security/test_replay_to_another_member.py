@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from sdk.consortium import LocalConsortium
+from fedmor_local import LocalConsortium
 from sdk.wire import HEADER_RECIPIENT
 from server_app import load_private_key, sign_headers
 from tests.security.conftest import PUSH, PUSH2, client_db, client_id, png

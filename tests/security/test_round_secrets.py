@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from sdk.consortium import LocalConsortium
+from fedmor_local import LocalConsortium
 from tests.security.conftest import PUSH2, client_db
 
 

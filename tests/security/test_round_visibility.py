@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from sdk.consortium import LocalConsortium
+from fedmor_local import LocalConsortium
 from sdk.wire import Refusal, RoundInfo
 from server_app import load_private_key, sign_headers
 from server_app._visibility import member_view

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import sdk.cli
-from sdk.consortium import ADMIN_TOKEN, LocalConsortium
+from fedmor_local import ADMIN_TOKEN, LocalConsortium
 from sdk.secagg._schema import MaskedInput
 from server_app import ready_update
 from tests.apps.conftest import Member, in_process_secure_round

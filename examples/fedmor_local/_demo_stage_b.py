@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sdk._demo_config import DemoConfig, say
+from fedmor_local._demo_config import DemoConfig, say
 
 __all__ = ["dp_options", "round_params", "router_spec", "site_policy", "stage_b",
            "train_router"]

@@ -26,10 +26,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sdk._demo_config import DemoConfig, rm_config, say
-from sdk._demo_judges import judge_architectures, style_evaluation, train_style_judges
-from sdk._demo_report import change_summary, plot_run, results_table, style_table
-from sdk._demo_stage_b import dp_options, router_spec, site_policy, stage_b
+from fedmor_local._demo_config import DemoConfig, rm_config, say
+from fedmor_local._demo_judges import judge_architectures, style_evaluation, train_style_judges
+from fedmor_local._demo_report import change_summary, plot_run, results_table, style_table
+from fedmor_local._demo_stage_b import dp_options, router_spec, site_policy, stage_b
 from sdk._runtime_options import add_runtime_arguments
 
 if TYPE_CHECKING:
@@ -215,7 +215,7 @@ def _running_consortium(config: DemoConfig, run_dir: Path,
                         trained: dict[str, Any]) -> Iterator[tuple[Any, list[str], Any]]:
     """One server and one client app per client on 127.0.0.1, each client serving its reward
     model; yields the consortium, the enrolled client ids and the router spec."""
-    from sdk.consortium import LocalConsortium
+    from fedmor_local import LocalConsortium
     from sdk.router import ROUTER_SPEC_ENV as SPEC_ENV
 
     consortium = LocalConsortium(

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -354,3 +354,23 @@ class LocalConsortium:
         if done["status"] != "finished":
             raise RuntimeError(f"round {done['round_id']} failed: {done['error']}")
         return done
+
+    def publish_router_round(self, router: Mapping[str, Any], *, encoder_id: str | None = None,
+                             params: Mapping[str, Any] | None = None,
+                             timeout_s: float = 120.0) -> dict[str, Any]:
+        """Publish a new router version by one secure round of every member (``router_secagg``)
+        and return the finished round.
+
+        ``router``: the ``RouterConfig`` fields of the router the server's alignment settings
+        name; the round's vector is that router's parameters, one arm per member, over
+        ``encoder_id``'s features (default: the hashing encoder, which the demo members use).
+        ``params``: the round's params (default ``clip_range`` 8.0, room above the demo members'
+        updates in [-0.5, 0.5]).
+        """
+        from sdk.router import HashingEncoder, Router, RouterConfig
+
+        features = HashingEncoder().encoder_id if encoder_id is None else encoder_id
+        length = Router(RouterConfig(**router), self.names, features).num_params()
+        return self.run_round(timeout_s=timeout_s, kind="router_secagg", vector_length=length,
+                              min_clients=len(self.names),
+                              params=dict(params) if params is not None else {"clip_range": 8.0})

@@ -1,0 +1,20 @@
+"""fedmor on one host: the local consortium harness and the demo that runs on it.
+
+``LocalConsortium`` starts one server and N member apps as real processes on 127.0.0.1 for
+tests, benchmarks and ``fedmor demo``. It sits above both apps and imports neither: it starts them
+by module name and talks to them over REST. Its folder is ``examples/fedmor_local/`` (the
+repository's top level is fixed); ``pip install`` installs it beside ``sdk``.
+"""
+
+from fedmor_local._local import (
+    ADMIN_TOKEN,
+    OPEN_POLICY,
+    LocalConsortium,
+    client_cert_paths,
+    free_port,
+    make_pki,
+    wait_healthy,
+)
+
+__all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "client_cert_paths", "free_port",
+           "make_pki", "wait_healthy"]
