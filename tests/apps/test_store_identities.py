@@ -27,11 +27,15 @@ def test_a_key_held_by_another_identity_is_named_and_a_rotation_moves_both_rows(
     assert store.key_owner("key-l", besides="a") == "listed"
     assert store.key_owner("key-a", besides="a") == "a"  # its own enrolled key
     assert store.key_owner("fresh", besides="a") is None
-    store.set_public_key("id-a", "a", "fresh")
+    store.set_public_key("id-a", "a", old="key-a", new="fresh", endorsement="sig")
     assert store.client("id-a")["public_key"] == "fresh"  # type: ignore[index]
     assert store.roster_entry("a")["public_key"] == "fresh"  # type: ignore[index]
     assert store.client_named("a")["client_id"] == "id-a"  # type: ignore[index]
     assert store.roster_entry("nobody") is None and store.client_named("nobody") is None
+    # the rotation is kept (published to members) and the old key is retired, not forgotten
+    assert store.retired_keys("id-a") == ["key-a"]
+    assert [(r["old_key"], r["new_key"], r["endorsement"]) for r in store.key_rotations()] == [
+        ("key-a", "fresh", "sig")]
 
 
 def test_a_revocation_keeps_the_keys_and_drops_the_identity(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any, get_args
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "benchmarks"))
+sys.path.append(str(Path(__file__).resolve().parents[2] / "examples" / "benchmarks"))
 import table1
 from _table1_clients import RAW_SCALES
 from _table1_config import Table1Config, UsageError
