@@ -3,20 +3,20 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import tomllib
 
+from tests._checkout import checkout_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_import_contracts_hold() -> None:
     lint = Path(sys.executable).with_name("lint-imports")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT), str(ROOT / "examples"), os.environ.get("PYTHONPATH", "")) if p)}
+    env = checkout_env()
     out = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._checkout import checkout_env
+
 ROOT = Path(__file__).resolve().parents[1]
 GUIDES = ROOT / "docs" / "guides"
 
@@ -65,8 +67,7 @@ def run_quickstart(guide: str, tmp_path: Path) -> str:
     shim.chmod(0o755)
     work = tmp_path / "work"
     work.mkdir()
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "examples"))), "OMP_NUM_THREADS": "1"}
+    env = checkout_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", OMP_NUM_THREADS="1")
     proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=work, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)

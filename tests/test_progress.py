@@ -15,16 +15,15 @@ import pytest
 from sdk._progress import QUIET_ENV, Steps, is_quiet, say, set_quiet
 from sdk.cli import build_parser
 from sdk.data import SynthConfig, synthesize
+from tests._checkout import checkout_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _fedmor(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k != QUIET_ENV}
-    base["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(ROOT), str(ROOT / "examples"), os.environ.get("PYTHONPATH", "")) if p)
     return subprocess.run([sys.executable, "-m", "sdk.cli", *argv], cwd=ROOT, text=True,
-                          capture_output=True, timeout=600, env={**base, **(env or {})})
+                          capture_output=True, timeout=600,
+                          env=checkout_env(drop=(QUIET_ENV,), **(env or {})))
 
 
 def test_rm_train_prints_steps_and_quiet_prints_only_the_result(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ reward from the server's ``POST /v1/rewards``, on one process and on two torchru
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from fedmor_local import OPEN_POLICY, LocalConsortium
+from tests._checkout import checkout_env
 
 ROUTER = {"d_model": 16, "num_layers": 1, "num_heads": 2, "dim_feedforward": 32}
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ def _run(c: LocalConsortium, launcher: list[str], base_policy: Path, data_dir: P
     job.write_text(json.dumps({"grpo": {"steps": steps, "prompts_per_step": 2,
                                         "num_generations": 2, "max_completion_length": 4,
                                         "warmup_steps": 0, **grpo}}))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "examples"))), "OMP_NUM_THREADS": "1"}
+    env = checkout_env(OMP_NUM_THREADS="1")
     return subprocess.run(
         [*launcher, "-m", "sdk.cli", "align", "--server", c.server_url,
          "--identity", cfg["identity_key"], "--name", "trainer",

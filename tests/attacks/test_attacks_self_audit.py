@@ -5,7 +5,6 @@ a tiny LoRA reward model, threshold attack and LiRA."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from attacks._self_audit import audit_own_scorer
 from sdk.data import load_pairs
 from sdk.models import build_tiny_vlm
 from sdk.reward import ClientScorer, LoraSettings, RewardTrainingConfig
+from tests._checkout import checkout_env
 
 ROOT = Path(__file__).resolve().parents[2]
 LORA = RewardTrainingConfig(steps=3, batch_size=4, lr=1e-3, warmup_steps=1, eval_every=0,
@@ -49,7 +49,7 @@ def test_a_member_audits_its_own_reward_answers_without_a_server(
          "--truth-pairs", str(root / "data" / "clients" / CLIENT), "--max-pairs", "8",
          "--shadow-models", "2", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+        env=checkout_env(OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = AuditReport.model_validate(json.loads((out / "report.json").read_text()))
     threshold, lira = report.memberships

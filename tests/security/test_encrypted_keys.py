@@ -5,7 +5,6 @@ and an encrypted key without its passphrase stops either app at start with a cle
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,13 +13,13 @@ import pytest
 
 from fedmor_local import free_port, wait_healthy
 from sdk.wire import KEY_PASSPHRASE_ENV, load_or_create_key, load_private_key, public_key_b64
+from tests._checkout import checkout_env
 
 _REPO = Path(__file__).resolve().parents[2]
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != KEY_PASSPHRASE_ENV}
-    return env | {"PYTHONPATH": os.pathsep.join((str(_REPO), str(_REPO / "examples")))} | extra
+    return checkout_env(drop=(KEY_PASSPHRASE_ENV,), **extra)
 
 
 def test_a_key_written_with_a_passphrase_needs_it_back(tmp_path: Path) -> None:
