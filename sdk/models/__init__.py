@@ -18,6 +18,12 @@ from sdk.models._factory import (
     read_model_type,
 )
 from sdk.models._inputs import VLMInputError, chat_texts, encode_batch, input_pixels, to_rgb
+from sdk.models._memory import (
+    MMAP_THRESHOLD_BYTES,
+    return_freed_host_memory,
+    run_frozen_without_graph,
+    vision_encoder,
+)
 from sdk.models._real_sizes import REAL_SIZES, RealSize
 from sdk.models._runtime import DTypeName, Placement, Runtime
 from sdk.models._tokenizer import DEFAULT_CORPUS, train_tokenizer
@@ -25,6 +31,7 @@ from sdk.models._tokenizer import DEFAULT_CORPUS, train_tokenizer
 __all__ = [
     "ARCHITECTURES",
     "DEFAULT_CORPUS",
+    "MMAP_THRESHOLD_BYTES",
     "REAL_SIZES",
     "ArchitectureSpec",
     "BuildSize",
@@ -45,8 +52,11 @@ __all__ = [
     "input_pixels",
     "load_vlm",
     "read_model_type",
+    "return_freed_host_memory",
+    "run_frozen_without_graph",
     "runtime_from_args",
     "size_with_hidden",
     "to_rgb",
     "train_tokenizer",
+    "vision_encoder",
 ]

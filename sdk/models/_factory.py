@@ -13,6 +13,7 @@ import torch
 from transformers import PreTrainedModel, ProcessorMixin
 
 from sdk.models._architectures import ModelSize, get_architecture
+from sdk.models._memory import return_freed_host_memory, run_frozen_without_graph, vision_encoder
 from sdk.models._real_sizes import REAL_SIZES
 from sdk.models._runtime import Runtime
 
@@ -95,15 +96,22 @@ def load_vlm(path: str | Path, *, runtime: Runtime | None = None) -> VLMBundle:
 
     The weights are read straight into ``runtime``'s dtype and device (memory-mapped
     safetensors, no float32 copy first); the default runtime is float32 on the CPU when no GPU
-    is present. The processor is the checkpoint's own (``preprocessor_config.json``).
+    is present. The processor is the checkpoint's own (``preprocessor_config.json``). A frozen
+    vision tower runs without an autograd graph; on a CPU, freed tensors go back to the OS
+    (``sdk.models.return_freed_host_memory``).
     """
     spec = get_architecture(read_model_type(path))
     device, dtype = (runtime or Runtime()).resolve()
+    if device.type == "cpu":
+        return_freed_host_memory()
     # device_map reads the weights straight onto an accelerator; on the CPU they stay mmapped.
     model = spec.model_class.from_pretrained(
         path, dtype=dtype, device_map=None if device.type == "cpu" else str(device))
     if runtime is not None and runtime.gradient_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    tower = vision_encoder(model)
+    if tower is not None:
+        run_frozen_without_graph(tower)
     processor = spec.processor_class.from_pretrained(path)
     text_config = model.config.get_text_config()
     return VLMBundle(
