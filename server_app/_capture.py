@@ -1,7 +1,9 @@
 """The server's opt-in capture mode: exactly what it received and published, for an auditor.
 
-With ``capture.enabled`` every round's info says ``captured: true`` (no member is captured
-silently), and after each finished round a worker thread writes, into ``capture.dir`` in the
+With ``capture.enabled`` every round opened says ``captured: true`` in its info (no member is
+captured silently). A round's capture is fixed when it opens (the store's ``rounds.captured``):
+a restart that turns the mode on or off changes only the rounds opened after it. After each
+finished captured round a worker thread writes, into ``capture.dir`` in the
 ``sdk.capture`` format, the messages the round stored as they arrived (masked inputs and
 unmasking responses of ``router_secagg``; plain updates of ``rm_fedavg``), the round's base and
 its published router. Every reward query the broker answers is logged as (image hash, prompt,
@@ -200,7 +202,8 @@ class ServerCapture:
 
     def _capture(self, round_id: int) -> None:
         row = self.store.round_row(round_id)
-        if row is None or row["status"] != "finished":
+        # Only rounds recorded as captured when they opened: what their members agreed to.
+        if row is None or row["status"] != "finished" or not row["captured"]:
             self._marker(round_id).unlink(missing_ok=True)
             return
         if round_id in {r.round_id for r in self.manifest().rounds}:  # written before a crash

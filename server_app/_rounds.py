@@ -92,7 +92,8 @@ class RoundManager:
         failure: Exception | None = None
         with self._lock:
             with self.store.transaction():  # one commit (one fsync) for the new round
-                round_id = self.store.create_round(req.kind, {})
+                round_id = self.store.create_round(req.kind, {},
+                                                   captured=self.capture is not None)
                 spec = RoundSpec(
                     round_id=round_id, kind=req.kind, participants=participants,
                     public_keys=keys,
@@ -324,6 +325,7 @@ class RoundManager:
             return
         index = int(row["stage_index"])
         stage = server.stages[index]
+        captured = bool(row["captured"])  # as announced when it opened, whatever the setting now
         present = self.store.submitted(round_id, stage)
         missing = self._expected(round_id, server, index) - present
         try:
@@ -341,7 +343,7 @@ class RoundManager:
                 self._fail(round_id, f"stage {stage}: the aggregate {problem}")
                 return
             result = self._published(round_id, mean)
-            if self.capture is not None:  # durable before the finish (and the last ack)
+            if captured and self.capture is not None:  # durable before the finish (and ack)
                 self.capture.reserve(round_id)
         with self.store.transaction():  # one commit (one fsync) per close
             self.store.put_closure(round_id, stage, broadcast)
@@ -356,14 +358,30 @@ class RoundManager:
                 self.store.update_round(round_id, status="finished", router_version=version,
                                         finished_at=time.time())
                 self.store.audit("server", "round_finished", round_id=round_id, version=version)
+                if captured and self.capture is None:
+                    self.store.audit("server", "capture_missed", round_id=round_id)
             _log.info("round %d: stage %s closed (%d present, dropouts: %s)", round_id, stage,
                       len(present), sorted(missing) or "none")
         if last:
-            if self.capture is not None and result is not None:
-                self.capture.round_ended(round_id)
+            if captured and result is not None:
+                self._captured(round_id)
             self._forget(round_id)
             self.store.checkpoint_soon()  # the round's megabytes leave the log between rounds
         self._notify()
+
+    def _captured(self, round_id: int) -> None:
+        """Hand a finished round recorded as captured to the capture worker. With capture
+        mode off now (the server restarted without it) the round is not captured: a warning,
+        and a ``capture_missed`` audit record (counted in ``/metrics``) that the commit above
+        made durable. It is not written into ``capture.dir`` anyway: with the mode off that
+        directory is only a default path, not served to the auditor, not pruned, and the
+        operator's setting says the server keeps no members' messages; keeping fewer than
+        announced breaks no member's policy, keeping more would."""
+        if self.capture is not None:
+            self.capture.round_ended(round_id)
+            return
+        _log.warning("round %d was announced as captured but capture mode is off now: "
+                     "it is not in the capture (capture_missed)", round_id)
 
     def _fail(self, round_id: int, reason: str) -> None:
         with self.store.transaction():
@@ -431,7 +449,7 @@ class RoundManager:
             error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],
             refusals=self.records.refusals(round_id),
             dp=self.records.dp_account(round_id, row["status"]),
-            captured=self.capture is not None)
+            captured=bool(row["captured"]))
 
     def list(self, status: str | None = None) -> list[RoundInfo]:
         """All rounds (that started), oldest first."""

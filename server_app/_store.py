@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS clients (
 CREATE TABLE IF NOT EXISTS rounds (
     round_id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, spec TEXT NOT NULL,
     status TEXT NOT NULL, stage_index INTEGER NOT NULL, stage_opened_at REAL NOT NULL,
-    router_version INTEGER, error TEXT, created_at REAL NOT NULL, finished_at REAL);
+    router_version INTEGER, error TEXT, created_at REAL NOT NULL, finished_at REAL,
+    captured INTEGER NOT NULL DEFAULT 0);
 -- payload: JSON text, or a BLOB for a raw octet-stream body (TEXT affinity keeps blobs as-is)
 CREATE TABLE IF NOT EXISTS stage_messages (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, round_id INTEGER NOT NULL, stage TEXT NOT NULL,
@@ -87,6 +88,10 @@ class Store(IdentityTables, RoundTables, RewardTables):
             self._db.execute("ALTER TABLE clients ADD COLUMN clip_bound REAL")
         self._add_role_columns()
         self.add_column("images", "stored_at", "REAL", fill=time.time())  # for retention
+        # Whether a round is captured is fixed when it opens (what its members agreed to);
+        # rounds of a store older than that record were announced uncaptured or unknown:
+        # never captured.
+        self.add_column("rounds", "captured", "INTEGER NOT NULL DEFAULT 0", fill=0)
 
     def _add_role_columns(self) -> None:
         """A store written before roles existed: every identity in it is a member."""

@@ -34,12 +34,14 @@ def _decoded(row: dict[str, Any]) -> dict[str, Any]:
 class RoundTables(StoreBase):
     """Rounds and what their stages stored."""
 
-    def create_round(self, kind: str, spec: dict[str, Any]) -> int:
-        """Insert an open round at stage 0."""
+    def create_round(self, kind: str, spec: dict[str, Any], *, captured: bool = False) -> int:
+        """Insert an open round at stage 0; ``captured``: the server captures it (announced to
+        its members, and never changed by a later setting)."""
         now = time.time()
         return self._write(
-            "INSERT INTO rounds(kind, spec, status, stage_index, stage_opened_at, created_at) "
-            "VALUES (?,?,?,?,?,?)", (kind, json.dumps(spec), "open", 0, now, now))
+            "INSERT INTO rounds(kind, spec, status, stage_index, stage_opened_at, created_at, "
+            "captured) VALUES (?,?,?,?,?,?,?)",
+            (kind, json.dumps(spec), "open", 0, now, now, int(captured)))
 
     def round(self, round_id: int) -> dict[str, Any] | None:
         """One round row (``spec`` decoded), or None."""
