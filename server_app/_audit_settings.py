@@ -11,8 +11,8 @@ __all__ = ["AuditSettings", "CaptureSettings"]
 
 
 class CaptureSettings(BaseModel):
-    """``[capture]``: off by default. When on, every member sees ``captured`` in each round's
-    info before it sends anything."""
+    """``[capture]``: off by default. When on, every round opened says ``captured`` in its info
+    before any member sends anything; changing it changes only rounds opened later."""
 
     model_config = ConfigDict(extra="forbid")
 

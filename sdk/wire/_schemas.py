@@ -179,7 +179,7 @@ class RoundInfo(_Reply):
                                  "its accounted cost; None: no DP")
     captured: bool = Field(default=False, description="the server keeps every message of this "
                            "round as received, and what it published, in its capture directory "
-                           "(for the consortium's auditor)")
+                           "(for the consortium's auditor); fixed when the round opens")
 
 
 class StageSubmit(_Wire):
