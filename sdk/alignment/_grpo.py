@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -20,7 +19,7 @@ from sdk._progress import Steps
 from sdk.alignment._export import write_base_reference
 from sdk.alignment._plots import plot_alignment
 from sdk.data import Query
-from sdk.models import Runtime, load_vlm
+from sdk.models import Runtime, load_vlm, vision_encoder
 from sdk.reward import LoraSettings
 
 __all__ = ["GRPORewardFunction", "GRPOSettings", "StepTimer", "align", "query_dataset"]
@@ -327,31 +326,20 @@ def _step_seconds(previous: Path | None, clock: StepTimer) -> list[dict[str, flo
                       for step, seconds in zip(clock.steps, clock.durations, strict=True)]
 
 
-@dataclass(frozen=True)
-class _VisionTower:
-    """Where one family of architectures keeps its vision encoder."""
-
-    name: str  # the encoder's attribute on the model or on its inner ``model``
-    projector: str | None  # a sub-module of the encoder that maps into the language model
-
-
-# Qwen2-VL and Qwen2.5-VL keep their projector (``merger``) inside ``visual``; LLaVA-OneVision's
-# ``multi_modal_projector`` sits beside ``vision_tower``, so its whole tower freezes.
-_VISION_TOWERS = (_VisionTower("visual", "merger"), _VisionTower("vision_tower", None))
+# Qwen2-VL and Qwen2.5-VL keep their projector (``merger``) inside the tower; LLaVA-OneVision's
+# ``multi_modal_projector`` sits beside it, so its whole tower freezes.
+_PROJECTOR_IN_TOWER = "merger."
 
 
 def _freeze_vision_encoder(model: torch.nn.Module) -> None:
     """Stop gradients into the vision encoder; its projector keeps training."""
-    for holder in (model, getattr(model, "model", None)):
-        for tower in _VISION_TOWERS:
-            encoder = getattr(holder, tower.name, None)
-            if isinstance(encoder, torch.nn.Module):
-                for name, param in encoder.named_parameters():
-                    if tower.projector is None or not name.startswith(f"{tower.projector}."):
-                        param.requires_grad_(False)
-                return
-    names = " or ".join(f"`{t.name}`" for t in _VISION_TOWERS)
-    raise ValueError(f"freeze_vision: {type(model).__name__} has no vision encoder ({names})")
+    encoder = vision_encoder(model)
+    if encoder is None:
+        raise ValueError(f"freeze_vision: {type(model).__name__} has no vision encoder "
+                         "(`visual` or `vision_tower`)")
+    for name, param in encoder.named_parameters():
+        if not name.startswith(_PROJECTOR_IN_TOWER):
+            param.requires_grad_(False)
 
 
 class _Progress(TrainerCallback):
