@@ -155,6 +155,9 @@ def main() -> None:
                          # Idle clients long-poll GET /v1/work: no fast polling needed.
                          server={"stage_deadline_s": 300.0, "max_request_bytes": 64 * 2**20}) \
             as c:
+        # The scoring site enrolls with its reward model: the clip bound a member announces at
+        # enrollment is the one the broker holds its answers to.
+        c.client_cfg[c.names[0]]["reward_model_dir"] = str(model_dir)
         log(f"starting 1 server + {n_clients} client processes")
         t0 = time.perf_counter()
         c.start()
@@ -191,7 +194,7 @@ def main() -> None:
         site = c.names[0]
         for name in c.names:  # one scoring client only: the others' processes leave
             c.stop(name)
-        c.start_client(site, reward_model_dir=str(model_dir), run_rounds=False)
+        c.start_client(site, run_rounds=False)
         client_id = c.enrolled()[0]
         from sdk.reward import ClientScorer
 
