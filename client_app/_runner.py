@@ -23,6 +23,7 @@ import numpy as np
 import tenacity
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from client_app._announce import ANNOUNCED_CLIP_BOUND, announce_clip_bound
 from client_app._identity import reload_key
 from client_app._policy import (
     PolicyDenied,
@@ -136,6 +137,7 @@ class ClientRunner:
                                  timeout=settings.request_timeout_s)
         self.bytes_sent = 0
         self._long_poll_works = True  # until the server answers /v1/work with 404
+        self._announced = False  # the scorer's clip bound, once per run (see poll_once)
 
     def close(self) -> None:
         """Close the HTTP client."""
@@ -213,6 +215,8 @@ class ClientRunner:
             self.request("POST", "/v1/enroll", body, signed=False).json())
         self.store.put("server_public_key", resp.server_public_key)
         self.store.put("client_id", resp.client_id)
+        if body["clip_bound"] is not None:
+            self.store.put(ANNOUNCED_CLIP_BOUND, repr(body["clip_bound"]))
         _log.info("enrolled with %s as %s", self.settings.server_url, resp.client_id)
         return resp.client_id
 
@@ -415,6 +419,7 @@ class ClientRunner:
         """One pass: run every open round we take part in, then answer queued queries. Returns
         whether the next pass may start at once: true after a long poll (the server held it
         until there was work, or ``long_poll_s`` passed), false when it polled instead."""
+        self._announce_once()
         self.sweep_rounds()
         wait = self.settings.long_poll_s
         if not (wait and self._long_poll_works):
@@ -437,6 +442,21 @@ class ClientRunner:
         # Rounds we already ended locally (abandoned, say) stay listed until their stage
         # closes: do not spin on them.
         return bool(fresh or work.queries or not work.rounds)
+
+    def _announce_once(self) -> None:
+        """Before the first pull query is answered: re-announce the scorer's clip bound if it
+        changed since the last run. A refusal (above the consortium's maximum, an old server)
+        is logged and the member works on; an unreachable server is tried at the next pass."""
+        if self._announced:
+            return
+        try:
+            announce_clip_bound(self)
+        except RunnerError as exc:
+            if exc.status >= 499:
+                raise
+            _log.warning("the server refused this member's clip bound: %s; answers outside "
+                         "the bound it announced before will be refused", exc)
+        self._announced = True
 
     def _poll_lists(self) -> None:
         if self.settings.run_rounds:

@@ -24,6 +24,7 @@ from sdk.wire import (
     tls_verify,
 )
 from server_app._access import Access
+from server_app._announce_api import clip_bound_router
 from server_app._audit_api import install_audit
 from server_app._audit_budget_api import audit_budget_router
 from server_app._broker import RewardBroker
@@ -117,6 +118,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(audit_budget_router(store, access, cfg.audit))
     app.include_router(meta_router())
     app.include_router(enrollment_router(store, key, cfg))
+    app.include_router(clip_bound_router(store, broker, access, cfg))
     app.include_router(rounds_router(rounds, access))
     app.include_router(router_versions_router(store, access))
     install_work_routes(app, store, rounds, work, access, cfg)

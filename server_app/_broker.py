@@ -86,7 +86,8 @@ class RewardBroker:
         # time went, for the benchmark; empty when the client sent none.
         self.last_server_timing: dict[str, float] = {}
         self._http = httpx.AsyncClient(timeout=timeout_s, verify=verify)
-        # Enrolled clients' rows, read once: enrollment never rewrites one (a retry returns it).
+        # Enrolled clients' rows, read once: only a member's clip-bound announcement changes
+        # one (``reread`` drops it; ``_check`` re-reads before refusing a score).
         self._clients: dict[str, dict[str, Any]] = {}
         # (client id, items, scores) of every answered query: the capture mode's log.
         self.on_scored: Callable[[str, list[QueryItem], list[float]], None] | None = None
@@ -100,6 +101,11 @@ class RewardBroker:
         self._revoked.add(client_id)
         for query in self.store.pending_queries(client_id):
             self.store.answer_query(query["query_id"], {"error": _REVOKED})
+
+    def reread(self, client_id: str) -> None:
+        """Read ``client_id``'s row from the store again at its next query (it announced a
+        new clip bound)."""
+        self._clients.pop(client_id, None)
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
@@ -126,12 +132,19 @@ class RewardBroker:
                 from None
         if not all(math.isfinite(s) for s in out):
             raise BrokerError(f"client {client_id} returned a non-finite score")
-        # The bound the member announced at enrollment: one member's scores cannot outweigh
-        # the others' in a mixture by leaving its own range.
+        # The bound the member announced (at enrollment or since): one member's scores cannot
+        # outweigh the others' in a mixture by leaving its own range. An answer is judged by
+        # the bound in force when it arrives; the store is read again before a refusal, since
+        # the announcement may have reached another server process than this one.
         bound = self._clients[client_id].get("clip_bound")
+        if bound is None or any(abs(s) > bound for s in out):
+            row = self.store.client(client_id)
+            if row is not None:
+                self._clients[client_id] = row
+                bound = row.get("clip_bound")
         if bound is None:
-            raise BrokerError(f"client {client_id} announced no clip bound at enrollment: its "
-                              "scores cannot be checked")
+            raise BrokerError(f"client {client_id} announced no clip bound: its scores cannot "
+                              "be checked")
         if any(abs(s) > bound for s in out):
             raise BrokerError(f"client {client_id} returned a score outside its announced clip "
                               f"bound [-{bound:g}, {bound:g}]")

@@ -10,6 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import APIRouter
 
 from sdk.wire import EnrollRequest, EnrollResponse, check_reward_url, public_key_b64
+from server_app._announce_api import check_clip_bound
 from server_app._settings import ServerSettings
 from server_app._store import ConflictError, Store
 
@@ -29,6 +30,7 @@ def enrollment_router(store: Store, key: Ed25519PrivateKey, cfg: ServerSettings)
         """Trade a one-time token plus the roster's identity key for a client id."""
         if req.reward_url is not None:
             check_reward_url(req.reward_url, allow_http=cfg.allow_http_reward_urls)
+        check_clip_bound(req.clip_bound, cfg)
         try:
             row, created = store.enroll(name=req.name, token=req.token,
                                         public_key=req.public_key, reward_url=req.reward_url,

@@ -80,6 +80,14 @@ class ServerSettings(AppHardening):
     reward_poll_s: float = Field(default=0.05, gt=0)
     allow_http_reward_urls: bool = Field(default=False, description="accept plain-http push "
                                          "URLs at enrollment (local tests only)")
+    # Scores are z-scores of each member's own training scores, so c = 3 (sdk.reward's
+    # default normalizer) keeps 99.7% of a Gaussian and 10 already keeps a 10-sigma tail
+    # that no normalized score reaches; the cap means no member's answers can outweigh a
+    # c = 1 member more than tenfold (the wire accepts up to 1e6).
+    max_clip_bound: float = Field(
+        default=10.0, gt=0, le=1e6, allow_inf_nan=False, description="the largest clip bound "
+        "a member may announce at enrollment or later (POST /v1/identity/clip-bound); a larger "
+        "one is refused (422)")
     alignment: AlignmentSettings = Field(default_factory=AlignmentSettings)
     retention: Retention = Field(default_factory=Retention, description="days cached images, "
                                  "answered reward queries and audit rows are kept")

@@ -107,6 +107,21 @@ class IdentityTables(StoreBase):
             self._write("INSERT OR REPLACE INTO key_rotations VALUES (?,?,?,?,?)",
                         (client_id, old, new, time.time(), endorsement))
 
+    def set_clip_bound(self, client_id: str, clip_bound: float) -> float | None:
+        """``client_id`` announced a new clip bound: store it with an audit row (one commit);
+        returns the bound it replaces (the same bound again writes nothing)."""
+        with self.transaction():
+            row = self._one("SELECT clip_bound FROM clients WHERE client_id=?", (client_id,))
+            if row is None:
+                raise KeyError(client_id)
+            previous = row["clip_bound"]
+            if previous == clip_bound:
+                return float(previous)
+            self._write("UPDATE clients SET clip_bound=? WHERE client_id=?",
+                        (clip_bound, client_id))
+            self.audit(client_id, "clip_bound", clip_bound=clip_bound, previous=previous)
+        return None if previous is None else float(previous)
+
     def retired_keys(self, client_id: str) -> list[str]:
         """The keys an enrolled identity rotated away from (a revoked one: none, so its
         requests keep their 403)."""

@@ -112,6 +112,8 @@ from sdk.wire._roster import (
 )
 from sdk.wire._schemas import (
     AuditBudget,
+    ClipBoundAck,
+    ClipBoundAnnouncement,
     DPAccount,
     DPTerms,
     EnrollRequest,
@@ -185,6 +187,8 @@ __all__ = [
     "AuditBudget",
     "AuthError",
     "ClientRound",
+    "ClipBoundAck",
+    "ClipBoundAnnouncement",
     "ConflictError",
     "DPAccount",
     "DPTerms",

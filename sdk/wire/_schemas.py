@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "AuditBudget",
+    "ClipBoundAck",
+    "ClipBoundAnnouncement",
     "DPAccount",
     "DPTerms",
     "EnrollRequest",
@@ -76,6 +78,24 @@ class EnrollRequest(_Wire):
     clip_bound: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False,
                                      description="every score this member answers lies in "
                                      "[-clip_bound, clip_bound]; the broker refuses others")
+
+
+class ClipBoundAnnouncement(_Wire):
+    """``POST /v1/identity/clip-bound``, signed by a member: the bound of its current scorer
+    (a reward model swapped for one with another normalizer announces its new ``c``)."""
+
+    clip_bound: float = Field(gt=0, le=1e6, allow_inf_nan=False,
+                              description="every score this member answers from now on lies "
+                              "in [-clip_bound, clip_bound]")
+
+
+class ClipBoundAck(_Reply):
+    """The bound the server now holds for the caller, and the one it replaced."""
+
+    client_id: str
+    clip_bound: float
+    previous: float | None = Field(default=None, description="the bound announced before "
+                                   "(None: the member had announced none)")
 
 
 class EnrollResponse(_Reply):

@@ -84,3 +84,30 @@ def test_real_members_announce_their_scorer_bound(hostile: Any, name: str) -> No
     with sqlite3.connect(hostile.server_cfg["db_path"]) as db:
         (bound,) = db.execute("SELECT clip_bound FROM clients WHERE name=?", (name,)).fetchone()
     assert bound == 1.0  # HashScorer's own bound, not a default typed twice
+
+
+def test_enrollment_above_the_consortium_maximum_is_refused(
+        server: tuple[TestClient, list[Member]]) -> None:
+    tc, _ = server
+    maximum = tc.app.state.settings.max_clip_bound  # type: ignore[attr-defined]
+    resp, _ = enroll_new(tc, "greedy", maximum * 2)
+    assert resp.status_code == 422
+    assert f"above this consortium's maximum {maximum:g}" in resp.json()["detail"]
+    assert tc.app.state.store.client_named("greedy") is None  # type: ignore[attr-defined]
+    resp, _ = enroll_new(tc, "modest", maximum)  # at the maximum: accepted
+    assert resp.status_code == 200, resp.text
+
+
+def test_a_bound_announced_through_another_process_is_read_before_refusing(
+        server: tuple[TestClient, list[Member]]) -> None:
+    tc, _ = server
+    resp, key = enroll_new(tc, "retrained", 1.0)
+    member = Member(tc, key, resp.json()["client_id"])
+    assert _answer_in_pull_mode(tc, member, [0.5, -0.5]) == [0.5, -0.5]  # the row is cached
+    # What another server process's POST /v1/identity/clip-bound writes: this broker's cached
+    # row still says 1.
+    store = tc.app.state.store  # type: ignore[attr-defined]
+    assert store.set_clip_bound(member.client_id, 3.0) == 1.0
+    assert _answer_in_pull_mode(tc, member, [2.5, -2.5]) == [2.5, -2.5]
+    refused = _answer_in_pull_mode(tc, member, [3.5, 0.0])
+    assert isinstance(refused, BrokerError) and "[-3, 3]" in str(refused)

@@ -1,0 +1,54 @@
+"""``POST /v1/identity/clip-bound``: a member announces the clip bound of its current scorer
+(an ``APIRouter`` that ``create_app`` includes).
+
+A member that swaps its reward model for one with another normalizer would otherwise have every
+answer outside its enrollment-time bound refused. The announcement is signed, changes only the
+caller's own row, is audited, and the broker judges the next answer by it.
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
+
+import logging
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+
+from sdk.wire import ClipBoundAck, ClipBoundAnnouncement, PayloadError
+from server_app._access import Access
+from server_app._broker import RewardBroker
+from server_app._settings import ServerSettings
+from server_app._store import Store
+
+__all__ = ["check_clip_bound", "clip_bound_router"]
+
+_log = logging.getLogger("fedmor.server")
+
+
+def check_clip_bound(clip_bound: float | None, cfg: ServerSettings) -> None:
+    """Refuse (422) a bound above the consortium's ``max_clip_bound``."""
+    if clip_bound is not None and clip_bound > cfg.max_clip_bound:
+        raise PayloadError(f"clip_bound {clip_bound:g} is above this consortium's maximum "
+                           f"{cfg.max_clip_bound:g} (server setting max_clip_bound): rescale "
+                           "the reward model's normalizer or ask the operator")
+
+
+def clip_bound_router(store: Store, broker: RewardBroker, access: Access,
+                      cfg: ServerSettings) -> APIRouter:
+    """The endpoint over ``store``; ``broker`` re-reads the caller's row at its next query."""
+    router = APIRouter(prefix="/v1", tags=["identity"])
+
+    @router.post("/identity/clip-bound", response_model=ClipBoundAck)
+    def announce(caller: Annotated[str, Depends(access.member)],
+                 body: ClipBoundAnnouncement) -> ClipBoundAck:
+        """Set the caller's own clip bound (members): every score it answers from now on
+        must lie in [-clip_bound, clip_bound]. A bound above the server's ``max_clip_bound``
+        gets 422 and changes nothing. Repeating an announcement changes nothing."""
+        check_clip_bound(body.clip_bound, cfg)
+        previous = store.set_clip_bound(caller, body.clip_bound)
+        broker.reread(caller)
+        if previous != body.clip_bound:
+            _log.info("member %s announced clip bound %g (was %s)", caller, body.clip_bound,
+                      "none" if previous is None else f"{previous:g}")
+        return ClipBoundAck(client_id=caller, clip_bound=body.clip_bound, previous=previous)
+
+    return router
