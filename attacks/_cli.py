@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sdk._progress import say
+from sdk.progress import say
 
 if TYPE_CHECKING:
     from attacks._report import AuditReport
@@ -81,7 +81,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the server's Ed25519 identity PEM, to sign --client-url queries",
     )
     audit.add_argument("--sender", default="server", help="signer id the client app accepts")
-    from sdk._runtime_options import add_runtime_arguments
+    from sdk.runtime_options import add_runtime_arguments
 
     add_runtime_arguments(audit)
     audit.add_argument("--recipient", default=None,
@@ -150,7 +150,7 @@ def _audit_server(args: argparse.Namespace) -> int:
 
     from attacks._audit import AuditConfig
     from attacks._live_audit import audit_live_member
-    from sdk._runtime_options import runtime_from_args
+    from sdk.runtime_options import runtime_from_args
     from sdk.wire import load_private_key, tls_verify
 
     if None in (args.identity, args.caller_id, args.member, args.truth_pairs):
@@ -177,7 +177,7 @@ def _audit_server(args: argparse.Namespace) -> int:
 def _audit_self(args: argparse.Namespace) -> int:
     from attacks._audit import AuditConfig
     from attacks._self_audit import audit_own_scorer
-    from sdk._runtime_options import runtime_from_args
+    from sdk.runtime_options import runtime_from_args
 
     if args.truth_pairs is None:
         raise ValueError("--client-config needs --truth-pairs (the site's own train/ and eval/ "
@@ -220,7 +220,7 @@ def _audit(args: argparse.Namespace) -> int:
     # Heavy imports (torch, transformers) only when the command runs.
     from attacks._audit import AuditConfig, audit_run_dir
     from attacks._captured_attacks import CapturedAttackConfig
-    from sdk._runtime_options import runtime_from_args
+    from sdk.runtime_options import runtime_from_args
 
     sources = (args.run_dir, args.capture, args.server, args.client_config)
     if sum(x is not None for x in sources) != 1:

@@ -132,7 +132,7 @@ def train_mlp_reward(
             _bt_loss(model, pos, neg).backward()
             opt.step()
         return TrainedMlpReward(model, steps=cfg.epochs)
-    from sdk.reward._dp import PairDPSGD
+    from sdk.reward import PairDPSGD
 
     n = len(idx)
     steps = max(1, round(cfg.epochs * n / min(cfg.dp_batch_size, n)))

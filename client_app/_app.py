@@ -19,7 +19,7 @@ from client_app._scorer import Scorer, load_object
 from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
-from sdk._version import __version__
+from sdk import __version__
 from sdk.secagg import preload_accountant
 from sdk.wire import (
     ERROR_RESPONSES,

@@ -10,7 +10,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from client_app._store import ClientStore
-from sdk._version import __version__
+from sdk import __version__
 from sdk.wire import Health, StoredGauge, install_ops
 
 __all__ = ["install_client_ops", "meta_router"]

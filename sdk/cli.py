@@ -18,8 +18,8 @@ from typing import Any
 
 import tomllib
 
-from sdk._progress import set_quiet
 from sdk._version import __version__
+from sdk.progress import set_quiet
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 

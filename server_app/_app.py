@@ -10,7 +10,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppres
 
 from fastapi import FastAPI
 
-from sdk._version import __version__
+from sdk import __version__
 from sdk.secagg import preload_accountant
 from sdk.wire import (
     ERROR_RESPONSES,

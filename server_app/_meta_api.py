@@ -5,7 +5,7 @@ server's gauges over its store) from ``sdk.wire.install_ops``."""
 
 from fastapi import APIRouter, FastAPI
 
-from sdk._version import __version__
+from sdk import __version__
 from sdk.wire import Health, StoredGauge, install_ops
 from server_app._store import Store
 

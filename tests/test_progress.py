@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sdk._progress import QUIET_ENV, Steps, is_quiet, say, set_quiet
 from sdk.cli import build_parser
 from sdk.data import SynthConfig, synthesize
+from sdk.progress import QUIET_ENV, Steps, is_quiet, say, set_quiet
 from tests._checkout import checkout_env
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -30,7 +30,7 @@ from fedmor_local._demo_config import DemoConfig, rm_config, say
 from fedmor_local._demo_judges import judge_architectures, style_evaluation, train_style_judges
 from fedmor_local._demo_report import change_summary, plot_run, results_table, style_table
 from fedmor_local._demo_stage_b import dp_options, router_spec, site_policy, stage_b
-from sdk._runtime_options import add_runtime_arguments
+from sdk.runtime_options import add_runtime_arguments
 
 if TYPE_CHECKING:
     from sdk.reward import RewardModel

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sdk._progress import say as progress_line
+from sdk.progress import say as progress_line
 
 if TYPE_CHECKING:
     from sdk.models import Runtime

@@ -15,11 +15,11 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from sdk._progress import Steps
 from sdk.alignment._export import write_base_reference
 from sdk.alignment._plots import plot_alignment
 from sdk.data import Query
 from sdk.models import Runtime, load_vlm, vision_encoder
+from sdk.progress import Steps
 from sdk.reward import LoraSettings
 
 __all__ = ["GRPORewardFunction", "GRPOSettings", "StepTimer", "align", "query_dataset"]
@@ -344,7 +344,7 @@ def _freeze_vision_encoder(model: torch.nn.Module) -> None:
 
 class _Progress(TrainerCallback):
     """One line of GRPO progress every ``every`` steps, and a bar of all steps while stderr is
-    a terminal (``sdk._progress``: none in quiet mode)."""
+    a terminal (``sdk.progress``: none in quiet mode)."""
 
     def __init__(self, say: Callable[[str], None], *, every: int, total: int) -> None:
         self.say, self.every, self.total = say, every, total

@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sdk._progress import say
-from sdk._runtime_options import add_runtime_arguments, runtime_from_args
 from sdk.alignment._grpo import GRPOSettings
 from sdk.models import Runtime
+from sdk.progress import say
+from sdk.runtime_options import add_runtime_arguments, runtime_from_args
 
 __all__ = ["AlignJob", "register", "run_align_job"]
 

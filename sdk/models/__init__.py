@@ -1,6 +1,5 @@
 """Offline VLMs of the real architectures: tiny-model factory, loading, input encoding."""
 
-from sdk._runtime_options import add_runtime_arguments, runtime_from_args
 from sdk.models._architectures import (
     ARCHITECTURES,
     ArchitectureSpec,
@@ -27,6 +26,7 @@ from sdk.models._memory import (
 from sdk.models._real_sizes import REAL_SIZES, RealSize
 from sdk.models._runtime import DTypeName, Placement, Runtime
 from sdk.models._tokenizer import DEFAULT_CORPUS, train_tokenizer
+from sdk.runtime_options import add_runtime_arguments, runtime_from_args
 
 __all__ = [
     "ARCHITECTURES",

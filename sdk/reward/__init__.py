@@ -8,6 +8,7 @@ from sdk.reward._clients import (
     train_client_reward_models,
 )
 from sdk.reward._config import DPSettings, LoraSettings, RewardTrainingConfig
+from sdk.reward._dp import PairDPSGD
 from sdk.reward._model import (
     PairLike,
     RewardCheckpointError,
@@ -29,6 +30,7 @@ __all__ = [
     "ClientScorer",
     "DPSettings",
     "LoraSettings",
+    "PairDPSGD",
     "PairLike",
     "RewardCheckpointError",
     "RewardInputError",

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from sdk._runtime_options import add_runtime_arguments, runtime_from_args
+from sdk.runtime_options import add_runtime_arguments, runtime_from_args
 
 __all__ = ["register"]
 

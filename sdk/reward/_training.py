@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import torch
 import torch.nn.functional as F
 
-from sdk._progress import Steps
+from sdk.progress import Steps
 from sdk.reward._config import RewardTrainingConfig
 from sdk.reward._dp import PairDPSGD
 from sdk.reward._model import PairLike, RewardModel
@@ -175,7 +175,7 @@ def train_reward_model(
     (evaluations do not rewrite the checkpoint). The model trains where it was loaded
     (``RewardModel.from_backbone(..., runtime=...)``), in its dtype. ``progress`` shows a bar
     (on a terminal) and a step line every 10 steps on stderr (or ``stream``), unless quiet
-    mode (``sdk._progress``) is on.
+    mode (``sdk.progress``) is on.
     """
     config = config or RewardTrainingConfig()
     if not train_pairs:

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sdk._progress import say
+from sdk.progress import say
 
 if TYPE_CHECKING:
     from sdk.router._encoder import Encoder
@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _encoder_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--encoder-vlm", type=Path, metavar="DIR",
                         help="frozen VLM checkpoint as the encoder (default: the hashing encoder)")
-    from sdk._runtime_options import add_runtime_arguments
+    from sdk.runtime_options import add_runtime_arguments
 
     # Where the VLM encoder (and, for eval, the reward models) run, and in which dtype.
     add_runtime_arguments(parser)

@@ -3,7 +3,8 @@ always, and nothing of either in quiet mode (``fedmor --quiet`` or ``FEDMOR_QUIE
 command prints only its results and errors, as logs want.
 
 Results go to stdout with ``print``; everything here goes to stderr, so ``fedmor ... > out.json``
-keeps the results clean whatever the mode.
+keeps the results clean whatever the mode. Every package's long commands (the sdk's, the
+audit's, the demo's) report through here, so one ``--quiet`` silences them all.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 __all__ = ["QUIET_ENV", "Steps", "is_quiet", "say", "set_quiet", "track"]
 
 QUIET_ENV = "FEDMOR_QUIET"
+"""The environment variable of quiet mode (1, true or yes: on)."""
 _T = TypeVar("_T")
 
 

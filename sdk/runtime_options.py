@@ -1,4 +1,5 @@
-"""``--device`` / ``--dtype`` flags for every command that loads a model.
+"""``--device`` / ``--dtype`` flags for every command that loads a model: the sdk's own
+commands and those of the packages above it (``fedmor audit``, the demo) add the same flags.
 
 Kept free of torch and transformers so that building the ``fedmor`` parser stays fast; the
 flags become an ``sdk.models.Runtime`` only when a command runs.
