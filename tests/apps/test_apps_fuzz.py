@@ -108,7 +108,8 @@ def test_every_endpoint_documented() -> None:
                  "/v1/router/{version}", "/v1/reward/pending",
                  "/v1/reward/answers/{query_id}", "/v1/work", "/v1/rounds/{round_id}/refusal",
                  "/v1/ready", "/metrics", "/v1/rewards",
-                 "/v1/rewards/feedback", "/v1/rewards/stats", "/v1/identity/rotations"):
+                 "/v1/rewards/feedback", "/v1/rewards/stats", "/v1/identity/rotations",
+                 "/v1/identity/clip-bound"):
         assert path in paths, path
         for op in paths[path].values():
             assert "200" in op["responses"] or "204" in op["responses"]
