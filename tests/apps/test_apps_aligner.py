@@ -47,6 +47,15 @@ class Aligner:
         self.http = httpx.Client(base_url=c.server_url, verify=c.verify, timeout=60)
         self.key, self.sender = load_private_key(Path(key_path)), sender
 
+    @classmethod
+    def enroll(cls, c: LocalConsortium, name: str = "trainer") -> Aligner:
+        """Enroll ``c``'s identity ``name`` (an aligner) and call as it."""
+        cfg = c.identity_cfg[name]
+        enrolled = enroll_identity(c.server_url, load_private_key(Path(cfg["identity_key"])),
+                                   name=name, token=cfg["enrollment_token"], verify=c.verify)
+        assert enrolled.role == "aligner"
+        return cls(c, cfg["identity_key"], enrolled.client_id)
+
     def post(self, path: str, payload: Any) -> httpx.Response:
         body = json.dumps(payload).encode()
         headers = sign_headers(self.key, sender=self.sender, method="POST", path=path,
@@ -73,12 +82,7 @@ def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsor
 
 @pytest.fixture(scope="module")
 def aligner(consortium: LocalConsortium) -> Aligner:
-    cfg = consortium.identity_cfg["trainer"]
-    enrolled = enroll_identity(consortium.server_url, load_private_key(Path(cfg["identity_key"])),
-                               name="trainer", token=cfg["enrollment_token"],
-                               verify=consortium.verify)
-    assert enrolled.role == "aligner"
-    return Aligner(consortium, cfg["identity_key"], enrolled.client_id)
+    return Aligner.enroll(consortium)
 
 
 def _items(with_bytes: bool) -> tuple[list[dict[str, Any]], list[str]]:

@@ -16,7 +16,6 @@ import httpx
 import pytest
 
 from fedmor_local import OPEN_POLICY, LocalConsortium
-from sdk.alignment import enroll_identity
 from sdk.wire import load_private_key, sign_headers
 
 from ._wide_scorer import SCORE
@@ -65,11 +64,7 @@ def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsor
 
 @pytest.fixture(scope="module")
 def aligner(consortium: LocalConsortium) -> Aligner:
-    cfg = consortium.identity_cfg["trainer"]
-    enrolled = enroll_identity(consortium.server_url, load_private_key(Path(cfg["identity_key"])),
-                               name="trainer", token=cfg["enrollment_token"],
-                               verify=consortium.verify)
-    return Aligner(consortium, cfg["identity_key"], enrolled.client_id)
+    return Aligner.enroll(consortium)
 
 
 def _site0_rewards(aligner: Aligner) -> dict[str, Any]:

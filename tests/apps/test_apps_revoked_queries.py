@@ -15,9 +15,7 @@ from typing import Any
 import httpx
 
 from fedmor_local import OPEN_POLICY, LocalConsortium, wait_healthy
-from sdk.alignment import enroll_identity
 from sdk.router import HashingEncoder, HashingEncoderConfig, Router, RouterConfig
-from sdk.wire import load_private_key
 
 from .test_apps_aligner import FAILURE, ROUTER, Aligner, _items
 
@@ -49,11 +47,7 @@ def test_revoking_a_member_fails_its_queued_queries_at_once(tmp_path: Path) -> N
                         HashingEncoder(HashingEncoderConfig()).encoder_id).num_params()
         c.run_round(kind="router_secagg", vector_length=length, min_clients=2,
                     params={"clip_range": 8.0})
-        cfg = c.identity_cfg["trainer"]
-        enrolled = enroll_identity(c.server_url, load_private_key(Path(cfg["identity_key"])),
-                                   name="trainer", token=cfg["enrollment_token"],
-                                   verify=c.verify)
-        aligner = Aligner(c, cfg["identity_key"], enrolled.client_id)
+        aligner = Aligner.enroll(c)
 
         # best_single asks one member for every item; both are stopped, so its query waits.
         pids = [c.procs[name].pid for name in c.names]
