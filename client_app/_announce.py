@@ -28,7 +28,7 @@ def announce_clip_bound(runner: ClientRunner) -> bool:
     if runner.service is None:  # a runner that answers no reward queries has no bound
         return False
     bound = float(runner.service.clip)
-    runner.client_id  # noqa: B018 -- enrolls (announcing the bound) when not enrolled yet
+    runner.enroll()  # a first enrollment announces the bound (and stores it) itself
     stored = runner.store.get(ANNOUNCED_CLIP_BOUND)
     if stored is not None and float(stored) == bound:
         return False
