@@ -16,12 +16,12 @@ import sdk.wire as wire
 from tests.apps.conftest import Member
 
 RESPONSES = ["AlignerFeedbackAck", "AlignerResponse", "AlignerStats", "AuditBudget",
-             "DPAccount", "DPTerms", "EnrollResponse", "ErrorBody", "Health", "MissingImages",
-             "PendingQuery", "Refusal", "RewardResponse", "RoundInfo", "RouterVersionInfo",
-             "StageAck", "StageBroadcast", "Work"]
-REQUESTS = ["AlignerFeedback", "AlignerItem", "AlignerRequest", "EnrollRequest", "KeyRotation",
-            "Revocation", "RewardAnswer", "RewardItem", "RewardRequest", "RoundCreate",
-            "RoundRefusal", "RouterRollback", "StageSubmit"]
+             "ClipBoundAck", "DPAccount", "DPTerms", "EnrollResponse", "ErrorBody", "Health",
+             "MissingImages", "PendingQuery", "Refusal", "RewardResponse", "RoundInfo",
+             "RouterVersionInfo", "StageAck", "StageBroadcast", "Work"]
+REQUESTS = ["AlignerFeedback", "AlignerItem", "AlignerRequest", "ClipBoundAnnouncement",
+            "EnrollRequest", "KeyRotation", "Revocation", "RewardAnswer", "RewardItem",
+            "RewardRequest", "RoundCreate", "RoundRefusal", "RouterRollback", "StageSubmit"]
 
 
 def _model(name: str) -> type[BaseModel]:

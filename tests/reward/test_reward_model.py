@@ -23,7 +23,7 @@ RESPONSES = ["red", "It is a blue square, drawn in the middle of a white picture
 def test_public_api_is_pinned() -> None:
     assert sorted(reward.__all__) == sorted([
         "DEFAULT_CLIP", "ClientRewardModel", "ClientScorer", "DPSettings", "LoraSettings",
-        "PairLike",
+        "PairDPSGD", "PairLike",
         "RewardCheckpointError", "RewardInputError", "RewardModel", "RewardTrainingConfig",
         "RewardTrainingResult", "ScoreNormalizer", "bradley_terry_loss", "cross_accuracy",
         "format_accuracy_matrix",
