@@ -1,7 +1,8 @@
-"""The member and operator guides' quickstarts run as written, on 127.0.0.1.
+"""The three guides' quickstarts run as written, on 127.0.0.1.
 
 The ``bash`` blocks under each guide's "Quickstart" heading are run in order in one shell, in an
-empty folder, with ``fedmor`` on the PATH; only the ports are swapped for free ones.
+empty folder, with ``fedmor`` on the PATH; only the ports are swapped for free ones. The privacy
+officer's runs the demo and two audits (about 8 minutes on 2 cores), so it is marked slow.
 """
 
 import contextlib
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from attacks import AuditReport
 from tests._checkout import checkout_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +27,8 @@ GUIDES = ROOT / "docs" / "guides"
 def quickstart(guide: str) -> str:
     """The guide's quickstart blocks, joined in order."""
     text = (GUIDES / f"{guide}.md").read_text()
-    section = text.split("\n## Quickstart\n", 1)[1].split("\n## ", 1)[0]
+    # "## Quickstart" or "## Quickstart: <what it does>"
+    section = re.split(r"\n## Quickstart(?::[^\n]*)?\n", text, maxsplit=1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
     assert blocks, f"{guide}.md: no bash block under its Quickstart heading"
     return "\n".join(blocks)
@@ -54,7 +57,7 @@ def _free_run(n: int) -> int:
     raise RuntimeError("no run of free ports")
 
 
-def run_quickstart(guide: str, tmp_path: Path) -> str:
+def run_quickstart(guide: str, tmp_path: Path, timeout: float = 600) -> str:
     script = quickstart(guide)
     server, clients = _free_run(1), _free_run(3)
     script = script.replace("8443", str(server))
@@ -72,7 +75,7 @@ def run_quickstart(guide: str, tmp_path: Path) -> str:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=600)
+        out, _ = proc.communicate(timeout=timeout)
     finally:
         with contextlib.suppress(ProcessLookupError):  # apps the script's exit trap missed
             os.killpg(proc.pid, signal.SIGTERM)
@@ -102,3 +105,16 @@ def test_operator_quickstart(tmp_path: Path) -> None:
     assert final and final[-1][0] == "finished", out[-2000:]
     assert len(final[-1][1].split(",")) == 3 and final[-1][2] == ""
     assert re.search(r'\{"version":1,"round_id":1,.*"length":10000', out), out[-2000:]
+
+
+@pytest.mark.slow
+def test_privacy_officer_quickstart(tmp_path: Path) -> None:
+    out = run_quickstart("privacy-officer", tmp_path, timeout=3600)
+    audit = tmp_path / "work" / "runs" / "demo" / "audit"
+    # the last command's report: client `detail` only, threshold attacks and LiRA
+    report = AuditReport.model_validate_json((audit / "report.json").read_text())
+    attacks = {m.attack for m in report.memberships}
+    assert any("lira" in a.lower() for a in attacks), sorted(attacks)
+    assert all(m.verdict in ("leaks", "no measurable leak", "inconclusive")
+               for m in report.memberships), out[-2000:]
+    assert report.summary.members and (audit / "report.html").is_file()
