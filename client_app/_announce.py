@@ -1,8 +1,10 @@
-"""The member re-announces its clip bound when its scorer's bound changed since it last told
-the server (a reward model swapped for one with another normalizer, or the ``clip`` setting
-changed): otherwise the broker would refuse every answer outside the old bound.
+"""The member announces its scorer's clip bound once per run: after a reward model swapped for
+one with another normalizer (or a changed ``clip`` setting) the broker would otherwise refuse
+every answer outside the old bound.
 
-What was announced is kept in the member's own store, so an unchanged bound costs no request.
+Once per run rather than only on a change the member noticed: a server restored from a backup
+may hold an older bound than the one this member last told it. The server writes nothing for an
+unchanged bound, so the cost is one signed request per start.
 """
 
 from __future__ import annotations
@@ -23,18 +25,17 @@ ANNOUNCED_CLIP_BOUND = "announced_clip_bound"
 
 
 def announce_clip_bound(runner: ClientRunner) -> bool:
-    """Tell the server ``runner``'s scorer bound if it differs from the one last announced
-    (enrolling first if need be); True if it sent an announcement."""
+    """Tell the server ``runner``'s scorer bound (enrolling first if need be); True if the
+    server held another one."""
     if runner.service is None:  # a runner that answers no reward queries has no bound
         return False
     bound = float(runner.service.clip)
-    runner.enroll()  # a first enrollment announces the bound (and stores it) itself
-    stored = runner.store.get(ANNOUNCED_CLIP_BOUND)
-    if stored is not None and float(stored) == bound:
-        return False
+    runner.enroll()
     ack = ClipBoundAck.model_validate(
         runner.request("POST", "/v1/identity/clip-bound", {"clip_bound": bound}).json())
     runner.store.put(ANNOUNCED_CLIP_BOUND, repr(ack.clip_bound))
+    if ack.previous == ack.clip_bound:
+        return False
     _log.info("announced clip bound %g to the server (it held %s)", ack.clip_bound,
               "none" if ack.previous is None else f"{ack.previous:g}")
     return True

@@ -444,8 +444,7 @@ class ClientRunner:
         return bool(fresh or work.queries or not work.rounds)
 
     def _announce_once(self) -> None:
-        """Before the first pull query is answered: re-announce the scorer's clip bound if it
-        changed since the last run. A refusal (above the consortium's maximum, an old server)
+        """Before the first pull query is answered: announce the scorer's clip bound. A refusal (above the consortium's maximum, an old server)
         is logged and the member works on; an unreachable server is tried at the next pass."""
         if self._announced:
             return

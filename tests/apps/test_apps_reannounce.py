@@ -96,10 +96,23 @@ def test_a_member_that_widens_its_bound_is_heard_after_its_restart(
     c.stop("server")  # the bound lives in the server's store, not in its memory
     c.start_server()
     assert _site0_rewards(aligner)["rewards"] == after["rewards"]
-    c.stop("site-0")  # unchanged since the last announcement: no new one
+
+    # The server restored from a backup that predates the change: the member's next start
+    # announces its bound again.
+    c.stop("server")
+    c.stop("site-0")
+    with sqlite3.connect(c.server_cfg["db_path"]) as db:
+        db.execute("UPDATE clients SET clip_bound=1.0 WHERE name='site-0'")
+    c.start_server()
+    c.start_client("site-0", clip=None)
+    _wait_bound(c, "site-0", 3.0)
+    assert _site0_rewards(aligner)["failed"] == 0
+    c.stop("site-0")  # unchanged: the server writes nothing, the member logs nothing
     c.start_client("site-0", clip=None)
     assert _site0_rewards(aligner)["failed"] == 0
-    assert (c.dir / "site-0.log").read_text().count("announced clip bound") == 1
+    assert (c.dir / "site-0.log").read_text().count("announced clip bound") == 2
+    with sqlite3.connect(c.server_cfg["db_path"]) as db:
+        assert db.execute("SELECT count(*) FROM audit WHERE action='clip_bound'").fetchone()[0] == 2
 
 
 def test_an_announcement_changes_only_the_callers_own_bound(
