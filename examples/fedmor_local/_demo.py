@@ -272,6 +272,11 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
     """
     import torch
 
+    # Absolute: the consortium's processes run from the checkout, not from the caller's folder,
+    # and read the paths this run writes into their settings.
+    run_dir = run_dir.resolve()
+    cache_dir = None if cache_dir is None else cache_dir.resolve()
+
     from sdk.data import SynthConfig, synthesize
 
     # Two cores: intra-op threads beyond one mostly contend with the other processes.

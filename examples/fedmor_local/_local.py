@@ -159,7 +159,8 @@ class LocalConsortium:
         round's info); ``mtls`` (implies ``tls``): the server requires a client certificate
         from every caller, and each client app, identity and this harness's operator get one
         from the CA."""
-        self.dir = workdir
+        # Absolute: the apps run with the checkout as their folder and read these paths.
+        self.dir = workdir = Path(workdir).resolve()
         self.dir.mkdir(parents=True, exist_ok=True)
         tls = tls or mtls
         self.tls = tls
