@@ -49,6 +49,9 @@ CREATE TABLE IF NOT EXISTS router_versions (
 CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY, ts REAL NOT NULL, actor TEXT NOT NULL,
     action TEXT NOT NULL, detail TEXT NOT NULL);
+-- /metrics counts one action on every scrape (capture_missed): no scan of the whole log.
+-- The schema runs at every open, so an older store gains the index then.
+CREATE INDEX IF NOT EXISTS audit_action ON audit (action);
 -- a member's site policy refused the round: it sends nothing more there
 CREATE TABLE IF NOT EXISTS round_refusals (
     round_id INTEGER NOT NULL, client_id TEXT NOT NULL, reason TEXT NOT NULL,

@@ -26,6 +26,11 @@ CONFIG = DemoConfig(clients=("detail", "safety"), train_pairs=64, eval_pairs=24,
                     capture=True)
 
 
+# What the demo's secure rounds and reward queries leave in its capture.
+CAPTURED_KINDS = ("masked input (secure aggregation)", "unmasking shares (secure aggregation)",
+                  "router aggregate (published)", "reward-query log (captured)")
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     run_dir = tmp_path_factory.mktemp("demo") / "run"
@@ -156,12 +161,22 @@ def _tensors(directory: Path) -> dict[str, torch.Tensor]:
     return load_file(str(path))
 
 
+@pytest.fixture(scope="module")
+def capture_audit(run: tuple[Path, dict[str, Any]],
+                  tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """``fedmor audit --capture`` on the demo's capture, once: its folder and its report."""
+    from attacks import audit_capture_dir
+
+    out = tmp_path_factory.mktemp("capture-audit")
+    return out, audit_capture_dir(run[0] / "capture", out)
+
+
 def test_demo_capture_holds_every_round_and_query_and_audits(
-        run: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+        run: tuple[Path, dict[str, Any]], capture_audit: tuple[Path, Any]) -> None:
     """``fedmor demo --capture``: the server kept each secure round as received and every reward
     query of stage C, and ``fedmor audit --capture`` reports on them with one summary card per
     member and captured artefact kind."""
-    from attacks import AuditReport, CaptureDir, audit_capture_dir
+    from attacks import AuditReport, CaptureDir
 
     run_dir, _ = run
     cap = CaptureDir.open(run_dir / "capture")  # every file matches its sha256
@@ -172,17 +187,28 @@ def test_demo_capture_holds_every_round_and_query_and_audits(
             ["aggregate"] + ["masked_input"] * 2 + ["unmasking_shares"] * 2)
     assert cap.manifest.n_reward_queries > 0
     assert {q.member for q in cap.reward_queries()} <= {"site-0", "site-1"}
-    report = audit_capture_dir(run_dir / "capture", tmp_path / "audit")
-    html = (tmp_path / "audit" / "report.html").read_text()
-    for kind in ("masked input (secure aggregation)", "unmasking shares (secure aggregation)",
-                 "reward-query log (captured)"):  # one section per captured artefact kind
+    out, report = capture_audit
+    html = (out / "report.html").read_text()
+    for kind in CAPTURED_KINDS:  # one section per captured artefact kind
         assert html.count(f'<section class="captured" data-artefact="{kind}">') == 1, kind
-    again = AuditReport.model_validate_json((tmp_path / "audit" / "report.json").read_text())
+    again = AuditReport.model_validate_json((out / "report.json").read_text())
     cards = {m.member: {v.artefact: v.level for v in m.verdicts} for m in again.summary.members}
     assert report.summary == again.summary
     for member in ("site-0", "site-1"):
         assert cards[member]["masked input (secure aggregation)"] == "no measurable leak"
         assert cards[member]["router aggregate (published)"] != "leak"
+
+
+def test_demo_capture_report_sections_in_chromium(
+        capture_audit: tuple[Path, Any], tmp_path: Path) -> None:
+    """The report of the real demo capture, rendered by headless Chromium: a section per
+    captured artefact kind, each finding with its attack, baseline, interval and verdict in
+    words and colour as report.json has them (tests/_chromium.py)."""
+    from tests._chromium import capture_sections, ensure_chromium
+
+    seen = capture_sections(ensure_chromium(), capture_audit[0], tmp_path)
+    assert set(CAPTURED_KINDS) <= set(seen)
+    assert all(seen[kind] for kind in CAPTURED_KINDS)
 
 
 def test_the_change_line_is_computed_from_the_results() -> None:

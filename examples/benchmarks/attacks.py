@@ -20,7 +20,12 @@ the model's accuracy on its own and on unseen pairs (the price of the defence). 
 (on in full mode) adds the normalization table for a real sdk.reward RewardModel (tiny
 Qwen2.5-VL) over-fitted on 32 pairs.
 
+The real-size row (full mode only; ``--only real-size`` runs it alone, ~30-40 min here) audits a
+LoRA reward model of a random-init Qwen2-VL-2B in bfloat16 as ``fedmor audit`` does: threshold
+and LiRA, its shadows from the target's own base and LoRA recipe (_attacks_real_size).
+
     .venv/bin/python examples/benchmarks/attacks.py --quick
+    nice -n 10 .venv/bin/python examples/benchmarks/attacks.py --only real-size
 """
 
 from __future__ import annotations
@@ -36,11 +41,13 @@ sys.path[:] = [_ROOT] + [p for p in sys.path if Path(p or ".").resolve() != _HER
 
 import argparse
 import json
+import os
 import time
 from typing import Any
 
 import numpy as np
 import torch
+from _attacks_real_size import REAL_SIZE_ARCH, real_size_membership
 from _attacks_table5 import (
     REALISTIC_IMAGES,
     SINGLES,
@@ -49,6 +56,7 @@ from _attacks_table5 import (
     table5_embeddings,
     table5_images,
 )
+from _scratch import scratch_dir
 from torch import Tensor
 
 from attacks import (
@@ -111,9 +119,55 @@ def table6_dp(n_shadow: int, quick: bool) -> list[MlpMembership]:
     return runs
 
 
+def real_size_row(args: argparse.Namespace) -> dict[str, Any]:
+    """The real-size membership row, logged as it goes; its figures."""
+    log(f"Table 6 at real size: LoRA reward model of a random-init {REAL_SIZE_ARCH}, "
+        f"{args.real_size_members} members, {args.real_size_shadows} LiRA shadows")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(len(os.sched_getaffinity(0)))  # the tables above run on one
+    try:
+        row = real_size_membership(
+            scratch_dir("fedmor-attacks-real-size-", args.real_size_dir),
+            size=args.real_size_scale,
+            members=args.real_size_members,
+            shadows=args.real_size_shadows,
+            device=args.device,
+            say=log,
+        )
+    finally:
+        torch.set_num_threads(threads)
+    for rep in row["reports"]:
+        lo, hi = rep["auc_ci"]
+        log(f"MIA real size {rep['setting']} ({rep['attack']}): AUC {rep['auc']:.3f} "
+            f"[{lo:.3f}, {hi:.3f}], null band {rep['null_band']} "
+            f"({rep['verdict'].split(':')[0]})")
+    return row
+
+
+def _real_size_headline(row: dict[str, Any]) -> dict[str, Any]:
+    lira = next(r for r in row["reports"] if r["attack"] == "lira")
+    return {
+        "mia_auc_real_size_lira": lira["auc"],
+        "mia_auc_real_size_lira_ci": lira["auc_ci"],
+        "mia_real_size_null_band": lira["null_band"],
+        "mia_real_size_verdict": lira["verdict"].split(":")[0],
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer inversion steps")
+    ap.add_argument("--quick", action="store_true",
+                    help="fewer inversion steps, no real-size row")
+    ap.add_argument("--only", choices=("real-size",), help="run this row alone")
+    ap.add_argument("--real-size-members", type=int, default=16,
+                    help="members (and as many non-members) of the real-size row")
+    ap.add_argument("--real-size-shadows", type=int, default=2,
+                    help="LiRA shadow models of the real-size row (an even number >= 2)")
+    ap.add_argument("--real-size-dir", type=Path,
+                    help="work folder of the real-size row, kept (default: temporary)")
+    ap.add_argument("--device", default="cpu", help="device of the real-size row")
+    ap.add_argument("--real-size-scale", choices=("real", "tiny"), default="real",
+                    help="tiny: the same row on the tiny architecture (to test this script)")
     ap.add_argument(
         "--real-rm",
         action="store_true",
@@ -124,6 +178,12 @@ def main() -> int:
     )
     ap.add_argument("--out", type=Path, help="also write report.json/report.html and PNGs here")
     args = ap.parse_args()
+    if args.only == "real-size":
+        row = real_size_row(args)
+        print(json.dumps({"benchmark": "attacks", "only": "real-size", "real_size": row,
+                          "headline": _real_size_headline(row),
+                          "seconds": round(time.time() - T0, 1)}))
+        return 0
     torch.set_num_threads(1)
     steps = 500 if args.quick else 2000
     realistic_steps = args.realistic_steps or (100 if args.quick else 8000)
@@ -143,6 +203,7 @@ def main() -> int:
     if args.real_rm or not args.quick:
         log("Table 6 on a real RewardModel (tiny Qwen2.5-VL, 32 pairs, 150 full-batch steps)")
         real_rm = table6(*overfit_reward_model_scores(32, steps=150), prefix="real RM: ")
+    real_size = None if args.quick else real_size_row(args)
     words = protection_summary(mia + real_rm, dp_runs)
     for line in words:
         log(line)
@@ -189,6 +250,8 @@ def main() -> int:
     if real_rm:
         headline["mia_auc_real_rm_unprotected"] = round(real_rm[0].auc, 4)
         headline["mia_auc_real_rm_norm_clip"] = round(real_rm[2].auc, 4)
+    if real_size is not None:
+        headline.update(_real_size_headline(real_size))
     result = {
         "benchmark": "attacks",
         "quick": args.quick,
@@ -209,6 +272,7 @@ def main() -> int:
             if r["setting"].startswith(REALISTIC_IMAGES)
         },
         "table6_membership_real_rm": [r.summary_row() for r in real_rm],
+        "table6_membership_real_size": real_size,
         "headline": headline,
         "seconds": round(time.time() - T0, 1),
     }

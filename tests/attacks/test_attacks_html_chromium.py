@@ -5,11 +5,8 @@ captured artefact kind with its attack, baseline, interval and verdict."""
 from __future__ import annotations
 
 import dataclasses
-import html
 import json
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -24,25 +21,18 @@ from attacks import (
     membership_report,
     plot_reconstruction_grid,
     reconstruction_report,
-    verdict_level,
     write_report,
 )
 from sdk.data import load_pairs
+from tests._chromium import (
+    COLOURS,
+    FLAGS,
+    INTERVAL,
+    capture_sections,
+    dump_dom,
+    ensure_chromium,
+)
 
-CHROMIUM = "/usr/bin/chromium"
-# Fetches nothing from anywhere: the report is one file with data-URI images.
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--virtual-time-budget=5000",
-]
 # Appended to a copy of the page: after load, a marker says how many images decoded.
 PROBE = """<script>
 window.addEventListener('load', () => {
@@ -56,24 +46,9 @@ window.addEventListener('load', () => {
 </script>"""
 
 
-def _ensure_chromium() -> str:
-    if os.path.exists(CHROMIUM):
-        return CHROMIUM
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-        pytest.skip("chromium is missing and cannot be installed here (no apt-get or not root)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-        if done.returncode != 0:
-            pytest.skip(f"could not install chromium ({' '.join(cmd)}): {done.stderr[-300:]}")
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("apt-get installed chromium but /usr/bin/chromium is missing")
-    return CHROMIUM
-
-
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    return _ensure_chromium()
+    return ensure_chromium()
 
 
 @pytest.fixture(scope="module")
@@ -124,35 +99,13 @@ window.addEventListener('load', () => {
   document.body.appendChild(p);
 });
 </script>"""
-# What a reader sees: red, amber and green backgrounds (the page's CSS), as Chromium computes.
-COLOURS = {
-    "leak": "rgb(198, 40, 40)",
-    "inconclusive": "rgb(249, 168, 37)",
-    "no measurable leak": "rgb(46, 125, 50)",
-}
-
-
-def _dump_dom(chromium: str, page: str, probe_script: str, tmp_path: Path) -> str:
-    """The DOM after load of ``page`` with ``probe_script`` appended to its body."""
-    probe = tmp_path / "probe.html"
-    probe.write_text(page.replace("</body>", probe_script + "</body>"))
-    dom = subprocess.run(
-        [chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probe.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    return dom.stdout
-
-
 def test_report_page_and_images_load_in_chromium(
     chromium: str, report_dir: Path, tmp_path: Path
 ) -> None:
     page = (report_dir / "report.html").read_text()
     n_images = page.count("<img ")
     assert n_images >= 2  # the ROC figure and the reconstruction grid
-    dom = _dump_dom(chromium, page, PROBE, tmp_path)
+    dom = dump_dom(chromium, page, PROBE, tmp_path)
     assert "fedmor privacy audit" in dom
     assert f"IMAGES {n_images}/{n_images}" in dom, dom[-500:]
 
@@ -165,7 +118,7 @@ def test_summary_verdicts_and_colours_in_chromium_match_report_json(
         (m["member"], v["artefact"]): v["level"] for m in summary["members"] for v in m["verdicts"]
     }
     assert sorted(set(want.values())) == ["inconclusive", "leak"]
-    dom = _dump_dom(chromium, (report_dir / "report.html").read_text(), SUMMARY_PROBE, tmp_path)
+    dom = dump_dom(chromium, (report_dir / "report.html").read_text(), SUMMARY_PROBE, tmp_path)
     found = re.search(r'id="summary-probe">SUMMARY (.*?) END<', dom)
     assert found, dom[-500:]
     seen = [cell.split("|") for cell in found.group(1).split(";")]
@@ -216,62 +169,22 @@ def capture_report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "audit"
 
 
-# After load: "CAPTURED <JSON> END", every captured section's kind and its rows (attack, CI,
-# baseline, verdict text, verdict colour) as Chromium rendered them.
-CAPTURE_PROBE = """<script>
-window.addEventListener('load', () => {
-  const sections = Array.from(document.querySelectorAll('section.captured'));
-  const out = sections.map(s => [s.dataset.artefact, Array.from(
-      s.querySelectorAll('tr.finding')).map(tr => {
-    const cell = c => tr.querySelector('td.' + c).textContent;
-    const span = tr.querySelector('span.verdict');
-    return [cell('attack'), cell('ci'), cell('baseline'), span.textContent,
-            getComputedStyle(span).backgroundColor];
-  })]);
-  const p = document.createElement('p');
-  p.id = 'capture-probe';
-  p.textContent = 'CAPTURED ' + JSON.stringify(out) + ' END';
-  document.body.appendChild(p);
-});
-</script>"""
-
-
 def test_capture_sections_show_attack_baseline_ci_and_verdict_in_chromium(
     chromium: str, capture_report_dir: Path, tmp_path: Path
 ) -> None:
     """One section per captured artefact kind, each finding with its attack, its trivial
     baseline, its 95% interval (or why there is none) and its verdict in words and colour,
     exactly as report.json has them."""
-    report = json.loads((capture_report_dir / "report.json").read_text())
-    assert report["captured"] is True
-    rows = [*report["reconstructions"], *report["memberships"], *report["checks"]]
-    want: dict[str, list[tuple[str, str]]] = {}
-    for r in rows:
-        want.setdefault(r["artefact"], []).append((r["attack"], r["verdict"]))
-    assert set(want) == {
+    seen = capture_sections(chromium, capture_report_dir, tmp_path)
+    assert set(seen) == {
         "router update, plaintext (no secure aggregation)",
         "router aggregate (published)",
         "masked input (secure aggregation)",
         "unmasking shares (secure aggregation)",
         "reward-query log (captured)",
     }
-    dom = _dump_dom(chromium, (capture_report_dir / "report.html").read_text(), CAPTURE_PROBE,
-                    tmp_path)
-    found = re.search(r'id="capture-probe">CAPTURED (.*?) END<', dom)
-    assert found, dom[-500:]
-    sections = json.loads(html.unescape(found.group(1)))
-    seen: dict[str, list[list[str]]] = dict(sections)
-    assert len(seen) == len(sections), "an artefact kind has two sections"
-    assert set(seen) == set(want)
-    interval = re.compile(r"^\[-?\d+\.\d{3}, -?\d+\.\d{3}\]$")
-    for kind, findings in seen.items():
-        assert sorted((a, v) for a, _, _, v, _ in findings) == sorted(want[kind]), kind
-        for attack, ci, baseline, verdict, colour in findings:
-            assert attack and baseline, (kind, attack)
-            assert interval.match(ci) or ci.startswith("none: computed exactly"), (kind, ci)
-            assert colour == COLOURS[verdict_level(verdict)], (kind, verdict, colour)
     # Scored rows carry a real interval: the plaintext update's reconstruction and the
     # membership attack on the captured reward answers.
     for kind in ("router update, plaintext (no secure aggregation)",
                  "reward-query log (captured)"):
-        assert any(interval.match(ci) for _, ci, *_ in seen[kind]), kind
+        assert any(INTERVAL.match(ci) for _, ci, *_ in seen[kind]), kind
