@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from attacks import AuditReport
+from attacks import AuditReport, verdict_level
 from tests._checkout import checkout_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,6 +115,7 @@ def test_privacy_officer_quickstart(tmp_path: Path) -> None:
     report = AuditReport.model_validate_json((audit / "report.json").read_text())
     attacks = {m.attack for m in report.memberships}
     assert any("lira" in a.lower() for a in attacks), sorted(attacks)
-    assert all(m.verdict in ("leaks", "no measurable leak", "inconclusive")
-               for m in report.memberships), out[-2000:]
-    assert report.summary.members and (audit / "report.html").is_file()
+    levels = {verdict_level(m.verdict) for m in report.memberships}
+    assert levels <= {"leak", "inconclusive", "no measurable leak"}, out[-2000:]
+    assert "detail" in [m.member for m in report.summary.members]
+    assert (audit / "report.html").is_file()
