@@ -32,6 +32,14 @@ __all__ = [
     "RewardModel",
 ]
 
+ACTIVATION_BUDGET = 1 << 23
+"""Most rows x tokens x MLP width one forward pass takes (one MLP intermediate of 16 MB in
+bfloat16); more rows go through several forwards. Only long sequences reach it: a
+LLaVA-OneVision row at real size (1,583 tokens for an 84-px image, width 4,864) trains alone
+(4 a forward when scoring), Qwen2-VL-2B's 108-token rows train 8 at a time, the tiny models'
+hundreds."""
+
+
 class RewardInputError(VLMInputError):
     """Bad reward-model input: non-image, empty response, text over the length limit."""
 
@@ -59,6 +67,8 @@ class RewardModel(nn.Module):
         self.max_length = bundle.max_length
         self.lora = lora
         self.backbone = bundle.model
+        text_config = bundle.model.config.get_text_config()
+        self._mlp_width = int(getattr(text_config, "intermediate_size", 4 * bundle.hidden_size))
         if lora is not None:
             inject_adapter_in_model(lora.peft_config(), self.backbone)
             for name, param in self.backbone.named_parameters():
@@ -93,6 +103,17 @@ class RewardModel(nn.Module):
             raise
         except VLMInputError as exc:
             raise RewardInputError(str(exc)) from exc
+
+    def rows_per_forward(self, tokens: int) -> int:
+        """How many rows of ``tokens`` tokens one forward pass may take (at least 1): the
+        activations of a forward grow with rows x tokens x MLP width (:data:`ACTIVATION_BUDGET`).
+
+        Without grad (scoring) a forward keeps nothing for a backward, so it takes 4x the rows:
+        on a CPU each forward also pays a fixed cost (bfloat16 weights reordered per matmul),
+        which made LLaVA-OneVision's scoring a row at a time ~3x slower per item.
+        """
+        budget = ACTIVATION_BUDGET * (1 if torch.is_grad_enabled() else 4)
+        return max(1, budget // max(1, tokens * self._mlp_width))
 
     @property
     def device(self) -> torch.device:
@@ -131,15 +152,30 @@ class RewardModel(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            chunks = [
-                self(self.encode(images[i : i + batch_size], prompts[i : i + batch_size],
-                                 responses[i : i + batch_size]))
-                for i in range(0, len(images), batch_size)
-            ]
+            chunks = [self.rewards(images[i : i + batch_size], prompts[i : i + batch_size],
+                                   responses[i : i + batch_size])
+                      for i in range(0, len(images), batch_size)]
         finally:
             self.train(was_training)
         # Whatever the model's dtype and device, the scores are float32 on the CPU.
         return torch.cat(chunks).float().cpu() if chunks else torch.empty(0)
+
+    def rewards(self, images: Sequence[Any], prompts: Sequence[str], responses: Sequence[str],
+                *, batch: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """Rewards (B,) like :meth:`forward` (with a graph when grad is on), in forwards of at
+        most :meth:`rows_per_forward` rows (each padded to its own longest row: the same
+        rewards). ``batch``: these rows already encoded.
+
+        Separate forwards make separate graphs, and backward finishes one before it starts the
+        next, so under activation checkpointing only one forward's layer is recomputed at a time.
+        """
+        batch = self.encode(images, prompts, responses) if batch is None else batch
+        rows = self.rows_per_forward(batch["input_ids"].shape[1])
+        if rows >= len(images):
+            return self(batch)
+        return torch.cat([self(self.encode(images[i : i + rows], prompts[i : i + rows],
+                                           responses[i : i + rows]))
+                          for i in range(0, len(images), rows)])
 
     # -- checkpoints -------------------------------------------------------------------------
     def trained_state(self) -> dict[str, torch.Tensor]:

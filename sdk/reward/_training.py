@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -62,13 +62,41 @@ class RewardTrainingResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _pair_loss(model: RewardModel, pairs: Sequence[PairLike]) -> torch.Tensor:
-    # One forward over 2B rows: chosen responses first, then rejected ones.
-    images = [p.image for p in pairs] * 2
-    prompts = [p.prompt for p in pairs] * 2
-    responses = [p.chosen for p in pairs] + [p.rejected for p in pairs]
-    rewards = model(model.encode(images, prompts, responses))  # (2B,)
+def _pair_rows(pairs: Sequence[PairLike]) -> tuple[list[Any], list[str], list[str]]:
+    # 2B rows: chosen responses first, then rejected ones.
+    return ([p.image for p in pairs] * 2, [p.prompt for p in pairs] * 2,
+            [p.chosen for p in pairs] + [p.rejected for p in pairs])
+
+
+def _pair_loss(model: RewardModel, pairs: Sequence[PairLike],
+               batch: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+    rewards = model.rewards(*_pair_rows(pairs), batch=batch)  # (2B,)
     return bradley_terry_loss(rewards[: len(pairs)], rewards[len(pairs) :])
+
+
+def _backward_pair_loss(model: RewardModel, pairs: Sequence[PairLike]) -> float:
+    """Backpropagate the batch's Bradley-Terry loss; return its value.
+
+    One backward over all 2B rows when one forward takes them (``model.rows_per_forward``);
+    else micro-batches of whole pairs (a pair's loss needs both its rewards), each loss
+    weighted by its share of the batch, so the summed gradients are the batch's. The layer
+    inputs that activation checkpointing keeps then belong to one micro-batch at a time:
+    LLaVA-OneVision's 1,583-token rows at real size go one pair at a time.
+    """
+    batch = model.encode(*_pair_rows(pairs))
+    per_step = max(1, model.rows_per_forward(batch["input_ids"].shape[1]) // 2)
+    if per_step >= len(pairs):
+        loss = _pair_loss(model, pairs, batch)
+        loss.backward()
+        return float(loss.detach())
+    del batch
+    total = 0.0
+    for start in range(0, len(pairs), per_step):
+        group = pairs[start : start + per_step]
+        loss = _pair_loss(model, group) * (len(group) / len(pairs))
+        loss.backward()
+        total += float(loss.detach())
+    return total
 
 
 def _lr_factor(step: int, warmup: int, total: int) -> float:
@@ -81,10 +109,7 @@ def _lr_factor(step: int, warmup: int, total: int) -> float:
 
 def _fit_normalizer(model: RewardModel, pairs: Sequence[PairLike], config: RewardTrainingConfig
                     ) -> ScoreNormalizer:
-    images = [p.image for p in pairs] * 2
-    prompts = [p.prompt for p in pairs] * 2
-    responses = [p.chosen for p in pairs] + [p.rejected for p in pairs]
-    scores = model.score(images, prompts, responses, batch_size=config.eval_batch_size)
+    scores = model.score(*_pair_rows(pairs), batch_size=config.eval_batch_size)
     return ScoreNormalizer.fit(scores, clip=config.clip_bound)
 
 
@@ -123,11 +148,9 @@ def _train_step(model: RewardModel, batch: list[PairLike], optimizer: torch.opti
     clipped, noised sum of per-pair gradients."""
     optimizer.zero_grad(set_to_none=True)
     if dp is None:
-        loss = _pair_loss(model, batch)
-        loss.backward()
+        loss_value = _backward_pair_loss(model, batch)
         if config.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-        loss_value = float(loss.detach())
     else:
         loss_value = dp.private_gradients(
             [partial(_pair_loss, model, [pair]) for pair in batch], generator

@@ -122,3 +122,23 @@ def test_real_size_llava_onevision_turns_an_84_pixel_image_into_1485_tokens() ->
         counts[arch] = int((batch["input_ids"] == tok.convert_tokens_to_ids(spec.image_token))
                            .sum())
     assert counts == {"qwen2_vl": 9, "llava_onevision": 729 + 729 + 27}
+
+
+def test_llava_onevision_keeps_only_the_vision_layer_its_projector_uses(
+    vlm_dirs: dict[str, Path],
+) -> None:
+    """All SigLIP hidden states of 32 crops would be 1.4 GB at real size while scoring 16
+    items; transformers (>= 5) keeps only ``vision_feature_layer``'s. Pinned here, because a
+    change back would raise scoring's peak by that much."""
+    bundle = load_vlm(vlm_dirs["llava_onevision"])
+    batch = encode_batch(bundle.processor, [Image.new("RGB", (84, 84), (200, 30, 30))],
+                         ["what?"], ["red"], max_length=bundle.max_length)
+    model = bundle.model.model
+    with torch.no_grad():
+        out = model.get_image_features(pixel_values=batch["pixel_values"],
+                                       image_sizes=batch["image_sizes"])
+        kept = [h for h in out.hidden_states if h is not None]
+        everything = model.vision_tower(batch["pixel_values"][0], output_hidden_states=True)
+    assert len(out.hidden_states) == bundle.model.config.vision_config.num_hidden_layers + 1
+    assert len(kept) == 1
+    torch.testing.assert_close(kept[0], everything.hidden_states[-1], rtol=0, atol=0)
