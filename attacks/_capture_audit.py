@@ -4,7 +4,8 @@ Without ground truth the audit says what an attacker holding the files recovers,
 trivial baseline: the analytic inversion of each update and how well its rows agree (one
 input in the clear makes every row name the same vector), whether each masked input looks
 uniform (what masks should make it), whether the server ever held enough shares to rebuild
-both masks of one member, and what the reward-query log holds. With ground truth from the
+both masks of one member, and what the reward-query log holds. A failed round published
+nothing: its received messages are checked alike, and the report's notes say why it failed. With ground truth from the
 audited member (:class:`MemberTruth`: its embeddings of the samples behind its updates, its
 train and eval pairs) the same attacks are scored: reconstructions against its samples beside
 the dataset-mean and unrelated-sample baselines, membership inference on the logged scores of
@@ -195,7 +196,7 @@ def _shares_check(rnd: CapturedRound, responses: list[dict[str, Any]]) -> Captur
     )
     return CaptureCheck(
         attack="share count",
-        setting=f"round {rnd.round_id}: unmasking shares of {len(responses)} member(s)",
+        setting=f"{_round_name(rnd)}: unmasking shares of {len(responses)} member(s)",
         statistic="most shares of both kinds for one member",
         value=float(worst),
         baseline=f"below the threshold {t}: neither mask can be rebuilt twice",
@@ -336,7 +337,11 @@ def audit_capture_dir(
     out = Path(out_dir)
     recs: list[ReconstructionReport] = []
     checks: list[CaptureCheck] = []
+    notes = list(_CAPTURE_NOTES)
     for rnd in cap.manifest.rounds:
+        if rnd.status == "failed":
+            notes.append(_failed_note(rnd))
+            say(notes[-1])
         unknown = sorted(set(known) - set(rnd.meta.client_ids))
         if unknown:
             raise AttackInputError(
@@ -362,7 +367,7 @@ def audit_capture_dir(
         reconstructions=recs,
         memberships=members,
         checks=[*checks, *query_checks],
-        notes=list(_CAPTURE_NOTES),
+        notes=notes,
         captured=True,
     )
     rows: list[ReconstructionReport | MembershipReport | CaptureCheck] = [
@@ -376,9 +381,20 @@ def audit_capture_dir(
     return report
 
 
+def _failed_note(rnd: CapturedRound) -> str:
+    return (f"Round {rnd.round_id} ({rnd.round_kind}) failed: {rnd.failure or 'no reason kept'}. "
+            "It published no router, so no aggregate is attacked; the checks of round "
+            f"{rnd.round_id} cover the {len(rnd.artefacts)} message(s) the server received "
+            "before it failed.")
+
+
 def _setting(rnd: CapturedRound, art: CapturedArtefact) -> str:
     who = f" of {art.member}" if art.member else ""
-    return f"round {rnd.round_id} {art.kind.replace('_', ' ')}{who}"
+    return f"{_round_name(rnd)} {art.kind.replace('_', ' ')}{who}"
+
+
+def _round_name(rnd: CapturedRound) -> str:
+    return f"round {rnd.round_id}" + (" (failed)" if rnd.status == "failed" else "")
 
 
 _CAPTURE_NOTES = (

@@ -1,4 +1,4 @@
-"""The capture directory (format ``fedmor-capture-dir-v1``), documented in docs/attacks.md::
+"""The capture directory (format ``fedmor-capture-dir-v2``), documented in docs/attacks.md::
 
     manifest.json                    CaptureManifest: rounds, their artefacts, sha256 of each
     round-000001/plain-<member>.safetensors      a plain update of an unmasked round kind
@@ -7,11 +7,14 @@
                                      (P+1,) uint32 (the SecAgg ring element, weight last)
     round-000001/unmasking-<member>.json         the member's unmasking response, as received
     round-000001/aggregate.safetensors           the published router (``after.*``) and the
-                                     round's start (``before.*``)
+                                     round's start (``before.*``); none in a failed round
     reward-queries.jsonl             one RewardQuery per line: image hash, prompt, response,
                                      score (and the member that answered, which the server knows)
 
-No file holds ground truth: the auditor brings it. :func:`write_capture` appends rounds and
+A round is ``finished`` or ``failed`` (with its ``failure``: what the server received before it
+failed, and nothing published). v2 added that status; a v1 directory (finished rounds only)
+reads as is, and appending to it rewrites its manifest as v2. No file holds ground truth: the
+auditor brings it. :func:`write_capture` appends rounds and
 queries (creating the directory), so a server can call it after every round;
 :func:`prune_capture` drops the oldest rounds past a retention bound.
 """
@@ -25,10 +28,10 @@ import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
@@ -46,8 +49,11 @@ __all__ = [
     "write_capture",
 ]
 
-CAPTURE_DIR_FORMAT = "fedmor-capture-dir-v1"
+CAPTURE_DIR_FORMAT: Final = "fedmor-capture-dir-v2"
 """The version tag of the capture directory format (``manifest.json``'s ``format``)."""
+# v2 bumped from v1 so that a v1-only reader refuses a manifest with failed rounds by its tag
+# (a clear error) instead of on a field its strict models do not know.
+_READABLE = ("fedmor-capture-dir-v1", CAPTURE_DIR_FORMAT)
 MASKED_FORMAT = "fedmor-masked-input-v1"
 MANIFEST = "manifest.json"
 QUERIES = "reward-queries.jsonl"
@@ -80,6 +86,18 @@ class CapturedRound(BaseModel):
     secagg_ids: dict[str, int] = Field(default_factory=dict, description="member -> SecAgg id")
     meta: CaptureMeta = Field(description="the round: router, participants, samples, recipe")
     artefacts: list[CapturedArtefact]
+    status: Literal["finished", "failed"] = "finished"
+    failure: str | None = Field(default=None, description="why a failed round failed")
+
+    @model_validator(mode="after")
+    def _failed_publishes_nothing(self) -> CapturedRound:
+        if self.status == "failed":
+            if self.router_version is not None or any(
+                    a.kind == "aggregate" for a in self.artefacts):
+                raise ValueError(f"round {self.round_id} failed: it has no published router")
+        elif self.failure is not None:
+            raise ValueError(f"round {self.round_id} finished: it has no failure")
+        return self
 
 
 class CaptureManifest(BaseModel):
@@ -87,7 +105,7 @@ class CaptureManifest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    format: Literal["fedmor-capture-dir-v1"] = "fedmor-capture-dir-v1"
+    format: Literal["fedmor-capture-dir-v1", "fedmor-capture-dir-v2"] = "fedmor-capture-dir-v2"
     description: str = ""
     rounds: list[CapturedRound] = Field(default_factory=list)
     reward_queries: str | None = Field(default=None, description=f"{QUERIES} when any")
@@ -114,7 +132,8 @@ class RoundCapture:
     ``before``/``aggregate`` are router parameters keyed like ``Router.named_parameters()``
     (numpy arrays or torch tensors); ``plain_updates`` a member's parameters phi_k (unmasked
     round kinds); ``masked_inputs`` the MaskedInput bytes; ``unmasking`` a member's
-    UnmaskingResponse JSON."""
+    UnmaskingResponse JSON. A ``failed`` round (``failure`` says why) has no ``aggregate``
+    and no ``router_version``."""
 
     round_id: int
     meta: CaptureMeta
@@ -127,6 +146,8 @@ class RoundCapture:
     threshold: int | None = None
     secagg_ids: dict[str, int] = field(default_factory=dict)
     round_kind: str = "router"
+    status: Literal["finished", "failed"] = "finished"
+    failure: str | None = None
 
     def record(self, message: Any) -> None:
         """Keep a SecAgg client message as received (``sdk.secagg`` MaskedInput and
@@ -170,6 +191,8 @@ def _pair(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 
 def _write_round(root: Path, rc: RoundCapture) -> CapturedRound:
+    if rc.status == "failed" and (rc.aggregate is not None or rc.router_version is not None):
+        raise CaptureError(f"round {rc.round_id} failed: it has no published router")
     folder = f"round-{rc.round_id:06d}"
     (root / folder).mkdir(parents=True, exist_ok=True)
     arts: list[CapturedArtefact] = []
@@ -202,7 +225,8 @@ def _write_round(root: Path, rc: RoundCapture) -> CapturedRound:
     return CapturedRound(
         round_id=rc.round_id, round_kind=rc.round_kind,
         secure_aggregation=bool(rc.masked_inputs), router_version=rc.router_version,
-        threshold=rc.threshold, secagg_ids=rc.secagg_ids, meta=rc.meta, artefacts=arts)
+        threshold=rc.threshold, secagg_ids=rc.secagg_ids, meta=rc.meta, artefacts=arts,
+        status=rc.status, failure=rc.failure)
 
 
 def _read_manifest(root: Path) -> CaptureManifest:
@@ -213,9 +237,9 @@ def _read_manifest(root: Path) -> CaptureManifest:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise CaptureError(f"{path} is not JSON: {exc}") from exc
-    if not isinstance(raw, dict) or raw.get("format") != CAPTURE_DIR_FORMAT:
+    if not isinstance(raw, dict) or raw.get("format") not in _READABLE:
         found = raw.get("format") if isinstance(raw, dict) else None
-        raise CaptureError(f"{path} has format {found!r}, not {CAPTURE_DIR_FORMAT}")
+        raise CaptureError(f"{path} has format {found!r}, not {' or '.join(_READABLE[::-1])}")
     try:
         return CaptureManifest.model_validate(raw)
     except ValidationError as exc:
@@ -256,6 +280,7 @@ def write_capture(root: str | Path, *, rounds: Sequence[RoundCapture] = (),
     out.mkdir(parents=True, exist_ok=True)
     manifest = (_read_manifest(out) if (out / MANIFEST).is_file()
                 else CaptureManifest(description=description))
+    manifest.format = CAPTURE_DIR_FORMAT  # a v1 manifest is a v2 one with finished rounds only
     known = {r.round_id for r in manifest.rounds}
     for rc in rounds:
         if rc.round_id in known:

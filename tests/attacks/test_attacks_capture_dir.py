@@ -48,10 +48,11 @@ def test_capture_directory_round_trips_and_refuses_tampering(
     root, _ = capture
     cap = CaptureDir.open(root)
     m = cap.manifest
-    assert m.format == "fedmor-capture-dir-v1" and m.description == "test consortium"
+    assert m.format == "fedmor-capture-dir-v2" and m.description == "test consortium"
     assert [r.round_id for r in m.rounds] == [1, 2] and m.n_reward_queries == 80
     r1, r2 = m.rounds
     assert not r1.secure_aggregation and r2.secure_aggregation and r2.router_version == 2
+    assert r1.status == r2.status == "finished" and r1.failure is None
     assert (
         sorted(a.kind for a in r2.artefacts)
         == ["aggregate"] + ["masked_input"] * 3 + ["unmasking_shares"] * 3
@@ -74,7 +75,7 @@ def test_capture_directory_round_trips_and_refuses_tampering(
     with pytest.raises(AttackInputError, match="does not match its sha256"):
         CaptureDir.open(copy)
     (copy / "manifest.json").write_text(json.dumps({"format": "something-else"}))
-    with pytest.raises(AttackInputError, match="not fedmor-capture-dir-v1"):
+    with pytest.raises(AttackInputError, match="not fedmor-capture-dir-v2 or fedmor-capture-dir-v1"):
         CaptureDir.open(copy)
     with pytest.raises(AttackInputError, match=r"no manifest\.json"):
         CaptureDir.open(tmp_path)
@@ -210,3 +211,46 @@ def test_capture_checks_flag_an_unmasked_input_and_rebuildable_masks(
                 )
             ],
         )
+
+
+def test_a_failed_round_round_trips_and_a_v1_directory_reads_and_upgrades(
+    capture: tuple[Path, dict[str, MemberTruth]], tmp_path: Path
+) -> None:
+    """A failed round keeps what the server received (masked inputs), no aggregate, the reason;
+    a v1 directory (no status fields) reads as finished rounds and becomes v2 on append."""
+    import shutil
+
+    root, _ = capture
+    v1 = tmp_path / "v1"
+    shutil.copytree(root, v1)
+    raw = json.loads((v1 / "manifest.json").read_text())
+    raw["format"] = "fedmor-capture-dir-v1"
+    for rnd in raw["rounds"]:
+        del rnd["status"], rnd["failure"]
+    (v1 / "manifest.json").write_text(json.dumps(raw))
+    cap = CaptureDir.open(v1)
+    assert cap.manifest.format == "fedmor-capture-dir-v1"
+    assert [r.status for r in cap.manifest.rounds] == ["finished", "finished"]
+    r2 = cap.manifest.rounds[1]
+    agg = cap.update(next(a for a in r2.artefacts if a.kind == "aggregate"))
+    received = {a.member: cap.masked(a).tobytes() for a in r2.artefacts
+                if a.kind == "masked_input" and a.member}
+    failed = RoundCapture(round_id=3, meta=r2.meta, before=agg.before, masked_inputs=received,
+                          threshold=2, secagg_ids=r2.secagg_ids, status="failed",
+                          failure="stage unmask: too few survivors")
+    with pytest.raises(CaptureError, match="no published router"):
+        write_capture(v1, rounds=[RoundCapture(**{**failed.__dict__, "aggregate": agg.after})])
+    write_capture(v1, rounds=[failed])
+    cap = CaptureDir.open(v1)
+    assert cap.manifest.format == "fedmor-capture-dir-v2"
+    r1, _, r3 = cap.manifest.rounds
+    assert r1.status == "finished" and r1.router_version is not None
+    assert r3.status == "failed" and r3.failure == "stage unmask: too few survivors"
+    assert r3.router_version is None and {a.kind for a in r3.artefacts} == {"masked_input"}
+    assert {a.member: cap.masked(a).tobytes() for a in r3.artefacts} == received
+    report = audit_capture_dir(v1, tmp_path / "audit")
+    (note,) = [n for n in report.notes if n.startswith("Round 3")]
+    assert "failed: stage unmask: too few survivors" in note and "no aggregate" in note
+    checks = {c.setting: c for c in report.checks}
+    assert all(f"round 3 (failed) masked input of {m}" in checks for m in received)
+    assert not any(c.setting.startswith("round 3 (failed) aggregate") for c in report.checks)
