@@ -3,15 +3,16 @@
 With ``capture.enabled`` every round opened says ``captured: true`` in its info (no member is
 captured silently). A round's capture is fixed when it opens (the store's ``rounds.captured``):
 a restart that turns the mode on or off changes only the rounds opened after it. After each
-finished captured round a worker thread writes, into ``capture.dir`` in the
+captured round ends a worker thread writes, into ``capture.dir`` in the
 ``sdk.capture`` format, the messages the round stored as they arrived (masked inputs and
 unmasking responses of ``router_secagg``; plain updates of ``rm_fedavg``), the round's base and
-its published router. Every reward query the broker answers is logged as (image hash, prompt,
+its published router. A round that fails (too few survivors, an aggregate out of range) is
+captured too, as ``failed`` with the reason: the messages of the stages that ran, no router. Every reward query the broker answers is logged as (image hash, prompt,
 response, score, member), written before the aligner gets its reward. Only the newest
 ``retention_rounds`` rounds are kept.
 
-A crash loses no captured round: before a captured round's finish is committed (and so before
-its last upload is acknowledged), the round manager calls :meth:`ServerCapture.reserve`, which
+A crash loses no captured round: before a captured round's finish or failure is committed (and
+so before its last upload is acknowledged), the round manager calls :meth:`ServerCapture.reserve`, which
 leaves a durable marker ``.pending/round-NNNNNN`` in the capture directory; the marker goes
 once the round is in the manifest. A server that restarts captures every round still marked
 (the messages are in its store), and a capture that failed is tried again there.
@@ -51,7 +52,7 @@ from server_app._store import Store
 __all__ = ["ServerCapture"]
 
 _log = logging.getLogger("fedmor.server.capture")
-_PENDING = ".pending"  # markers of finished rounds not yet in the manifest (never served)
+_PENDING = ".pending"  # markers of ended rounds not yet in the manifest (never served)
 
 
 def _named(flat: np.ndarray, shapes: Sequence[tuple[str, tuple[int, ...]]]) -> dict[str, Any]:
@@ -67,7 +68,7 @@ def _named(flat: np.ndarray, shapes: Sequence[tuple[str, tuple[int, ...]]]) -> d
 
 
 class ServerCapture:
-    """Writes finished rounds and brokered queries into the capture directory (one worker
+    """Writes ended rounds and brokered queries into the capture directory (one worker
     thread: the round lock is never held while files are written)."""
 
     def __init__(self, store: Store, cfg: CaptureSettings, *, router: dict[str, Any],
@@ -93,25 +94,25 @@ class ServerCapture:
         return self._pending / f"round-{round_id:06d}"
 
     def _resume(self) -> list[int]:
-        """Rounds marked before a crash (or whose capture failed) that finished: to capture
-        now. An open round keeps its marker (it is marked again when it finishes); a failed
-        one publishes nothing and loses it."""
+        """Rounds marked before a crash (or whose capture failed) that ended, finished or
+        failed: to capture now. An open round keeps its marker (it is marked again when it
+        ends); one the store lacks loses it."""
         todo = []
         for marker in sorted(self._pending.glob("round-*")):
             round_id = int(marker.name.removeprefix("round-"))
             row = self.store.round_row(round_id)
             status = None if row is None else row["status"]
-            if status == "finished":
+            if status in ("finished", "failed"):
                 todo.append(round_id)
             elif status != "open":
                 marker.unlink(missing_ok=True)
         if todo:
-            _log.info("capturing round(s) %s, finished before the last shutdown", todo)
+            _log.info("capturing round(s) %s, ended before the last shutdown", todo)
         return todo
 
     # -- hooks ---------------------------------------------------------------------------------
     def reserve(self, round_id: int) -> None:
-        """Mark ``round_id`` durably as to be captured; called before its finish is committed,
+        """Mark ``round_id`` durably as to be captured; called before its end is committed,
         so a crash at any point after leaves the marker for :meth:`_resume`."""
         path = self._marker(round_id)
         try:
@@ -129,7 +130,8 @@ class ServerCapture:
             _log.exception("could not mark round %d for capture", round_id)
 
     def round_ended(self, round_id: int) -> None:
-        """Queue a finished round for capture (called by the round manager)."""
+        """Queue an ended (finished or failed) round for capture (called by the round
+        manager)."""
         with self._idle:
             self._busy += 1
         self._jobs.put(round_id)
@@ -203,7 +205,7 @@ class ServerCapture:
     def _capture(self, round_id: int) -> None:
         row = self.store.round_row(round_id)
         # Only rounds recorded as captured when they opened: what their members agreed to.
-        if row is None or row["status"] != "finished" or not row["captured"]:
+        if row is None or row["status"] not in ("finished", "failed") or not row["captured"]:
             self._marker(round_id).unlink(missing_ok=True)
             return
         if round_id in {r.round_id for r in self.manifest().rounds}:  # written before a crash
@@ -218,7 +220,7 @@ class ServerCapture:
                 names.append(m)  # an output the layout lacks: named, never attacked by index
         base_version = spec.base_version
         before = self._vector(base_version, spec.vector_length)
-        published = self._vector(row["router_version"], spec.vector_length)
+        failed = row["status"] == "failed"
         plain: dict[str, Any] = {}
         weights: dict[str, float] = dict.fromkeys(members, 1.0)
         messages: list[Any] = []
@@ -243,8 +245,11 @@ class ServerCapture:
             + ("; samples per member are masked: 1 stands for unknown" if secagg else ""))
         rc = RoundCapture(
             round_id=round_id, meta=meta, before=_named(before, shapes),
-            aggregate=_named(published, shapes), plain_updates=plain,
-            router_version=row["router_version"], round_kind=spec.kind,
+            aggregate=None if failed else _named(
+                self._vector(row["router_version"], spec.vector_length), shapes),
+            plain_updates=plain, router_version=None if failed else row["router_version"],
+            status="failed" if failed else "finished",
+            failure=str(row["error"] or "unknown") if failed else None, round_kind=spec.kind,
             threshold=kind.privacy(spec).min_survivors if secagg else None,
             secagg_ids={m: i + 1 for i, m in enumerate(members)} if secagg else {})
         for msg in messages:

@@ -370,7 +370,7 @@ class RoundManager:
         self._notify()
 
     def _captured(self, round_id: int) -> None:
-        """Hand a finished round recorded as captured to the capture worker. With capture
+        """Hand an ended round (finished or failed) recorded as captured to the capture worker. With capture
         mode off now (the server restarted without it) the round is not captured: a warning,
         and a ``capture_missed`` audit record (counted in ``/metrics``) that the commit above
         made durable. It is not written into ``capture.dir`` anyway: with the mode off that
@@ -384,11 +384,21 @@ class RoundManager:
                      "it is not in the capture (capture_missed)", round_id)
 
     def _fail(self, round_id: int, reason: str) -> None:
+        """End the round as failed; a captured one is captured with what it received (the
+        marker made durable before the failure, as for a finish)."""
+        row = self.store.round_row(round_id)
+        captured = row is not None and bool(row["captured"])
+        if captured and self.capture is not None:
+            self.capture.reserve(round_id)
         with self.store.transaction():
             self.store.update_round(round_id, status="failed", error=reason,
                                     finished_at=time.time())
             self.store.audit("server", "round_failed", round_id=round_id, reason=reason)
+            if captured and self.capture is None:
+                self.store.audit("server", "capture_missed", round_id=round_id)
         _log.warning("round %d failed: %s", round_id, reason)
+        if captured:
+            self._captured(round_id)
         self._forget(round_id)
         self.store.checkpoint_soon()
         self._notify()
