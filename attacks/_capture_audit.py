@@ -5,9 +5,9 @@ trivial baseline: the analytic inversion of each update and how well its rows ag
 input in the clear makes every row name the same vector), whether each masked input looks
 uniform (what masks should make it), whether the server ever held enough shares to rebuild
 both masks of one member, and what the reward-query log holds. A failed round published
-nothing: its received messages are checked alike, and the report's notes say why it failed. With ground truth from the
-audited member (:class:`MemberTruth`: its embeddings of the samples behind its updates, its
-train and eval pairs) the same attacks are scored: reconstructions against its samples beside
+nothing: its received messages are checked alike, and the report's notes say why it failed.
+With ground truth from the audited member (:class:`MemberTruth`: its embeddings of the samples
+behind its updates, its train and eval pairs) the same attacks are scored: reconstructions against its samples beside
 the dataset-mean and unrelated-sample baselines, membership inference on the logged scores of
 its own pairs.
 """

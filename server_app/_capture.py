@@ -7,15 +7,17 @@ captured round ends a worker thread writes, into ``capture.dir`` in the
 ``sdk.capture`` format, the messages the round stored as they arrived (masked inputs and
 unmasking responses of ``router_secagg``; plain updates of ``rm_fedavg``), the round's base and
 its published router. A round that fails (too few survivors, an aggregate out of range) is
-captured too, as ``failed`` with the reason: the messages of the stages that ran, no router. Every reward query the broker answers is logged as (image hash, prompt,
-response, score, member), written before the aligner gets its reward. Only the newest
-``retention_rounds`` rounds are kept.
+captured too, as ``failed`` with the reason: the messages of the stages that ran, no router.
+Every reward query the broker answers is logged as (image hash, prompt, response, score,
+member), written before the aligner gets its reward. Only the newest ``retention_rounds``
+rounds are kept.
 
-A crash loses no captured round: before a captured round's finish or failure is committed (and
-so before its last upload is acknowledged), the round manager calls :meth:`ServerCapture.reserve`, which
-leaves a durable marker ``.pending/round-NNNNNN`` in the capture directory; the marker goes
-once the round is in the manifest. A server that restarts captures every round still marked
-(the messages are in its store), and a capture that failed is tried again there.
+A crash loses no captured round: before a captured round's finish or failure is committed
+(and so before its last upload is acknowledged), the round manager calls
+:meth:`ServerCapture.reserve`, which leaves a durable marker ``.pending/round-NNNNNN`` in the
+capture directory; the marker goes once the round is in the manifest. A server that restarts
+captures every round still marked (the messages are in its store), and a capture that failed is
+tried again there.
 
 Parameters are named as ``sdk.router.Router.named_parameters()`` of the router in ``capture``
 (default: ``alignment``'s router and encoder; its outputs are the enrolled members, or

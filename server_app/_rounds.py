@@ -370,13 +370,13 @@ class RoundManager:
         self._notify()
 
     def _captured(self, round_id: int) -> None:
-        """Hand an ended round (finished or failed) recorded as captured to the capture worker. With capture
-        mode off now (the server restarted without it) the round is not captured: a warning,
-        and a ``capture_missed`` audit record (counted in ``/metrics``) that the commit above
-        made durable. It is not written into ``capture.dir`` anyway: with the mode off that
-        directory is only a default path, not served to the auditor, not pruned, and the
-        operator's setting says the server keeps no members' messages; keeping fewer than
-        announced breaks no member's policy, keeping more would."""
+        """Hand an ended round (finished or failed) recorded as captured to the capture
+        worker. With capture mode off now (the server restarted without it) the round is not
+        captured: a warning, and a ``capture_missed`` audit record (counted in ``/metrics``)
+        that the commit above made durable. It is not written into ``capture.dir`` anyway:
+        with the mode off that directory is only a default path, not served to the auditor,
+        not pruned, and the operator's setting says the server keeps no members' messages;
+        keeping fewer than announced breaks no member's policy, keeping more would."""
         if self.capture is not None:
             self.capture.round_ended(round_id)
             return
