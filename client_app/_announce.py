@@ -17,11 +17,9 @@ from sdk.wire import ClipBoundAck
 if TYPE_CHECKING:
     from client_app._runner import ClientRunner
 
-__all__ = ["ANNOUNCED_CLIP_BOUND", "announce_clip_bound"]
+__all__ = ["announce_clip_bound"]
 
 _log = logging.getLogger("fedmor.client")
-ANNOUNCED_CLIP_BOUND = "announced_clip_bound"
-"""The client store key of the bound the server last acknowledged."""
 
 
 def announce_clip_bound(runner: ClientRunner) -> bool:
@@ -33,7 +31,6 @@ def announce_clip_bound(runner: ClientRunner) -> bool:
     runner.enroll()
     ack = ClipBoundAck.model_validate(
         runner.request("POST", "/v1/identity/clip-bound", {"clip_bound": bound}).json())
-    runner.store.put(ANNOUNCED_CLIP_BOUND, repr(ack.clip_bound))
     if ack.previous == ack.clip_bound:
         return False
     _log.info("announced clip bound %g to the server (it held %s)", ack.clip_bound,

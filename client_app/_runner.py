@@ -23,7 +23,7 @@ import numpy as np
 import tenacity
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from client_app._announce import ANNOUNCED_CLIP_BOUND, announce_clip_bound
+from client_app._announce import announce_clip_bound
 from client_app._identity import reload_key
 from client_app._policy import (
     PolicyDenied,
@@ -215,8 +215,6 @@ class ClientRunner:
             self.request("POST", "/v1/enroll", body, signed=False).json())
         self.store.put("server_public_key", resp.server_public_key)
         self.store.put("client_id", resp.client_id)
-        if body["clip_bound"] is not None:
-            self.store.put(ANNOUNCED_CLIP_BOUND, repr(body["clip_bound"]))
         _log.info("enrolled with %s as %s", self.settings.server_url, resp.client_id)
         return resp.client_id
 
@@ -444,8 +442,9 @@ class ClientRunner:
         return bool(fresh or work.queries or not work.rounds)
 
     def _announce_once(self) -> None:
-        """Before the first pull query is answered: announce the scorer's clip bound. A refusal (above the consortium's maximum, an old server)
-        is logged and the member works on; an unreachable server is tried at the next pass."""
+        """Before the first pull query is answered: announce the scorer's clip bound. A
+        refusal (above the consortium's maximum, an old server) is logged and the member works
+        on; an unreachable server is tried at the next pass."""
         if self._announced:
             return
         try:

@@ -23,10 +23,10 @@ def install_server_ops(app: FastAPI, store: Store) -> None:
         StoredGauge.counting("fedmor_server_reward_queries", "queued (pull-mode) reward "
                              "queries by member", "client_id", store,
                              "SELECT client_id, COUNT(*) FROM reward_queries GROUP BY client_id"),
-        # A round announced as captured that finished with capture mode off (see
-        # RoundManager._captured): the auditor's capture lacks a round its members agreed to.
+        # A round announced as captured that ended (finished or failed) with capture mode off
+        # (see RoundManager._captured): the auditor's capture lacks a round its members agreed to.
         StoredGauge.counting("fedmor_server_capture_missed", "rounds announced as captured "
-                             "that finished with capture mode off", "action", store,
+                             "that ended with capture mode off", "action", store,
                              "SELECT 'capture_missed', COUNT(*) FROM audit "
                              "WHERE action='capture_missed'"),  # 0 too: a row either way
     ])

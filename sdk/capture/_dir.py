@@ -149,6 +149,13 @@ class RoundCapture:
     status: Literal["finished", "failed"] = "finished"
     failure: str | None = None
 
+    def __post_init__(self) -> None:
+        # Refused here, before write_capture puts any file down; CapturedRound checks the same
+        # rule again on a manifest it reads.
+        if self.status == "failed" and (self.aggregate is not None
+                                        or self.router_version is not None):
+            raise CaptureError(f"round {self.round_id} failed: it has no published router")
+
     def record(self, message: Any) -> None:
         """Keep a SecAgg client message as received (``sdk.secagg`` MaskedInput and
         UnmaskingResponse; the other stages carry keys and signatures only), its sender
@@ -191,8 +198,6 @@ def _pair(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 
 def _write_round(root: Path, rc: RoundCapture) -> CapturedRound:
-    if rc.status == "failed" and (rc.aggregate is not None or rc.router_version is not None):
-        raise CaptureError(f"round {rc.round_id} failed: it has no published router")
     folder = f"round-{rc.round_id:06d}"
     (root / folder).mkdir(parents=True, exist_ok=True)
     arts: list[CapturedArtefact] = []
