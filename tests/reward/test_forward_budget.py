@@ -36,10 +36,6 @@ def test_tiny_models_score_a_whole_eval_batch_in_one_forward(
     tokens = model.encode([p.image for p in pairs], [p.prompt for p in pairs],
                           [p.chosen for p in pairs])["input_ids"].shape[1]
     assert model.rows_per_forward(tokens) >= 64
-    # Scoring keeps no activations for a backward: four times the rows.
-    with torch.no_grad():
-        assert model.rows_per_forward(tokens) == ((4 * reward_model.ACTIVATION_BUDGET)
-                                                  // (tokens * model._mlp_width))
 
 
 @pytest.mark.parametrize("arch", ARCHS)
