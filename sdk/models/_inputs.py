@@ -102,10 +102,12 @@ def encode_batch(
     *,
     max_length: int,
     padding_side: PaddingSide = "right",
+    pad_to_multiple_of: int | None = None,
 ) -> BatchFeature:
     """Processor outputs (input_ids (B, T), attention_mask (B, T), pixel tensors) for a batch.
 
     Use ``padding_side="left"`` for generation prompts; scoring works with either side.
+    ``pad_to_multiple_of``: T rounded up to a multiple of it (fewer distinct shapes).
     Raises :class:`VLMInputError` for a bad image, an empty response, mismatched lengths, or a
     sample longer than ``max_length`` tokens (image tokens included).
     """
@@ -123,7 +125,8 @@ def encode_batch(
     previous_side = tokenizer.padding_side
     tokenizer.padding_side = padding_side
     try:
-        batch = processor(images=rgb, text=texts, padding=True, return_tensors="pt")
+        batch = processor(images=rgb, text=texts, padding=True,
+                          pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
     finally:
         tokenizer.padding_side = previous_side
     lengths = batch["attention_mask"].sum(dim=1)  # (B,)

@@ -41,6 +41,18 @@ budget: on a CPU, LLaVA-OneVision scored as fast a row at a time as 2 or 4 a for
 item) with a third of the activation memory of 4."""
 
 
+def length_bucket(tokens: int) -> int:
+    """What a row of ``tokens`` tokens is padded to a multiple of when it goes alone: the
+    largest power of two at most tokens / 16 (64 for LLaVA-OneVision's ~1,580), so at most 1/16
+    more tokens.
+
+    On a CPU every new sequence length leaves new oneDNN kernels cached: LLaVA-OneVision's
+    resident memory grew ~10 MB with each new row length (0.05x its weight bytes over 4 pairs)
+    and stopped growing once lengths came in multiples of 64.
+    """
+    return 1 << max(0, tokens.bit_length() - 5)
+
+
 class RewardInputError(VLMInputError):
     """Bad reward-model input: non-image, empty response, text over the length limit."""
 
@@ -93,12 +105,15 @@ class RewardModel(nn.Module):
 
     # -- scoring -----------------------------------------------------------------------------
     def encode(
-        self, images: Sequence[Any], prompts: Sequence[str], responses: Sequence[str]
+        self, images: Sequence[Any], prompts: Sequence[str], responses: Sequence[str],
+        *, pad_to_multiple_of: int | None = None,
     ) -> Mapping[str, torch.Tensor]:
-        """Processor outputs for a batch; raises :class:`RewardInputError` on bad input."""
+        """Processor outputs for a batch (right-padded); raises :class:`RewardInputError` on
+        bad input."""
         try:
             return encode_batch(
-                self.bundle.processor, images, prompts, responses, max_length=self.max_length
+                self.bundle.processor, images, prompts, responses, max_length=self.max_length,
+                pad_to_multiple_of=pad_to_multiple_of,
             )
         except RewardInputError:
             raise
@@ -121,9 +136,14 @@ class RewardModel(nn.Module):
         (B, T), pixels), on the model's device."""
         device = self.device
         inputs = {k: v.to(device) for k, v in batch.items() if k != "labels"}
+        mask = inputs["attention_mask"]  # (B, T), 1 on real tokens
+        if bool((mask[:, :-1] >= mask[:, 1:]).all()):
+            # Right padding: in a causal decoder no real token attends to a later pad, so the
+            # mask changes nothing read here, and without it attention takes its causal kernel
+            # (LLaVA-OneVision's backward ~20% faster on a CPU than with a padding mask).
+            inputs["attention_mask"] = torch.ones_like(mask)
         # The inner VLM (no lm_head): last_hidden_state is (B, T, H).
         hidden = self.backbone.model(**inputs).last_hidden_state
-        mask = inputs["attention_mask"]  # (B, T), 1 on real tokens
         positions = torch.arange(mask.shape[1], device=mask.device)
         last = (mask * positions).argmax(dim=1)  # (B,) last real token, either padding side
         pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]  # (B, H)
@@ -164,9 +184,16 @@ class RewardModel(nn.Module):
 
         Separate forwards make separate graphs, and backward finishes one before it starts the
         next, so under activation checkpointing only one forward's layer is recomputed at a time.
+        Rows that go alone are padded to a length in :func:`length_bucket`.
         """
         batch = self.encode(images, prompts, responses) if batch is None else batch
-        rows = self.rows_per_forward(batch["input_ids"].shape[1])
+        tokens = batch["input_ids"].shape[1]
+        rows = self.rows_per_forward(tokens)
+        if rows == 1:
+            multiple = length_bucket(tokens)
+            return torch.cat([self(self.encode(images[i : i + 1], prompts[i : i + 1],
+                                               responses[i : i + 1], pad_to_multiple_of=multiple))
+                              for i in range(len(images))])
         if rows >= len(images):
             return self(batch)
         return torch.cat([self(self.encode(images[i : i + rows], prompts[i : i + rows],

@@ -79,24 +79,49 @@ def _backward_pair_loss(model: RewardModel, pairs: Sequence[PairLike]) -> float:
 
     One backward over all 2B rows when one forward takes them (``model.rows_per_forward``);
     else micro-batches of whole pairs (a pair's loss needs both its rewards), each loss
-    weighted by its share of the batch, so the summed gradients are the batch's. The layer
-    inputs that activation checkpointing keeps then belong to one micro-batch at a time:
-    LLaVA-OneVision's 1,583-token rows at real size go one pair at a time.
+    weighted by its share of the batch, so the summed gradients are the batch's. Rows too long
+    to share a forward (LLaVA-OneVision's 1,583-token rows at real size) go through
+    :func:`_backward_rows_apart`, so one row's checkpointed layer inputs are held at a time.
     """
     batch = model.encode(*_pair_rows(pairs))
-    per_step = max(1, model.rows_per_forward(batch["input_ids"].shape[1]) // 2)
-    if per_step >= len(pairs):
+    rows = model.rows_per_forward(batch["input_ids"].shape[1])
+    if rows >= 2 * len(pairs):
         loss = _pair_loss(model, pairs, batch)
         loss.backward()
         return float(loss.detach())
     del batch
+    if rows == 1:
+        return sum(_backward_rows_apart(model, pair, 1 / len(pairs)) for pair in pairs)
     total = 0.0
-    for start in range(0, len(pairs), per_step):
-        group = pairs[start : start + per_step]
+    for start in range(0, len(pairs), rows // 2):
+        group = pairs[start : start + rows // 2]
         loss = _pair_loss(model, group) * (len(group) / len(pairs))
         loss.backward()
         total += float(loss.detach())
     return total
+
+
+def _backward_rows_apart(model: RewardModel, pair: PairLike, weight: float) -> float:
+    """Backpropagate one pair's loss (times ``weight``) holding one row's graph at a time.
+
+    The chosen row goes forward with its graph; the rejected row's reward, which its gradient
+    needs, comes from a forward without one; the chosen row's backward frees its graph before
+    the rejected row goes forward again with its own. The extra forward (~20% of a step) saves
+    the checkpointed layer inputs of one row: 0.08 GB, 4% of LLaVA-OneVision's weight bytes.
+    The graph-free forward runs on a forked RNG, so the graphed one draws the same dropout and
+    the gradient is exactly the pair's.
+    """
+    image, prompt = [pair.image], [pair.prompt]
+    chosen = model.rewards(image, prompt, [pair.chosen])
+    device = model.device
+    with (torch.random.fork_rng(devices=[] if device.type == "cpu" else [device],
+                                device_type=device.type), torch.no_grad()):
+        rejected = model.rewards(image, prompt, [pair.rejected])
+    loss = bradley_terry_loss(chosen, rejected) * weight
+    loss.backward()
+    rejected = model.rewards(image, prompt, [pair.rejected])
+    (bradley_terry_loss(chosen.detach(), rejected) * weight).backward()
+    return float(loss.detach())
 
 
 def _lr_factor(step: int, warmup: int, total: int) -> float:

@@ -1,5 +1,6 @@
-"""Long rows go through several forwards (scoring) or pair micro-batches (training): the same
-rewards and gradients as one forward, with one forward's activations at a time."""
+"""Long rows go through several forwards (scoring), pair micro-batches or one row's graph at a
+time (training): the same rewards and gradients as one forward, with one forward's activations
+at a time."""
 
 from __future__ import annotations
 
@@ -52,8 +53,13 @@ def test_scores_one_row_at_a_time_equal_one_forward(
     together = model.score(*args)
     assert calls[0] == 1
     monkeypatch.setattr(reward_model, "ACTIVATION_BUDGET", 1)
+    lengths: list[int] = []
+    model.register_forward_pre_hook(lambda _, a: lengths.append(a[0]["input_ids"].shape[1]))
     alone = model.score(*args)
     assert calls[0] == 1 + 5
+    # Alone, each row is right-padded to a bucketed length (a few shapes for oneDNN's cache).
+    multiple = reward_model.length_bucket(model.encode(*args)["input_ids"].shape[1])
+    assert multiple > 1 and all(n % multiple == 0 for n in lengths)
     torch.testing.assert_close(alone, together, rtol=1e-5, atol=1e-5)
 
 
@@ -63,11 +69,20 @@ def _gradients(model: RewardModel) -> dict[str, torch.Tensor]:
     return grads
 
 
+def _row_tokens(model: RewardModel, pairs: list[ToyPair]) -> int:
+    return int(model.encode([p.image for p in pairs] * 2, [p.prompt for p in pairs] * 2,
+                            [p.chosen for p in pairs] + [p.rejected for p in pairs]
+                            )["input_ids"].shape[1])
+
+
 @pytest.mark.parametrize("arch", ARCHS)
-def test_pair_micro_batches_give_the_batch_gradient(
-    arch: str, backbones: dict[str, Path], train_pairs: list[ToyPair],
+@pytest.mark.parametrize(("rows", "forwards"), [(2, 3 * 1), (1, 3 * 3)])
+def test_split_backward_gives_the_batch_gradient(
+    arch: str, rows: int, forwards: int, backbones: dict[str, Path], train_pairs: list[ToyPair],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # rows=2: a pair per forward; rows=1: each row alone, the rejected one twice (once
+    # without a graph), so one row's graph is held at a time.
     model = _model(backbones[arch])
     model.train()
     calls = _count_forwards(model)
@@ -75,11 +90,40 @@ def test_pair_micro_batches_give_the_batch_gradient(
     loss = _backward_pair_loss(model, pairs)
     whole = _gradients(model)
     assert calls[0] == 1
-    monkeypatch.setattr(reward_model, "ACTIVATION_BUDGET", 1)
+    tokens = _row_tokens(model, pairs)
+    monkeypatch.setattr(reward_model, "ACTIVATION_BUDGET", rows * tokens * model._mlp_width)
+    assert model.rows_per_forward(tokens) == rows
     split_loss = _backward_pair_loss(model, pairs)
     split = _gradients(model)
-    assert calls[0] == 1 + 2 * 3  # a pair at a time, a row per forward
+    assert calls[0] == 1 + forwards
     assert split_loss == pytest.approx(loss, rel=1e-5)
     assert whole.keys() == split.keys() and any("lora_" in n for n in whole)
     for name, grad in whole.items():
         torch.testing.assert_close(split[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_rows_apart_draw_the_dropout_of_one_graph_per_row(
+    backbones: dict[str, Path], train_pairs: list[ToyPair], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With LoRA dropout the rejected row's graph-free forward must see the masks its graphed
+    # forward draws, or the chosen row's gradient is taken at another point.
+    torch.manual_seed(0)
+    model = RewardModel.from_backbone(backbones["qwen2_vl"], lora=LoraSettings(dropout=0.5))
+    model.train()
+    pair = train_pairs[0]
+    monkeypatch.setattr(reward_model, "ACTIVATION_BUDGET", 1)
+    torch.manual_seed(1)  # the reference: both rows' graphs at once, a row per forward
+    rewards = model.rewards([pair.image] * 2, [pair.prompt] * 2, [pair.chosen, pair.rejected])
+    reference_loss = -torch.nn.functional.logsigmoid(rewards[0] - rewards[1])
+    reference_loss.backward()
+    reference, after_reference = _gradients(model), torch.rand(1)
+    torch.manual_seed(1)
+    loss = _backward_pair_loss(model, [pair])
+    apart, after_apart = _gradients(model), torch.rand(1)
+    assert loss == pytest.approx(float(reference_loss.detach()), rel=1e-5)
+    for name, grad in reference.items():
+        torch.testing.assert_close(apart[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+    assert torch.equal(after_apart, after_reference)  # the same draws consumed
+    torch.manual_seed(2)  # and the dropout does act: other masks, another gradient
+    _backward_pair_loss(model, [pair])
+    assert any(not torch.allclose(g, reference[n]) for n, g in _gradients(model).items())
