@@ -137,10 +137,11 @@ class RewardModel(nn.Module):
         device = self.device
         inputs = {k: v.to(device) for k, v in batch.items() if k != "labels"}
         mask = inputs["attention_mask"]  # (B, T), 1 on real tokens
-        if bool((mask[:, :-1] >= mask[:, 1:]).all()):
-            # Right padding: in a causal decoder no real token attends to a later pad, so the
-            # mask changes nothing read here, and without it attention takes its causal kernel
-            # (LLaVA-OneVision's backward ~20% faster on a CPU than with a padding mask).
+        if mask.shape[0] == 1 and bool((mask[:, :-1] >= mask[:, 1:]).all()):
+            # A row alone, right-padded to its length bucket: in a causal decoder no real token
+            # attends to a later pad, so the mask changes nothing read here, and without it
+            # attention takes its causal kernel (LLaVA-OneVision's backward ~20% faster on a CPU
+            # than with a padding mask). Batches keep their mask: their numbers stay as they were.
             inputs["attention_mask"] = torch.ones_like(mask)
         # The inner VLM (no lm_head): last_hidden_state is (B, T, H).
         hidden = self.backbone.model(**inputs).last_hidden_state
