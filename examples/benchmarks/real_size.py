@@ -14,7 +14,7 @@ peak RSS / weight bytes, target <= 1.3), adapter_checkpoint_fraction (adapter ch
 weight bytes, target <= 0.02), load_s, train_step_s, score_item_s, dtype, device}; with several
 architectures each headline figure is the worst one.
 
-    .venv/bin/python examples/benchmarks/real_size.py --quick   # Qwen2-VL-2B only, ~5 min, ~6 GB
+    .venv/bin/python examples/benchmarks/real_size.py --quick   # Qwen2-VL-2B only, ~2 min, ~5 GB
     .venv/bin/python examples/benchmarks/real_size.py           # + Qwen2.5-VL-3B, LLaVA-OV-0.5B
 """
 
