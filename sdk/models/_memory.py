@@ -35,9 +35,9 @@ def return_freed_host_memory() -> bool:
     activation tensors of a long sequence (a few MiB to 32 MiB each) are later carved from the
     heap and stay resident after they are freed: on a CPU, LLaVA-OneVision's LoRA step grew
     ~150 MB per decoder layer that way. A fixed threshold (which also stops the adjustment)
-    maps each such tensor on its own; at 128 KiB rather than 1 MiB the per-row pieces of
-    attention and rotary embeddings go too, and LLaVA-OneVision's LoRA step peaked ~0.09 GB
-    lower (1.27x its weight bytes instead of 1.32x) at the same speed. Process-wide and idempotent; the numbers computed do not
+    maps each such tensor on its own; at 128 KiB rather than 1 MiB smaller per-row tensors go
+    too, and LLaVA-OneVision's LoRA step peaked ~0.09 GB lower (1.27x its weight bytes instead
+    of 1.32x) at the same speed. Process-wide and idempotent; the numbers computed do not
     change. A no-op (False) off glibc (e.g. macOS) and when the environment sets
     ``MALLOC_MMAP_THRESHOLD_`` itself.
     """
