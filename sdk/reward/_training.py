@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from sdk.progress import Steps
 from sdk.reward._config import RewardTrainingConfig
 from sdk.reward._dp import PairDPSGD
-from sdk.reward._model import PairLike, RewardModel
+from sdk.reward._model import PairLike, RewardModel, length_bucket
 from sdk.reward._normalizer import ScoreNormalizer
 
 __all__ = [
@@ -84,14 +84,16 @@ def _backward_pair_loss(model: RewardModel, pairs: Sequence[PairLike]) -> float:
     :func:`_backward_rows_apart`, so one row's checkpointed layer inputs are held at a time.
     """
     batch = model.encode(*_pair_rows(pairs))
-    rows = model.rows_per_forward(batch["input_ids"].shape[1])
+    tokens = batch["input_ids"].shape[1]
+    rows = model.rows_per_forward(tokens)
     if rows >= 2 * len(pairs):
         loss = _pair_loss(model, pairs, batch)
         loss.backward()
         return float(loss.detach())
     del batch
     if rows == 1:
-        return sum(_backward_rows_apart(model, pair, 1 / len(pairs)) for pair in pairs)
+        return sum(_backward_rows_apart(model, pair, 1 / len(pairs), length_bucket(tokens))
+                   for pair in pairs)
     total = 0.0
     for start in range(0, len(pairs), rows // 2):
         group = pairs[start : start + rows // 2]
@@ -101,26 +103,29 @@ def _backward_pair_loss(model: RewardModel, pairs: Sequence[PairLike]) -> float:
     return total
 
 
-def _backward_rows_apart(model: RewardModel, pair: PairLike, weight: float) -> float:
-    """Backpropagate one pair's loss (times ``weight``) holding one row's graph at a time.
+def _backward_rows_apart(model: RewardModel, pair: PairLike, weight: float, multiple: int
+                         ) -> float:
+    """Backpropagate one pair's loss (times ``weight``) holding one row's graph at a time; each
+    row is padded to a multiple of ``multiple`` tokens, as :meth:`RewardModel.rewards` pads a
+    row that goes alone.
 
     The chosen row goes forward with its graph; the rejected row's reward, which its gradient
     needs, comes from a forward without one; the chosen row's backward frees its graph before
-    the rejected row goes forward again with its own. The extra forward (~25% of a step) saves
-    the checkpointed layer inputs of one row: 0.08 GB, 4% of LLaVA-OneVision's weight bytes.
-    The graph-free forward runs on a forked RNG, so the graphed one draws the same dropout and
-    the gradient is exactly the pair's.
+    the rejected row, encoded once, goes forward again with its own. The extra forward (~25% of
+    a step) saves the checkpointed layer inputs of one row: 0.08 GB, 4% of LLaVA-OneVision's
+    weight bytes. The graph-free forward runs on a forked RNG, so the graphed one draws the
+    same dropout and the gradient is exactly the pair's.
     """
     image, prompt = [pair.image], [pair.prompt]
-    chosen = model.rewards(image, prompt, [pair.chosen])
+    chosen = model(model.encode(image, prompt, [pair.chosen], pad_to_multiple_of=multiple))
+    rejected_row = model.encode(image, prompt, [pair.rejected], pad_to_multiple_of=multiple)
     device = model.device
     with (torch.random.fork_rng(devices=[] if device.type == "cpu" else [device],
                                 device_type=device.type), torch.no_grad()):
-        rejected = model.rewards(image, prompt, [pair.rejected])
+        rejected = model(rejected_row)
     loss = bradley_terry_loss(chosen, rejected) * weight
     loss.backward()
-    rejected = model.rewards(image, prompt, [pair.rejected])
-    (bradley_terry_loss(chosen.detach(), rejected) * weight).backward()
+    (bradley_terry_loss(chosen.detach(), model(rejected_row)) * weight).backward()
     return float(loss.detach())
 
 
