@@ -59,7 +59,9 @@ def add_to_roster(path: Path, *, name: str, public_key: str, role: Role = "membe
     (only its hash is stored)."""
     parse_public_key(public_key)
     roster = RosterFile.load(path)
-    token = secrets.token_urlsafe(24)
+    # Hex, not URL-safe base64: one token in 64 of those starts with '-', which a command line
+    # (`--token TOKEN`) reads as an option.
+    token = secrets.token_hex(24)
     entry = RosterEntry(name=name, public_key=public_key,
                         token_sha256=hashlib.sha256(token.encode()).hexdigest(), role=role)
     roster.clients = [c for c in roster.clients if c.name != name] + [entry]
