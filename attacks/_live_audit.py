@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from attacks._membership import threshold_attack
 from attacks._remote import RemoteRewardScorer
 from attacks._report import AuditReport, MembershipReport, membership_report
 from attacks._shadow_base import recorded_shadow_base
+
+if TYPE_CHECKING:
+    from sdk.wire import SignedClient
 
 __all__ = ["answer_reports", "audit_live_member", "read_target_config"]
 
@@ -52,15 +55,13 @@ def read_target_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def _signed_get(http: Any, key: Any, caller_id: str, path: str) -> dict[str, Any]:
-    from sdk.wire import SERVER_SENDER, sign_headers
+def _signed_get(client: SignedClient, path: str) -> dict[str, Any]:
+    from sdk.wire import RequestRefused
 
-    headers = sign_headers(key, sender=caller_id, method="GET", path=path, body=b"",
-                           recipient=SERVER_SENDER)
-    resp = http.get(path, headers=headers)
-    if resp.status_code != 200:
-        raise AttackInputError(f"{path} answered HTTP {resp.status_code}: {resp.text[:300]}")
-    data: dict[str, Any] = resp.json()
+    try:
+        data: dict[str, Any] = client.get_json(path)
+    except RequestRefused as exc:
+        raise AttackInputError(f"{path} answered HTTP {exc.status}: {exc.detail}") from None
     return data
 
 
@@ -117,17 +118,17 @@ def audit_live_member(server_url: str, key: Any, *, caller_id: str, member: str,
     writes report.json and report.html into ``out_dir``. ``key``: the auditor's Ed25519
     private key, ``caller_id``: its enrolled client id; ``config``: candidates, seed and the
     shadows (``shadow_models`` 0: no LiRA)."""
-    import httpx
-
     from sdk.data import load_pairs
+    from sdk.wire import SERVER_SENDER, SignedClient
 
     cfg = config or AuditConfig(max_pairs=50)
     say = progress or (lambda _m: None)
     if not (pairs_dir / "train").is_dir() or not (pairs_dir / "eval").is_dir():
         raise AttackInputError(f"{pairs_dir} needs train/ (members) and eval/ (non-members)")
     target_cfg = None if target_config is None else read_target_config(target_config)
-    with httpx.Client(base_url=server_url, verify=verify, timeout=120) as http:
-        before = _signed_get(http, key, caller_id, "/v1/audit/budget")
+    with SignedClient(server_url, key=key, sender=caller_id, verify=verify,
+                      timeout_s=120) as http:
+        before = _signed_get(http, "/v1/audit/budget")
         fits = int(before["left"]) // (2 * _ITEMS_PER_PAIR)  # a member and a non-member
         if fits < 2:
             raise AttackInputError(
@@ -141,12 +142,10 @@ def audit_live_member(server_url: str, key: Any, *, caller_id: str, member: str,
         if n < cfg.max_pairs and n == fits:
             say(f"{member}: the budget left ({before['left']} items) fits {n} candidate pairs "
                 f"a side, not {cfg.max_pairs}")
-        from sdk.wire import SERVER_SENDER
-
         scorer = RemoteRewardScorer(http, key, recipient=SERVER_SENDER, sender=caller_id,
                                     path=f"/v1/audit/members/{member}/reward")
         margins = scorer(picked.members + picked.non_members)  # (2n,) chosen - rejected
-        after = _signed_get(http, key, caller_id, "/v1/audit/budget")
+        after = _signed_get(http, "/v1/audit/budget")
     reports, notes = answer_reports(
         member, margins, picked, cfg, target_cfg, say=say,
         setting=f"live reward answers relayed by the server ({scorer.items_sent} scored items)")

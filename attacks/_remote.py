@@ -11,15 +11,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attacks._errors import AttackError
+
+if TYPE_CHECKING:
+    from sdk.wire import SignedClient
 
 __all__ = ["RemoteRewardScorer", "RewardItemScorer"]
 
@@ -76,15 +78,15 @@ class RewardItemScorer:
 
 class RemoteRewardScorer(RewardItemScorer):
     """A :class:`RewardItemScorer` through ``/v1/reward``. ``http`` is an ``httpx.Client``
-    with the app's ``base_url`` (an ASGI test client works too); ``recipient`` is the member's
-    client id, which every signed query names. ``items_sent`` counts what the app's budget was
-    charged. ``path``: another endpoint of the same contract, e.g. the server's
+    with the app's ``base_url`` (an ASGI test client works too) or a ``SignedClient`` whose
+    connections it shares; ``recipient`` is the member's client id, which every signed query
+    names. ``items_sent`` counts what the app's budget was charged. ``path``: another endpoint of the same contract, e.g. the server's
     ``/v1/audit/members/{name}/reward`` for an auditor (``sender``: its client id,
     ``recipient``: ``server``)."""
 
     def __init__(
         self,
-        http: httpx.Client,
+        http: httpx.Client | SignedClient,
         key: Ed25519PrivateKey,
         *,
         recipient: str,
@@ -92,25 +94,23 @@ class RemoteRewardScorer(RewardItemScorer):
         batch_pairs: int = 64,
         path: str = _PATH,
     ) -> None:
+        # The wire contract (it imports fastapi): only when a live attack runs.
+        from sdk.wire import SignedClient
+
         super().__init__(batch_pairs=batch_pairs)
-        self._http, self._key, self._sender = http, key, sender
+        self._client = SignedClient(key=key, sender=sender, recipient=recipient, http=(
+            http.http if isinstance(http, SignedClient) else http))
         self._path = path
-        self._recipient = recipient
 
     def _post(self, items: list[dict[str, Any]]) -> list[float]:
-        # The wire contract's signing (it imports fastapi): only when a live attack runs.
-        from sdk.wire import sign_headers
+        from sdk.wire import RequestRefused
 
-        body = json.dumps({"items": items}).encode()
-        headers = sign_headers(
-            self._key, sender=self._sender, method="POST", path=self._path, body=body,
-            recipient=self._recipient,
-        ) | {"content-type": "application/json"}
-        resp = self._http.post(self._path, content=body, headers=headers)
-        if resp.status_code != 200:
-            raise AttackError(f"{self._path} answered HTTP {resp.status_code}: {resp.text[:300]}")
+        try:
+            answer = self._client.post_json(self._path, {"items": items})
+        except RequestRefused as exc:
+            raise AttackError(f"{self._path} answered HTTP {exc.status}: {exc.detail}") from None
         self.items_sent += len(items)
-        scores = [float(s) for s in resp.json()["scores"]]
+        scores = [float(s) for s in answer["scores"]]
         if len(scores) != len(items):
             raise AttackError(f"{self._path} returned {len(scores)} scores for {len(items)} items")
         return scores

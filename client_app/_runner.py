@@ -47,6 +47,7 @@ from sdk.wire import (
     RoundFailed,
     RoundInfo,
     RoundSpec,
+    SignedClient,
     StageAck,
     StageBroadcast,
     UpdateSource,
@@ -56,7 +57,6 @@ from sdk.wire import (
     key_passphrase,
     load_or_create_key,
     public_key_b64,
-    sign_headers,
     tls_verify,
 )
 
@@ -133,8 +133,8 @@ class ClientRunner:
                                                  if settings.run_rounds else _no_update)
         self.service = service
         self.stop = threading.Event()
-        self.http = httpx.Client(base_url=settings.server_url, verify=_verify(settings),
-                                 timeout=settings.request_timeout_s)
+        self.http = SignedClient(settings.server_url, verify=_verify(settings),
+                                 timeout_s=settings.request_timeout_s)
         self.bytes_sent = 0
         self._long_poll_works = True  # until the server answers /v1/work with 404
         self._announced = False  # the scorer's clip bound, once per run (see poll_once)
@@ -175,12 +175,10 @@ class ClientRunner:
         status, ``RunnerError`` when it refuses for good or the runner is stopping."""
         if self.stop.is_set():
             raise RunnerError(499, f"{method} {path}: runner stopping")
-        headers = {"content-type": media}
-        if signed:
-            headers |= sign_headers(self.key, sender=self.client_id, method=method, path=path,
-                                    body=body)
+        # The identity is read per attempt: enrollment sets the id, a rotation the key.
+        auth = self.http.signer(self.key, self.client_id) if signed else None
         try:
-            resp = self.http.request(method, path, content=body, headers=headers)
+            resp = self.http.request(method, path, body, media=media, auth=auth)
         except httpx.TransportError as exc:
             raise _Retry(str(exc)) from exc
         self.bytes_sent += len(body)

@@ -18,11 +18,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sdk.wire import SERVER_SENDER, sign_headers
+from sdk.wire import SERVER_SENDER, AsyncSignedClient, SignedAuth
 from server_app._store import Store
 
 __all__ = ["BrokerError", "QueryItem", "RewardBroker"]
@@ -85,7 +86,7 @@ class RewardBroker:
         # The last push answer's ``Server-Timing`` in ms (``score``, ``app``): where a query's
         # time went, for the benchmark; empty when the client sent none.
         self.last_server_timing: dict[str, float] = {}
-        self._http = httpx.AsyncClient(timeout=timeout_s, verify=verify)
+        self._http = AsyncSignedClient(timeout_s=timeout_s, verify=verify)
         # Enrolled clients' rows, read once: only a member's clip-bound announcement changes
         # one (``reread`` drops it; ``_check`` re-reads before refusing a score).
         self._clients: dict[str, dict[str, Any]] = {}
@@ -199,14 +200,14 @@ class RewardBroker:
         force: set[str] = set()
         for _ in range(2):  # at most one resend of the images the client lacks
             body = json.dumps({"items": self._items(items, cached, force)}).encode()
-            path = "/v1/reward"
-            headers = sign_headers(self.key, sender=SERVER_SENDER, method="POST", path=path,
-                                   body=body, recipient=client_id)
-            headers["content-type"] = "application/json"
+            # Signed for the member, without its reward URL's path: the app sees the paths
+            # below it.
+            auth = SignedAuth(self.key, SERVER_SENDER, recipient=client_id,
+                              root=urlsplit(base_url).path)
             self.bytes_sent += len(body)
             try:
-                resp = await self._http.post(base_url.rstrip("/") + path, content=body,
-                                             headers=headers)
+                resp = await self._http.request("POST", base_url.rstrip("/") + "/v1/reward",
+                                                body, media="application/json", auth=auth)
             except httpx.HTTPError as exc:
                 raise BrokerError(f"client {client_id} unreachable at {base_url}: {exc}") from exc
             if resp.status_code == 409 and "missing" in resp.json():

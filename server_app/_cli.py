@@ -107,28 +107,21 @@ def _admin_call(args: argparse.Namespace, method: str, path: str,
                 body: Any = None) -> Any:
     """One admin request: the admin token (FEDMOR_ADMIN_TOKEN), or signed by an operator
     identity (``--key-file`` and ``--sender``)."""
-    import json
+    from sdk.wire import SignedClient, key_passphrase, load_private_key
 
-    import httpx
-
-    from sdk.wire import load_private_key, sign_headers, tls_verify
-
-    content = b"" if body is None else json.dumps(body).encode()
-    headers = {"content-type": "application/json"}
+    credentials: dict[str, Any]
     if getattr(args, "key_file", None) is not None and getattr(args, "sender", None):
-        from sdk.wire import key_passphrase
-
-        key = load_private_key(args.key_file, key_passphrase())
-        headers |= sign_headers(key, sender=args.sender, method=method, path=path, body=content)
+        credentials = {"key": load_private_key(args.key_file, key_passphrase()),
+                       "sender": args.sender}
     else:
         token = os.environ.get("FEDMOR_ADMIN_TOKEN")
         if not token:
             raise ValueError("set FEDMOR_ADMIN_TOKEN to the server's admin token (or give an "
                              "operator identity: --key-file and --sender)")
-        headers["authorization"] = f"Bearer {token}"
-    verify = tls_verify(args.ca, _client_cert(args))
-    return httpx.request(method, args.server.rstrip("/") + path, content=content,
-                         headers=headers, verify=verify, timeout=30)
+        credentials = {"admin_token": token}
+    with SignedClient(args.server, ca=args.ca, client_cert=_client_cert(args), timeout_s=30,
+                      **credentials) as client:
+        return client.request(method, path, body)
 
 
 def _client_cert(args: argparse.Namespace) -> tuple[str, str] | None:

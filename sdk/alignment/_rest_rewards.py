@@ -13,13 +13,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import json
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
@@ -32,11 +30,13 @@ from sdk.wire import (
     AlignerItem,
     AlignerRequest,
     AlignerResponse,
+    AsyncSignedClient,
     EnrollRequest,
     EnrollResponse,
+    RequestRefused,
+    SignedClient,
     load_private_key,
     public_key_b64,
-    sign_headers,
 )
 
 __all__ = ["RestFeedbackCallback", "RestRewardError", "RestRewardFunction", "enroll_identity"]
@@ -50,31 +50,16 @@ def enroll_identity(server_url: str, key: Ed25519PrivateKey, *, name: str, token
                     verify: Any = True, timeout_s: float = 30.0) -> EnrollResponse:
     """Enroll ``name`` with its one-time token (a retry after success returns the same id)."""
     body = EnrollRequest(name=name, token=token, public_key=public_key_b64(key))
-    resp = httpx.post(f"{server_url.rstrip('/')}/v1/enroll", json=body.model_dump(),
-                      verify=verify, timeout=timeout_s)
-    if resp.status_code != 200:
-        raise RestRewardError(f"enrollment of {name!r} refused ({resp.status_code}): "
-                              f"{resp.text[:300]}")
-    return EnrollResponse.model_validate(resp.json())
-
-
-def _signed(key: Ed25519PrivateKey, sender: str, path: str,
-            payload: Any) -> tuple[bytes, dict[str, str]]:
-    """(body, headers) of one signed JSON POST: the same for the async and the sync client."""
-    body = json.dumps(payload, separators=(",", ":")).encode()
-    headers = sign_headers(key, sender=sender, method="POST", path=path, body=body)
-    return body, headers | {"content-type": "application/json"}
-
-
-def _checked(resp: httpx.Response, what: str) -> Any:
-    if resp.status_code != 200:
+    with SignedClient(server_url, verify=verify, timeout_s=timeout_s) as client:
         try:
-            detail = resp.json().get("detail", resp.text)
-        except ValueError:
-            detail = resp.text
-        raise RestRewardError(f"{what} refused by the server ({resp.status_code}): "
-                              f"{str(detail)[:300]}")
-    return resp.json()
+            return client.post_json("/v1/enroll", body, EnrollResponse)
+        except RequestRefused as exc:
+            raise RestRewardError(f"enrollment of {name!r} refused ({exc.status}): "
+                                  f"{exc.detail}") from None
+
+
+def _refused(what: str, exc: RequestRefused) -> RestRewardError:
+    return RestRewardError(f"{what} refused by the server ({exc.status}): {exc.detail}")
 
 
 class RestRewardFunction:
@@ -98,9 +83,9 @@ class RestRewardFunction:
         self.failed = 0
         self.judge_counts: dict[str, int] = {}  # per member id, when the server reveals judges
         self.requests = 0
-        self.bytes_sent = 0
+        self._earlier_bytes = 0  # sent by the clients of earlier event loops
         self._png = PngCache()
-        self._http: httpx.AsyncClient | None = None
+        self._http: AsyncSignedClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.__name__ = f"reward_{method}"  # trl logs the reward column under this name
 
@@ -108,22 +93,28 @@ class RestRewardFunction:
         """The feedback poster, for the online selections (MoR)."""
         return [RestFeedbackCallback(self)] if self.method == "mor" else []
 
-    def _client(self) -> httpx.AsyncClient:
+    def _client(self) -> AsyncSignedClient:
         # trl runs async reward functions on its own event loop thread; a client belongs to one
         # loop, so a new loop (another trainer) gets a new client.
         loop = asyncio.get_running_loop()
         if self._http is None or self._loop is not loop:
-            self._http = httpx.AsyncClient(verify=self.verify, timeout=self.timeout_s)
+            self._earlier_bytes = self.bytes_sent
+            self._http = AsyncSignedClient(self.url, key=self.key, sender=self.sender,
+                                           verify=self.verify, timeout_s=self.timeout_s)
             self._loop = loop
         return self._http
 
+    @property
+    def bytes_sent(self) -> int:
+        """Request bytes sent to the server so far."""
+        return self._earlier_bytes + (0 if self._http is None else self._http.bytes_sent)
+
     async def _post(self, payload: dict[str, Any]) -> AlignerResponse:
-        body, headers = _signed(self.key, self.sender, "/v1/rewards", payload)
         self.requests += 1
-        self.bytes_sent += len(body)
-        resp = await self._client().post(f"{self.url}/v1/rewards", content=body,
-                                         headers=headers)
-        return AlignerResponse.model_validate(_checked(resp, "reward request"))
+        try:
+            return await self._client().post_json("/v1/rewards", payload, AlignerResponse)
+        except RequestRefused as exc:
+            raise _refused("reward request", exc) from None
 
     async def _batch(self, items: list[AlignerItem], step: int,
                      png: dict[str, bytes]) -> list[float]:
@@ -191,7 +182,7 @@ class RestFeedbackCallback(TrainerCallback):
         self.run = uuid.uuid4().hex
         # One connection for the whole run: a client per post (httpx.post) built a new TLS
         # context each step, 10-140 ms here, more than the tiny policy's whole step.
-        self._http: httpx.Client | None = None
+        self._http: SignedClient | None = None
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                logs: dict[str, float] | None = None, **kwargs: Any) -> None:
@@ -200,11 +191,14 @@ class RestFeedbackCallback(TrainerCallback):
             return
         r = self.rewards
         fb = AlignerFeedback(step=state.global_step, loss=float(logs["loss"]), run=self.run)
-        body, headers = _signed(r.key, r.sender, "/v1/rewards/feedback", fb.model_dump())
         if self._http is None:
-            self._http = httpx.Client(verify=r.verify, timeout=r.timeout_s)
-        resp = self._http.post(f"{r.url}/v1/rewards/feedback", content=body, headers=headers)
-        ack = AlignerFeedbackAck.model_validate(_checked(resp, "router feedback"))
+            self._http = SignedClient(r.url, key=r.key, sender=r.sender, verify=r.verify,
+                                      timeout_s=r.timeout_s)
+        try:
+            ack = self._http.post_json("/v1/rewards/feedback", fb.model_dump(),
+                                       AlignerFeedbackAck)
+        except RequestRefused as exc:
+            raise _refused("router feedback", exc) from None
         if ack.applied:
             self.history.append((ack.step, fb.loss, ack.feedback, ack.pairs))
 

@@ -127,9 +127,9 @@ class _Base(Generic[_H]):
                  http: _H | None = None) -> None:
         if (key is None) != (sender is None):
             raise ValueError("give both key and sender (a signed client), or neither")
-        root = urlsplit(str(http.base_url) if http is not None else base_url).path
+        self._root = urlsplit(str(http.base_url) if http is not None else base_url).path
         self.auth: httpx.Auth | None = (
-            SignedAuth(key, sender, recipient=recipient, root=root)
+            self.signer(key, sender, recipient=recipient)
             if key is not None and sender is not None
             else _Bearer(admin_token) if admin_token else None)
         self.bytes_sent = 0  # request bodies, for the benchmarks
@@ -138,18 +138,24 @@ class _Base(Generic[_H]):
             base_url=base_url, timeout=timeout_s,
             verify=tls_verify(ca, client_cert) if verify is None else verify)
 
-    def _request(self, method: str, path: str, payload: Any, *,
-                 media: str | None) -> httpx.Request:
+    def signer(self, key: Ed25519PrivateKey, sender: str, *,
+               recipient: str = SERVER_SENDER) -> SignedAuth:
+        """A signer for this client's base URL, to pass as one request's ``auth`` (a caller
+        whose identity changes: enrollment, key rotation)."""
+        return SignedAuth(key, sender, recipient=recipient, root=self._root)
+
+    def _request(self, method: str, path: str, payload: Any, *, media: str | None,
+                 auth: _AuthArg) -> httpx.Request:
+        """The request, signed here rather than by the transport's client: a starlette test
+        client (another httpx generation) takes no foreign ``httpx.Auth``."""
         content = b"" if payload is None else _body(payload)
         self.bytes_sent += len(content)
         binary = isinstance(payload, bytes)
         kind = media or ("application/octet-stream" if binary else "application/json")
-        return self.http.build_request(method, path, content=content,
-                                       headers={"content-type": kind})
-
-
-def _auth(client: _Base[Any], auth: _AuthArg) -> httpx.Auth | None:
-    return client.auth if auth is _Use.CLIENT_AUTH else auth
+        request = self.http.build_request(method, path, content=content,
+                                          headers={"content-type": kind})
+        signer = self.auth if auth is _Use.CLIENT_AUTH else auth
+        return request if signer is None else next(signer.auth_flow(request))
 
 
 class SignedClient(_Base[httpx.Client]):
@@ -168,8 +174,7 @@ class SignedClient(_Base[httpx.Client]):
                 auth: _AuthArg = _Use.CLIENT_AUTH) -> httpx.Response:
         """Send one request and return the response whatever its status (``payload``:
         ``bytes`` sent as they are, else JSON; ``auth``: another signer, or None for none)."""
-        return self.http.send(self._request(method, path, payload, media=media),
-                              auth=_auth(self, auth))
+        return self.http.send(self._request(method, path, payload, media=media, auth=auth))
 
     @overload
     def get_json(self, path: str) -> Any: ...
@@ -211,8 +216,8 @@ class AsyncSignedClient(_Base[httpx.AsyncClient]):
                       auth: _AuthArg = _Use.CLIENT_AUTH) -> httpx.Response:
         """Send one request and return the response whatever its status (see
         :meth:`SignedClient.request`)."""
-        return await self.http.send(self._request(method, path, payload, media=media),
-                                    auth=_auth(self, auth))
+        return await self.http.send(self._request(method, path, payload, media=media,
+                                                  auth=auth))
 
     @overload
     async def get_json(self, path: str) -> Any: ...

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from client_app import ClientRunner, ClientSettings, ClientStore, demo_update
 from client_app._demo import TRAIN_PARAM
 from fedmor_local import OPEN_POLICY
-from sdk.wire import RoundFailed, RoundInfo
+from sdk.wire import RoundFailed, RoundInfo, SignedClient
 from server_app import ROUND_KINDS, ClientRound, RoundManager, RoundSpec, UpdateSource, ready_update
 
 from .conftest import Member, in_process_secure_round
@@ -97,7 +97,7 @@ def test_the_runner_abandons_a_round_whose_local_update_fails(
     runner = ClientRunner(ClientSettings(name="m0", db_path=tmp_path / "a.db",
                                          policy=OPEN_POLICY),  # type: ignore[arg-type]
                           store=store, key=a.key, update_fn=no_pairs)
-    runner.http = tc  # the real app, in process
+    runner.http = SignedClient(http=tc)  # the real app, in process
     rid = tc.post("/v1/rounds", json={"kind": "rm_fedavg", "vector_length": 2, "min_clients": 2},
                   headers={"authorization": "Bearer adm"}).json()["round_id"]
     assert runner.run_round(rid) == "abandoned"

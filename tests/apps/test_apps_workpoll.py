@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from fastapi.testclient import TestClient
 
-from sdk.wire import encode_vector
+from sdk.wire import SignedClient, encode_vector
 from server_app import QueryItem
 from tests.apps.conftest import Member
 
@@ -102,7 +102,7 @@ def test_runner_falls_back_to_polling_against_a_server_without_work(
     runner = ClientRunner(ClientSettings(name="m0", db_path=tmp_path / "a.db", demo=True,
                                          policy=OPEN_POLICY),  # type: ignore[arg-type]
                           store=store, key=a.key)
-    runner.http = tc  # the real app, in process
+    runner.http = SignedClient(http=tc)  # the real app, in process
     rid = tc.post("/v1/rounds", json={"kind": "rm_fedavg", "vector_length": 2, "min_clients": 2},
                   headers=ADMIN).json()["round_id"]
 
