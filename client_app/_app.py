@@ -7,8 +7,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, cast
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 
 from client_app._meta_api import install_client_ops, meta_router
 from client_app._policy import describe_policy
@@ -36,10 +35,6 @@ __all__ = ["create_client_app", "create_client_app_from_env", "site_reward_servi
 
 _log = logging.getLogger("fedmor.client")
 DEMO_HEADER = "x-fedmor-demo"
-
-
-async def _rate_limited(request: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=429, headers={"retry-after": "60"})
 
 
 def _clip_bound(cfg: ClientSettings, scorer: Scorer) -> float:
@@ -168,7 +163,7 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     app.state.store, app.state.service, app.state.settings = store, service, cfg
     app.state.runner_task = None
     install_errors(app)
-    app.add_exception_handler(RateLimited, _rate_limited)
+    RateLimited.install(app)
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
     install_client_ops(app, store)
     if cfg.demo:

@@ -6,8 +6,6 @@ queries).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import collections
 import contextlib
 import hashlib
@@ -23,13 +21,21 @@ from client_app._policy import SitePolicy, check_request
 from client_app._scorer import Scorer
 from client_app._store import ClientStore
 from sdk.data import DEFAULT_MAX_IMAGE_SIDE, fit_to_pixels, open_bounded_image
-from sdk.wire import MissingImages, PayloadError, RewardRequest, RewardResponse
+from sdk.wire import (
+    ImageCache,
+    MissingImages,
+    PayloadError,
+    RateLimited,
+    RewardRequest,
+    RewardResponse,
+    image_bytes,
+)
 
 __all__ = ["RateLimited", "RewardService"]
 
 
-class RateLimited(RuntimeError):
-    """A caller exceeded its rate limit or query budget (HTTP 429)."""
+def _rgb_bytes(image: Image.Image) -> int:
+    return image.width * image.height * 3
 
 
 class _Window:
@@ -63,12 +69,11 @@ class RewardService:
         # read from the audit log once, then kept here, so two concurrent batches cannot both
         # pass the budget check.
         self._used: dict[str, _Window] = {}
-        # Decoded RGB images by sha256 (LRU): the same images come back in every GRPO step, and
-        # decoding 16 PNGs costs a few ms per batch. Content-addressed, so never stale. Bounded
-        # by decoded bytes, not by count: a caller chooses how large its images are.
-        self._decoded: collections.OrderedDict[str, Image.Image] = collections.OrderedDict()
-        self._decoded_bytes = 0
-        self._decoded_max_bytes = decoded_cache_bytes
+        # Decoded RGB images by sha256: the same images come back in every GRPO step.
+        # Content-addressed, so never stale. Bounded by decoded bytes, not by count: a caller
+        # chooses how large its images are.
+        self._decoded = ImageCache[Image.Image](max_bytes=decoded_cache_bytes,
+                                                size_of=_rgb_bytes)
         self.max_image_side = max_image_side
         # The model's input size (its processor's settings): a larger image is scaled down to
         # it once, here, so neither the cache nor every scoring call holds the full-size one.
@@ -111,13 +116,6 @@ class RewardService:
                 window.entries.remove(reservation)
                 window.total -= int(reservation[1])
 
-    def _cached_image(self, sha256: str) -> Image.Image | None:
-        with self._lock:
-            image = self._decoded.get(sha256)
-            if image is not None:
-                self._decoded.move_to_end(sha256)
-            return image
-
     def _decode(self, sha256: str, data: bytes) -> Image.Image:
         """Decode, scale down to the model's input size and cache one image; its declared
         size is checked before any pixel is decoded."""
@@ -126,14 +124,7 @@ class RewardService:
                                   self.input_pixels)
         except ValueError as exc:
             raise PayloadError(f"image {sha256[:12]}… {exc}") from None
-        size = image.width * image.height * 3  # RGB bytes
-        with self._lock:
-            if sha256 not in self._decoded and size <= self._decoded_max_bytes:
-                self._decoded[sha256] = image
-                self._decoded_bytes += size
-            while self._decoded_bytes > self._decoded_max_bytes:
-                _, old = self._decoded.popitem(last=False)
-                self._decoded_bytes -= old.width * old.height * 3
+        self._decoded.put(sha256, image)
         return image
 
     def score(self, caller: str, req: RewardRequest) -> RewardResponse | MissingImages:
@@ -155,13 +146,7 @@ class RewardService:
         raw: dict[str, bytes] = {}
         for item in req.items:
             if item.image_b64 is not None:
-                try:
-                    data = base64.b64decode(item.image_b64, validate=True)
-                except (binascii.Error, ValueError):
-                    raise PayloadError(f"image {item.image_sha256[:12]}… is not base64") from None
-                if hashlib.sha256(data).hexdigest() != item.image_sha256:
-                    raise PayloadError(f"image bytes do not hash to {item.image_sha256}")
-                raw[item.image_sha256] = data
+                raw[item.image_sha256] = image_bytes(item.image_sha256, item.image_b64)
         # Every image that arrived decodes before any is kept: a batch with one bad image
         # stores nothing.
         arrived = {digest: self._decode(digest, data) for digest, data in raw.items()}
@@ -173,7 +158,7 @@ class RewardService:
             digest = item.image_sha256
             if digest in images or digest in missing:
                 continue
-            image = arrived[digest] if digest in arrived else self._cached_image(digest)
+            image = arrived[digest] if digest in arrived else self._decoded.get(digest)
             if image is None:
                 blob = raw[digest] if digest in raw else self.store.image(digest)
                 if blob is None:

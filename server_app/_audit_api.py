@@ -16,8 +16,6 @@ endpoints check their own roles and refuse it (403).
 
 # No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
 
-import base64
-import binascii
 import hashlib
 import threading
 import time
@@ -28,12 +26,18 @@ from fastapi import Path as PathParam
 from fastapi.responses import FileResponse
 
 from sdk.capture import CaptureManifest
-from sdk.wire import NotFoundError, PayloadError, RewardRequest, RewardResponse
+from sdk.wire import (
+    NotFoundError,
+    PayloadError,
+    RateLimited,
+    RewardRequest,
+    RewardResponse,
+    image_bytes,
+)
 from server_app._access import ADMIN, Access
 from server_app._audit_settings import AuditSettings
 from server_app._broker import BrokerError, QueryItem, RewardBroker
 from server_app._capture import ServerCapture
-from server_app._rewards import RateLimited
 from server_app._rounds import RoundManager
 from server_app._settings import ServerSettings
 from server_app._store import Store
@@ -65,15 +69,7 @@ def _items(store: Store, req: RewardRequest) -> list[QueryItem]:
     sent: dict[str, bytes] = {}  # an image travels once per request, then by hash
     for item in req.items:
         if item.image_b64 is not None:
-            try:
-                data = base64.b64decode(item.image_b64, validate=True)
-            except (binascii.Error, ValueError):
-                raise PayloadError(f"image {item.image_sha256[:12]}: image_b64 is not "
-                                   "base64") from None
-            if hashlib.sha256(data).hexdigest() != item.image_sha256:
-                raise PayloadError(f"image {item.image_sha256[:12]}: the bytes do not hash to "
-                                   "image_sha256")
-            sent[item.image_sha256] = data
+            data = sent[item.image_sha256] = image_bytes(item.image_sha256, item.image_b64)
         else:
             data = sent.get(item.image_sha256) or store.image(item.image_sha256) or b""
             if not data:

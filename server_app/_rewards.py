@@ -11,13 +11,11 @@ update and loaded again at start, so a restarted server continues the same bandi
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import hashlib
 import io
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,53 +30,20 @@ from sdk.wire import (
     AlignerResponse,
     AlignerStats,
     ConflictError,
+    ImageCache,
     PayloadError,
+    RateLimited,
+    image_bytes,
 )
 from server_app._broker import BrokerError, QueryItem, RewardBroker
 from server_app._settings import AlignmentSettings
 from server_app._store import Store
 
-__all__ = ["AlignmentService", "ImageCache", "RateLimited"]
+__all__ = ["AlignmentService"]
 
 _log = logging.getLogger("fedmor.server.rewards")
 _ROUTED = ("mor", "mor_no_online")  # the selections that take the router
 _ONLINE = "mor"  # the one whose router learns from the aligner's feedback
-
-
-class RateLimited(RuntimeError):
-    """An aligner sent more requests than its per-minute allowance (HTTP 429)."""
-
-
-class ImageCache:
-    """Content-addressed image bytes, least recently used first out, bounded by count and
-    bytes: the aligner sends an image's bytes once, then its hash."""
-
-    def __init__(self, max_items: int, max_bytes: int) -> None:
-        self.max_items, self.max_bytes = max_items, max_bytes
-        self._data: OrderedDict[str, bytes] = OrderedDict()
-        self._bytes = 0
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def get(self, digest: str) -> bytes | None:
-        """The bytes of ``digest`` (now the most recently used), or None."""
-        data = self._data.get(digest)
-        if data is not None:
-            self._data.move_to_end(digest)
-        return data
-
-    def put(self, digest: str, data: bytes) -> None:
-        """Keep ``data`` under its hash, dropping the oldest images over the bounds."""
-        if digest in self._data:
-            self._data.move_to_end(digest)
-            return
-        self._data[digest] = data
-        self._bytes += len(data)
-        while len(self._data) > 1 and (len(self._data) > self.max_items
-                                       or self._bytes > self.max_bytes):
-            _, old = self._data.popitem(last=False)
-            self._bytes -= len(old)
 
 
 class _Tolerant:
@@ -128,7 +93,9 @@ class AlignmentService:
 
     def __init__(self, store: Store, broker: RewardBroker, settings: AlignmentSettings) -> None:
         self.store, self.broker, self.cfg = store, broker, settings
-        self.images = ImageCache(settings.image_cache_items, settings.image_cache_bytes)
+        # The aligner sends an image's bytes once, then its hash.
+        self.images = ImageCache[bytes](max_items=settings.image_cache_items,
+                                        max_bytes=settings.image_cache_bytes, size_of=len)
         self.counts = AlignerStats()
         self._pipelines: dict[str, _Pipeline] = {}
         self._lock = asyncio.Lock()  # one batch at a time: the router and counters are shared
@@ -234,19 +201,13 @@ class AlignmentService:
     # -- rewards -------------------------------------------------------------------------------
     def _images(self, items: list[AlignerItem]) -> tuple[list[Image.Image], list[str]]:
         """Decoded images per item, or (when some are neither sent nor cached) their hashes."""
-        for item in items:
-            if item.image_b64 is None:
-                continue
-            try:
-                data = base64.b64decode(item.image_b64, validate=True)
-            except (binascii.Error, ValueError):
-                raise PayloadError(f"image {item.image_sha256[:12]}: image_b64 is not base64"
-                                   ) from None
-            if hashlib.sha256(data).hexdigest() != item.image_sha256:
-                raise PayloadError(f"image {item.image_sha256[:12]}: the bytes do not hash to "
-                                   "image_sha256")
-            self.images.put(item.image_sha256, data)
-        found = {i.image_sha256: self.images.get(i.image_sha256) for i in items}
+        sent = {i.image_sha256: image_bytes(i.image_sha256, i.image_b64)
+                for i in items if i.image_b64 is not None}
+        for digest, data in sent.items():
+            self.images.put(digest, data)
+        # What arrived is used as sent: the cache may not keep it (over its byte bound).
+        found = {h: sent[h] if h in sent else self.images.get(h)
+                 for h in (i.image_sha256 for i in items)}
         missing = sorted(h for h, d in found.items() if d is None)
         if missing:
             return [], missing

@@ -6,7 +6,6 @@
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.responses import JSONResponse
 
 from sdk.wire import (
     AlignerFeedback,
@@ -14,19 +13,16 @@ from sdk.wire import (
     AlignerRequest,
     AlignerResponse,
     AlignerStats,
+    RateLimited,
 )
 from server_app._access import ADMIN, Access
-from server_app._rewards import AlignmentService, RateLimited
+from server_app._rewards import AlignmentService
 
 __all__ = ["install_rate_limit", "rewards_router"]
 
 _429: dict[int | str, dict[str, Any]] = {429: {"description": "Too many requests from this aligner", "content": {
     "application/json": {"schema": {"type": "object", "properties": {
         "detail": {"type": "string"}}, "required": ["detail"]}}}}}
-
-
-async def _rate_limited(request: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=429, headers={"retry-after": "60"})
 
 
 def rewards_router(service: AlignmentService, access: Access) -> APIRouter:
@@ -65,4 +61,4 @@ def rewards_router(service: AlignmentService, access: Access) -> APIRouter:
 
 def install_rate_limit(app: FastAPI) -> None:
     """Map :class:`RateLimited` to 429 with a ``detail``."""
-    app.add_exception_handler(RateLimited, _rate_limited)
+    RateLimited.install(app)

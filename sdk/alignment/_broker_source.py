@@ -8,7 +8,6 @@ hash) and the broker's own content-addressed cache keeps them off the wire after
 from __future__ import annotations
 
 import io
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -17,6 +16,7 @@ from PIL import Image
 from sdk.alignment._errors import RewardShapeError
 from sdk.alignment._reward_source import check_client_index, check_lengths
 from sdk.router import image_digest
+from sdk.wire import ImageCache
 
 __all__ = ["BrokerRewardSource", "PngCache", "RewardQueryBroker"]
 
@@ -26,22 +26,20 @@ class PngCache:
     kept for the ``max_items`` most recently used: GRPO sends one image with M completions."""
 
     def __init__(self, max_items: int = 4096) -> None:
-        self._png: OrderedDict[str, bytes] = OrderedDict()
-        self._max = max_items
+        self._png = ImageCache[bytes](max_items=max_items)
 
     def encode(self, image: Image.Image | None) -> bytes:
         """The image as RGB PNG bytes; an item without an image cannot go over REST."""
         if image is None:
             raise RewardShapeError("the REST reward path needs an image for every query")
         key = image_digest(image)
-        if key not in self._png:
+        data = self._png.get(key)
+        if data is None:
             buf = io.BytesIO()
             image.convert("RGB").save(buf, format="PNG")
-            self._png[key] = buf.getvalue()
-            while len(self._png) > self._max:
-                self._png.popitem(last=False)
-        self._png.move_to_end(key)
-        return self._png[key]
+            data = buf.getvalue()
+            self._png.put(key, data)
+        return data
 
 
 class RewardQueryBroker(Protocol):

@@ -69,6 +69,7 @@ from sdk.wire._identity import (
     rotation_message,
     sign_rotation,
 )
+from sdk.wire._images import ImageCache, image_bytes
 from sdk.wire._kinds import (
     ROUND_KINDS,
 )
@@ -100,6 +101,7 @@ from sdk.wire._protocols import (
     from_delta,
     ready_update,
 )
+from sdk.wire._rate_limit import RateLimited
 from sdk.wire._retention import (
     DAY_S,
     Retention,
@@ -202,6 +204,7 @@ __all__ = [
     "FedAvgKind",
     "FedAvgParams",
     "Health",
+    "ImageCache",
     "KeyRotation",
     "MemberInfo",
     "MemberState",
@@ -210,6 +213,7 @@ __all__ = [
     "PayloadError",
     "PendingQuery",
     "PurgeClock",
+    "RateLimited",
     "Refusal",
     "RequestRefused",
     "Retention",
@@ -266,6 +270,7 @@ __all__ = [
     "follow_rotations",
     "from_delta",
     "generate_key",
+    "image_bytes",
     "install_errors",
     "install_ops",
     "key_fingerprint",

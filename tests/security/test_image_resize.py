@@ -66,7 +66,7 @@ def test_a_large_image_is_scored_at_the_models_input_size(tmp_path: Path,
     big = _png(3000, 2000)
     digest = hashlib.sha256(big).hexdigest()
     score = _scores(service, big)
-    cached = service._cached_image(digest)
+    cached = service._decoded.get(digest)
     assert cached is not None and cached.width * cached.height <= budget
     assert cached.size == (102, 68)  # 3:2 kept: sqrt(7056 / 6e6) x (3000, 2000), rounded down
     small = fit_to_pixels(Image.open(io.BytesIO(big)).convert("RGB"), budget)
@@ -74,7 +74,7 @@ def test_a_large_image_is_scored_at_the_models_input_size(tmp_path: Path,
     small.save(buf, format="PNG")
     assert _scores(service, buf.getvalue()) == score  # the pre-resized image scores the same
     assert scorer.score([small], ["which colour"], ["a red square"]) == pytest.approx(score)
-    assert service._decoded_bytes == 2 * 102 * 68 * 3  # both cached at the model's size
+    assert service._decoded.bytes == 2 * 102 * 68 * 3  # both cached at the model's size
     # Over the pixel limit is still refused before decoding, as before.
     with pytest.raises(ValueError, match="over the limit of 1024 px a side"):
         _scores(_service(tmp_path, scorer), big)
@@ -85,14 +85,14 @@ def test_the_decoded_cache_is_bounded_by_bytes(tmp_path: Path) -> None:
     service = _service(tmp_path, HashScorer(), decoded_cache_bytes=budget)
     for seed in range(12):
         _scores(service, _png(200, 200, seed))
-        assert service._decoded_bytes <= budget
-        assert service._decoded_bytes == sum(i.width * i.height * 3
+        assert service._decoded.bytes <= budget
+        assert service._decoded.bytes == sum(i.width * i.height * 3
                                              for i in service._decoded.values())
     assert len(service._decoded) == 5
     # A single image larger than the whole bound is scored but never cached.
     tiny = _service(tmp_path, HashScorer(), decoded_cache_bytes=1000)
     _scores(tiny, _png(200, 200))
-    assert tiny._decoded_bytes == 0 and not tiny._decoded
+    assert tiny._decoded.bytes == 0 and not tiny._decoded
 
 
 def test_a_member_process_scores_the_resized_image(hostile: LocalConsortium) -> None:

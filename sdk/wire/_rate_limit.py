@@ -1,0 +1,26 @@
+"""One refusal for a caller past its rate or budget, the same in both apps: HTTP 429 with a
+``detail`` and ``Retry-After``."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+__all__ = ["RateLimited"]
+
+_RETRY_AFTER_S = 60  # the rate windows are a minute long
+
+
+class RateLimited(RuntimeError):
+    """A caller exceeded its rate limit or query budget (HTTP 429)."""
+
+    @staticmethod
+    def install(app: FastAPI) -> None:
+        """Answer :class:`RateLimited` in ``app`` with 429, its message as ``detail`` and a
+        ``Retry-After``."""
+        app.add_exception_handler(RateLimited, _rate_limited)
+
+
+async def _rate_limited(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=429,
+                        headers={"retry-after": str(_RETRY_AFTER_S)})
