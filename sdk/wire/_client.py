@@ -114,7 +114,7 @@ def _parsed(response: httpx.Response, model: type[T] | None) -> Any:
 
 
 class _Base(Generic[_H]):
-    """What both clients share: the httpx client, its default auth and the call flow."""
+    """What both clients share: the httpx client, its default signer and request building."""
 
     http: _H
     _http_type: type[_H]
