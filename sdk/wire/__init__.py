@@ -70,6 +70,7 @@ from sdk.wire._identity import (
 from sdk.wire._kinds import (
     ROUND_KINDS,
 )
+from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel
 from sdk.wire._ops import (
     StoredGauge,
     backup_sqlite,
@@ -201,6 +202,8 @@ __all__ = [
     "Health",
     "KeyRotation",
     "MemberInfo",
+    "MemberRefusal",
+    "MemberReport",
     "MemberState",
     "MissingImages",
     "NotFoundError",
@@ -215,11 +218,14 @@ __all__ = [
     "RewardRequest",
     "RewardResponse",
     "Role",
+    "RosterAdd",
+    "RosterAdded",
     "RosterEntry",
     "RosterFile",
     "RosterSync",
     "RotationChain",
     "RotationRecord",
+    "RoundCancel",
     "RoundCreate",
     "RoundFailed",
     "RoundInfo",
