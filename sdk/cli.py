@@ -88,15 +88,46 @@ def _add_quiet(parser: argparse.ArgumentParser) -> None:
                 _add_quiet(child)
 
 
+ROLES_HELP: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("every role", ("keys", "enroll", "profile")),
+    ("member (hospital, bank)", ("data", "rm", "client")),
+    ("operator", ("server", "roster", "members", "rounds", "router", "alignment", "console",
+                  "admin")),
+    ("aligner", ("policy", "align")),
+    ("privacy officer, auditor", ("audit",)),
+    ("trying it out", ("demo",)),
+)
+"""Which commands each role uses, in the order ``fedmor --help`` lists them (a command
+registered but not named here is listed under "other")."""
+
+
+def _by_role(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> str:
+    """``fedmor --help``'s command list, one section per role."""
+    helps = {action.dest: action.help or "" for action in sub._choices_actions}
+    width = max(map(len, helps), default=8) + 2
+    placed: set[str] = set()
+    lines = []
+    for role, names in (*ROLES_HELP, ("other", tuple(sorted(helps)))):
+        found = [n for n in names if n in helps and n not in placed]
+        if found:
+            lines.append(f"{role}:")
+            lines += [f"  {n.ljust(width)}{helps[n]}" for n in found]
+            placed.update(found)
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fedmor",
+        prog="fedmor", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Federated Mixture-of-Rewards alignment of vision-language models.",
     )
     parser.add_argument("--version", action="version", version=f"fedmor {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                help="one of the commands below; `fedmor COMMAND --help`")
     for register in _registrars():
         register(sub)
+    parser.epilog = _by_role(sub)
+    sub._choices_actions.clear()  # listed by role in the epilog instead
     _add_quiet(parser)
     return parser
 

@@ -46,5 +46,9 @@ def test_cli_groups_come_from_the_entry_point_table() -> None:
     assert command_targets() == [table[name] for name in sorted(table)]
     commands = subprocess.run([sys.executable, "-m", "sdk.cli", "--help"], capture_output=True,
                               text=True, check=True).stdout
-    for command in ("server", "client", "roster", "audit", "demo"):
-        assert f"    {command} " in commands
+    for command in ("server", "client", "roster", "audit", "demo", "enroll", "rounds"):
+        assert f"\n  {command} " in commands
+    # listed by role: the operator's commands under the operator's heading
+    operator = commands.split("\noperator:\n", 1)[1].split("\n\n", 1)[0].split(":\n", 1)[0]
+    for command in ("server", "roster", "members", "rounds", "router"):
+        assert f"\n  {command} " in "\n" + operator

@@ -1,0 +1,129 @@
+"""How a command reaches the server: ``--profile`` (the default profile when none is given),
+with ``--server --ca --client-cert --client-key --key-file --sender`` as overrides, and the
+admin token (``FEDMOR_ADMIN_TOKEN``) as the fallback of the operator commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sdk.ops._profiles import ProfileBook
+
+__all__ = ["ADMIN_TOKEN_ENV", "Connection", "ServerError", "add_connection_options",
+           "connection_from_args"]
+
+ADMIN_TOKEN_ENV = "FEDMOR_ADMIN_TOKEN"
+"""The environment variable holding the server's admin token, the operator commands' fallback
+when no identity signs (never a command-line option: it would show in the process list)."""
+
+
+class ServerError(ValueError):
+    """The server refused a request: the status and the server's message."""
+
+    def __init__(self, what: str, status: int, detail: str) -> None:
+        super().__init__(f"{what} refused by the server ({status}): {detail}")
+        self.status, self.detail = status, detail
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One server and who talks to it: a signing identity (``key_file`` and ``sender``) or,
+    without one, the admin token."""
+
+    server: str
+    ca: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    key_file: Path | None = None
+    sender: str | None = None
+    role: str | None = None
+    profile: str | None = None
+
+    def verify(self) -> Any:
+        """What httpx verifies the server with (and the client certificate it presents)."""
+        from sdk.wire import tls_verify
+
+        cert = None if self.client_cert is None else (str(self.client_cert),
+                                                       str(self.client_key))
+        return tls_verify(self.ca, cert)
+
+    def request(self, method: str, path: str, body: Any = None, *, what: str = "request",
+                timeout_s: float = 30.0) -> Any:
+        """One JSON request, signed by the identity (else the admin token); the decoded
+        answer, or :class:`ServerError` with the server's message."""
+        import httpx
+
+        from sdk.wire import key_passphrase, load_private_key, sign_headers
+
+        content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        headers = {"content-type": "application/json"}
+        if self.key_file is not None and self.sender:
+            key = load_private_key(self.key_file, key_passphrase())
+            headers |= sign_headers(key, sender=self.sender, method=method, path=path,
+                                    body=content)
+        else:
+            token = os.environ.get(ADMIN_TOKEN_ENV)
+            if not token:
+                raise ValueError(f"no identity to sign with: give --profile (see `fedmor "
+                                 f"profile list`), --key-file and --sender, or set "
+                                 f"{ADMIN_TOKEN_ENV} to the server's admin token")
+            headers["authorization"] = f"Bearer {token}"
+        try:
+            resp = httpx.request(method, self.server.rstrip("/") + path, content=content,
+                                 headers=headers, verify=self.verify(), timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise ValueError(f"cannot reach the server at {self.server}: {exc}") from None
+        if resp.status_code >= 400:
+            try:
+                detail = str(resp.json().get("detail", resp.text))
+            except ValueError:
+                detail = resp.text
+            raise ServerError(what, resp.status_code, detail[:500])
+        return resp.json() if resp.content else None
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """``--profile`` and the six overrides."""
+    g = parser.add_argument_group("server connection (default: the default profile)")
+    g.add_argument("--profile", default=None, help="the profile to use (`fedmor profile list`)")
+    g.add_argument("--server", default=None, help="server URL, e.g. https://host:8443")
+    g.add_argument("--ca", type=Path, default=None, help="CA bundle that verifies the server")
+    g.add_argument("--client-cert", type=Path, default=None,
+                   help="client certificate (PEM), for a server with require_client_cert")
+    g.add_argument("--client-key", type=Path, default=None,
+                   help="the private key of --client-cert (PEM)")
+    g.add_argument("--key-file", type=Path, default=None,
+                   help="the identity key that signs (else the profile's, else the admin "
+                        f"token in {ADMIN_TOKEN_ENV})")
+    g.add_argument("--sender", default=None, help="that identity's client id")
+
+
+def connection_from_args(args: argparse.Namespace) -> Connection:
+    """The profile ``--profile`` names (else the default one, if any) with the given options
+    over it; without any profile, the options alone (``--server`` then required)."""
+    fields: dict[str, Any] = {}
+    book = ProfileBook.load()
+    name = getattr(args, "profile", None)
+    if name is not None or (book.profiles and getattr(args, "server", None) is None):
+        name, profile = book.pick(name)
+        fields = {"server": profile.server, "ca": profile.ca,
+                  "client_cert": profile.client_cert, "client_key": profile.client_key,
+                  "key_file": profile.identity, "sender": profile.client_id,
+                  "role": profile.role, "profile": name}
+    for field in ("server", "ca", "client_cert", "client_key", "key_file", "sender"):
+        value = getattr(args, field, None)
+        if value is not None:
+            fields[field] = value
+    if not fields.get("server"):
+        raise ValueError("no server: give --profile (after `fedmor enroll`) or --server URL")
+    if (fields.get("client_cert") is None) != (fields.get("client_key") is None):
+        raise ValueError("give both --client-cert and --client-key, or neither")
+    if (getattr(args, "key_file", None) is None) != (getattr(args, "sender", None) is None) \
+            and not fields.get("profile"):
+        raise ValueError("give both --key-file and --sender (the identity's client id), or "
+                         "neither")
+    return Connection(**fields)
