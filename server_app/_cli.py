@@ -1,5 +1,5 @@
-"""``fedmor server``, ``fedmor keys new`` and ``fedmor admin rollback`` (registered by
-sdk.cli; the roster and the other operator commands are ``sdk.ops``'s)."""
+"""``fedmor server`` (``backup``, ``status``) and ``fedmor keys new`` (registered by sdk.cli;
+the roster and the other operator commands are ``sdk.ops``'s)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,19 @@ def _server(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    from sdk.ops import Connection, connection_from_args, wait_healthy
+
+    if args.server is not None and args.profile is None:  # no identity needed to ask
+        conn = Connection(server=args.server, ca=args.ca, client_cert=args.client_cert,
+                          client_key=args.client_key)
+    else:
+        conn = connection_from_args(args)
+    health = wait_healthy(conn, args.wait)
+    print(f"{conn.server}: {health['status']} ({health['app']} {health['version']})")
+    return 0
+
+
 def _keys_new(args: argparse.Namespace) -> int:
     from sdk.wire import KEY_PASSPHRASE_ENV, key_passphrase, load_or_create_key, public_key_b64
 
@@ -44,16 +57,6 @@ def _keys_new(args: argparse.Namespace) -> int:
         raise ValueError(f"--encrypt needs a passphrase: set {KEY_PASSPHRASE_ENV} or give "
                          f"--passphrase-file")
     print(public_key_b64(load_or_create_key(args.out, passphrase if args.encrypt else None)))
-    return 0
-
-
-def _admin_rollback(args: argparse.Namespace) -> int:
-    from sdk.ops import connection_from_args
-
-    info = connection_from_args(args).request("POST", "/v1/router/rollback",
-                                              {"version": args.version}, what="rollback")
-    print(f"router version {args.version} restored as version {info['version']} "
-          f"(sha256 {info['sha256']})")
     return 0
 
 
@@ -69,8 +72,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
     p.add_argument("--port", type=int, default=None)
     p.set_defaults(handler=_server)
-    add_backup_command(p.add_subparsers(dest="server_command"), settings=_settings,
-                       app="server")
+    commands = p.add_subparsers(dest="server_command")
+    add_backup_command(commands, settings=_settings, app="server")
+    status = commands.add_parser("status", help="is the server up? (GET /v1/health; --wait: "
+                                 "until it answers)")
+    status.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                        help="keep asking this long (default: once)")
+    add_connection_options(status)
+    status.set_defaults(handler=_status)
 
     keys = sub.add_parser("keys", help="identity keys").add_subparsers(dest="keys_command")
     new = keys.add_parser("new", help="create an Ed25519 identity key, print its public key")
@@ -80,11 +89,3 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     new.add_argument("--passphrase-file", type=Path, default=None,
                      help="file whose first line is the passphrase (mode 0600)")
     new.set_defaults(handler=_keys_new)
-
-    admin = sub.add_parser("admin", help="same as `fedmor router rollback`, kept "
-                           "for scripts").add_subparsers(dest="admin_command")
-    rollback = admin.add_parser("rollback", help="publish an earlier router version again as "
-                                "the newest (`fedmor router rollback VERSION`)")
-    add_connection_options(rollback)
-    rollback.add_argument("--version", type=int, required=True, help="version to restore")
-    rollback.set_defaults(handler=_admin_rollback)

@@ -9,13 +9,14 @@ from sdk.ops._members_cli import register_members
 from sdk.ops._profile_cli import register_enroll, register_profile
 from sdk.ops._roster_cli import register_roster
 from sdk.ops._rounds_cli import register_rounds
-from sdk.ops._router_cli import register_alignment
+from sdk.ops._router_cli import register_admin, register_alignment
 
 __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``enroll``, ``profile``, ``members``, ``rounds``, ``roster`` and ``alignment``."""
+    """``enroll``, ``profile``, ``members``, ``rounds``, ``roster``, ``alignment`` and
+    ``admin``."""
     for add in (register_enroll, register_profile, register_members, register_rounds,
-                register_roster, register_alignment):
+                register_roster, register_alignment, register_admin):
         add(sub)

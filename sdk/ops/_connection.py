@@ -5,7 +5,6 @@ admin token (``FEDMOR_ADMIN_TOKEN``) as the fallback of the operator commands.""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 from sdk.ops._profiles import ProfileBook
 
 __all__ = ["ADMIN_TOKEN_ENV", "Connection", "ServerError", "add_connection_options",
-           "connection_from_args"]
+           "connection_from_args", "wait_healthy"]
 
 ADMIN_TOKEN_ENV = "FEDMOR_ADMIN_TOKEN"
 """The environment variable holding the server's admin token, the operator commands' fallback
@@ -44,46 +43,69 @@ class Connection:
     profile: str | None = None
 
     def verify(self) -> Any:
-        """What httpx verifies the server with (and the client certificate it presents)."""
+        """What an HTTP client verifies the server with (and the client certificate it
+        presents), for an API that takes httpx's ``verify``."""
         from sdk.wire import tls_verify
 
-        cert = None if self.client_cert is None else (str(self.client_cert),
+        return tls_verify(self.ca, self._cert())
+
+    def _cert(self) -> tuple[str, str] | None:
+        return None if self.client_cert is None else (str(self.client_cert),
                                                        str(self.client_key))
-        return tls_verify(self.ca, cert)
+
+    def client(self, *, timeout_s: float = 30.0, unsigned: bool = False) -> Any:
+        """A :class:`sdk.wire.SignedClient` for this server: signed by the identity, else
+        with the admin token (``unsigned``: neither, for enrollment)."""
+        from sdk.wire import SignedClient, key_passphrase, load_private_key
+
+        kw: dict[str, Any] = {"ca": self.ca, "client_cert": self._cert(), "timeout_s": timeout_s}
+        if unsigned:
+            return SignedClient(self.server.rstrip("/"), **kw)
+        if self.key_file is not None and self.sender:
+            return SignedClient(self.server.rstrip("/"), sender=self.sender,
+                                key=load_private_key(self.key_file, key_passphrase()), **kw)
+        # On the server's host the operator has the server's own variable; either names it.
+        token = os.environ.get(ADMIN_TOKEN_ENV) or os.environ.get("FEDMOR_SERVER_ADMIN_TOKEN")
+        if not token:
+            raise ValueError(f"no identity to sign with: give --profile (see `fedmor profile "
+                             f"list`), --key-file and --sender, or set {ADMIN_TOKEN_ENV} to "
+                             f"the server's admin token")
+        return SignedClient(self.server.rstrip("/"), admin_token=token, **kw)
 
     def request(self, method: str, path: str, body: Any = None, *, what: str = "request",
-                timeout_s: float = 30.0) -> Any:
-        """One JSON request, signed by the identity (else the admin token); the decoded
-        answer, or :class:`ServerError` with the server's message."""
+                timeout_s: float = 30.0, unsigned: bool = False) -> Any:
+        """One JSON request through :meth:`client`: the decoded answer, or
+        :class:`ServerError` with the server's message."""
         import httpx
 
-        from sdk.wire import key_passphrase, load_private_key, sign_headers
+        from sdk.wire import RequestRefused
 
-        content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
-        headers = {"content-type": "application/json"}
-        if self.key_file is not None and self.sender:
-            key = load_private_key(self.key_file, key_passphrase())
-            headers |= sign_headers(key, sender=self.sender, method=method, path=path,
-                                    body=content)
-        else:
-            token = os.environ.get(ADMIN_TOKEN_ENV)
-            if not token:
-                raise ValueError(f"no identity to sign with: give --profile (see `fedmor "
-                                 f"profile list`), --key-file and --sender, or set "
-                                 f"{ADMIN_TOKEN_ENV} to the server's admin token")
-            headers["authorization"] = f"Bearer {token}"
         try:
-            resp = httpx.request(method, self.server.rstrip("/") + path, content=content,
-                                 headers=headers, verify=self.verify(), timeout=timeout_s)
+            with self.client(timeout_s=timeout_s, unsigned=unsigned) as client:
+                resp = client.request(method, path, body)
+                if resp.status_code >= 400:
+                    raise RequestRefused.of(resp)
+        except RequestRefused as exc:
+            raise ServerError(what, exc.status, exc.detail) from None
         except httpx.HTTPError as exc:
             raise ValueError(f"cannot reach the server at {self.server}: {exc}") from None
-        if resp.status_code >= 400:
-            try:
-                detail = str(resp.json().get("detail", resp.text))
-            except ValueError:
-                detail = resp.text
-            raise ServerError(what, resp.status_code, detail[:500])
         return resp.json() if resp.content else None
+
+
+def wait_healthy(conn: Connection, timeout_s: float) -> dict[str, Any]:
+    """``GET /v1/health`` (unsigned) until it answers, for at most ``timeout_s``; its body."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return dict(conn.request("GET", "/v1/health", what="health", unsigned=True,
+                                     timeout_s=5.0))
+        except ValueError as exc:  # not up yet (or refusing): ask again until the deadline
+            if time.monotonic() >= deadline:
+                raise ValueError(f"{conn.server} did not answer within {timeout_s:g} s: "
+                                 f"{exc}") from None
+        time.sleep(0.3)
 
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:

@@ -15,8 +15,6 @@ __all__ = ["register_enroll", "register_profile"]
 
 
 def _enroll(args: argparse.Namespace) -> int:
-    import httpx
-
     from sdk.ops._connection import Connection
     from sdk.wire import (
         EnrollRequest,
@@ -50,15 +48,9 @@ def _enroll(args: argparse.Namespace) -> int:
     conn = Connection(server=args.server, ca=absolute["ca"],
                       client_cert=absolute["client_cert"], client_key=absolute["client_key"])
     body = EnrollRequest(name=name, token=args.token, public_key=public_key_b64(key))
-    try:
-        resp = httpx.post(f"{args.server.rstrip('/')}/v1/enroll", json=body.model_dump(),
-                          verify=conn.verify(), timeout=30)
-    except httpx.HTTPError as exc:
-        raise ValueError(f"cannot reach the server at {args.server}: {exc}") from None
-    if resp.status_code != 200:
-        raise ValueError(f"enrollment of {name!r} refused ({resp.status_code}): "
-                         f"{resp.text[:300]}")
-    enrolled = EnrollResponse.model_validate(resp.json())
+    answer = conn.request("POST", "/v1/enroll", body.model_dump(), unsigned=True,
+                          what=f"enrollment of {name!r}")
+    enrolled = EnrollResponse.model_validate(answer)
     if args.role is not None and enrolled.role != args.role:
         raise ValueError(f"{name!r} is on the roster as {enrolled.role!r}, not {args.role!r}: "
                          f"ask the operator")

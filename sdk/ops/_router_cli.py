@@ -5,11 +5,12 @@ reads them from the server."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from sdk.ops._connection import add_connection_options, connection_from_args
 from sdk.ops._tables import emit, when
 
-__all__ = ["add_router_commands", "register_alignment"]
+__all__ = ["add_router_commands", "register_admin", "register_alignment"]
 
 _COLUMNS = ["VERSION", "ROUND", "LENGTH", "SHA256", "BYTES", "PUBLISHED"]
 
@@ -67,6 +68,18 @@ def add_router_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
         add_connection_options(parser)
 
 
+def register_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``fedmor admin rollback --version N``: ``fedmor router rollback N`` under its older
+    name, kept for scripts."""
+    admin = sub.add_parser("admin", help="same as `fedmor router rollback`, kept for scripts")
+    commands = admin.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)
+    rollback = commands.add_parser("rollback", help="publish an earlier router version again "
+                                   "as the newest (`fedmor router rollback VERSION`)")
+    rollback.add_argument("--version", type=int, required=True, help="version to restore")
+    add_connection_options(rollback)
+    rollback.set_defaults(handler=_rollback)
+
+
 def _status(args: argparse.Namespace) -> int:
     conn = connection_from_args(args)
     stats = conn.request("GET", "/v1/rewards/stats", what="alignment status")
@@ -80,12 +93,46 @@ def _status(args: argparse.Namespace) -> int:
     return emit(stats, args.json, ["ALIGNMENT", "VALUE"], rows)
 
 
+def _score(args: argparse.Namespace) -> int:
+    import base64
+    import hashlib
+    import json
+
+    data = args.image.read_bytes()
+    item = {"image_sha256": hashlib.sha256(data).hexdigest(),
+            "image_b64": base64.b64encode(data).decode(), "prompt": args.prompt,
+            "response": args.response, "options": args.option}
+    answer = connection_from_args(args).request(
+        "POST", "/v1/rewards", {"items": [item], "method": args.method}, what="reward query",
+        timeout_s=args.timeout)
+    if args.json:
+        print(json.dumps(answer))
+    else:
+        failed = " (failed: the member timed out or refused)" if answer["failed"] else ""
+        print(f"reward {answer['rewards'][0]:.4f} ({args.method}, router version "
+              f"{answer['router_version']}){failed}")
+    return 1 if answer["failed"] else 0
+
+
 def register_alignment(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``fedmor alignment status``."""
-    group = sub.add_parser("alignment", help="the reward service the aligner uses")
+    """``fedmor alignment status`` (operator) and ``fedmor alignment score`` (aligner)."""
+    group = sub.add_parser("alignment", help="the reward service: its status (operator), one "
+                           "reward query (aligner)")
     commands = group.add_subparsers(dest="alignment_command", metavar="COMMAND", required=True)
     status = commands.add_parser("status", help="scored items, failures, feedback steps, the "
                                  "online router")
     status.add_argument("--json", action="store_true", help="print JSON")
     add_connection_options(status)
     status.set_defaults(handler=_status)
+    score = commands.add_parser("score", help="(aligner) one reward query through the server, "
+                                "as the GRPO job sends them: check the service end to end")
+    score.add_argument("--image", type=Path, required=True, help="the query's image (PNG, JPEG)")
+    score.add_argument("--prompt", required=True)
+    score.add_argument("--response", required=True, help="the completion to reward")
+    score.add_argument("--option", action="append", default=[],
+                       help="a multiple-choice option (repeatable; none: an open prompt)")
+    score.add_argument("--method", default="mor", help="reward selection (default: mor)")
+    score.add_argument("--timeout", type=float, default=120.0, help="seconds")
+    score.add_argument("--json", action="store_true", help="print JSON")
+    add_connection_options(score)
+    score.set_defaults(handler=_score)

@@ -14,34 +14,17 @@ from fastapi.testclient import TestClient
 from sdk.wire import DPAccount, Refusal, RoundInfo
 from server_app import (
     RosterFile,
-    ServerSettings,
     add_to_roster,
-    create_app,
     generate_key,
     public_key_b64,
 )
 from server_app._ops_api import member_reports
-from tests.apps.conftest import Member
+from tests.apps.conftest import Member, enrolled_team
 
 
 @pytest.fixture
 def team(tmp_path: Path) -> dict[str, Member]:
-    roster = tmp_path / "roster.json"
-    keys = {name: generate_key() for name in ("m0", "m1", "ops")}
-    role = {"m0": "member", "m1": "member", "ops": "operator"}
-    tokens = {n: add_to_roster(roster, name=n, public_key=public_key_b64(k),
-                               role=role[n])  # type: ignore[arg-type]
-              for n, k in keys.items()}
-    cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
-                         roster_file=roster, admin_token="adm")  # type: ignore[arg-type]
-    tc = TestClient(create_app(cfg))
-    out = {}
-    for name, key in keys.items():
-        resp = tc.post("/v1/enroll", json={"name": name, "token": tokens[name],
-                                           "public_key": public_key_b64(key)})
-        assert resp.status_code == 200, resp.text
-        out[name] = Member(tc, key, resp.json()["client_id"])
-    return out
+    return enrolled_team(tmp_path, {"m0": "member", "m1": "member", "ops": "operator"})
 
 
 def _enroll(tc: TestClient, name: str, key_b64: str, token: str) -> dict[str, str]:
