@@ -28,6 +28,14 @@ ENTRY_POINT_GROUP = "fedmor.commands"
 _PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
+def _table() -> dict[str, str]:
+    """The group's entry points: command name -> ``module:function``."""
+    if _PYPROJECT.exists():
+        project = tomllib.loads(_PYPROJECT.read_text()).get("project", {})
+        return dict(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
 def command_targets() -> list[str]:
     """``module:function`` of each subcommand group, by group name (the order ``--help`` lists
     them in: installers do not keep the table's order).
@@ -36,17 +44,16 @@ def command_targets() -> list[str]:
     metadata may come from another checkout or an older install (an editable install's is not
     rebuilt when a group is added). Otherwise the installed entry points of the group.
     """
-    if _PYPROJECT.exists():
-        project = tomllib.loads(_PYPROJECT.read_text()).get("project", {})
-        table = dict(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
-    else:
-        table = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    table = _table()
     return [table[name] for name in sorted(table)]
 
 
-def _registrars() -> list[Registrar]:
+def _registrars(only: str | None = None) -> list[Registrar]:
+    """Every group's registrar, or with ``only`` (a command named by an entry point) just its
+    own: ``fedmor rounds list`` then imports no model code."""
+    targets = [_table()[only]] if only is not None else command_targets()
     out: list[Registrar] = []
-    for target in command_targets():
+    for target in targets:
         module, _, attr = target.partition(":")
         out.append(getattr(importlib.import_module(module), attr or "register"))
     return out
@@ -116,7 +123,8 @@ def _by_role(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with ``only`` the parser of that one command (its entry point)."""
     parser = argparse.ArgumentParser(
         prog="fedmor", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Federated Mixture-of-Rewards alignment of vision-language models.",
@@ -124,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fedmor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND",
                                 help="one of the commands below; `fedmor COMMAND --help`")
-    for register in _registrars():
+    for register in _registrars(only):
         register(sub)
     parser.epilog = _by_role(sub)
     sub._choices_actions.clear()  # listed by role in the epilog instead
@@ -132,8 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names, when an entry point registers it under that name."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first is not None and first in _table() else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command(argv))
     args = parser.parse_args(argv)
     if getattr(args, "quiet", False):
         set_quiet()  # through the environment: processes the command starts follow it

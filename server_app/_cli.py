@@ -11,7 +11,7 @@ from typing import Any
 from sdk.cli import add_backup_command
 from sdk.ops import add_connection_options
 
-__all__ = ["register"]
+__all__ = ["register", "register_keys"]
 
 
 def _server(args: argparse.Namespace) -> int:
@@ -67,7 +67,7 @@ def _settings() -> type[Any]:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the server-side subcommands."""
+    """Add ``fedmor server`` (and its ``backup`` and ``status``)."""
     p = sub.add_parser("server", help="run the consortium server")
     p.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
     p.add_argument("--port", type=int, default=None)
@@ -81,6 +81,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_connection_options(status)
     status.set_defaults(handler=_status)
 
+
+
+def register_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``fedmor keys new``."""
     keys = sub.add_parser("keys", help="identity keys").add_subparsers(dest="keys_command")
     new = keys.add_parser("new", help="create an Ed25519 identity key, print its public key")
     new.add_argument("--out", type=Path, default=Path("identity.pem"))

@@ -91,6 +91,9 @@ def test_enroll_writes_a_private_profile_the_commands_use(
     code, out, err = _run(capsys, "members", "list", "--json")
     assert code == 0, err
     assert {m["name"]: m["state"] for m in json.loads(out)} == {"ops": "enrolled"}
+    # fedmor align reads a profile too, and refuses one that is not an aligner's
+    code, _, err = _run(capsys, "align", "--policy", "p", "--queries", "q", "--out", "o")
+    assert code == 1 and "fedmor align signs as the aligner" in err
     # a wrong role is refused before any profile is written
     code, _, err = _run(capsys, "enroll", "--server", url, "--identity", str(work / "ops.pem"),
                         "--token", token, "--name", "ops", "--role", "member",

@@ -1,9 +1,7 @@
-"""The ``fedmor`` groups of ``sdk.ops`` (registered through the ``fedmor.commands``
-entry-point group)."""
+"""The ``fedmor`` commands of ``sdk.ops``, one ``fedmor.commands`` entry point each (so
+``fedmor rounds ...`` imports only what ``rounds`` needs)."""
 
 from __future__ import annotations
-
-import argparse
 
 from sdk.ops._members_cli import register_members
 from sdk.ops._profile_cli import register_enroll, register_profile
@@ -11,12 +9,5 @@ from sdk.ops._roster_cli import register_roster
 from sdk.ops._rounds_cli import register_rounds
 from sdk.ops._router_cli import register_admin, register_alignment
 
-__all__ = ["register"]
-
-
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``enroll``, ``profile``, ``members``, ``rounds``, ``roster``, ``alignment`` and
-    ``admin``."""
-    for add in (register_enroll, register_profile, register_members, register_rounds,
-                register_roster, register_alignment, register_admin):
-        add(sub)
+__all__ = ["register_admin", "register_alignment", "register_enroll", "register_members",
+           "register_profile", "register_roster", "register_rounds"]
