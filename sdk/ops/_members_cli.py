@@ -29,9 +29,9 @@ def _list(args: argparse.Namespace) -> int:
                                                  what="members list")
     if args.role:
         reports = [r for r in reports if r["role"] == args.role]
-    rows = [[r["name"], r["role"], r["state"], when(r["last_seen"]), r["rounds"],
-             _refusals(r), _epsilon(r), r["client_id"]] for r in reports]
-    return emit(reports, args.json, ["NAME", "ROLE", "STATE", "LAST SEEN", "ROUNDS",
+    rows = [[r["name"], r["role"], r["state"], r["fingerprint"], when(r["last_seen"]),
+             r["rounds"], _refusals(r), _epsilon(r), r["client_id"]] for r in reports]
+    return emit(reports, args.json, ["NAME", "ROLE", "STATE", "KEY", "LAST SEEN", "ROUNDS",
                                      "REFUSED (RULE)", "DP EPSILON", "CLIENT ID"], rows)
 
 

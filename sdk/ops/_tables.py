@@ -28,7 +28,10 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *,
     table = Table(*columns, title=title, box=None, header_style="bold", pad_edge=False)
     for row in rows:
         table.add_row(*("-" if cell is None else str(cell) for cell in row))
-    Console(soft_wrap=True).print(table)
+    console = Console()
+    if not console.is_terminal:  # a pipe or a log: one line per row, never wrapped at 80
+        console = Console(width=4096)
+    console.print(table)
 
 
 def emit(data: Any, as_json: bool, columns: Sequence[str], rows: Sequence[Sequence[Any]], *,
