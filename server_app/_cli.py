@@ -35,14 +35,14 @@ def _server(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from sdk.ops import Connection, connection_from_args, wait_healthy
+    from sdk.ops import Connection, connection_from_args, wait_for_server
 
     if args.server is not None and args.profile is None:  # no identity needed to ask
         conn = Connection(server=args.server, ca=args.ca, client_cert=args.client_cert,
                           client_key=args.client_key)
     else:
         conn = connection_from_args(args)
-    health = wait_healthy(conn, args.wait)
+    health = wait_for_server(conn, args.wait)
     print(f"{conn.server}: {health['status']} ({health['app']} {health['version']})")
     return 0
 

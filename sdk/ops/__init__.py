@@ -8,10 +8,10 @@ from sdk.ops._connection import (
            ServerError,
            add_connection_options,
            connection_from_args,
-    wait_healthy,
+    wait_for_server,
 )
 from sdk.ops._profiles import CONFIG_DIR_ENV, Profile, ProfileBook, config_dir, profiles_path
 
 __all__ = ["ADMIN_TOKEN_ENV", "CONFIG_DIR_ENV", "Connection", "Profile", "ProfileBook",
            "ServerError", "add_connection_options", "config_dir", "connection_from_args",
-           "profiles_path", "wait_healthy"]
+           "profiles_path", "wait_for_server"]

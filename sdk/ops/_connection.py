@@ -13,7 +13,7 @@ from typing import Any
 from sdk.ops._profiles import ProfileBook
 
 __all__ = ["ADMIN_TOKEN_ENV", "Connection", "ServerError", "add_connection_options",
-           "connection_from_args", "wait_healthy"]
+           "connection_from_args", "wait_for_server"]
 
 ADMIN_TOKEN_ENV = "FEDMOR_ADMIN_TOKEN"
 """The environment variable holding the server's admin token, the operator commands' fallback
@@ -92,7 +92,7 @@ class Connection:
         return resp.json() if resp.content else None
 
 
-def wait_healthy(conn: Connection, timeout_s: float) -> dict[str, Any]:
+def wait_for_server(conn: Connection, timeout_s: float) -> dict[str, Any]:
     """``GET /v1/health`` (unsigned) until it answers, for at most ``timeout_s``; its body."""
     import time
 
