@@ -11,7 +11,7 @@ from typing import Any
 from sdk.ops._connection import add_connection_options, connection_from_args
 from sdk.ops._tables import emit, print_table, when
 
-__all__ = ["register_members"]
+__all__ = ["register_members", "revoke"]
 
 
 def _refusals(report: dict[str, Any]) -> str:
@@ -55,11 +55,13 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _revoke(args: argparse.Namespace) -> int:
+def revoke(args: argparse.Namespace, verb: str = "revoked") -> int:
+    """Revoke ``args.name`` at the server (``fedmor members revoke``, ``fedmor roster
+    remove``)."""
     info = connection_from_args(args).request(
         "POST", f"/v1/members/{args.name}/revoke", {"reason": args.reason},
         what="revocation")
-    print(f"revoked {info['name']} ({info['client_id'] or 'not enrolled'}): refused from its "
+    print(f"{verb} {info['name']} ({info['client_id'] or 'not enrolled'}): refused from its "
           f"next request on, dropped from every open round")
     return 0
 
@@ -98,7 +100,7 @@ def register_members(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
                                  "next request, dropped from open rounds)")
     revoke.add_argument("name")
     revoke.add_argument("--reason", default="", help="kept in the audit log")
-    revoke.set_defaults(handler=_revoke)
+    revoke.set_defaults(handler=revoke)
     wait = commands.add_parser("wait", help="wait until N identities of a role enrolled")
     wait.add_argument("--enrolled", type=int, required=True, help="how many")
     wait.add_argument("--role", default="member")

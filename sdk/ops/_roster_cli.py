@@ -66,12 +66,9 @@ def _remove(args: argparse.Namespace) -> int:
     from sdk.wire import RosterFile
 
     if args.roster is None:
-        info = connection_from_args(args).request(
-            "POST", f"/v1/members/{args.name}/revoke", {"reason": args.reason},
-            what="roster remove")
-        print(f"removed {info['name']}: revoked now (refused from its next request, dropped "
-              f"from every open round)")
-        return 0
+        from sdk.ops._members_cli import revoke
+
+        return revoke(args, "removed")
     roster = RosterFile.load(args.roster)
     kept = [c for c in roster.clients if c.name != args.name]
     if len(kept) == len(roster.clients):
