@@ -136,6 +136,12 @@ def test_live_roster_and_rounds(server: tuple[str, Path, str], tmp_path: Path,
         (opened["round_id"], "failed")]
     code, out, _ = _run(capsys, "rounds", "show", str(opened["round_id"]), "--profile", "ops")
     assert "cancelled by" in out and "st-luke" in out  # the table names members, not ids
+    code, out, _ = _run(capsys, "router", "history", "--json", "--profile", "ops")
+    assert (code, json.loads(out)) == (0, [])
+    code, _, err = _run(capsys, "router", "show", "--profile", "ops")
+    assert code == 1 and "404" in err and "no router version" in err
+    code, out, err = _run(capsys, "alignment", "status", "--json", "--profile", "ops")
+    assert code == 0 and json.loads(out)["items"] == 0, err
     code, _, err = _run(capsys, "roster", "remove", "--name", "st-luke", "--profile", "ops")
     assert code == 0, err
     code, out, _ = _run(capsys, "members", "show", "st-luke", "--json", "--profile", "ops")
