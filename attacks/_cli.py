@@ -1,4 +1,5 @@
-"""``fedmor audit RUN_DIR``: the privacy audit of a demo run directory."""
+"""``fedmor audit run|capture|live|self``: the privacy audit of a run directory, a server's
+capture, a live consortium (as its auditor) or a member's own scorer."""
 
 from __future__ import annotations
 
@@ -18,125 +19,99 @@ def _say(message: str) -> None:
     say(f"[audit] {message}")
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``audit`` command to the ``fedmor`` parser."""
-    audit = sub.add_parser(
-        "audit",
-        help="membership inference on a demo run's reward models and gradient inversion on "
-        "its router updates; writes report.html",
-    )
-    audit.add_argument(
-        "run_dir", type=Path, nargs="?", help="demo run directory (reward_models/, data/)"
-    )
-    audit.add_argument(
-        "--out",
-        type=Path,
-        help="report directory (default: RUN_DIR/audit, or CAPTURE-audit beside --capture)",
-    )
-    _capture_arguments(audit)
-    audit.add_argument(
-        "--max-pairs", type=int, default=200, help="members (and as many non-members) per client"
-    )
-    audit.add_argument(
-        "--client",
-        action="append",
-        dest="clients",
-        help="audit only this client (repeatable; default: all)",
-    )
-    audit.add_argument("--seed", type=int, default=0)
-    audit.add_argument(
-        "--shadow-models",
-        type=int,
-        default=4,
-        help="LiRA shadow reward models per client, trained by the auditor (0: no LiRA)",
-    )
-    audit.add_argument(
-        "--shadow-steps", type=int, help="training steps per shadow (default: the target's)"
-    )
-    audit.add_argument(
-        "--shadow-base",
-        type=Path,
-        help="the base VLM directory the targets were trained from (default: the frozen base "
-        "in a LoRA checkpoint, else the base directory the checkpoint records)",
-    )
-    audit.add_argument(
-        "--update",
-        action="append",
-        type=Path,
-        dest="updates",
-        help="captured router update file to invert (repeatable; default: "
-        "RUN_DIR/router/captured/*.safetensors, else round 1 replayed from router/spec.json)",
-    )
-    audit.add_argument(
-        "--inversion-steps", type=int, default=300, help="optimization-attack steps per update"
-    )
-    audit.add_argument(
-        "--client-url",
-        help="also attack this client's live app through "
-        "/v1/reward (needs exactly one --client; pays its query budget)",
-    )
-    audit.add_argument(
-        "--server-key",
-        type=Path,
-        help="the server's Ed25519 identity PEM, to sign --client-url queries",
-    )
-    audit.add_argument("--sender", default="server", help="signer id the client app accepts")
+def _common(parser: argparse.ArgumentParser) -> None:
+    """``--out``, ``--max-pairs``, ``--seed``, the LiRA shadow models' options and the
+    runtime: what every membership audit takes."""
+    parser.add_argument("--out", type=Path, help="report directory")
+    parser.add_argument("--max-pairs", type=int, default=200,
+                        help="members (and as many non-members) per client")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shadow-models", type=int, default=4,
+                        help="LiRA shadow reward models per client, trained by the auditor "
+                             "(0: no LiRA)")
+    parser.add_argument("--shadow-steps", type=int,
+                        help="training steps per shadow (default: the target's)")
+    parser.add_argument("--shadow-base", type=Path,
+                        help="the base VLM directory the targets were trained from (default: "
+                             "the frozen base in a LoRA checkpoint, else the base directory "
+                             "the checkpoint records)")
     from sdk.runtime_options import add_runtime_arguments
 
-    add_runtime_arguments(audit)
-    audit.add_argument("--recipient", default=None,
-                       help="the client app's client id (named in every signed query)")
-    audit.set_defaults(handler=_audit)
+    add_runtime_arguments(parser)
 
 
-def _capture_arguments(audit: argparse.ArgumentParser) -> None:
-    """``--capture DIR`` and the audited member's ground truth."""
-    audit.add_argument(
-        "--capture",
-        type=Path,
-        help="attack a server's capture directory (manifest.json) instead of a run directory",
-    )
-    audit.add_argument(
-        "--member",
-        help="with --capture: the audited member, whose ground truth follows; with --server: "
-        "the member to query",
-    )
-    audit.add_argument(
-        "--server",
-        help="a live consortium server: membership queries to --member through it, as the "
-        "auditor role (--identity, --caller-id, --truth-pairs)",
-    )
-    audit.add_argument(
-        "--identity", type=Path, help="with --server: the auditor's Ed25519 identity PEM"
-    )
-    audit.add_argument("--caller-id", help="with --server: the auditor's enrolled client id")
-    audit.add_argument(
-        "--server-ca", type=Path, help="with --server: CA bundle of the server's certificate"
-    )
-    audit.add_argument(
-        "--client-config",
-        type=Path,
-        help="a member's self-audit: its client app's settings file (reward model, device, "
-        "clip, policy); its reward answers are attacked locally on --truth-pairs, no server",
-    )
-    audit.add_argument(
-        "--target-config",
-        type=Path,
-        help="with --server: the member's reward_config.json (or its checkpoint directory; no "
-        "weights are read): LiRA trains --shadow-models shadows like it here, from its base "
-        "(the one it records, or --shadow-base)",
-    )
-    audit.add_argument(
-        "--truth-embeddings",
-        type=Path,
-        help="with --member: safetensors with 'embeddings' (N, D) of the samples behind its "
-        "updates and 'pool' (M, D) of other samples",
-    )
-    audit.add_argument(
-        "--truth-pairs",
-        type=Path,
-        help="with --member: its data directory (train/ = members, eval/ = non-members)",
-    )
+def _run_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = commands.add_parser("run", help="a run directory (reward_models/, data/, router/): "
+                              "membership inference and gradient inversion")
+    run.add_argument("run_dir", type=Path, help="run directory (default report: RUN_DIR/audit)")
+    _common(run)
+    run.add_argument("--client", action="append", dest="clients",
+                     help="audit only this client (repeatable; default: all)")
+    run.add_argument("--update", action="append", type=Path, dest="updates",
+                     help="captured router update file to invert (repeatable; default: "
+                          "RUN_DIR/router/captured/*.safetensors, else round 1 replayed from "
+                          "router/spec.json)")
+    run.add_argument("--inversion-steps", type=int, default=300,
+                     help="optimization-attack steps per update")
+    run.add_argument("--client-url", help="also attack this client's live app through "
+                     "/v1/reward (needs exactly one --client; pays its query budget)")
+    run.add_argument("--server-key", type=Path,
+                     help="the server's Ed25519 identity PEM, to sign --client-url queries")
+    run.add_argument("--sender", default="server", help="signer id the client app accepts")
+    run.add_argument("--recipient", default=None,
+                     help="the client app's client id (named in every signed query)")
+    run.set_defaults(handler=_audit)
+
+
+def _capture_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    capture = commands.add_parser("capture", help="a server's capture directory "
+                                  "(manifest.json): its rounds and reward-query log")
+    capture.add_argument("capture", type=Path, help="capture directory (default report: "
+                         "CAPTURE-audit beside it)")
+    capture.add_argument("--out", type=Path, help="report directory")
+    capture.add_argument("--member", help="the audited member, whose ground truth follows")
+    capture.add_argument("--truth-embeddings", type=Path, help="safetensors with 'embeddings' "
+                         "(N, D) of the samples behind its updates and 'pool' (M, D) of others")
+    capture.add_argument("--truth-pairs", type=Path,
+                         help="its data directory (train/ = members, eval/ = non-members)")
+    capture.add_argument("--inversion-steps", type=int, default=300,
+                         help="optimization-attack steps per update")
+    capture.add_argument("--seed", type=int, default=0)
+    capture.set_defaults(handler=_audit_capture)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``audit`` group (``run``, ``capture``, ``live``, ``self``) to the ``fedmor``
+    parser."""
+    group = sub.add_parser("audit", help="measure what leaks: a run directory, a server's "
+                           "capture, a live consortium (auditor role), or a member's own "
+                           "scorer; writes report.html")
+    commands = group.add_subparsers(dest="audit_command", metavar="COMMAND", required=True)
+    _run_parser(commands)
+    _capture_parser(commands)
+
+    live = commands.add_parser("live", help="a live consortium, as its auditor (a profile of "
+                               "the auditor role): membership queries to one member")
+    live.add_argument("--member", required=True, help="the member to query (roster name)")
+    live.add_argument("--truth-pairs", type=Path, required=True,
+                      help="its data directory (train/ = members, eval/ = non-members)")
+    live.add_argument("--target-config", type=Path, help="the member's reward_config.json (or "
+                      "its checkpoint directory; no weights are read): LiRA trains "
+                      "--shadow-models shadows like it (without it: threshold attack only)")
+    _common(live)
+    from sdk.ops import add_connection_options
+
+    add_connection_options(live)
+    live.set_defaults(handler=_audit_server)
+
+    own = commands.add_parser("self", help="a member audits its own scorer from its client "
+                              "app's settings, no server")
+    own.add_argument("--client-config", type=Path, required=True,
+                     help="the client app's settings file (reward model, device, clip, policy)")
+    own.add_argument("--truth-pairs", type=Path, required=True,
+                     help="the site's data directory (train/ = members, eval/ = non-members)")
+    _common(own)
+    own.set_defaults(handler=_audit_self)
 
 
 def _print_summary(report: AuditReport) -> None:
@@ -147,24 +122,25 @@ def _print_summary(report: AuditReport) -> None:
 
 
 def _audit_server(args: argparse.Namespace) -> int:
-
     from attacks._audit import AuditConfig
     from attacks._live_audit import audit_live_member
+    from sdk.ops import connection_from_args
     from sdk.runtime_options import runtime_from_args
-    from sdk.wire import load_private_key, tls_verify
+    from sdk.wire import key_passphrase, load_private_key
 
-    if None in (args.identity, args.caller_id, args.member, args.truth_pairs):
-        raise ValueError("--server needs --identity, --caller-id, --member and --truth-pairs")
+    conn = connection_from_args(args)
+    if conn.key_file is None or conn.sender is None:
+        raise ValueError("the live audit signs as the auditor: give --profile (an auditor's "
+                         "`fedmor enroll`), or --key-file and --sender")
     out = args.out or Path(f"audit-{args.member}")
-    verify = tls_verify(args.server_ca)
     cfg = AuditConfig(max_pairs=args.max_pairs, seed=args.seed,
                       shadow_models=args.shadow_models if args.target_config else 0,
                       shadow_steps=args.shadow_steps, shadow_base=args.shadow_base,
                       runtime=runtime_from_args(args))
     report = audit_live_member(
-        args.server, load_private_key(args.identity), caller_id=args.caller_id,
+        conn.server, load_private_key(conn.key_file, key_passphrase()), caller_id=conn.sender,
         member=args.member, pairs_dir=args.truth_pairs, out_dir=out, config=cfg,
-        target_config=args.target_config, verify=verify, progress=_say,
+        target_config=args.target_config, verify=conn.verify(), progress=_say,
     )
     for m in report.memberships:
         print(f"{m.setting} ({m.attack}): {m.verdict}")
@@ -221,17 +197,6 @@ def _audit(args: argparse.Namespace) -> int:
     from attacks._audit import AuditConfig, audit_run_dir
     from attacks._captured_attacks import CapturedAttackConfig
     from sdk.runtime_options import runtime_from_args
-
-    sources = (args.run_dir, args.capture, args.server, args.client_config)
-    if sum(x is not None for x in sources) != 1:
-        raise ValueError("give one of RUN_DIR, --capture DIR, --server URL or --client-config "
-                         "FILE")
-    if args.capture is not None:
-        return _audit_capture(args)
-    if args.client_config is not None:
-        return _audit_self(args)
-    if args.server is not None:
-        return _audit_server(args)
 
     out = args.out or args.run_dir / "audit"
     cfg = AuditConfig(

@@ -28,6 +28,14 @@ ENTRY_POINT_GROUP = "fedmor.commands"
 _PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
+def _table() -> dict[str, str]:
+    """The group's entry points: command name -> ``module:function``."""
+    if _PYPROJECT.exists():
+        project = tomllib.loads(_PYPROJECT.read_text()).get("project", {})
+        return dict(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
 def command_targets() -> list[str]:
     """``module:function`` of each subcommand group, by group name (the order ``--help`` lists
     them in: installers do not keep the table's order).
@@ -36,17 +44,16 @@ def command_targets() -> list[str]:
     metadata may come from another checkout or an older install (an editable install's is not
     rebuilt when a group is added). Otherwise the installed entry points of the group.
     """
-    if _PYPROJECT.exists():
-        project = tomllib.loads(_PYPROJECT.read_text()).get("project", {})
-        table = dict(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}))
-    else:
-        table = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    table = _table()
     return [table[name] for name in sorted(table)]
 
 
-def _registrars() -> list[Registrar]:
+def _registrars(only: str | None = None) -> list[Registrar]:
+    """Every group's registrar, or with ``only`` (a command named by an entry point) just its
+    own: ``fedmor rounds list`` then imports no model code."""
+    targets = [_table()[only]] if only is not None else command_targets()
     out: list[Registrar] = []
-    for target in command_targets():
+    for target in targets:
         module, _, attr = target.partition(":")
         out.append(getattr(importlib.import_module(module), attr or "register"))
     return out
@@ -88,21 +95,60 @@ def _add_quiet(parser: argparse.ArgumentParser) -> None:
                 _add_quiet(child)
 
 
-def build_parser() -> argparse.ArgumentParser:
+ROLES_HELP: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("every role", ("keys", "enroll", "profile")),
+    ("member (hospital, bank)", ("data", "rm", "client")),
+    ("operator", ("server", "roster", "members", "rounds", "router", "alignment", "console",
+                  "admin")),
+    ("aligner", ("policy", "align")),
+    ("privacy officer, auditor", ("audit",)),
+    ("trying it out", ("demo",)),
+)
+"""Which commands each role uses, in the order ``fedmor --help`` lists them (a command
+registered but not named here is listed under "other")."""
+
+
+def _by_role(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> str:
+    """``fedmor --help``'s command list, one section per role."""
+    helps = {action.dest: action.help or "" for action in sub._choices_actions}
+    width = max(map(len, helps), default=8) + 2
+    placed: set[str] = set()
+    lines = []
+    for role, names in (*ROLES_HELP, ("other", tuple(sorted(helps)))):
+        found = [n for n in names if n in helps and n not in placed]
+        if found:
+            lines.append(f"{role}:")
+            lines += [f"  {n.ljust(width)}{helps[n]}" for n in found]
+            placed.update(found)
+    return "\n".join(lines)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with ``only`` the parser of that one command (its entry point)."""
     parser = argparse.ArgumentParser(
-        prog="fedmor",
+        prog="fedmor", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Federated Mixture-of-Rewards alignment of vision-language models.",
     )
     parser.add_argument("--version", action="version", version=f"fedmor {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for register in _registrars():
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                help="one of the commands below; `fedmor COMMAND --help`")
+    for register in _registrars(only):
         register(sub)
+    parser.epilog = _by_role(sub)
+    sub._choices_actions.clear()  # listed by role in the epilog instead
     _add_quiet(parser)
     return parser
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names, when an entry point registers it under that name."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first is not None and first in _table() else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command(argv))
     args = parser.parse_args(argv)
     if getattr(args, "quiet", False):
         set_quiet()  # through the environment: processes the command starts follow it

@@ -32,6 +32,7 @@ from server_app._enroll_api import enrollment_router
 from server_app._identity import Identities
 from server_app._identity_api import identity_router
 from server_app._meta_api import install_server_ops, meta_router
+from server_app._ops_api import operator_router
 from server_app._retention import purge_server
 from server_app._rewards import AlignmentService
 from server_app._rewards_api import install_rate_limit, rewards_router
@@ -120,6 +121,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(enrollment_router(store, key, cfg))
     app.include_router(clip_bound_router(store, broker, access, cfg))
     app.include_router(rounds_router(rounds, access))
+    app.include_router(operator_router(identities, rounds, store, access))  # before /{version}
     app.include_router(router_versions_router(store, access))
     install_work_routes(app, store, rounds, work, access, cfg)
     return app

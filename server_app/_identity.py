@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import logging
+import secrets
 import threading
 import time
 from pathlib import Path
@@ -32,6 +34,9 @@ from sdk.wire import (
     MemberInfo,
     NotFoundError,
     PayloadError,
+    RosterAdd,
+    RosterAdded,
+    RosterEntry,
     RosterFile,
     RosterSync,
     RotationRecord,
@@ -104,6 +109,7 @@ class Identities:
                 if (entry.name, entry.public_key) in revoked:
                     skipped.append(entry.name)
                     continue
+                self._rekeyed(entry, actor)
                 self.store.upsert_roster(entry.name, entry.public_key, entry.token_sha256,
                                          entry.role)
                 before = known.get(entry.name)
@@ -122,6 +128,18 @@ class Identities:
         if skipped:
             _log.warning("roster file lists revoked keys (ignored): %s", ", ".join(skipped))
         return RosterSync(entries=len(roster.clients), revoked=gone, skipped=skipped)
+
+    def _rekeyed(self, entry: RosterEntry, actor: str) -> None:
+        """An enrolled name listed under a new key (``fedmor roster add --replace`` on the
+        file) is a new identity: the enrolled one is revoked, so its old key stops signing. A
+        key it rotated away from (a stale file) changes nothing."""
+        client = self.store.client_named(entry.name)
+        if client is None or client["public_key"] == entry.public_key:
+            return
+        if entry.public_key in self.store.retired_keys(str(client["client_id"])):
+            return
+        self.revoke(entry.name, actor=actor, reason="re-keyed in the roster file",
+                    edit_file=False)
 
     def tick(self) -> None:
         """Called by the server's ticker: reload a changed roster file, keep last-seen
@@ -157,6 +175,47 @@ class Identities:
             except (OSError, ValueError) as exc:
                 _log.warning("could not update the roster file %s for %s: %s",
                              self.roster_file, name, exc)
+
+    def add(self, req: RosterAdd, *, actor: str) -> RosterAdded:
+        """Add ``req``'s identity to the running roster (and to the roster file, which the
+        server follows) and return its one-time token. A name that exists is refused unless
+        ``req.replace``: then the old identity is revoked first, so the new key is a new
+        identity and never a silent re-key (a member keeping its identity rotates its own key
+        instead, endorsed by the old one)."""
+        parse_public_key(req.public_key)  # names the problem if it is not a key
+        with self._lock:
+            entry, client = self.store.roster_entry(req.name), self.store.client_named(req.name)
+            current = entry or client
+            if current is not None and not req.replace:
+                raise ConflictError(
+                    f"{req.name!r} exists (role {current['role']}): give replace (--replace) "
+                    f"to revoke it and add the new key as a new identity, or have the member "
+                    f"rotate its own key (`fedmor client rotate-key`)")
+            if current is not None and current["public_key"] == req.public_key:
+                raise ConflictError(f"{req.name!r} already has that key: a replacement "
+                                    f"needs a new key")
+            owner = self.store.key_owner(req.public_key, besides=req.name)
+            if owner is not None or (req.name, req.public_key) in self.store.revoked_pairs():
+                raise ConflictError("that key belongs to another identity or was revoked: "
+                                    "the site must generate a new one (`fedmor keys new`)")
+            replaced = None if client is None else str(client["client_id"])
+            if current is not None:
+                self.revoke(req.name, actor=actor, reason="replaced by the operator")
+            token = secrets.token_hex(24)
+            digest = hashlib.sha256(token.encode()).hexdigest()
+            if self.roster_file is not None:
+                roster = RosterFile.load(self.roster_file)
+                roster.clients = [c for c in roster.clients if c.name != req.name] + [
+                    RosterEntry(name=req.name, public_key=req.public_key,
+                                token_sha256=digest, role=req.role)]
+                roster.save(self.roster_file)
+                self._stamp = self._file_stamp()
+            self.store.upsert_roster(req.name, req.public_key, digest, req.role)
+            self.store.audit(actor, "roster_entry_added", name=req.name, role=req.role,
+                             key=key_fingerprint(req.public_key), replaced=replaced)
+        _log.info("%s added %s (%s) to the roster%s", actor, req.name, req.role,
+                  "" if current is None else ", replacing the old identity")
+        return RosterAdded(name=req.name, role=req.role, token=token, replaced=replaced)
 
     # -- revocation ----------------------------------------------------------------------------
     def _revoked_key(self, client_id: str) -> str | None:

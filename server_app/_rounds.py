@@ -291,6 +291,20 @@ class RoundManager:
                 self._notify()
         return self.info(round_id)
 
+    def cancel(self, round_id: int, actor: str, reason: str = "") -> RoundInfo:
+        """End an open round as failed now (the operator's decision, audited): its members
+        stop at their next request and its secrets are forgotten as after any failure."""
+        with self._lock:
+            row = self.store.round_row(round_id)
+            if row is None:
+                raise NotFoundError(f"round {round_id} does not exist")
+            if row["status"] != "open":
+                raise ConflictError(f"round {round_id} is {row['status']}: only an open round "
+                                    f"can be cancelled")
+            self.store.audit(actor, "round_cancelled", round_id=round_id, reason=reason)
+            self._fail(round_id, f"cancelled by {actor}" + (f": {reason}" if reason else ""))
+        return self.info(round_id)
+
     # -- stage closing -------------------------------------------------------------------------
     def _expected(self, round_id: int, server: ServerRound, index: int) -> set[str]:
         if index == 0:

@@ -164,7 +164,7 @@ def _tensors(directory: Path) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def capture_audit(run: tuple[Path, dict[str, Any]],
                   tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    """``fedmor audit --capture`` on the demo's capture, once: its folder and its report."""
+    """``fedmor audit capture`` on the demo's capture, once: its folder and its report."""
     from attacks import audit_capture_dir
 
     out = tmp_path_factory.mktemp("capture-audit")
@@ -174,7 +174,7 @@ def capture_audit(run: tuple[Path, dict[str, Any]],
 def test_demo_capture_holds_every_round_and_query_and_audits(
         run: tuple[Path, dict[str, Any]], capture_audit: tuple[Path, Any]) -> None:
     """``fedmor demo --capture``: the server kept each secure round as received and every reward
-    query of stage C, and ``fedmor audit --capture`` reports on them with one summary card per
+    query of stage C, and ``fedmor audit capture`` reports on them with one summary card per
     member and captured artefact kind."""
     from attacks import AuditReport, CaptureDir
 

@@ -8,6 +8,7 @@ import tomllib
 import sdk.cli
 from sdk import __version__
 from sdk.cli import ENTRY_POINT_GROUP, build_parser, command_targets, main
+from tests._checkout import checkout_env
 
 
 def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,5 +47,20 @@ def test_cli_groups_come_from_the_entry_point_table() -> None:
     assert command_targets() == [table[name] for name in sorted(table)]
     commands = subprocess.run([sys.executable, "-m", "sdk.cli", "--help"], capture_output=True,
                               text=True, check=True).stdout
-    for command in ("server", "client", "roster", "audit", "demo"):
-        assert f"    {command} " in commands
+    for command in ("server", "client", "roster", "audit", "demo", "enroll", "rounds"):
+        assert f"\n  {command} " in commands
+    # listed by role: the operator's commands under the operator's heading
+    operator = commands.split("\noperator:\n", 1)[1].split("\n\n", 1)[0].split(":\n", 1)[0]
+    for command in ("server", "roster", "members", "rounds", "router"):
+        assert f"\n  {command} " in "\n" + operator
+
+
+def test_a_command_imports_only_its_own_group() -> None:
+    """``fedmor rounds ...`` builds only the ``rounds`` parser: no model code (torch) is
+    imported for an operator command, so each one starts in a fraction of a second."""
+    code = ("import sys\nfrom sdk.cli import main\ntry:\n    main(['rounds', '--help'])\n"
+            "except SystemExit:\n    pass\nprint('torch imported:', 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=checkout_env(), timeout=300)
+    assert "usage: fedmor rounds" in out.stdout, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("torch imported: False"), out.stdout[-500:]

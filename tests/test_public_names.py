@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import itertools
 
-PACKAGES = ("sdk.alignment", "sdk.capture", "sdk.data", "sdk.models",
+PACKAGES = ("sdk.alignment", "sdk.capture", "sdk.data", "sdk.models", "sdk.ops",
             "sdk.reward", "sdk.router", "sdk.secagg", "sdk.wire", "server_app", "client_app",
             "sdk.progress", "sdk.runtime_options", "attacks", "fedmor_local")
 

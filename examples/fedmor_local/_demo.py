@@ -358,7 +358,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--out", type=Path, help="run directory (default: runs/demo-<time>)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--capture", action="store_true", help="the server keeps what it "
-                        "receives and publishes in RUN/capture (fedmor audit --capture)")
+                        "receives and publishes in RUN/capture (fedmor audit capture)")
     parser.add_argument("--dp", action="store_true",
                         help="client-level DP in stage B's router rounds (the members require it)")
     parser.add_argument("--dp-epsilon", type=float, default=DemoConfig().dp_epsilon,

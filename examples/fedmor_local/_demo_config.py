@@ -32,7 +32,7 @@ class DemoConfig(BaseModel):
     # rounds routed 0.988-0.997 of the demo clients' eval responses in-process, 5 rounds of the
     # earlier 1-layer, d=32 router at 5 epochs and lr 1e-3 0.72-0.89 (docs/router.md).
     capture: bool = Field(default=False, description="the server's capture mode (RUN/capture, "
-                          "for fedmor audit --capture)")
+                          "for fedmor audit capture)")
     router_rounds: int = Field(default=12, ge=1, description="secure-aggregation rounds")
     router_epochs: int = Field(default=1, ge=1, description="local epochs per round")
     router_max_pairs: int = Field(default=300, ge=1, description="local pairs per client")

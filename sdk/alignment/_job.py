@@ -108,6 +108,26 @@ def run_align_job(job: AlignJob, *, callbacks: list[Any] | None = None) -> Path:
     return out
 
 
+def _profile(name: str | None, data: dict[str, Any], *, server_given: bool) -> dict[str, Any]:
+    """``data`` over the aligner profile ``name`` (``fedmor enroll``): its server, CA,
+    identity and client id. Without ``name``, the default profile when neither the flags nor
+    the config name a server; no profile at all: ``data`` as it is."""
+    from sdk.ops import ProfileBook
+
+    book = ProfileBook.load()
+    if name is None and (server_given or "server" in data or not book.profiles):
+        return data
+    label, profile = book.pick(name)
+    if profile.role != "aligner":
+        raise ValueError(f"profile {label!r} is a {profile.role}: fedmor align signs as the "
+                         f"aligner (give --profile with an aligner's profile)")
+    found: dict[str, Any] = {"server": profile.server, "identity": profile.identity,
+                             "client_id": profile.client_id, "name": profile.name}
+    if profile.ca is not None:
+        found["server_ca"] = profile.ca
+    return found | data
+
+
 def _handle(args: argparse.Namespace) -> int:
     import tomllib
 
@@ -115,6 +135,7 @@ def _handle(args: argparse.Namespace) -> int:
     if args.config is not None:
         text = args.config.read_text()
         data = json.loads(text) if args.config.suffix == ".json" else tomllib.loads(text)
+    data = _profile(args.profile, data, server_given=args.server is not None)
     for flag in ("server", "identity", "policy", "queries", "out", "name", "token",
                  "client_id", "server_ca", "method"):
         value = getattr(args, flag)
@@ -137,6 +158,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``fedmor align``."""
     p = sub.add_parser("align", help="stage C: GRPO against a consortium server (rewards over "
                        "REST, aligner role)")
+    p.add_argument("--profile", help="the aligner's profile (`fedmor enroll`): server, CA, "
+                   "identity and client id; the flags below override it")
     p.add_argument("--server", help="the server's URL")
     p.add_argument("--identity", type=Path, help="the aligner's identity key (PEM)")
     p.add_argument("--policy", type=Path, help="starting policy directory")

@@ -19,8 +19,10 @@ _ROUNDS_FILE = "rounds.json"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``router`` group (``train``, ``eval``) to the ``fedmor`` parser."""
-    group = sub.add_parser("router", help="stage B: the router (in-process federated simulation)")
+    """Add the ``router`` group (``train``, ``eval``; ``show``, ``history``, ``rollback``) to
+    the ``fedmor`` parser."""
+    group = sub.add_parser("router", help="stage B: the router (local training and evaluation; "
+                           "the server's published versions)")
     commands = group.add_subparsers(dest="router_command", metavar="COMMAND", required=True)
 
     train = commands.add_parser(
@@ -48,6 +50,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                           help="directory with one reward-model checkpoint per client id")
     _encoder_option(evaluate)
     evaluate.set_defaults(handler=_eval)
+    from sdk.ops._router_cli import add_router_commands
+
+    add_router_commands(commands)  # show, history, rollback: the server's published versions
 
 
 def _encoder_option(parser: argparse.ArgumentParser) -> None:

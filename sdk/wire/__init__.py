@@ -73,6 +73,7 @@ from sdk.wire._images import ImageCache, image_bytes
 from sdk.wire._kinds import (
     ROUND_KINDS,
 )
+from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel
 from sdk.wire._ops import (
     StoredGauge,
     backup_sqlite,
@@ -207,6 +208,8 @@ __all__ = [
     "ImageCache",
     "KeyRotation",
     "MemberInfo",
+    "MemberRefusal",
+    "MemberReport",
     "MemberState",
     "MissingImages",
     "NotFoundError",
@@ -223,11 +226,14 @@ __all__ = [
     "RewardRequest",
     "RewardResponse",
     "Role",
+    "RosterAdd",
+    "RosterAdded",
     "RosterEntry",
     "RosterFile",
     "RosterSync",
     "RotationChain",
     "RotationRecord",
+    "RoundCancel",
     "RoundCreate",
     "RoundFailed",
     "RoundInfo",

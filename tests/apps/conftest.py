@@ -78,6 +78,27 @@ class Member:
         return self.tc.post(path, content=body, headers=headers | {"content-type": media})
 
 
+def enrolled_team(tmp_path: Path, role_of: dict[str, str]) -> dict[str, Member]:
+    """An in-process server (admin token ``adm``) whose roster file holds one identity per
+    name of ``role_of``, each enrolled with its role."""
+    roster = tmp_path / "roster.json"
+    keys = {name: generate_key() for name in role_of}
+    tokens = {n: add_to_roster(roster, name=n, public_key=public_key_b64(k),
+                               role=role_of[n])  # type: ignore[arg-type]
+              for n, k in keys.items()}
+    cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
+                         roster_file=roster, admin_token="adm")  # type: ignore[arg-type]
+    tc = TestClient(create_app(cfg))
+    out = {}
+    for name, key in keys.items():
+        resp = tc.post("/v1/enroll", json={"name": name, "token": tokens[name],
+                                           "public_key": public_key_b64(key)})
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["role"] == role_of[name]
+        out[name] = Member(tc, key, resp.json()["client_id"])
+    return out
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[TestClient, list[Member]]]:
     keys = [generate_key() for _ in range(2)]

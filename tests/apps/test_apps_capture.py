@@ -149,7 +149,7 @@ def test_captured_rounds_are_announced_and_audited_from_the_capture_alone(
     first = next(a for a in files.manifest.rounds[0].artefacts if a.kind == "masked_input")
     assert files.masked(first).size == length + 1  # the ring element, weight last
     out = tmp_path / "audit"
-    assert _audit(["--capture", str(local), "--out", str(out)]) == 0
+    assert _audit(["capture", str(local), "--out", str(out)]) == 0
     report = AuditReport.model_validate(json.loads((out / "report.json").read_text()))
     checks = {c.setting: c for c in report.checks}
     agg = checks[f"round {r1['round_id']} aggregate"]
@@ -189,8 +189,8 @@ def test_the_auditor_reads_captures_and_queries_within_its_budget_only(
     pairs = tmp_path / "data" / "clients" / "detail"
     out = tmp_path / "live"
     cfg = consortium.identity_cfg[AUDITOR]
-    assert _audit(["--server", consortium.server_url, "--identity", cfg["identity_key"],
-                   "--caller-id", auditor.client_id, "--member", "site-1",
+    assert _audit(["live", "--server", consortium.server_url, "--key-file", cfg["identity_key"],
+                   "--sender", auditor.client_id, "--member", "site-1",
                    "--truth-pairs", str(pairs), "--max-pairs", "8", "--out", str(out)]) == 0
     report = AuditReport.model_validate(json.loads((out / "report.json").read_text()))
     (mia,) = report.memberships

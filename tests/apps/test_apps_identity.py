@@ -181,7 +181,7 @@ def test_the_operator_sees_every_identity(team: LocalConsortium) -> None:
     assert lines[0].split()[:3] == ["NAME", "ROLE", "STATE"]
     row = next(line.split() for line in lines if line.startswith("site-0 "))
     assert row[:4] == ["site-0", "member", "enrolled", first["fingerprint"]]
-    assert row[-2:] == ["3", ids["site-0"]]
+    assert row[6] == "3" and row[-1] == ids["site-0"]  # after LAST SEEN's date and time
     assert next(line.split() for line in lines if line.startswith("ops "))[1:3] == [
         "operator", "not_enrolled"]
 

@@ -26,7 +26,6 @@ from server_app import (
     public_key_b64,
     sign_headers,
 )
-from server_app._cli import register
 
 from .conftest import Member
 
@@ -187,10 +186,9 @@ def test_settings_file_with_env_override(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_cli_keys_and_roster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import argparse
+    from sdk.cli import build_parser
 
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
+    parser = build_parser()
     key = tmp_path / "k.pem"
     args = parser.parse_args(["keys", "new", "--out", str(key)])
     assert args.handler(args) == 0
@@ -210,10 +208,17 @@ def test_cli_keys_and_roster(tmp_path: Path, capsys: pytest.CaptureFixture[str])
                               "--public-key", public, "--role", "aligner"])
     assert args.handler(args) == 0
     assert "job (aligner)" in capsys.readouterr().out
-    args = parser.parse_args(["roster", "list", "--roster", str(roster)])
+    args = parser.parse_args(["roster", "list", "--roster", str(roster), "--json"])
     args.handler(args)
-    assert capsys.readouterr().out.strip().splitlines() == [f"h1\tmember\t{public}",
-                                                           f"job\taligner\t{public}"]
+    listed = json.loads(capsys.readouterr().out)
+    assert [(e["name"], e["role"], e["public_key"]) for e in listed] == [
+        ("h1", "member", public), ("job", "aligner", public)]
+    # an existing name is refused unless --replace (which a running server treats as a new
+    # identity): never a silent re-key
+    args = parser.parse_args(["roster", "add", "--roster", str(roster), "--name", "h1",
+                              "--public-key", public])
+    with pytest.raises(ValueError, match="--replace"):
+        args.handler(args)
     with pytest.raises(ValueError, match="exists"):
         args = parser.parse_args(["keys", "new", "--out", str(key)])
         args.handler(args)

@@ -15,29 +15,13 @@ from server_app import (
     generate_key,
     public_key_b64,
 )
-from tests.apps.conftest import Member
+from tests.apps.conftest import Member, enrolled_team
 
 
 @pytest.fixture
 def roles(tmp_path: Path) -> dict[str, Member]:
-    roster = tmp_path / "roster.json"
-    keys = {name: generate_key() for name in ("m0", "m1", "job", "ops", "audit")}
-    role = {"m0": "member", "m1": "member", "job": "aligner", "ops": "operator",
-            "audit": "auditor"}
-    tokens = {n: add_to_roster(roster, name=n, public_key=public_key_b64(k),
-                               role=role[n])  # type: ignore[arg-type]
-              for n, k in keys.items()}
-    cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
-                         roster_file=roster, admin_token="adm")  # type: ignore[arg-type]
-    tc = TestClient(create_app(cfg))
-    out = {}
-    for name, key in keys.items():
-        resp = tc.post("/v1/enroll", json={"name": name, "token": tokens[name],
-                                           "public_key": public_key_b64(key)})
-        assert resp.status_code == 200, resp.text
-        assert resp.json()["role"] == role[name]
-        out[name] = Member(tc, key, resp.json()["client_id"])
-    return out
+    return enrolled_team(tmp_path, {"m0": "member", "m1": "member", "job": "aligner",
+                                    "ops": "operator", "audit": "auditor"})
 
 
 @pytest.mark.parametrize("who", ["job", "ops", "audit"])

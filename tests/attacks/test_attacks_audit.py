@@ -80,7 +80,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def test_audit_command_writes_a_consistent_report(run_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "audit"
     lira = ["--shadow-models", "2", "--shadow-steps", "10"]
-    args = _parse(["audit", str(run_dir), "--out", str(out), "--max-pairs", "16", *lira])
+    args = _parse(["audit", "run", str(run_dir), "--out", str(out), "--max-pairs", "16", *lira])
     assert args.handler(args) == 0
     for name in ("report.json", "report.html", "roc.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
@@ -174,7 +174,7 @@ def test_audit_attacks_a_live_client_app_and_pays_its_budget(run_dir: Path, tmp_
 
 
 def test_live_audit_needs_one_client_and_the_server_key(run_dir: Path, tmp_path: Path) -> None:
-    args = _parse(["audit", str(run_dir), "--out", str(tmp_path), "--client-url", "http://x"])
+    args = _parse(["audit", "run", str(run_dir), "--out", str(tmp_path), "--client-url", "http://x"])
     with pytest.raises(ValueError, match="exactly one --client and --server-key"):
         args.handler(args)
 
@@ -244,7 +244,7 @@ def test_audit_command_refuses_a_bad_update_file_before_attacking(
 
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")  # a valid, empty file
-    assert main(["audit", str(run_dir), "--out", str(tmp_path / "o"), "--update", str(bad)]) == 1
+    assert main(["audit", "run", str(run_dir), "--out", str(tmp_path / "o"), "--update", str(bad)]) == 1
     assert "not fedmor-captured-update-v1" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()  # refused before any attack ran
 
@@ -256,6 +256,7 @@ def test_audit_inverts_captured_updates_and_says_which_leak(
     args = _parse(
         [
             "audit",
+            "run",
             str(run_dir),
             "--out",
             str(out),

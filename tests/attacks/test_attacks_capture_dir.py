@@ -144,7 +144,7 @@ def test_audit_command_takes_a_capture_and_one_members_ground_truth(
     args = parser.parse_args(
         [
             "audit",
-            "--capture",
+            "capture",
             str(root),
             "--out",
             str(out),
@@ -168,7 +168,7 @@ def test_audit_command_takes_a_capture_and_one_members_ground_truth(
     cards = {m.member: {v.artefact: v.level for v in m.verdicts} for m in report.summary.members}
     assert cards["a"][PLAIN] == "leak"
     assert cards["a"]["reward-query log (captured)"] == "leak"
-    bad = parser.parse_args(["audit", "--capture", str(root), "--member", "a"])
+    bad = parser.parse_args(["audit", "capture", str(root), "--member", "a"])
     with pytest.raises(ValueError, match="go together"):
         bad.handler(bad)
 

@@ -45,7 +45,7 @@ def test_a_member_audits_its_own_reward_answers_without_a_server(
     root, settings = site
     out = tmp_path / "self"
     proc = subprocess.run(
-        [sys.executable, "-m", "sdk.cli", "audit", "--client-config", str(settings),
+        [sys.executable, "-m", "sdk.cli", "audit", "self", "--client-config", str(settings),
          "--truth-pairs", str(root / "data" / "clients" / CLIENT), "--max-pairs", "8",
          "--shadow-models", "2", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,

@@ -1,0 +1,151 @@
+"""How a command reaches the server: ``--profile`` (the default profile when none is given),
+with ``--server --ca --client-cert --client-key --key-file --sender`` as overrides, and the
+admin token (``FEDMOR_ADMIN_TOKEN``) as the fallback of the operator commands."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sdk.ops._profiles import ProfileBook
+
+__all__ = ["ADMIN_TOKEN_ENV", "Connection", "ServerError", "add_connection_options",
+           "connection_from_args", "wait_for_server"]
+
+ADMIN_TOKEN_ENV = "FEDMOR_ADMIN_TOKEN"
+"""The environment variable holding the server's admin token, the operator commands' fallback
+when no identity signs (never a command-line option: it would show in the process list)."""
+
+
+class ServerError(ValueError):
+    """The server refused a request: the status and the server's message."""
+
+    def __init__(self, what: str, status: int, detail: str) -> None:
+        super().__init__(f"{what} refused by the server ({status}): {detail}")
+        self.status, self.detail = status, detail
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One server and who talks to it: a signing identity (``key_file`` and ``sender``) or,
+    without one, the admin token."""
+
+    server: str
+    ca: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    key_file: Path | None = None
+    sender: str | None = None
+    role: str | None = None
+    profile: str | None = None
+
+    def verify(self) -> Any:
+        """What an HTTP client verifies the server with (and the client certificate it
+        presents), for an API that takes httpx's ``verify``."""
+        from sdk.wire import tls_verify
+
+        return tls_verify(self.ca, self._cert())
+
+    def _cert(self) -> tuple[str, str] | None:
+        return None if self.client_cert is None else (str(self.client_cert),
+                                                       str(self.client_key))
+
+    def client(self, *, timeout_s: float = 30.0, unsigned: bool = False) -> Any:
+        """A :class:`sdk.wire.SignedClient` for this server: signed by the identity, else
+        with the admin token (``unsigned``: neither, for enrollment)."""
+        from sdk.wire import SignedClient, key_passphrase, load_private_key
+
+        kw: dict[str, Any] = {"ca": self.ca, "client_cert": self._cert(), "timeout_s": timeout_s}
+        if unsigned:
+            return SignedClient(self.server.rstrip("/"), **kw)
+        if self.key_file is not None and self.sender:
+            return SignedClient(self.server.rstrip("/"), sender=self.sender,
+                                key=load_private_key(self.key_file, key_passphrase()), **kw)
+        # On the server's host the operator has the server's own variable; either names it.
+        token = os.environ.get(ADMIN_TOKEN_ENV) or os.environ.get("FEDMOR_SERVER_ADMIN_TOKEN")
+        if not token:
+            raise ValueError(f"no identity to sign with: give --profile (see `fedmor profile "
+                             f"list`), --key-file and --sender, or set {ADMIN_TOKEN_ENV} to "
+                             f"the server's admin token")
+        return SignedClient(self.server.rstrip("/"), admin_token=token, **kw)
+
+    def request(self, method: str, path: str, body: Any = None, *, what: str = "request",
+                timeout_s: float = 30.0, unsigned: bool = False) -> Any:
+        """One JSON request through :meth:`client`: the decoded answer, or
+        :class:`ServerError` with the server's message."""
+        import httpx
+
+        from sdk.wire import RequestRefused
+
+        try:
+            with self.client(timeout_s=timeout_s, unsigned=unsigned) as client:
+                resp = client.request(method, path, body)
+                if resp.status_code >= 400:
+                    raise RequestRefused.of(resp)
+        except RequestRefused as exc:
+            raise ServerError(what, exc.status, exc.detail) from None
+        except httpx.HTTPError as exc:
+            raise ValueError(f"cannot reach the server at {self.server}: {exc}") from None
+        return resp.json() if resp.content else None
+
+
+def wait_for_server(conn: Connection, timeout_s: float) -> dict[str, Any]:
+    """``GET /v1/health`` (unsigned) until it answers, for at most ``timeout_s``; its body."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return dict(conn.request("GET", "/v1/health", what="health", unsigned=True,
+                                     timeout_s=5.0))
+        except ValueError as exc:  # not up yet (or refusing): ask again until the deadline
+            if time.monotonic() >= deadline:
+                raise ValueError(f"{conn.server} did not answer within {timeout_s:g} s: "
+                                 f"{exc}") from None
+        time.sleep(0.3)
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """``--profile`` and the six overrides."""
+    g = parser.add_argument_group("server connection (default: the default profile)")
+    g.add_argument("--profile", default=None, help="the profile to use (`fedmor profile list`)")
+    g.add_argument("--server", default=None, help="server URL, e.g. https://host:8443")
+    g.add_argument("--ca", type=Path, default=None, help="CA bundle that verifies the server")
+    g.add_argument("--client-cert", type=Path, default=None,
+                   help="client certificate (PEM), for a server with require_client_cert")
+    g.add_argument("--client-key", type=Path, default=None,
+                   help="the private key of --client-cert (PEM)")
+    g.add_argument("--key-file", type=Path, default=None,
+                   help="the identity key that signs (else the profile's, else the admin "
+                        f"token in {ADMIN_TOKEN_ENV})")
+    g.add_argument("--sender", default=None, help="that identity's client id")
+
+
+def connection_from_args(args: argparse.Namespace) -> Connection:
+    """The profile ``--profile`` names (else the default one, if any) with the given options
+    over it; without any profile, the options alone (``--server`` then required)."""
+    fields: dict[str, Any] = {}
+    book = ProfileBook.load()
+    name = getattr(args, "profile", None)
+    if name is not None or (book.profiles and getattr(args, "server", None) is None):
+        name, profile = book.pick(name)
+        fields = {"server": profile.server, "ca": profile.ca,
+                  "client_cert": profile.client_cert, "client_key": profile.client_key,
+                  "key_file": profile.identity, "sender": profile.client_id,
+                  "role": profile.role, "profile": name}
+    for field in ("server", "ca", "client_cert", "client_key", "key_file", "sender"):
+        value = getattr(args, field, None)
+        if value is not None:
+            fields[field] = value
+    if not fields.get("server"):
+        raise ValueError("no server: give --profile (after `fedmor enroll`) or --server URL")
+    if (fields.get("client_cert") is None) != (fields.get("client_key") is None):
+        raise ValueError("give both --client-cert and --client-key, or neither")
+    if (getattr(args, "key_file", None) is None) != (getattr(args, "sender", None) is None) \
+            and not fields.get("profile"):
+        raise ValueError("give both --key-file and --sender (the identity's client id), or "
+                         "neither")
+    return Connection(**fields)

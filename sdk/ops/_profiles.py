@@ -1,0 +1,130 @@
+"""Profiles: one identity at one consortium server, declared once (``fedmor enroll`` writes it).
+
+A profile holds where the server is, how to verify it (CA) and present a client certificate
+(mutual TLS), which identity key signs and under which client id and role. Profiles live in
+``profiles.toml`` in the user's config folder (``$FEDMOR_CONFIG_DIR``, else the platform's:
+``$XDG_CONFIG_HOME/fedmor`` or ``~/.config/fedmor``, ``~/Library/Application Support/fedmor``
+on macOS, ``%APPDATA%\\fedmor`` on Windows), mode 0600: it names key files, never their
+contents.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import tomllib
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sdk.wire import Role
+
+__all__ = ["CONFIG_DIR_ENV", "Profile", "ProfileBook", "config_dir", "profiles_path"]
+
+CONFIG_DIR_ENV = "FEDMOR_CONFIG_DIR"
+"""The environment variable that moves the config folder (a test, a second user on one
+account)."""
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+
+
+def config_dir() -> Path:
+    """The user's fedmor config folder (not created here)."""
+    if os.environ.get(CONFIG_DIR_ENV):
+        return Path(os.environ[CONFIG_DIR_ENV]).expanduser()
+    if sys.platform == "win32" and os.environ.get("APPDATA"):
+        return Path(os.environ["APPDATA"]) / "fedmor"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "fedmor"
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "fedmor"
+
+
+def profiles_path() -> Path:
+    """Where the profiles are kept."""
+    return config_dir() / "profiles.toml"
+
+
+class Profile(BaseModel):
+    """One enrolled identity at one server; paths are absolute (the file is read from any
+    folder)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    server: str = Field(description="the server's URL, e.g. https://host:8443")
+    ca: Path | None = Field(default=None, description="CA bundle that verifies the server")
+    client_cert: Path | None = Field(default=None, description="client certificate (PEM) for "
+                                     "a server that requires one (mutual TLS)")
+    client_key: Path | None = Field(default=None, description="the key of client_cert (PEM)")
+    identity: Path = Field(description="the Ed25519 identity key that signs requests")
+    client_id: str = Field(description="the id enrollment gave this identity")
+    name: str = Field(pattern=_NAME, description="the identity's roster name")
+    role: Role = Field(description="what the identity may do at the server")
+
+
+def _toml_value(value: object) -> str:
+    # JSON strings are TOML basic strings (same escapes), so json.dumps quotes safely.
+    return json.dumps(str(value))
+
+
+class ProfileBook(BaseModel):
+    """Every profile by name, and which one commands use when none is named."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    default: str | None = None
+    profiles: dict[str, Profile] = Field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> ProfileBook:
+        """The book at ``path`` (default: :func:`profiles_path`); missing: empty."""
+        path = path or profiles_path()
+        if not path.exists():
+            return cls()
+        try:
+            return cls.model_validate(tomllib.loads(path.read_text()))
+        except (tomllib.TOMLDecodeError, ValidationError) as exc:
+            raise ValueError(f"{path} is not a valid profiles file: {exc}") from None
+
+    def save(self, path: Path | None = None) -> Path:
+        """Write the book (mode 0600, atomically) and return its path."""
+        path = path or profiles_path()
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        lines = [] if self.default is None else [f"default = {_toml_value(self.default)}", ""]
+        for name, profile in sorted(self.profiles.items()):
+            lines.append(f"[profiles.{_toml_value(name)}]")
+            lines += [f"{key} = {_toml_value(value)}"
+                      for key, value in profile.model_dump().items() if value is not None]
+            lines.append("")
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines))
+        os.chmod(tmp, 0o600)  # an existing .tmp keeps its mode through O_CREAT
+        tmp.replace(path)
+        return path
+
+    def add(self, name: str, profile: Profile) -> None:
+        """Keep ``profile`` as ``name`` (replacing one of that name); the first is the
+        default."""
+        self.profiles[name] = profile
+        if self.default is None or self.default not in self.profiles:
+            self.default = name
+
+    def pick(self, name: str | None) -> tuple[str, Profile]:
+        """The profile called ``name``, else the default, else the only one."""
+        if name is not None:
+            if name not in self.profiles:
+                known = ", ".join(sorted(self.profiles)) or "none"
+                raise ValueError(f"no profile named {name!r} (profiles: {known}; `fedmor "
+                                 f"enroll ... --profile {name}` creates it)")
+            return name, self.profiles[name]
+        if self.default in self.profiles:
+            return self.default, self.profiles[self.default]
+        if len(self.profiles) == 1:
+            return next(iter(self.profiles.items()))
+        if not self.profiles:
+            raise ValueError(f"no profile in {profiles_path()}: run `fedmor enroll` first, "
+                             f"or give --server and the identity options")
+        raise ValueError(f"several profiles and no default: give --profile NAME or run "
+                         f"`fedmor profile use NAME` ({', '.join(sorted(self.profiles))})")

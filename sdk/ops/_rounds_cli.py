@@ -1,0 +1,182 @@
+"""``fedmor rounds open|list|show|wait|cancel``: the operator's rounds. ``open`` sends no vector
+length unless ``--length`` is given: the server takes it from its router configuration."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from sdk.ops._connection import Connection, add_connection_options, connection_from_args
+from sdk.ops._tables import emit, print_table, when
+
+__all__ = ["register_rounds"]
+
+KINDS = ("router_secagg", "rm_fedavg")
+
+
+def _names(conn: Connection) -> dict[str, str]:
+    """client id -> roster name, for the tables (ids alone mean nothing to a reader)."""
+    return {m["client_id"]: m["name"] for m in conn.request("GET", "/v1/members",
+                                                          what="members list")
+            if m["client_id"]}
+
+
+def _participants(conn: Connection, members: list[str]) -> list[str]:
+    """Client ids for ``members`` (roster names or client ids)."""
+    ids = {name: cid for cid, name in _names(conn).items()}
+    known = set(ids.values())
+    out = []
+    for m in members:
+        if m in known:
+            out.append(m)
+        elif m in ids:
+            out.append(ids[m])
+        else:
+            raise ValueError(f"{m!r} is not an enrolled identity (`fedmor members list`)")
+    return out
+
+
+def _param(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--param takes KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def _open(args: argparse.Namespace) -> int:
+    conn = connection_from_args(args)
+    body: dict[str, Any] = {"kind": args.kind, "params": dict(args.param)}
+    if args.length is not None:
+        body["vector_length"] = args.length
+    if args.members:
+        body["participants"] = _participants(conn, [m for part in args.members
+                                                    for m in part.split(",") if m])
+    if args.min_clients is not None:
+        body["min_clients"] = args.min_clients
+    elif args.members:
+        body["min_clients"] = len(body["participants"])
+    if args.deadline is not None:
+        body["stage_deadline_s"] = args.deadline
+    info = conn.request("POST", "/v1/rounds", body, what="opening the round")
+    if args.wait is not None:
+        return _await(conn, info["round_id"], args.wait, args.json)
+    return _print_round(conn, info, args.json)
+
+
+def _row(info: dict[str, Any], names: dict[str, str]) -> list[Any]:
+    def who(ids: list[str]) -> str:
+        return ", ".join(names.get(c, c) for c in ids) or "-"
+
+    refused = ", ".join(f"{names.get(r['client_id'], r['client_id'])} ({r['reason']})"
+                        for r in info["refusals"]) or "-"
+    eps = "-" if info.get("dp") is None else f"{info['dp']['epsilon']:.3g}"
+    return [info["round_id"], info["kind"], info["status"], info["stage"] or "-",
+            who(info["participants"]), who(info["dropouts"]), refused, eps,
+            info["vector_length"], info["router_version"], when(info["created_at"])]
+
+
+_COLUMNS = ["ID", "KIND", "STATUS", "STAGE", "PARTICIPANTS", "DROPOUTS", "REFUSED (RULE)",
+            "DP EPSILON", "LENGTH", "ROUTER", "OPENED"]
+
+
+def _list(args: argparse.Namespace) -> int:
+    conn = connection_from_args(args)
+    path = "/v1/rounds" + (f"?status={args.status}" if args.status else "")
+    rounds = conn.request("GET", path, what="rounds list")
+    names = {} if args.json else _names(conn)
+    return emit(rounds, args.json, _COLUMNS, [_row(r, names) for r in rounds])
+
+
+def _print_round(conn: Connection, info: dict[str, Any], as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(info))
+        return 0
+    names = _names(conn)
+    fields = [*zip(_COLUMNS, _row(info, names), strict=True), ("error", info["error"]),
+              ("finished", when(info["finished_at"]))]
+    print_table(["FIELD", "VALUE"], fields, title=f"round {info['round_id']}")
+    if info["refusals"]:
+        print_table(["MEMBER", "RULE", "WHAT THE SITE POLICY SAID"],
+                    [[names.get(r["client_id"], r["client_id"]), r["reason"], r["detail"]]
+                     for r in info["refusals"]], title="refusals")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    conn = connection_from_args(args)
+    return _print_round(conn, conn.request("GET", f"/v1/rounds/{args.round_id}",
+                                           what="round"), args.json)
+
+
+def _await(conn: Connection, round_id: int, timeout: float, as_json: bool) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        info = conn.request("GET", f"/v1/rounds/{round_id}", what="round")
+        if info["status"] != "open":
+            _print_round(conn, info, as_json)
+            return 0 if info["status"] == "finished" else 1
+        if time.monotonic() >= deadline:
+            raise ValueError(f"round {round_id} still open at stage {info['stage']} after "
+                             f"{timeout:g} s")
+        time.sleep(0.5)
+
+
+def _wait(args: argparse.Namespace) -> int:
+    return _await(connection_from_args(args), args.round_id, args.timeout, args.json)
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    conn = connection_from_args(args)
+    info = conn.request("POST", f"/v1/rounds/{args.round_id}/cancel",
+                        {"reason": args.reason}, what="cancelling the round")
+    print(f"round {info['round_id']} cancelled: {info['error']}")
+    return 0
+
+
+def register_rounds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``fedmor rounds ...``."""
+    group = sub.add_parser("rounds", help="open, follow and cancel rounds")
+    commands = group.add_subparsers(dest="rounds_command", metavar="COMMAND", required=True)
+    op = commands.add_parser("open", help="open a round (its length from the server's "
+                             "router configuration unless --length)")
+    op.add_argument("kind", nargs="?", default="router_secagg", choices=KINDS)
+    op.add_argument("--members", action="append", default=[], metavar="NAME[,NAME...]",
+                    help="participants by roster name or client id (default: every "
+                         "enrolled member)")
+    op.add_argument("--min-clients", type=int, default=None,
+                    help="fewest participants (default: all of --members, else the server's)")
+    op.add_argument("--length", type=int, default=None,
+                    help="vector length (default: the server's router configuration)")
+    op.add_argument("--deadline", type=float, default=None, help="stage deadline, seconds")
+    op.add_argument("--param", type=_param, action="append", default=[], metavar="KEY=VALUE",
+                    help="a kind's parameter (router_secagg: degree, threshold, clip_range, "
+                         "max_weight, dp...); VALUE is JSON or text")
+    op.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                    help="wait until the round ends (exit 1 if it failed)")
+    op.add_argument("--json", action="store_true", help="print JSON")
+    op.set_defaults(handler=_open)
+    listing = commands.add_parser("list", help="every round, oldest first")
+    listing.add_argument("--status", choices=("open", "finished", "failed"), default=None)
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(handler=_list)
+    show = commands.add_parser("show", help="one round: stage, participants, dropouts, "
+                               "refusals with their rule, DP epsilon")
+    show.add_argument("round_id", type=int)
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(handler=_show)
+    wait = commands.add_parser("wait", help="wait until a round ends (exit 1 if it failed)")
+    wait.add_argument("round_id", type=int)
+    wait.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
+    wait.add_argument("--json", action="store_true", help="print JSON")
+    wait.set_defaults(handler=_wait)
+    cancel = commands.add_parser("cancel", help="end an open round as failed now")
+    cancel.add_argument("round_id", type=int)
+    cancel.add_argument("--reason", default="", help="kept in the round and the audit log")
+    cancel.set_defaults(handler=_cancel)
+    for parser in (op, listing, show, wait, cancel):
+        add_connection_options(parser)
