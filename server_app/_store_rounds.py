@@ -150,6 +150,12 @@ class RoundTables(StoreBase):
             row = self._one("SELECT * FROM router_versions WHERE version=?", (version,))
         return None if row is None else dict(row)
 
+    def versions(self) -> list[dict[str, Any]]:
+        """Every router version's metadata (no blob), oldest first."""
+        return [dict(r) for r in self._all(
+            "SELECT version, round_id, sha256, length, LENGTH(blob) AS size_bytes, created_at "
+            "FROM router_versions ORDER BY version")]
+
     def put_refusal(self, round_id: int, client_id: str, reason: str, detail: str) -> bool:
         """Record a member's refusal of a round (the first one stands); False if already
         recorded."""

@@ -14,6 +14,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import math
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -178,6 +179,15 @@ class RestRewardFunction:
         return rewards
 
 
+def _finite(value: Any) -> float | None:
+    """A logged figure for the progress record, or None (absent or not finite)."""
+    try:
+        found = float(value)
+    except (TypeError, ValueError):
+        return None
+    return found if math.isfinite(found) else None
+
+
 class RestFeedbackCallback(TrainerCallback):
     """On each log carrying ``loss`` (rank 0 only), post ``{step, loss}`` to
     ``/v1/rewards/feedback``; ``history`` holds ``(step, loss, r_t, pairs)`` per applied
@@ -199,8 +209,10 @@ class RestFeedbackCallback(TrainerCallback):
         if not state.is_world_process_zero or not logs or "loss" not in logs:
             return
         r = self.rewards
-        fb = AlignerFeedback(step=state.global_step, loss=float(logs["loss"]), run=self.run)
-        body, headers = _signed(r.key, r.sender, "/v1/rewards/feedback", fb.model_dump())
+        fb = AlignerFeedback(step=state.global_step, loss=float(logs["loss"]), run=self.run,
+                             reward=_finite(logs.get("reward")), kl=_finite(logs.get("kl")))
+        body, headers = _signed(r.key, r.sender, "/v1/rewards/feedback",
+                                fb.model_dump(exclude_none=True))
         if self._http is None:
             self._http = httpx.Client(verify=r.verify, timeout=r.timeout_s)
         resp = self._http.post(f"{r.url}/v1/rewards/feedback", content=body, headers=headers)

@@ -14,6 +14,7 @@ from sdk.wire._aligner import (
     AlignerRequest,
     AlignerResponse,
     AlignerStats,
+    AlignmentStep,
 )
 from sdk.wire._auth import (
     HEADER_CONTENT_SHA256,
@@ -40,6 +41,7 @@ from sdk.wire._auth import (
     verify_signed,
     write_private_key,
 )
+from sdk.wire._console import ConsoleLink
 from sdk.wire._http import (
     ERROR_RESPONSES,
     ConflictError,
@@ -183,6 +185,7 @@ __all__ = [
     "AlignerRequest",
     "AlignerResponse",
     "AlignerStats",
+    "AlignmentStep",
     "AppHardening",
     "AuditBudget",
     "AuthError",
@@ -190,6 +193,7 @@ __all__ = [
     "ClipBoundAck",
     "ClipBoundAnnouncement",
     "ConflictError",
+    "ConsoleLink",
     "DPAccount",
     "DPTerms",
     "EnrollRequest",
