@@ -262,7 +262,8 @@ class Identities:
             out[entry["name"]] = self._row_info(entry, "not_enrolled", rounds, seen)
         for client in self.store.clients(None):
             out[client["name"]] = self._row_info(client, "enrolled", rounds, seen)
-        usage = MemberUsage(self.store, self.rounds.list("finished"))
+        usage = MemberUsage(self.store, [self.rounds.info(i)
+                                         for i in self.store.finished_dp_rounds()])
         return [out[name].model_copy(update=usage.of(out[name].client_id))
                 for name in sorted(out)]
 

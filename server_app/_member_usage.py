@@ -35,10 +35,10 @@ def epsilon_by_member(rounds: list[RoundInfo]) -> dict[str, float]:
 class MemberUsage:
     """The per-member usage figures of one listing (read once, looked up per member)."""
 
-    def __init__(self, store: Store, rounds: list[RoundInfo], now: float | None = None) -> None:
-        since = (time.time() if now is None else now) - DAY_S
-        self.items = store.reward_items_since(since)
-        self.epsilon = epsilon_by_member(rounds)
+    def __init__(self, store: Store, dp_rounds: list[RoundInfo]) -> None:
+        """``dp_rounds``: the finished DP rounds (others count for nothing here)."""
+        self.items = store.reward_items_since(time.time() - DAY_S)
+        self.epsilon = epsilon_by_member(dp_rounds)
         self.clip = {str(c["client_id"]): c["clip_bound"] for c in store.clients(None)}
 
     def of(self, client_id: str | None) -> dict[str, object]:

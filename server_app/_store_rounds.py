@@ -189,6 +189,12 @@ class RoundTables(StoreBase):
             "SELECT d.terms FROM round_dp d JOIN rounds r ON r.round_id = d.round_id "
             "WHERE r.status='finished' AND d.round_id<=? ORDER BY d.round_id", (up_to,))]
 
+    def finished_dp_rounds(self) -> list[int]:
+        """The ids of the finished DP rounds, oldest first."""
+        return [int(r[0]) for r in self._all(
+            "SELECT d.round_id FROM round_dp d JOIN rounds r ON r.round_id = d.round_id "
+            "WHERE r.status='finished' ORDER BY d.round_id")]
+
     def latest_version(self) -> int | None:
         """The newest router version's number (no blob read), or None."""
         row = self._one("SELECT MAX(version) AS v FROM router_versions")
