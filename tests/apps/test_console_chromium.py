@@ -292,6 +292,23 @@ def test_the_console_screenshot_reads(live: Live, chromium: str, tmp_path: Path)
         shutil.copy(shot, out / "console.png")
 
 
+def test_fedmor_console_prints_a_link_that_opens_one_session(live: Live) -> None:
+    """(Without a browser: runs where Chromium is missing too.)"""
+    caller = live.who["ops"]
+    made = subprocess.run(
+        [sys.executable, "-m", "sdk.cli", "console", "--server", live.url + "/", "--key-file",
+         str(caller.key_file), "--sender", caller.client_id],
+        capture_output=True, text=True, timeout=300, env=checkout_env())
+    assert made.returncode == 0, made.stderr
+    head, url = made.stdout.strip().splitlines()[-2:]
+    assert head.startswith("operator console login link (opens one session; expires in ")
+    assert url.startswith(f"{live.url}/console/login/")
+    with httpx.Client(timeout=60) as browser:
+        page = browser.get(url, follow_redirects=True)
+        assert page.status_code == 200 and '<section id="members">' in page.text
+        assert browser.get(url).status_code == 403
+
+
 def test_fedmor_console_refuses_an_aligner(live: Live) -> None:
     """(Each role's 403 over REST: tests/apps/test_console.py.)"""
     refused = _console_link(live, "job")
