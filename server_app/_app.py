@@ -28,6 +28,8 @@ from server_app._announce_api import clip_bound_router
 from server_app._audit_api import install_audit
 from server_app._audit_budget_api import audit_budget_router
 from server_app._broker import RewardBroker
+from server_app._console_api import install_console
+from server_app._console_page import ConsoleSources
 from server_app._enroll_api import enrollment_router
 from server_app._identity import Identities
 from server_app._identity_api import identity_router
@@ -115,7 +117,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.state.rewards = AlignmentService(store, broker, cfg.alignment)
     app.include_router(rewards_router(app.state.rewards, access))
     install_rate_limit(app)
-    install_audit(app, store, rounds, broker, access, cfg)
+    capture = install_audit(app, store, rounds, broker, access, cfg)
     app.include_router(audit_budget_router(store, access, cfg.audit))
     app.include_router(meta_router())
     app.include_router(enrollment_router(store, key, cfg))
@@ -124,6 +126,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(operator_router(identities, rounds, store, access))  # before /{version}
     app.include_router(router_versions_router(store, access))
     install_work_routes(app, store, rounds, work, access, cfg)
+    install_console(app, ConsoleSources(store, identities, rounds, app.state.rewards, capture),
+                    access, cfg.console)
     return app
 
 

@@ -47,6 +47,7 @@ from sdk.wire import (
 )
 from server_app._access import Access
 from server_app._broker import RewardBroker
+from server_app._member_usage import MemberUsage
 from server_app._rounds import RoundManager
 from server_app._store import ConflictError, Store
 
@@ -320,7 +321,10 @@ class Identities:
             out[entry["name"]] = self._row_info(entry, "not_enrolled", rounds, seen)
         for client in self.store.clients(None):
             out[client["name"]] = self._row_info(client, "enrolled", rounds, seen)
-        return [out[name] for name in sorted(out)]
+        usage = MemberUsage(self.store, [self.rounds.info(i)
+                                         for i in self.store.finished_dp_rounds()])
+        return [out[name].model_copy(update=usage.of(out[name].client_id))
+                for name in sorted(out)]
 
     @staticmethod
     def _row_info(row: dict[str, Any], state: str, rounds: dict[str, int],

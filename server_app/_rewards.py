@@ -29,6 +29,7 @@ from sdk.wire import (
     AlignerRequest,
     AlignerResponse,
     AlignerStats,
+    AlignmentStep,
     ConflictError,
     ImageCache,
     PayloadError,
@@ -279,19 +280,26 @@ class AlignmentService:
                 pairs = len(arms)
                 self.counts.router_updates += 1
             pipe.step, pipe.last_loss = fb.step, fb.loss
-            await asyncio.to_thread(self._save, pipe)
+            await asyncio.to_thread(self._save, pipe, fb, r_t)
             self.counts.feedback_applied += 1
         return AlignerFeedbackAck(step=fb.step, applied=True, feedback=r_t, pairs=pairs)
 
-    def _save(self, pipe: _Pipeline) -> None:
+    def _save(self, pipe: _Pipeline, fb: AlignerFeedback, r_t: float | None) -> None:
+        """The online state and the step's progress record, in one commit."""
         import torch
 
         chooser = pipe.reward_fn.selection.chooser
         buf = io.BytesIO()
         torch.save(chooser.state_dict() if chooser is not None else {}, buf)
         assert pipe.router_version is not None
-        self.store.save_online(_ONLINE, pipe.router_version, pipe.run, pipe.step,
-                               pipe.last_loss, buf.getvalue())
+        with self.store.transaction():
+            self.store.save_online(_ONLINE, pipe.router_version, pipe.run, pipe.step,
+                                   pipe.last_loss, buf.getvalue())
+            self.store.add_alignment_step(fb.run, fb.step, fb.loss, fb.reward, fb.kl, r_t)
+
+    def progress(self) -> list[AlignmentStep]:
+        """The applied feedback steps (reward, KL, loss and r_t per step), oldest first."""
+        return [AlignmentStep.model_validate(r) for r in self.store.alignment_steps()]
 
     def _restore(self, pipe: _Pipeline) -> None:
         import torch

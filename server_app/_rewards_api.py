@@ -1,5 +1,6 @@
-"""The aligner role's endpoints: ``POST /v1/rewards``, ``POST /v1/rewards/feedback`` and
-``GET /v1/rewards/stats`` (an ``APIRouter`` that ``create_app`` includes)."""
+"""The aligner role's endpoints: ``POST /v1/rewards``, ``POST /v1/rewards/feedback``,
+``GET /v1/rewards/stats`` and ``GET /v1/rewards/progress`` (an ``APIRouter`` that
+``create_app`` includes)."""
 
 # No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
 
@@ -13,6 +14,7 @@ from sdk.wire import (
     AlignerRequest,
     AlignerResponse,
     AlignerStats,
+    AlignmentStep,
     RateLimited,
 )
 from server_app._access import ADMIN, Access
@@ -55,6 +57,12 @@ def rewards_router(service: AlignmentService, access: Access) -> APIRouter:
         """Counters since the server started (batches, items, failures, empty and off-format
         completions, feedback) and the online router's step, last loss and version."""
         return service.stats()
+
+    @router.get("/progress", response_model=list[AlignmentStep])
+    def progress(_: Annotated[str, Depends(reader)]) -> list[AlignmentStep]:
+        """The aligner's applied feedback steps, oldest first (the latest 2000): loss, the
+        mean reward and KL the trainer logged, and the bandit feedback r_t."""
+        return service.progress()
 
     return router
 

@@ -12,7 +12,7 @@ from sdk.wire import NotFoundError, PayloadError, RouterRollback, RouterVersionI
 from server_app._access import Access, Identity
 from server_app._store import ConflictError, Store
 
-__all__ = ["router_versions_router"]
+__all__ = ["router_versions", "router_versions_router"]
 
 _BINARY_BODY = {"requestBody": {"required": True, "content": {
     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
@@ -42,6 +42,11 @@ def _version_info(store: Store, version: int | None = None) -> RouterVersionInfo
                              length=row["length"], created_at=row["created_at"])
 
 
+def router_versions(store: Store) -> list[RouterVersionInfo]:
+    """Every router version's metadata, oldest first (``GET /v1/router/versions``)."""
+    return [RouterVersionInfo.model_validate(r) for r in store.versions()]
+
+
 def router_versions_router(store: Store, access: Access) -> APIRouter:
     """The ``/v1/router`` endpoints over ``store``: any signed caller reads, the operator role
     (or the admin token) publishes the first version and rolls back."""
@@ -53,6 +58,11 @@ def router_versions_router(store: Store, access: Access) -> APIRouter:
     def router_latest(_: Caller) -> RouterVersionInfo:
         """Metadata and sha256 of the newest global router."""
         return _version_info(store)
+
+    @router.get("/versions", response_model=list[RouterVersionInfo])
+    def list_versions(_: Caller) -> list[RouterVersionInfo]:
+        """Every router version's metadata, oldest first (versions only grow)."""
+        return router_versions(store)
 
     @router.post("", response_model=RouterVersionInfo, openapi_extra=_BINARY_BODY)
     async def router_initial(request: Request) -> RouterVersionInfo:

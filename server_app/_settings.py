@@ -10,6 +10,7 @@ from pydantic_settings import SettingsConfigDict
 
 from sdk.wire import AppHardening, Retention, load_settings
 from server_app._audit_settings import AuditSettings, CaptureSettings
+from server_app._console_settings import ConsoleSettings
 
 __all__ = ["AlignmentSettings", "ServerSettings", "load_settings"]
 
@@ -93,6 +94,7 @@ class ServerSettings(AppHardening):
                                  "answered reward queries and audit rows are kept")
     capture: CaptureSettings = Field(default_factory=CaptureSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     preload_dp_accountant: bool = Field(
         default=True, description="import the DP accountant (opacus, with torch) in the "
         "background when the server starts, so the first DP round's creation does not wait "

@@ -1,7 +1,8 @@
 """The server's SQLite store (WAL): every acknowledged fact is committed before the ack.
 
 One file, one schema (below); the methods are grouped by concern: identities
-(``_store_identities``), rounds (``_store_rounds``) and the reward path (``_store_rewards``),
+(``_store_identities``), rounds (``_store_rounds``), the reward path (``_store_rewards``) and
+the operator console's logins (``_store_console``),
 over the connection and transaction plumbing of ``_store_base``.
 """
 
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 from sdk.wire import ConflictError
+from server_app._store_console import ConsoleTables
 from server_app._store_identities import IdentityTables
 from server_app._store_rewards import RewardTables
 from server_app._store_rounds import RoundTables, payload_record
@@ -75,13 +77,21 @@ CREATE TABLE IF NOT EXISTS online_router (
 -- items each auditor had scored (server_app._audit_api's budget; survives a restart)
 CREATE TABLE IF NOT EXISTS auditor_items (
     auditor TEXT NOT NULL, at REAL NOT NULL, items INTEGER NOT NULL);
+-- each applied aligner feedback step (the operator console's alignment progress)
+CREATE TABLE IF NOT EXISTS alignment_steps (
+    run TEXT NOT NULL, step INTEGER NOT NULL, loss REAL NOT NULL, reward REAL, kl REAL,
+    feedback REAL, at REAL NOT NULL, PRIMARY KEY (run, step));
+-- operator console logins (server_app._console_auth): only the sha256 of each token is kept
+CREATE TABLE IF NOT EXISTS console_tokens (
+    token_sha256 TEXT PRIMARY KEY, kind TEXT NOT NULL, operator TEXT NOT NULL,
+    expires_at REAL NOT NULL, used_at REAL);
 CREATE TABLE IF NOT EXISTS reward_queries (
     query_id INTEGER PRIMARY KEY AUTOINCREMENT, client_id TEXT NOT NULL, items TEXT NOT NULL,
     status TEXT NOT NULL, scores TEXT, created_at REAL NOT NULL, answered_at REAL);
 """
 
 
-class Store(IdentityTables, RoundTables, RewardTables):
+class Store(IdentityTables, RoundTables, RewardTables, ConsoleTables):
     """Thread-safe access to the server's SQLite file; one connection guarded by a lock."""
 
     def __init__(self, path: Path | str) -> None:

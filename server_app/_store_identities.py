@@ -219,6 +219,12 @@ class IdentityTables(StoreBase):
         self._write("INSERT INTO auditor_items(auditor, at, items) VALUES (?,?,?)",
                     (auditor, time.time(), items))
 
+    def reward_items_since(self, since: float) -> dict[str, int]:
+        """Reward items the broker asked of each client id since ``since`` (its audit rows)."""
+        return {str(r[0]): int(r[1]) for r in self._all(
+            "SELECT json_extract(detail, '$.client_id'), SUM(json_extract(detail, '$.items')) "
+            "FROM audit WHERE action='reward_query' AND ts >= ? GROUP BY 1", (since,))}
+
     def audit_log(self) -> list[dict[str, Any]]:
         """All audit records, oldest first."""
         return [dict(r) for r in self._all("SELECT * FROM audit ORDER BY id")]

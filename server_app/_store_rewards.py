@@ -26,6 +26,18 @@ class RewardTables(StoreBase):
         row = self._one("SELECT * FROM online_router WHERE method=?", (method,))
         return None if row is None else dict(row)
 
+    def add_alignment_step(self, run: str, step: int, loss: float, reward: float | None,
+                           kl: float | None, feedback: float | None) -> None:
+        """Record one applied feedback step (a repeated step keeps its first record)."""
+        self._write("INSERT OR IGNORE INTO alignment_steps VALUES (?,?,?,?,?,?,?)",
+                    (run, step, loss, reward, kl, feedback, time.time()))
+
+    def alignment_steps(self, limit: int = 2000) -> list[dict[str, Any]]:
+        """The latest ``limit`` applied feedback steps, oldest first."""
+        rows = self._all("SELECT * FROM alignment_steps ORDER BY at DESC, step DESC LIMIT ?",
+                         (limit,))
+        return [dict(r) for r in reversed(rows)]
+
     # -- reward broker -------------------------------------------------------------------------
     def put_images(self, images: dict[str, bytes]) -> None:
         """Keep images the broker may need to resend (one transaction: one fsync)."""

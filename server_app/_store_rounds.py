@@ -150,6 +150,12 @@ class RoundTables(StoreBase):
             row = self._one("SELECT * FROM router_versions WHERE version=?", (version,))
         return None if row is None else dict(row)
 
+    def versions(self) -> list[dict[str, Any]]:
+        """Every router version's metadata (no blob), oldest first."""
+        return [dict(r) for r in self._all(
+            "SELECT version, round_id, sha256, length, LENGTH(blob) AS size_bytes, created_at "
+            "FROM router_versions ORDER BY version")]
+
     def put_refusal(self, round_id: int, client_id: str, reason: str, detail: str) -> bool:
         """Record a member's refusal of a round (the first one stands); False if already
         recorded."""
@@ -182,6 +188,12 @@ class RoundTables(StoreBase):
         return [json.loads(r[0]) for r in self._all(
             "SELECT d.terms FROM round_dp d JOIN rounds r ON r.round_id = d.round_id "
             "WHERE r.status='finished' AND d.round_id<=? ORDER BY d.round_id", (up_to,))]
+
+    def finished_dp_rounds(self) -> list[int]:
+        """The ids of the finished DP rounds, oldest first."""
+        return [int(r[0]) for r in self._all(
+            "SELECT d.round_id FROM round_dp d JOIN rounds r ON r.round_id = d.round_id "
+            "WHERE r.status='finished' ORDER BY d.round_id")]
 
     def latest_version(self) -> int | None:
         """The newest router version's number (no blob read), or None."""

@@ -153,6 +153,64 @@ def test_demo_run_directory_has_config_metrics_and_plots(
         assert (run_dir / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert set(metrics["wall_s"]) == {"stage_a", "stage_b", "stage_c", "stage_c_warmup",
                                       "total"}
+    _assert_alignment_figure(metrics["stage_c"])  # what alignment.png draws, from the run
+
+
+def _assert_alignment_figure(stage_c: dict[str, Any]) -> None:
+    """alignment.png's data is the summary line's figure: expected accuracy per category,
+    base beside aligned, and each step's routed reward under its moving average."""
+    import matplotlib.pyplot as plt
+    from matplotlib.container import BarContainer
+
+    from fedmor_local._demo_report import alignment_figure
+    from sdk.curves import moving_average
+
+    fig = alignment_figure(stage_c)
+    bars, curve = fig.axes
+    (base_name, base), (name, aligned) = list(stage_c["results"].items())[:2]
+    ids = stage_c["id_categories"]
+    cats = [*ids, *(c for c in base["expected"] if c not in ids)]
+    groups = [c for c in bars.containers if isinstance(c, BarContainer)]
+    assert [g.get_label() for g in groups] == [base_name, name]
+    for group, row in zip(groups, (base, aligned), strict=True):
+        assert [b.get_height() for b in group] == [row["expected"][c] for c in cats]
+    if base["id_expected"] is not None:
+        points = 100 * (aligned["id_expected"] - base["id_expected"])
+        assert f"({points:+.1f} points)" in bars.get_title()
+    steps = [e for e in stage_c["steps"] if e["reward"] is not None]
+    raw, average = curve.get_lines()
+    assert list(raw.get_xdata()) == [e["step"] for e in steps]
+    assert list(raw.get_ydata()) == [e["reward"] for e in steps]
+    np.testing.assert_allclose(average.get_ydata(),
+                               moving_average([e["reward"] for e in steps]), rtol=1e-12)
+    plt.close(fig)
+
+
+def test_the_alignment_figure_shows_the_expected_accuracy_and_the_reward_trend() -> None:
+    """On stage C's metrics as the demo records them (two policies, expected accuracy per
+    category, the trainer's per-step log), with a noisy rising reward whose moving average
+    is smoother than the raw trace."""
+    rng = np.random.default_rng(0)
+
+    def row(expected: dict[str, float]) -> dict[str, Any]:
+        ids = [expected[c] for c in ("diagram", "chart")]
+        return {"id_avg": 0.5, "heldout_avg": 0.4, "per_category": dict.fromkeys(expected, 0.5),
+                "greedy": dict.fromkeys(expected, 0.5), "id_expected": sum(ids) / 2,
+                "heldout_expected": expected["heldout-a"], "expected": expected, "style": {}}
+
+    stage_c = {"id_categories": ["diagram", "chart"],
+               "results": {"base": row({"heldout-a": 0.30, "diagram": 0.50, "chart": 0.60}),
+                           "MoR (REST)": row({"heldout-a": 0.31, "diagram": 0.58,
+                                              "chart": 0.62})},
+               "steps": [{"step": s, "loss": 0.1, "reward": float(0.02 * s + rng.normal(0, .4)),
+                          "kl": 0.001 * s} for s in range(1, 61)]}
+    stage_c["steps"][7]["reward"] = None  # a log line without a reward is skipped, not zero
+    _assert_alignment_figure(stage_c)
+    from sdk.curves import moving_average
+
+    rewards = np.array([e["reward"] for e in stage_c["steps"] if e["reward"] is not None])
+    average = moving_average(list(rewards))
+    assert np.diff(average[10:]).std() < np.diff(rewards[10:]).std() / 3
 
 
 def _tensors(directory: Path) -> dict[str, torch.Tensor]:

@@ -172,7 +172,8 @@ def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: lis
         "results": rows,
         "judges": {c: {"architecture": judges[c].architecture, "accuracy_on_client_eval": a}
                    for c, a in judge_accuracy.items()},
-        "steps": [{"step": e["step"], "loss": e["loss"], "reward": e.get("reward")}
+        "steps": [{"step": e["step"], "loss": e["loss"], "reward": e.get("reward"),
+                   "kl": e.get("kl")}
                   for e in log if "loss" in e],
         "arm_counts": {c: reward_fn.judge_counts.get(i, 0)
                        for c, i in zip(config.clients, client_ids, strict=True)},

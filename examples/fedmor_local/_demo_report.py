@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["change_summary", "plot_run", "results_table", "style_table"]
+from sdk.curves import plot_trace
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["alignment_figure", "change_summary", "plot_run", "results_table", "style_table"]
 
 
 # (title, per-category key, ID average key, held-out average key) of each block, in print order:
@@ -74,6 +79,42 @@ def style_table(stage_c: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def alignment_figure(stage_c: dict[str, Any]) -> Figure:
+    """The headline of stage C as the summary line states it: left, the noise-free expected
+    accuracy (P(right option)) per category, base beside aligned, the members' task categories
+    first; right, the routed reward per GRPO step, raw under its moving average (a step's mean
+    over a few completions is noisy, so the raw trace alone hides the trend)."""
+    import matplotlib.pyplot as plt
+
+    (base_name, base), (name, aligned) = list(stage_c["results"].items())[:2]
+    cats = list(base["expected"])
+    ids = set(stage_c["id_categories"])
+    cats.sort(key=lambda c: c not in ids)  # the members' tasks first (a stable sort)
+    fig, (bars, curve) = plt.subplots(1, 2, figsize=(11, 3.8))
+    xs = list(range(len(cats)))
+    for offset, (label, row, colour) in ((-0.2, (base_name, base, "#8c959f")),
+                                        (0.2, (name, aligned, "#0550ae"))):
+        bars.bar([x + offset for x in xs], [row["expected"][c] for c in cats], width=0.4,
+                 color=colour, label=label)
+    bars.set_xticks(xs, [c if c in ids else f"{c}\n(held out)" for c in cats],
+                    fontsize="small")
+    title = "expected accuracy: P(right option)"
+    if base["id_expected"] is not None:
+        points = 100 * (aligned["id_expected"] - base["id_expected"])
+        title += (f"\nmembers' tasks {base['id_expected']:.3f} -> "
+                  f"{aligned['id_expected']:.3f} ({points:+.1f} points)")
+    bars.set(ylabel="expected accuracy", ylim=(0, 1), title=title)
+    bars.legend(fontsize="small")
+    steps = [e for e in stage_c["steps"] if e.get("reward") is not None]
+    plot_trace(curve, [e["step"] for e in steps], [e["reward"] for e in steps],
+               "mean routed reward")
+    curve.set(xlabel="GRPO step", ylabel="reward (members' normalized scores)",
+              title="Stage C: routed reward (clients over REST)")
+    curve.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
 def plot_run(metrics: dict[str, Any], out: Path) -> list[str]:
     """reward/loss over GRPO steps, routing accuracy over rounds, bytes per stage (PNG)."""
     import matplotlib
@@ -93,20 +134,7 @@ def plot_run(metrics: dict[str, Any], out: Path) -> list[str]:
     written.append("router_accuracy.png")
     stage_c = metrics.get("stage_c")
     if stage_c:
-        steps = stage_c["steps"]
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.5))
-        a1.plot([e["step"] for e in steps], [e["reward"] for e in steps], label="mean reward")
-        a1.plot([e["step"] for e in steps], [e["loss"] for e in steps], label="GRPO loss")
-        a1.set(xlabel="GRPO step", title="Stage C: routed reward (clients over REST)")
-        a1.legend()
-        last = steps[-1]["step"] if steps else 1
-        for key, label in (("id_avg", "ID avg"), ("heldout_avg", "held-out avg")):
-            ys = [r[key] for r in stage_c["results"].values()]
-            a2.plot([0, last], ys, marker="o", label=label)
-        a2.set(xlabel="GRPO step", ylabel="best-of-3 accuracy", ylim=(0, 1),
-               title="base (step 0) vs aligned")
-        a2.legend()
-        fig.tight_layout()
+        fig = alignment_figure(stage_c)
         fig.savefig(out / "alignment.png")
         written.append("alignment.png")
     comm = metrics["communication_bytes"]

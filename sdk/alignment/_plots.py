@@ -1,10 +1,13 @@
-"""The plots ``align`` writes beside its ``metrics.json``: reward, KL and seconds per step."""
+"""The plots ``align`` writes beside its ``metrics.json``: reward, KL and seconds per step, each
+the raw per-step trace under its moving average (one step's reward is a handful of samples)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from sdk.curves import plot_trace
 
 __all__ = ["plot_alignment", "step_series"]
 
@@ -37,9 +40,10 @@ def plot_alignment(metrics: Mapping[str, Any], out_dir: Path) -> list[str]:
         else:
             xs, ys = step_series(metrics["log_history"], key)
         fig, ax = plt.subplots(figsize=(5, 3.5))
-        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None)
+        plot_trace(ax, xs, ys, label.split(" of ")[0])
         ax.set(xlabel="GRPO step", ylabel=label, title=f"{metrics.get('selection', 'GRPO')}: "
                f"{label}")
+        ax.legend(fontsize="small")
         fig.tight_layout()
         fig.savefig(out_dir / name)
         plt.close(fig)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import math
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -169,6 +170,15 @@ class RestRewardFunction:
         return rewards
 
 
+def _finite(value: Any) -> float | None:
+    """A logged figure for the progress record, or None (absent or not finite)."""
+    try:
+        found = float(value)
+    except (TypeError, ValueError):
+        return None
+    return found if math.isfinite(found) else None
+
+
 class RestFeedbackCallback(TrainerCallback):
     """On each log carrying ``loss`` (rank 0 only), post ``{step, loss}`` to
     ``/v1/rewards/feedback``; ``history`` holds ``(step, loss, r_t, pairs)`` per applied
@@ -190,12 +200,13 @@ class RestFeedbackCallback(TrainerCallback):
         if not state.is_world_process_zero or not logs or "loss" not in logs:
             return
         r = self.rewards
-        fb = AlignerFeedback(step=state.global_step, loss=float(logs["loss"]), run=self.run)
+        fb = AlignerFeedback(step=state.global_step, loss=float(logs["loss"]), run=self.run,
+                             reward=_finite(logs.get("reward")), kl=_finite(logs.get("kl")))
         if self._http is None:
             self._http = SignedClient(r.url, key=r.key, sender=r.sender, verify=r.verify,
                                       timeout_s=r.timeout_s)
         try:
-            ack = self._http.post_json("/v1/rewards/feedback", fb.model_dump(),
+            ack = self._http.post_json("/v1/rewards/feedback", fb.model_dump(exclude_none=True),
                                        AlignerFeedbackAck)
         except RequestRefused as exc:
             raise _refused("router feedback", exc) from None

@@ -15,6 +15,7 @@ from sdk.wire._aligner import (
     AlignerRequest,
     AlignerResponse,
     AlignerStats,
+    AlignmentStep,
 )
 from sdk.wire._auth import (
     HEADER_CONTENT_SHA256,
@@ -42,6 +43,7 @@ from sdk.wire._auth import (
     write_private_key,
 )
 from sdk.wire._client import AsyncSignedClient, RequestRefused, SignedAuth, SignedClient
+from sdk.wire._console import ConsoleLink
 from sdk.wire._http import (
     ERROR_RESPONSES,
     ConflictError,
@@ -188,6 +190,7 @@ __all__ = [
     "AlignerRequest",
     "AlignerResponse",
     "AlignerStats",
+    "AlignmentStep",
     "AppHardening",
     "AsyncSignedClient",
     "AuditBudget",
@@ -196,6 +199,7 @@ __all__ = [
     "ClipBoundAck",
     "ClipBoundAnnouncement",
     "ConflictError",
+    "ConsoleLink",
     "DPAccount",
     "DPTerms",
     "EnrollRequest",

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sdk.wire._schemas import _Reply
 
 __all__ = ["AlignerFeedback", "AlignerFeedbackAck", "AlignerItem", "AlignerRequest",
-           "AlignerResponse", "AlignerStats"]
+           "AlignerResponse", "AlignerStats", "AlignmentStep"]
 
 _SHA256 = r"^[0-9a-f]{64}$"
 MAX_ALIGNER_BATCH = 1024
@@ -69,6 +69,10 @@ class AlignerFeedback(_Wire):
     run: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9_.:\-]*$",
                      description="the training run: a new run starts its steps and loss "
                      "history afresh (the router keeps what it learned)")
+    reward: float | None = Field(default=None, allow_inf_nan=False, description="the step's "
+                                 "mean reward as the trainer logged it (progress only)")
+    kl: float | None = Field(default=None, allow_inf_nan=False, description="the step's KL to "
+                             "the reference policy as the trainer logged it (progress only)")
 
 
 class AlignerFeedbackAck(_Reply):
@@ -99,3 +103,17 @@ class AlignerStats(_Reply):
                                     "sent to members (push mode)")
     online_state_sha256: str | None = Field(default=None, description="hash of the saved "
                                             "online router state (head, U, rng)")
+
+
+class AlignmentStep(_Reply):
+    """One applied feedback step of the aligner's run (``GET /v1/rewards/progress``): what the
+    trainer logged and the bandit feedback the server derived from it."""
+
+    run: str
+    step: int
+    loss: float
+    reward: float | None = None
+    kl: float | None = None
+    feedback: float | None = Field(default=None, description="r_t of the step (null: no "
+                                   "previous loss in the run)")
+    at: float = Field(description="when the server applied it (Unix s)")

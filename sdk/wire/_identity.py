@@ -164,6 +164,14 @@ class MemberInfo(_Reply):
     last_seen: float | None = Field(default=None, description="last signed request (Unix s)")
     rounds: int = Field(default=0, description="rounds it sent at least one message in")
     revoked_at: float | None = None
+    clip_bound: float | None = Field(default=None, description="the clip bound it announced "
+                                     "(enrolled members)")
+    reward_items_24h: int = Field(default=0, description="reward items the server asked of it "
+                                  "in the last 24 hours (what its site policy's reward_budget "
+                                  "counts, with reward_window = day)")
+    epsilon_spent: float | None = Field(default=None, description="client-level DP epsilon of "
+                                        "the finished DP rounds its update went into, composed "
+                                        "(null: none)")
 
 
 class RosterSync(_Reply):

@@ -126,6 +126,13 @@ def test_rewards_come_from_the_member_the_router_chose(consortium: LocalConsorti
     # Hashes only, now that the server holds the images.
     again = aligner.post("/v1/rewards", {"items": _items(False)[0], "step": 0})
     assert again.status_code == 200 and len(again.json()["rewards"]) == 6
+    # The operator's member listing counts the items each member was asked (its
+    # reward_budget's measure): this test's two scored batches, judge by judge.
+    asked = {name: 0 for name in consortium.names}
+    for judge in [*out["judges"], *again.json()["judges"]]:
+        asked[members[judge]] += 1
+    listed = {m["name"]: m for m in consortium.admin.get("/v1/members").json()}
+    assert {name: listed[name]["reward_items_24h"] for name in consortium.names} == asked
 
 
 def test_only_the_aligner_may_ask(consortium: LocalConsortium, aligner: Aligner) -> None:
@@ -165,7 +172,8 @@ def test_rest_reward_function_resends_images_only_when_asked(consortium: LocalCo
 def test_feedback_applies_once_per_step_and_survives_a_restart(consortium: LocalConsortium,
                                                                aligner: Aligner) -> None:
     items, _ = _items(with_bytes=False)
-    first = aligner.post("/v1/rewards/feedback", {"step": 1, "loss": 0.5}).json()
+    first = aligner.post("/v1/rewards/feedback", {"step": 1, "loss": 0.5, "reward": -0.25,
+                                                  "kl": 0.0}).json()
     assert first["applied"] and first["feedback"] is None  # no previous loss yet
     assert aligner.post("/v1/rewards", {"items": items, "step": 1}).status_code == 200
     second = aligner.post("/v1/rewards/feedback", {"step": 2, "loss": 0.4}).json()
@@ -196,6 +204,13 @@ def test_feedback_applies_once_per_step_and_survives_a_restart(consortium: Local
     assert aligner.post("/v1/rewards/feedback", {"step": 2, "loss": 0.3, "run": "b"}).json()[
         "feedback"] is None  # version 2's online phase has no previous loss
     assert aligner.get("/v1/rewards/stats").json()["router_version"] == 2
+    # Every applied step, once, with what the trainer logged (the operator console's curve).
+    progress = consortium.admin.get("/v1/rewards/progress").json()
+    assert [(p["run"], p["step"], p["loss"], p["feedback"]) for p in progress][:3] == [
+        ("", 1, 0.5, None), ("", 2, 0.4, 1.0), ("", 3, 0.45, 0.0)]
+    assert (progress[0]["reward"], progress[0]["kl"]) == (-0.25, 0.0)
+    assert progress[1]["reward"] is None  # not logged: not invented
+    assert [(p["run"], p["step"]) for p in progress[3:]] == [("b", 1), ("b", 2)]
 
 
 def test_a_member_that_hangs_gives_the_failure_value(consortium: LocalConsortium,

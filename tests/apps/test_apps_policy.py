@@ -186,6 +186,12 @@ def test_a_dp_round_completes_with_a_dropout_and_its_epsilon_is_the_accountants(
     assert [(r["client_id"], r["reason"]) for r in done["refusals"]] == [
         (ids["site-3"], "epsilon")]
     assert done["dp"]["epsilon_total"] == pytest.approx(epsilon(1.0, 1.0, 1.0), rel=1e-9)
+    # Per member, the operator sees the rounds its update went into: three for the first
+    # three sites, one for site-3 (it dropped out of the second and refused the third).
+    spent = {m["name"]: m["epsilon_spent"] for m in strict.admin.get("/v1/members").json()}
+    assert spent == {**{n: pytest.approx(epsilon(1.0, 1.0, 1.0), rel=1e-9)
+                        for n in strict.names[:3]},
+                     "site-3": pytest.approx(epsilon(1.0), rel=1e-9)}
 
 
 _PRELOADED = "DP accountant (opacus) loaded"

@@ -93,6 +93,10 @@ def test_without_an_admin_token_the_operator_role_runs_the_consortium(tmp_path: 
     published = ops.send("/v1/router", b"\0" * 16)
     assert published.status_code == 200, published.text
     assert ops.call("POST", "/v1/router/rollback", {"version": 1}).json()["version"] == 2
+    history = who["m0"].call("GET", "/v1/router/versions").json()  # any signed role reads it
+    assert [(v["version"], v["round_id"], v["length"], v["size_bytes"]) for v in history] == [
+        (1, None, 4, 16), (2, None, 4, 16)]
+    assert history[0]["sha256"] == history[1]["sha256"]  # the rollback copied version 1
     assert ops.call("POST", "/v1/rounds", {"vector_length": 4,
                                            "min_clients": 2}).status_code == 200
     assert ops.call("GET", "/v1/members").status_code == 200

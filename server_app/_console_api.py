@@ -1,0 +1,120 @@
+"""The operator console's routes (an ``APIRouter`` that ``create_app`` includes).
+
+- ``POST /v1/console/links``: a signed ``operator`` identity mints a one-time login link (the
+  admin token and every other role get 403);
+- ``GET /console/login/{token}``: spends the link, sets the session cookie, sends the browser
+  on to ``/console`` (303); a used, expired or unknown link gets 403 and a page saying which;
+- ``GET /console``: the page (401 without a live session); ``POST /console/logout``;
+- ``GET /console/assets/console.css``: the one stylesheet (nothing loads from elsewhere).
+
+Every console response forbids framing, caching, referrers and any source but the server's own
+(``Content-Security-Policy: default-src 'self'``); the page runs no script at all.
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the endpoint annotations.
+
+from typing import Annotated
+
+from fastapi import APIRouter, Cookie, Depends, FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from sdk.wire import AuthError, ConsoleLink, NotFoundError
+from server_app._access import Access
+from server_app._console_auth import COOKIE, ConsoleLogins, LoginRefused
+from server_app._console_page import ASSETS, ConsoleSources, ConsoleView, message_page, render
+from server_app._console_settings import ConsoleSettings
+
+__all__ = ["SECURITY_HEADERS", "console_router", "install_console"]
+
+SECURITY_HEADERS = {
+    "content-security-policy": "default-src 'self'; frame-ancestors 'none'; "
+                               "form-action 'self'; base-uri 'none'",
+    "x-frame-options": "DENY",
+    "cache-control": "no-store",
+    "referrer-policy": "no-referrer",
+    "x-content-type-options": "nosniff",
+}
+_CSS = (ASSETS / "console.css").read_bytes()
+
+
+def _page(body: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(body, status_code=status, headers=SECURITY_HEADERS)
+
+
+def console_router(logins: ConsoleLogins, sources: ConsoleSources, access: Access,
+                   refresh_s: int) -> APIRouter:
+    """The console's endpoints over ``logins`` (its tokens) and ``sources`` (what it shows)."""
+    router = APIRouter(tags=["console"])
+
+    async def operator(request: Request) -> str:
+        if request.headers.get("authorization"):
+            raise AuthError("console links are minted by a signed operator identity, not the "
+                            "admin bearer token", status=403)
+        return Access.require(await access.identity(request), ("operator",),
+                              "console login links")
+
+    @router.post("/v1/console/links", response_model=ConsoleLink)
+    def mint(who: Annotated[str, Depends(operator)]) -> ConsoleLink:
+        """A single-use login link to the operator console, valid ``console.link_ttl_s``
+        (signed ``operator`` identities only)."""
+        return logins.mint(who)
+
+    @router.get("/console/login/{token}", response_class=HTMLResponse, include_in_schema=False)
+    def login(request: Request, token: str) -> Response:
+        try:
+            session = logins.redeem(token)
+        except LoginRefused as exc:
+            return _page(message_page("login link refused", str(exc)), 403)
+        response = RedirectResponse("/console", status_code=303, headers=SECURITY_HEADERS)
+        response.set_cookie(COOKIE, session, max_age=int(logins.cfg.session_s), path="/console",
+                            httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https")
+        return response
+
+    @router.get("/console", response_class=HTMLResponse, include_in_schema=False)
+    async def page(session: Annotated[str | None, Cookie(alias=COOKIE)] = None) -> Response:
+        found = await run_in_threadpool(logins.session, session)
+        if found is None:
+            return _page(message_page("sign in", "This browser has no console session, or it "
+                                      "ended."), 401)
+        view = await run_in_threadpool(ConsoleView.gather, sources, found[0])
+        return _page(render(view, refresh_s=refresh_s, session_expires=found[1]))
+
+    @router.post("/console/logout", response_class=HTMLResponse, include_in_schema=False)
+    def logout(session: Annotated[str | None, Cookie(alias=COOKIE)] = None) -> Response:
+        logins.end(session)
+        response = _page(message_page("signed out", "The console session ended."))
+        response.delete_cookie(COOKIE, path="/console", httponly=True, samesite="strict")
+        return response
+
+    @router.get("/console/assets/console.css", include_in_schema=False)
+    def stylesheet() -> Response:
+        return Response(_CSS, media_type="text/css", headers=SECURITY_HEADERS)
+
+    return router
+
+
+def _disabled_router() -> APIRouter:
+    """With ``console.enabled`` false: the link endpoint answers 404 (and no page exists)."""
+    router = APIRouter(tags=["console"])
+
+    @router.post("/v1/console/links", response_model=ConsoleLink)
+    def mint() -> ConsoleLink:
+        """Disabled on this server (``console.enabled``)."""
+        raise NotFoundError("the operator console is disabled on this server (console.enabled)")
+
+    return router
+
+
+def install_console(app: FastAPI, sources: ConsoleSources, access: Access,
+                    cfg: ConsoleSettings) -> ConsoleLogins | None:
+    """The console's routes on ``app`` (``app.state.console``: its logins, whose ``clock``
+    tests move), or only a 404 for link requests when ``cfg.enabled`` is false."""
+    if not cfg.enabled:
+        app.include_router(_disabled_router())
+        return None
+    logins = ConsoleLogins(sources.store, access, cfg)
+    app.state.console = logins
+    app.include_router(console_router(logins, sources, access, cfg.refresh_s))
+    return logins
