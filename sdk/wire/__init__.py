@@ -110,6 +110,7 @@ from sdk.wire._roster import (
     RosterFile,
     add_to_roster,
 )
+from sdk.wire._router_config import ConsortiumRouterConfig
 from sdk.wire._schemas import (
     AuditBudget,
     ClipBoundAck,
@@ -130,6 +131,8 @@ from sdk.wire._schemas import (
     RoundCreate,
     RoundInfo,
     RoundRefusal,
+    RouterConfigInfo,
+    RouterConfigRef,
     RouterRollback,
     RouterVersionInfo,
     StageAck,
@@ -190,6 +193,7 @@ __all__ = [
     "ClipBoundAck",
     "ClipBoundAnnouncement",
     "ConflictError",
+    "ConsortiumRouterConfig",
     "DPAccount",
     "DPTerms",
     "EnrollRequest",
@@ -227,6 +231,8 @@ __all__ = [
     "RoundPrivacy",
     "RoundRefusal",
     "RoundSpec",
+    "RouterConfigInfo",
+    "RouterConfigRef",
     "RouterRollback",
     "RouterVersionInfo",
     "SQLiteFile",
