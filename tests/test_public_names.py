@@ -19,3 +19,11 @@ def test_no_two_packages_export_different_things_under_one_name() -> None:
         if getattr(ma, name) is not getattr(mb, name)
     ]
     assert not clashes, clashes
+
+
+def test_the_signed_client_surface_is_small() -> None:
+    """``sdk.wire`` exports the one signed HTTP client as these names, on purpose few."""
+    wire = importlib.import_module("sdk.wire")
+    client = sorted(n for n in wire.__all__
+                    if getattr(getattr(wire, n), "__module__", "") == "sdk.wire._client")
+    assert client == ["AsyncSignedClient", "RequestRefused", "SignedAuth", "SignedClient"]

@@ -1,8 +1,9 @@
 """The wire contract both apps share: what crosses the network and how it is checked.
 
-Request/response schemas, request signing and verification, identity keys, the roster file,
-round kinds (both halves of every aggregation protocol, registered in ``ROUND_KINDS``), the
-SQLite file both apps store into, the shared FastAPI pieces (size limit, error handlers,
+Request/response schemas, request signing and verification, the one signed HTTP client
+(``SignedClient``, ``AsyncSignedClient``), identity keys, the roster file, round kinds (both
+halves of every aggregation protocol, registered in ``ROUND_KINDS``), the SQLite file both apps
+store into, the shared FastAPI pieces (size limit, error handlers,
 signature check), the settings base and the uvicorn runner. ``server_app`` and ``client_app``
 import this package and never each other.
 """
@@ -40,6 +41,7 @@ from sdk.wire._auth import (
     verify_signed,
     write_private_key,
 )
+from sdk.wire._client import AsyncSignedClient, RequestRefused, SignedAuth, SignedClient
 from sdk.wire._http import (
     ERROR_RESPONSES,
     ConflictError,
@@ -187,6 +189,7 @@ __all__ = [
     "AlignerResponse",
     "AlignerStats",
     "AppHardening",
+    "AsyncSignedClient",
     "AuditBudget",
     "AuthError",
     "ClientRound",
@@ -212,6 +215,7 @@ __all__ = [
     "PendingQuery",
     "PurgeClock",
     "Refusal",
+    "RequestRefused",
     "Retention",
     "Revocation",
     "RewardAnswer",
@@ -240,6 +244,8 @@ __all__ = [
     "SecAggRoundParams",
     "ServerRound",
     "SignatureCheck",
+    "SignedAuth",
+    "SignedClient",
     "SignedRequest",
     "SizeLimit",
     "StageAck",

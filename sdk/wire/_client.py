@@ -1,0 +1,243 @@
+"""The one signed HTTP client every fedmor caller uses: :class:`SignedClient` (sync) and
+:class:`AsyncSignedClient` (async).
+
+Signing is one ``httpx.Auth`` flow (:class:`SignedAuth`), which httpx drives from its sync and
+async clients alike; building a request and reading an answer are shared functions, so the two
+clients differ only in ``await`` and neither holds a copy of the signing or error rules. Each
+attempt is signed afresh (new nonce and timestamp), so a retry is never taken for a replay.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import ssl
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any, Generic, TypeVar, overload
+from urllib.parse import urlsplit
+
+import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import BaseModel, TypeAdapter
+
+from sdk.wire._auth import SERVER_SENDER, sign_headers
+from sdk.wire._serve import tls_verify
+
+__all__ = ["AsyncSignedClient", "RequestRefused", "SignedAuth", "SignedClient"]
+
+T = TypeVar("T")
+_H = TypeVar("_H", httpx.Client, httpx.AsyncClient)
+
+
+class _Use(enum.Enum):
+    CLIENT_AUTH = "the client's own signer"
+
+
+_AuthArg = httpx.Auth | None | _Use
+_DETAIL_CHARS = 300  # of a refusal's body kept in the error: enough for any server message
+
+
+class RequestRefused(RuntimeError):
+    """The server answered 4xx/5xx: ``status`` and ``detail`` (the server's message)."""
+
+    def __init__(self, method: str, path: str, status: int, detail: str) -> None:
+        self.method, self.path, self.status, self.detail = method, path, status, detail
+        super().__init__(f"{method} {path}: {status} {detail}")
+
+    @classmethod
+    def of(cls, response: httpx.Response) -> RequestRefused:
+        """The error for a refused ``response``: its JSON ``detail`` when it has one, else the
+        start of its body."""
+        try:
+            detail = response.json().get("detail", response.text)
+        except (ValueError, AttributeError):
+            detail = response.text
+        request = response.request
+        return cls(request.method, request.url.path, response.status_code,
+                   str(detail)[:_DETAIL_CHARS])
+
+
+class SignedAuth(httpx.Auth):
+    """Signs every request with an Ed25519 identity key (``sender``: the signer's id) for
+    ``recipient``; ``root`` is the URL path the receiving app is mounted under, which the
+    signature leaves out (the app sees the paths below it)."""
+
+    requires_request_body = True  # the signature covers the body's sha256
+
+    def __init__(self, key: Ed25519PrivateKey, sender: str, *, recipient: str = SERVER_SENDER,
+                 root: str = "") -> None:
+        self.key, self.sender, self.recipient = key, sender, recipient
+        self.root = root.rstrip("/")
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        """Add the signature headers (path and query as the receiving app reads them)."""
+        path = request.url.path
+        if self.root and path.startswith(self.root + "/"):
+            path = path[len(self.root):]
+        query = request.url.query.decode("ascii")
+        request.headers.update(sign_headers(
+            self.key, sender=self.sender, method=request.method,
+            path=f"{path}?{query}" if query else path, body=request.content,
+            recipient=self.recipient))
+        yield request
+
+
+class _Bearer(httpx.Auth):
+    """The admin token (``Authorization: Bearer``): the operator's fallback without an
+    identity key."""
+
+    def __init__(self, token: str) -> None:
+        self._value = f"Bearer {token}"
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["authorization"] = self._value
+        yield request
+
+
+def _body(payload: Any) -> bytes:
+    """The request body: ``bytes`` as given, a pydantic model or JSON-able value as compact
+    JSON."""
+    if isinstance(payload, bytes):
+        return payload
+    if isinstance(payload, BaseModel):
+        return payload.model_dump_json().encode()
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def _parsed(response: httpx.Response, model: type[T] | None) -> Any:
+    """The answer's JSON (validated as ``model`` when given); ``RequestRefused`` on 4xx/5xx."""
+    if response.status_code >= 400:
+        raise RequestRefused.of(response)
+    data = response.json()
+    return data if model is None else TypeAdapter(model).validate_python(data)
+
+
+class _Base(Generic[_H]):
+    """What both clients share: the httpx client, its default auth and the call flow."""
+
+    http: _H
+    _http_type: type[_H]
+
+    def __init__(self, base_url: str = "", *, key: Ed25519PrivateKey | None = None,
+                 sender: str | None = None, recipient: str = SERVER_SENDER,
+                 admin_token: str | None = None, ca: Path | str | None = None,
+                 client_cert: tuple[str, str] | None = None,
+                 verify: ssl.SSLContext | bool | None = None, timeout_s: float = 30.0,
+                 http: _H | None = None) -> None:
+        if (key is None) != (sender is None):
+            raise ValueError("give both key and sender (a signed client), or neither")
+        root = urlsplit(str(http.base_url) if http is not None else base_url).path
+        self.auth: httpx.Auth | None = (
+            SignedAuth(key, sender, recipient=recipient, root=root)
+            if key is not None and sender is not None
+            else _Bearer(admin_token) if admin_token else None)
+        self.bytes_sent = 0  # request bodies, for the benchmarks
+        self._owned = http is None
+        self.http = http if http is not None else self._http_type(
+            base_url=base_url, timeout=timeout_s,
+            verify=tls_verify(ca, client_cert) if verify is None else verify)
+
+    def _request(self, method: str, path: str, payload: Any, *,
+                 media: str | None) -> httpx.Request:
+        content = b"" if payload is None else _body(payload)
+        self.bytes_sent += len(content)
+        binary = isinstance(payload, bytes)
+        kind = media or ("application/octet-stream" if binary else "application/json")
+        return self.http.build_request(method, path, content=content,
+                                       headers={"content-type": kind})
+
+
+def _auth(client: _Base[Any], auth: _AuthArg) -> httpx.Auth | None:
+    return client.auth if auth is _Use.CLIENT_AUTH else auth
+
+
+class SignedClient(_Base[httpx.Client]):
+    """A synchronous client of a fedmor app at ``base_url``.
+
+    Signed with ``key`` as ``sender`` (for ``recipient``: the server by default), else with
+    ``admin_token``, else unsigned (enrollment, health). TLS: ``ca`` (a CA bundle) and
+    ``client_cert`` (certificate and key files, for mutual TLS), or a prepared ``verify``.
+    ``http``: an existing ``httpx.Client`` to send through (a test client, a shared pool); it
+    keeps its own base URL and TLS, and is not closed here.
+    """
+
+    _http_type = httpx.Client
+
+    def request(self, method: str, path: str, payload: Any = None, *, media: str | None = None,
+                auth: _AuthArg = _Use.CLIENT_AUTH) -> httpx.Response:
+        """Send one request and return the response whatever its status (``payload``:
+        ``bytes`` sent as they are, else JSON; ``auth``: another signer, or None for none)."""
+        return self.http.send(self._request(method, path, payload, media=media),
+                              auth=_auth(self, auth))
+
+    @overload
+    def get_json(self, path: str) -> Any: ...
+    @overload
+    def get_json(self, path: str, model: type[T]) -> T: ...
+    def get_json(self, path: str, model: type[T] | None = None) -> Any:
+        """``GET path``: its JSON, as ``model`` when given; ``RequestRefused`` on 4xx/5xx."""
+        return _parsed(self.request("GET", path), model)
+
+    @overload
+    def post_json(self, path: str, payload: Any = None) -> Any: ...
+    @overload
+    def post_json(self, path: str, payload: Any, model: type[T]) -> T: ...
+    def post_json(self, path: str, payload: Any = None, model: type[T] | None = None) -> Any:
+        """``POST path`` with ``payload`` (a pydantic model or JSON-able value): the answer's
+        JSON, as ``model`` when given; ``RequestRefused`` on 4xx/5xx."""
+        return _parsed(self.request("POST", path, payload), model)
+
+    def close(self) -> None:
+        """Close the connections (not those of an ``http`` client passed in)."""
+        if self._owned:
+            self.http.close()
+
+    def __enter__(self) -> SignedClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncSignedClient(_Base[httpx.AsyncClient]):
+    """The asynchronous twin of :class:`SignedClient`: the same arguments (``http``: an
+    ``httpx.AsyncClient``), the same signing and errors, awaitable calls."""
+
+    _http_type = httpx.AsyncClient
+
+    async def request(self, method: str, path: str, payload: Any = None, *,
+                      media: str | None = None,
+                      auth: _AuthArg = _Use.CLIENT_AUTH) -> httpx.Response:
+        """Send one request and return the response whatever its status (see
+        :meth:`SignedClient.request`)."""
+        return await self.http.send(self._request(method, path, payload, media=media),
+                                    auth=_auth(self, auth))
+
+    @overload
+    async def get_json(self, path: str) -> Any: ...
+    @overload
+    async def get_json(self, path: str, model: type[T]) -> T: ...
+    async def get_json(self, path: str, model: type[T] | None = None) -> Any:
+        """``GET path`` (see :meth:`SignedClient.get_json`)."""
+        return _parsed(await self.request("GET", path), model)
+
+    @overload
+    async def post_json(self, path: str, payload: Any = None) -> Any: ...
+    @overload
+    async def post_json(self, path: str, payload: Any, model: type[T]) -> T: ...
+    async def post_json(self, path: str, payload: Any = None,
+                        model: type[T] | None = None) -> Any:
+        """``POST path`` (see :meth:`SignedClient.post_json`)."""
+        return _parsed(await self.request("POST", path, payload), model)
+
+    async def aclose(self) -> None:
+        """Close the connections (not those of an ``http`` client passed in)."""
+        if self._owned:
+            await self.http.aclose()
+
+    async def __aenter__(self) -> AsyncSignedClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
