@@ -122,15 +122,12 @@ class ServerSettings(AppHardening):
         own encoder, router and member lists stay empty (or repeat it exactly)."""
         if self.router is None:
             return self
-        declared = {"encoder": self.router.encoder.model_dump(),
-                    "router": self.router.router.model_dump(), "members": self.router.heads}
-        given = {"encoder": self.alignment.encoder or declared["encoder"],
-                 "router": self.alignment.router or declared["router"],
-                 "members": self.alignment.members or declared["members"]}
-        for key, value in given.items():
-            if key != "members":
-                value = {**declared[key], **value}  # type: ignore[dict-item]
-            if value != declared[key]:
+        declared: dict[str, Any] = {"encoder": self.router.encoder.model_dump(),
+                                    "router": self.router.router.model_dump(),
+                                    "members": self.router.heads}
+        for key, value in declared.items():
+            given = getattr(self.alignment, key)
+            if given and (given if key == "members" else {**value, **given}) != value:
                 raise ValueError(f"alignment.{key} differs from [router]: declare the router "
                                  f"once, in [router] (leave alignment.{key} out)")
         self.alignment = self.alignment.model_copy(update=declared)

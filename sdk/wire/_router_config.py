@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -164,8 +165,6 @@ class ConsortiumRouterConfig(BaseModel):
     @field_validator("heads")
     @classmethod
     def _unique_names(cls, heads: list[str]) -> list[str]:
-        import re
-
         bad = [h for h in heads if not re.match(_NAME, h)]
         if bad:
             raise ValueError(f"heads must be roster names; not: {bad}")
