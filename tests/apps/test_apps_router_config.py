@@ -93,8 +93,11 @@ def test_a_new_lineage_needs_the_command_and_keeps_old_versions(
     # A member may not start a lineage; the operator (here the admin token) may, audited.
     assert members[0].call("POST", "/v1/router/lineage",
                            SECOND.model_dump(mode="json")).status_code == 403
+    rewards = tc.app.state.rewards  # type: ignore[attr-defined]
+    assert rewards._router_settings()[2] == FIRST.heads
     started = tc.post("/v1/router/lineage", json=SECOND.model_dump(mode="json"), headers=ADMIN)
     assert started.status_code == 200, started.text
+    assert rewards._router_settings()[2] == SECOND.heads  # the alignment follows it at once
     assert started.json()["lineage"] == 2 and started.json()["sha256"] == SECOND.sha256
     again = tc.post("/v1/router/lineage", json=SECOND.model_dump(mode="json"), headers=ADMIN)
     assert again.status_code == 409
