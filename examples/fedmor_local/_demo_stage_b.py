@@ -163,7 +163,9 @@ def train_router(config: DemoConfig, consortium: Any, declared: Any,
     from sdk.router import HashingEncoder, Router
 
     encoder = HashingEncoder(declared.encoder)
-    router = Router(declared.router, declared.heads, encoder.encoder_id)
+    # Head k is site k, which holds client k's data: the demo names the heads by the clients'
+    # categories, as its Table 4 and the saved router do (the parameters are the same).
+    router = Router(declared.router, list(config.clients), encoder.encoder_id)
     max_weight = max(1000, config.router_max_pairs)
     rounds: list[dict[str, Any]] = []
     # The seeded initial router is the federation's version 1, so every round sums deltas from
