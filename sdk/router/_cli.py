@@ -21,8 +21,9 @@ _ROUNDS_FILE = "rounds.json"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``router`` group (``train``, ``eval``) to the ``fedmor`` parser."""
-    group = sub.add_parser("router", help="stage B: the router (in-process federated simulation)")
+    """Add the ``router`` group (``train``, ``eval``, ``lineage``) to the ``fedmor`` parser."""
+    group = sub.add_parser("router", help="stage B: the router (in-process federated "
+                           "simulation, Table 4, a new lineage of the consortium's router)")
     commands = group.add_subparsers(dest="router_command", metavar="COMMAND", required=True)
 
     train = commands.add_parser(

@@ -119,6 +119,8 @@ def test_a_new_lineage_needs_the_command_and_keeps_old_versions(
     create_app(_settings(tmp_path, SECOND)).state.store.close()
     with pytest.raises(ValueError, match="fedmor router lineage"):
         create_app(_settings(tmp_path, FIRST))
+    with pytest.raises(ValueError, match="not declared in the settings"):
+        create_app(_settings(tmp_path, None))  # a lineage exists: [router] may not vanish
 
 
 def test_a_store_without_configuration_adopts_the_declared_one(tmp_path: Path) -> None:
