@@ -95,11 +95,12 @@ def member_router_training(run_dir: Path, client: str) -> dict[str, Any]:
 
 def router_spec(config: DemoConfig, run_dir: Path, router: Any) -> Any:
     """The run's record of stage B for an audit's replay (``router/spec.json``, read by
-    ``fedmor audit --run``): ``router`` (the declared configuration) and each site's pairs."""
+    ``fedmor audit --run``): ``router`` (the declared configuration) with its heads named by
+    the clients' categories, as the audit reports them, and each site's pairs."""
     from sdk.router import RouterUpdateSpec, SiteData
 
     return RouterUpdateSpec(
-        encoder=router.encoder, router=router.router, client_ids=router.heads,
+        encoder=router.encoder, router=router.router, client_ids=list(config.clients),
         federated=router.federated, max_pairs=router.max_pairs,
         sites={s: SiteData(index=k, pairs_dir=_pairs_dir(run_dir, c))
                for k, (s, c) in enumerate(zip(router.heads, config.clients, strict=True))})
