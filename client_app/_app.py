@@ -13,6 +13,7 @@ from client_app._meta_api import install_client_ops, meta_router
 from client_app._policy import describe_policy
 from client_app._retention import purge_client
 from client_app._reward_api import install_reward_schemas, reward_router
+from client_app._router_update import check_update_name
 from client_app._runner import ClientRunner, UpdateFn, resolve_update_fn
 from client_app._scorer import Scorer, load_object
 from client_app._service import RateLimited, RewardService
@@ -145,8 +146,12 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     if not cfg.allow_readable_files:
         check_private_files(cfg.db_path, cfg.identity_key, cfg.tls_key)
     scorer = scorer or _configured_scorer(cfg)
-    # Refuses to start without one (unless it takes part in no rounds).
-    update_fn = resolve_update_fn(cfg) if start_runner and cfg.run_rounds else None
+    # Refuses to start without one (unless it takes part in no rounds); [router_training]'s
+    # update is built by the runner, once it can fetch the consortium's configuration.
+    rounds = start_runner and cfg.run_rounds
+    if rounds and cfg.router_training is not None:
+        check_update_name(cfg.router_training.update)  # an unknown plug-in: refused here
+    update_fn = resolve_update_fn(cfg) if rounds and cfg.router_training is None else None
     store = ClientStore(cfg.db_path)
     key = load_or_create_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
     service = site_reward_service(cfg, store, scorer)

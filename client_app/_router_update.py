@@ -1,23 +1,95 @@
-"""The member's router update as an ``update_source``: local router training on its own pairs.
+"""The member's router update from its ``[router_training]`` section: the consortium's router
+configuration fetched from the server and pinned by each round's hash, the member's own pairs,
+and the built-in local training (or a ``fedmor.router_updates`` plug-in).
 
-``update_source = "client_app._router_update:router_update"``; the training and its spec
-(``$FEDMOR_ROUTER_SPEC``) are library code in ``sdk.router``.
+``update_source = "client_app._router_update:router_update"`` (the older form, with a spec
+file in ``$FEDMOR_ROUTER_SPEC``) still works: :func:`router_update` is ``sdk.router``'s.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
-from sdk.router import ROUTER_SPEC_ENV
-from sdk.router import router_update as _router_update
-from sdk.wire import ROUTER_ROUND_PARAM, RoundInfo
+from client_app._policy import PolicyRefused
+from client_app._settings import RouterTrainingSettings
+from sdk.wire import ROUTER_ROUND_PARAM, ConsortiumRouterConfig, RoundInfo, RouterConfigInfo
 
-__all__ = ["ROUND_PARAM", "SPEC_ENV", "router_update"]
+__all__ = ["ROUND_PARAM", "ConfiguredRouterUpdate", "check_update_name", "router_update"]
 
-SPEC_ENV = ROUTER_SPEC_ENV
+# sdk.router (torch) is imported only by a member that trains: a client app that only answers
+# reward queries, or runs the demo's stand-in, starts without it.
 ROUND_PARAM = ROUTER_ROUND_PARAM
+REFUSAL = "router_config"
+"""The refusal reason of a round whose router configuration this member cannot confirm."""
 
 
 def router_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
     """(phi_k (P,) float32 after local training from ``base``, n_k = local pairs used)."""
-    return _router_update(name, info, base)
+    from sdk.router import router_update as spec_update
+
+    return spec_update(name, info, base)
+
+
+def check_update_name(name: str) -> None:
+    """``ValueError`` unless ``name`` is ``builtin`` or a ``fedmor.router_updates`` plug-in."""
+    from sdk.router import load_router_update
+
+    load_router_update(name)
+
+
+class ConfiguredRouterUpdate:
+    """The update function of a member with ``[router_training]``. ``fetch`` returns the body
+    of the server's signed ``GET /v1/router/config``; a round is taken only when its
+    configuration hash is the one this member recomputed from the fetched configuration."""
+
+    def __init__(self, training: RouterTrainingSettings, fetch: Callable[[], Any]) -> None:
+        from sdk.router import load_router_update
+
+        self.training = training
+        self._fetch = fetch
+        self._update = load_router_update(training.update)  # an unknown plug-in: at start-up
+        self._config: ConsortiumRouterConfig | None = None
+        self._lock = threading.Lock()
+
+    def _fetched(self) -> ConsortiumRouterConfig:
+        served = RouterConfigInfo.model_validate(self._fetch())
+        if served.config.sha256 != served.sha256:
+            raise PolicyRefused(REFUSAL, f"the server's router configuration hashes to "
+                                f"{served.config.sha256[:12]}, not the {served.sha256[:12]} it "
+                                f"claims")
+        return served.config
+
+    def config_for(self, info: RoundInfo) -> ConsortiumRouterConfig:
+        """The configuration round ``info`` trains, fetched again when its hash is new;
+        ``PolicyRefused`` when the round names none, or one the server does not serve."""
+        ref = info.router_config
+        if ref is None:
+            raise PolicyRefused(REFUSAL, f"round {info.round_id} names no router configuration "
+                                f"(the server declares none): this member trains only the "
+                                f"consortium's declared router")
+        with self._lock:
+            if self._config is None or self._config.sha256 != ref.sha256:
+                self._config = self._fetched()
+            config = self._config
+        if config.sha256 != ref.sha256:
+            raise PolicyRefused(REFUSAL, f"round {info.round_id} names router configuration "
+                                f"{ref.sha256[:12]} (lineage {ref.lineage}), the server serves "
+                                f"{config.describe()}")
+        if config.num_params != info.vector_length:
+            raise PolicyRefused(REFUSAL, f"round {info.round_id} has length "
+                                f"{info.vector_length}, its {config.describe()}")
+        return config
+
+    def __call__(self, name: str, info: RoundInfo,
+                 base: np.ndarray | None) -> tuple[np.ndarray, int]:
+        """(phi_k (P,) float32 trained on this member's pairs, n_k = local pairs used)."""
+        from sdk.router import SiteRound
+
+        job = SiteRound(config=self.config_for(info), name=name, info=info, base=base,
+                        pairs_dir=self.training.pairs_dir)
+        params, samples = self._update(job)
+        return np.asarray(params, dtype=np.float32), int(samples)

@@ -33,6 +33,7 @@ from client_app._policy import (
     check_update,
 )
 from client_app._roster_copy import RosterCopy
+from client_app._router_update import ConfiguredRouterUpdate
 from client_app._scorer import load_object
 from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
@@ -83,13 +84,13 @@ class RunnerError(RuntimeError):
 
 
 def resolve_update_fn(settings: ClientSettings) -> UpdateFn:
-    """The site's local router update: ``update_source``, else (demo only) the random demo
-    update; otherwise a ``ValueError`` naming the setting to fill."""
+    """The site's local router update when it has no ``[router_training]``: ``update_source``,
+    else (demo only) the random demo update; otherwise a ``ValueError`` naming the setting."""
     name = settings.update_source or ("client_app._demo:demo_update" if settings.demo else None)
     if name is None:
-        raise ValueError("no update function configured: set update_source (module:function, "
-                         "e.g. client_app._router_update:router_update) in the client settings "
-                         "or run with --no-rounds; demo = true (--demo) sends random updates "
+        raise ValueError("no router update configured: add a [router_training] section naming "
+                         "this member's training pairs (pairs_dir) to the client settings, or "
+                         "run with --no-rounds; demo = true (--demo) sends random updates "
                          "instead")
     loaded = load_object(name)
     if not callable(loaded):
@@ -129,8 +130,11 @@ class ClientRunner:
         self.store = store or ClientStore(settings.db_path)
         self.key = key or load_or_create_key(
             settings.identity_key, key_passphrase(settings.identity_key_passphrase_file))
-        self.update_fn: UpdateFn = update_fn or (resolve_update_fn(settings)
-                                                 if settings.run_rounds else _no_update)
+        training = settings.router_training if settings.run_rounds else None
+        self.configured = None if update_fn is not None or training is None \
+            else ConfiguredRouterUpdate(training, self._router_config)
+        self.update_fn: UpdateFn = update_fn or self.configured or (
+            resolve_update_fn(settings) if settings.run_rounds else _no_update)
         self.service = service
         self.stop = threading.Event()
         self.http = SignedClient(settings.server_url, verify=_verify(settings),
@@ -217,6 +221,10 @@ class ClientRunner:
         return resp.client_id
 
     # -- rounds --------------------------------------------------------------------------------
+    def _router_config(self) -> Any:
+        """The body of the server's signed ``GET /v1/router/config``."""
+        return self.request("GET", "/v1/router/config", attempts=3).json()
+
     def _base(self, info: RoundInfo) -> np.ndarray | None:
         if info.base_version is None:
             return None
@@ -370,6 +378,8 @@ class ClientRunner:
         epsilon budget before anything is sent (a failed round still counts: never less)."""
         policy = self.settings.policy
         privacy = check_round(policy, info)
+        if self.configured is not None:  # the round's router is the one this member fetched
+            self.configured.config_for(info)
         if privacy.dp is not None:
             here = (info.round_id, info.created_at)
             epsilon = check_epsilon(policy, self.store.dp_spent(besides=here), privacy.dp)

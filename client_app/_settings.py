@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from client_app._policy import SitePolicy
@@ -15,7 +15,25 @@ from sdk.wire import AppHardening, Retention
 if TYPE_CHECKING:
     from sdk.models import Runtime
 
-__all__ = ["ClientSettings"]
+__all__ = ["ClientSettings", "RouterTrainingSettings"]
+
+
+class RouterTrainingSettings(BaseModel):
+    """``[router_training]``: the member's own router training pairs. With it, every router
+    round trains the consortium's router (encoder, architecture, head order and schedule fetched
+    from the server, ``GET /v1/router/config``, and checked against the round's hash) on these
+    pairs, with the built-in local recipe or a plug-in of the ``fedmor.router_updates``
+    entry-point group."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pairs_dir: Path = Field(description="this member's training pairs (an sdk.data pairs "
+                            "folder: pairs.jsonl and its images); never leaves the site")
+    eval_pairs_dir: Path | None = Field(default=None, description="this member's held-out "
+                                        "pairs, for `fedmor router eval --pairs NAME=DIR`")
+    update: str = Field(default="builtin", pattern=r"^[A-Za-z0-9_.\-]{1,100}$",
+                        description="builtin (sdk.router.local_router_update), or the name of "
+                        "a plug-in in the fedmor.router_updates entry-point group")
 
 
 class ClientSettings(AppHardening):
@@ -57,9 +75,13 @@ class ClientSettings(AppHardening):
         "supports it, float32 otherwise); scores always leave as float32")
     scorer: str | None = Field(default=None, description="module:factory returning the reward "
                                "scorer (or give reward_model_dir)")
+    router_training: RouterTrainingSettings | None = Field(
+        default=None, description="this member's router training pairs: selects the built-in "
+        "local router training (or a fedmor.router_updates plug-in) on the consortium's router "
+        "configuration")
     update_source: str | None = Field(default=None, description="module:function computing "
-                                      "the local router update, e.g. "
-                                      "client_app._router_update:router_update")
+                                      "the local router update (older form of a custom "
+                                      "update; prefer router_training.update)")
     demo: bool = Field(default=False, description="stand-ins for what is not configured: the "
                        "hash scorer and random updates (every reward answer says so in the "
                        "x-fedmor-demo header); never for a real site")
@@ -87,6 +109,13 @@ class ClientSettings(AppHardening):
                                "until there is something (0: poll every poll_interval_s)")
     retry_max_s: float = Field(default=5.0, gt=0, description="backoff cap")
     request_timeout_s: float = Field(default=60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_update(self) -> ClientSettings:
+        if self.router_training is not None and self.update_source is not None:
+            raise ValueError("give router_training (with its update) or update_source, not "
+                             "both: one router update runs each round")
+        return self
 
     def reward_runtime(self) -> Runtime:
         """The reward model's device and dtype, as the sdk's :class:`~sdk.models.Runtime`."""

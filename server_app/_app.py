@@ -42,6 +42,7 @@ from server_app._rotations_api import rotations_router
 from server_app._rounds import RoundManager
 from server_app._rounds_api import rounds_router
 from server_app._router_api import router_versions_router
+from server_app._router_config import RouterLineages
 from server_app._settings import ServerSettings
 from server_app._store import Store
 from server_app._work import Signal
@@ -89,6 +90,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     if not cfg.allow_readable_files:
         check_private_files(cfg.db_path, cfg.identity_key, cfg.tls_key)
     store = Store(cfg.db_path)
+    RouterLineages(store).check_declared(cfg.router)  # a changed [router] needs a lineage
     key = load_or_create_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
     work = Signal()  # bumped when a round opens or moves on, or a pull query is queued
     rounds = RoundManager(store, default_deadline_s=cfg.stage_deadline_s, on_change=work.bump)
@@ -123,8 +125,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(enrollment_router(store, key, cfg))
     app.include_router(clip_bound_router(store, broker, access, cfg))
     app.include_router(rounds_router(rounds, access))
-    app.include_router(operator_router(identities, rounds, store, access))  # before /{version}
-    app.include_router(router_versions_router(store, access))
+    app.include_router(operator_router(identities, rounds, access))
+    app.include_router(router_versions_router(store, access, rounds.lineages))
     install_work_routes(app, store, rounds, work, access, cfg)
     install_console(app, ConsoleSources(store, identities, rounds, app.state.rewards, capture),
                     access, cfg.console)

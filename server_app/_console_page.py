@@ -72,7 +72,7 @@ class ConsoleView:
         """Read every section as ``operator`` sees it through the REST API."""
         rounds = visible_rounds(src.rounds, Identity(operator, "operator"))
         view = cls(operator=operator, now=time.time(), members=src.identities.members(),
-                   rounds=rounds[::-1], versions=router_versions(src.store)[::-1],
+                   rounds=rounds[::-1], versions=router_versions(src.rounds.lineages)[::-1],
                    progress=src.service.progress(), stats=src.service.stats(),
                    capture=None if src.capture is None else src.capture.manifest())
         view.names = {m.client_id: m.name for m in view.members if m.client_id}

@@ -10,15 +10,14 @@ from sdk.secagg import composed_epsilon
 from sdk.wire import RoundInfo
 from server_app._store import Store
 
-__all__ = ["MemberUsage", "epsilon_by_member"]
+__all__ = ["MemberUsage", "dp_terms_by_member", "epsilon_by_member"]
 
 DAY_S = 86_400.0
 
 
-def epsilon_by_member(rounds: list[RoundInfo]) -> dict[str, float]:
-    """Per client id, the composed epsilon of the finished DP rounds its update went into (a
-    participant that neither refused nor dropped out), at the smallest delta among them: the
-    same accountant as a round's own ``dp.epsilon_total``, restricted to that member."""
+def dp_terms_by_member(rounds: list[RoundInfo]) -> dict[str, list[tuple[float, float, float]]]:
+    """Per client id, (noise multiplier, sample rate, delta) of each finished DP round its
+    update went into: a participant that neither refused nor dropped out."""
     terms: dict[str, list[tuple[float, float, float]]] = {}
     for info in rounds:
         if info.status != "finished" or info.dp is None:
@@ -28,8 +27,15 @@ def epsilon_by_member(rounds: list[RoundInfo]) -> dict[str, float]:
             if client_id not in left:
                 terms.setdefault(client_id, []).append(
                     (info.dp.noise_multiplier, info.dp.sample_rate, info.dp.delta))
+    return terms
+
+
+def epsilon_by_member(rounds: list[RoundInfo]) -> dict[str, float]:
+    """Per client id, the composed epsilon of its DP rounds (``dp_terms_by_member``) at the
+    smallest delta among them: the same accountant as a round's own ``dp.epsilon_total``,
+    restricted to that member."""
     return {c: composed_epsilon([(z, q) for z, q, _ in t], min(d for _, _, d in t))
-            for c, t in terms.items()}
+            for c, t in dp_terms_by_member(rounds).items()}
 
 
 class MemberUsage:

@@ -22,13 +22,13 @@ class RoundRecords:
         self._refusers: dict[int, set[str]] = {}
 
     @staticmethod
-    def dp_terms(kind: RoundKind, req: RoundCreate, participants: list[str], keys: list[str],
-                 params: dict[str, Any]) -> tuple[DPTerms, float] | None:
+    def dp_terms(kind: RoundKind, req: RoundCreate, length: int, participants: list[str],
+                 keys: list[str], params: dict[str, Any]) -> tuple[DPTerms, float] | None:
         """A new round's DP terms and its own epsilon (None without DP, or with params its
         kind refuses: creating its server half then fails the round with the reason). Slow
         the first time (opacus): call it outside the round lock."""
         spec = RoundSpec(round_id=0, kind=req.kind, participants=participants, public_keys=keys,
-                         vector_length=req.vector_length, min_clients=req.min_clients,
+                         vector_length=length, min_clients=req.min_clients,
                          stage_deadline_s=1.0, params=params)
         try:
             dp = kind.privacy(spec).dp

@@ -31,6 +31,7 @@ from sdk.wire import (
     AlignerStats,
     AlignmentStep,
     ConflictError,
+    ConsortiumRouterConfig,
     ImageCache,
     PayloadError,
     RateLimited,
@@ -118,17 +119,29 @@ class AlignmentService:
         calls.append(now)
 
     # -- the pipeline --------------------------------------------------------------------------
+    def _router_settings(self) -> tuple[dict[str, Any], dict[str, Any], list[str] | None]:
+        """(encoder, router, members) of the current router lineage: an operator's new
+        lineage applies at once; the settings' own without one."""
+        row = self.store.lineage()
+        if row is None:
+            return self.cfg.encoder, self.cfg.router, self.cfg.members
+        declared = ConsortiumRouterConfig.model_validate_json(row["config"])
+        return (declared.encoder.model_dump(), declared.router.model_dump(),
+                list(declared.heads))
+
     def _members(self) -> list[dict[str, Any]]:
         members = self.store.clients("member")
-        if self.cfg.members is None:
+        names = self._router_settings()[2]
+        if names is None:
             if not members:
                 raise ConflictError("no member is enrolled: nobody can score rewards yet")
             return members
         by_name = {m["name"]: m for m in members}
-        absent = [n for n in self.cfg.members if n not in by_name]
+        absent = [n for n in names if n not in by_name]
         if absent:
-            raise ConflictError(f"alignment.members not enrolled (yet): {', '.join(absent)}")
-        return [by_name[n] for n in self.cfg.members]
+            raise ConflictError(f"router heads ([router].heads or alignment.members) not "
+                                f"enrolled (yet): {', '.join(absent)}")
+        return [by_name[n] for n in names]
 
     def _chooser(self, method: str, n_members: int) -> tuple[Any, int]:
         """The router of the latest published version, as an arm chooser; and that version."""
@@ -147,8 +160,9 @@ class AlignmentService:
         row = self.store.version()
         if row is None:
             raise ConflictError(f"selection {method!r} needs a router: none is published yet")
-        encoder = HashingEncoder(HashingEncoderConfig.model_validate(self.cfg.encoder))
-        router = Router(RouterConfig.model_validate(self.cfg.router),
+        encoder_cfg, router_cfg, _ = self._router_settings()
+        encoder = HashingEncoder(HashingEncoderConfig.model_validate(encoder_cfg))
+        router = Router(RouterConfig.model_validate(router_cfg),
                         [f"member-{k}" for k in range(n_members)], encoder.encoder_id)
         if router.num_params() != int(row["length"]):
             raise ConflictError(f"router version {row['version']} has {row['length']} "

@@ -27,6 +27,7 @@ from sdk.wire import (
 )
 from server_app._lookup import RoundLookup, started
 from server_app._records import RoundRecords
+from server_app._router_config import RouterLineages
 from server_app._store import ConflictError, Store, payload_record
 
 __all__ = ["RoundManager"]
@@ -62,6 +63,7 @@ class RoundManager:
         self._storing = 0  # admitted submissions still parsing or storing their message
         self._rounds = RoundLookup(store)
         self.records = RoundRecords(store)
+        self.lineages = RouterLineages(store)
         self.capture: Any = None  # server_app._capture.ServerCapture when capture is on
         self._recover()
 
@@ -82,13 +84,11 @@ class RoundManager:
         if len(participants) < req.min_clients:
             raise PayloadError(f"{len(participants)} participant(s) < min_clients "
                                f"{req.min_clients}")
-        base = self.store.version()
-        if base is not None and int(base["length"]) != req.vector_length:
-            raise PayloadError(f"vector_length {req.vector_length} differs from the current "
-                               f"router version's length {base['length']}")
+        length, router_config, base = self.lineages.round_terms(req.vector_length)
         params = kind.prepare(req.params)
         keys = [clients[p]["public_key"] for p in participants]
-        dp = self.records.dp_terms(kind, req, participants, keys, params)  # outside the lock
+        dp = self.records.dp_terms(kind, req, length, participants, keys,
+                                   params)  # outside the lock
         failure: Exception | None = None
         with self._lock:
             with self.store.transaction():  # one commit (one fsync) for the new round
@@ -97,10 +97,10 @@ class RoundManager:
                 spec = RoundSpec(
                     round_id=round_id, kind=req.kind, participants=participants,
                     public_keys=keys,
-                    vector_length=req.vector_length, min_clients=req.min_clients,
+                    vector_length=length, min_clients=req.min_clients,
                     stage_deadline_s=req.stage_deadline_s or self.default_deadline_s,
                     base_version=None if base is None else int(base["version"]),
-                    params=params)
+                    params=params, router_config=router_config)
                 try:
                     server = kind.server(spec)
                 except (ValueError, RoundFailed) as exc:
@@ -367,8 +367,10 @@ class RoundManager:
                 self.store.update_round(round_id, stage_index=index + 1,
                                         stage_opened_at=time.time())
             else:
+                terms = self._rounds.spec(round_id).router_config
                 version = self.store.add_version(round_id, result.tobytes(),
-                                                 int(result.shape[0]))
+                                                 int(result.shape[0]),
+                                                 None if terms is None else terms.lineage)
                 self.store.update_round(round_id, status="finished", router_version=version,
                                         finished_at=time.time())
                 self.store.audit("server", "round_finished", round_id=round_id, version=version)
@@ -473,7 +475,7 @@ class RoundManager:
             error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],
             refusals=self.records.refusals(round_id),
             dp=self.records.dp_account(round_id, row["status"]),
-            captured=bool(row["captured"]))
+            captured=bool(row["captured"]), router_config=spec.router_config)
 
     def list(self, status: str | None = None) -> list[RoundInfo]:
         """All rounds (that started), oldest first."""

@@ -1,15 +1,24 @@
-"""Router versions: the newest version's metadata, one version's parameters, the initial
-publication and the rollback (an ``APIRouter`` that ``create_app`` includes)."""
+"""Router versions and configuration: the newest version's metadata, one version's parameters,
+the initial publication, the rollback, the consortium's router configuration and the
+operator's command that starts a new lineage (an ``APIRouter`` that ``create_app`` includes)."""
 
 # No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
 
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
-from sdk.wire import NotFoundError, PayloadError, RouterRollback, RouterVersionInfo
+from sdk.wire import (
+    ConsortiumRouterConfig,
+    NotFoundError,
+    PayloadError,
+    RouterConfigInfo,
+    RouterRollback,
+    RouterVersionInfo,
+)
 from server_app._access import Access, Identity
+from server_app._router_config import RouterLineages
 from server_app._store import ConflictError, Store
 
 __all__ = ["router_versions", "router_versions_router"]
@@ -31,38 +40,79 @@ def _initial_router(body: bytes) -> np.ndarray:
     return vector
 
 
-def _version_info(store: Store, version: int | None = None) -> RouterVersionInfo:
-    """The metadata of ``version`` (the newest when None); NotFoundError if there is none."""
-    row = store.version(version)
+def _version_info(lineages: RouterLineages, version: int | None = None) -> RouterVersionInfo:
+    """The metadata of ``version`` (the newest of the current lineage when None);
+    NotFoundError if there is none."""
+    row = lineages.store.version(version)
     if row is None:
         raise NotFoundError("no router version exists yet" if version is None
                             else f"router version {version} does not exist")
     return RouterVersionInfo(version=row["version"], round_id=row["round_id"],
                              sha256=row["sha256"], size_bytes=len(row["blob"]),
-                             length=row["length"], created_at=row["created_at"])
+                             length=row["length"], created_at=row["created_at"],
+                             router_config=lineages.ref(row["lineage"]))
 
 
-def router_versions(store: Store) -> list[RouterVersionInfo]:
-    """Every router version's metadata, oldest first (``GET /v1/router/versions``)."""
-    return [RouterVersionInfo.model_validate(r) for r in store.versions()]
+def router_versions(lineages: RouterLineages) -> list[RouterVersionInfo]:
+    """Every router version's metadata with its lineage, oldest first (``GET
+    /v1/router/versions``; a rollback is a new version)."""
+    return [RouterVersionInfo(**{k: r[k] for k in ("version", "round_id", "sha256", "length",
+                                                   "size_bytes", "created_at")},
+                              router_config=lineages.ref(r["lineage"]))
+            for r in lineages.store.versions()]
 
 
-def router_versions_router(store: Store, access: Access) -> APIRouter:
+def _check_current(lineages: RouterLineages, row: dict[str, Any], length: int) -> None:
+    """Refuse publishing a router that does not follow the current configuration: a version
+    of another lineage (``row``, 409) or another length (422)."""
+    current = lineages.current()
+    if current is None:
+        return
+    if row.get("lineage", current.lineage) != current.lineage:
+        raise ConflictError(f"router version {row['version']} belongs to lineage "
+                            f"{row['lineage']}, rounds now follow lineage {current.lineage}")
+    if length != current.num_params:
+        raise PayloadError(f"the router has {length} parameters; the consortium's "
+                           f"{current.config.describe()} (lineage {current.lineage}) gives "
+                           f"{current.num_params}")
+
+
+def router_versions_router(store: Store, access: Access, lineages: RouterLineages) -> APIRouter:
     """The ``/v1/router`` endpoints over ``store``: any signed caller reads, the operator role
-    (or the admin token) publishes the first version and rolls back."""
+    (or the admin token) publishes the first version, rolls back and starts a lineage."""
     router = APIRouter(prefix="/v1/router", tags=["router"])
     Caller = Annotated[Identity, Depends(access.caller)]
     Operator = Annotated[Identity, Depends(access.operator)]
 
+    @router.get("/config", response_model=RouterConfigInfo)
+    def router_config(_: Caller, lineage: Annotated[int | None, Query(ge=1, le=2**62)] = None
+                      ) -> RouterConfigInfo:
+        """The consortium's router configuration (encoder, router, head order, schedule), its
+        sha256 and parameter count: of the current lineage, or of ``lineage``. Members train
+        on it after recomputing its hash and comparing it with the round's."""
+        return lineages.get(lineage)
+
+    @router.get("/lineages", response_model=list[RouterConfigInfo])
+    def router_lineages(_: Caller) -> list[RouterConfigInfo]:
+        """Every router lineage, oldest first (the last is current)."""
+        return lineages.history()
+
+    @router.post("/lineage", response_model=RouterConfigInfo)
+    def router_lineage(caller: Operator, config: ConsortiumRouterConfig) -> RouterConfigInfo:
+        """Start a new router lineage on ``config`` (operator or admin; audited): rounds open
+        on it from now on, from no router version; no version is deleted. Declare the same
+        configuration in the server's ``[router]`` before its next restart."""
+        return lineages.start(config, caller.caller_id)
+
     @router.get("/latest", response_model=RouterVersionInfo)
     def router_latest(_: Caller) -> RouterVersionInfo:
         """Metadata and sha256 of the newest global router."""
-        return _version_info(store)
+        return _version_info(lineages)
 
     @router.get("/versions", response_model=list[RouterVersionInfo])
     def list_versions(_: Caller) -> list[RouterVersionInfo]:
         """Every router version's metadata, oldest first (versions only grow)."""
-        return router_versions(store)
+        return router_versions(lineages)
 
     @router.post("", response_model=RouterVersionInfo, openapi_extra=_BINARY_BODY)
     async def router_initial(request: Request) -> RouterVersionInfo:
@@ -73,9 +123,12 @@ def router_versions_router(store: Store, access: Access) -> APIRouter:
         vector = _initial_router(body)
         if store.version() is not None:
             raise ConflictError("a router version exists already; rounds build on it")
-        version = store.add_version(None, vector.tobytes(), int(vector.shape[0]))
+        _check_current(lineages, {}, int(vector.shape[0]))
+        current = lineages.current()
+        version = store.add_version(None, vector.tobytes(), int(vector.shape[0]),
+                                    None if current is None else current.lineage)
         store.audit(caller.caller_id, "router_published", version=version)
-        return _version_info(store, version)
+        return _version_info(lineages, version)
 
     @router.get("/{version}", response_class=Response, responses=_BLOB_RESPONSE)
     def router_blob(_: Caller, version: Annotated[int, Path(ge=1, le=2**62)]) -> Response:
@@ -94,10 +147,12 @@ def router_versions_router(store: Store, access: Access) -> APIRouter:
         row = store.version(req.version)
         if row is None:
             raise NotFoundError(f"router version {req.version} does not exist")
+        _check_current(lineages, row, int(row["length"]))
         with store.transaction():
-            version = store.add_version(None, bytes(row["blob"]), int(row["length"]))
+            version = store.add_version(None, bytes(row["blob"]), int(row["length"]),
+                                        row["lineage"])
             store.audit(caller.caller_id, "router_rolled_back", restored=req.version,
                         version=version)
-        return _version_info(store, version)
+        return _version_info(lineages, version)
 
     return router

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from sdk.wire import AppHardening, Retention, load_settings
+from sdk.wire import AppHardening, ConsortiumRouterConfig, Retention, load_settings
 from server_app._audit_settings import AuditSettings, CaptureSettings
 from server_app._console_settings import ConsoleSettings
 
@@ -17,9 +17,10 @@ __all__ = ["AlignmentSettings", "ServerSettings", "load_settings"]
 
 class AlignmentSettings(BaseModel):
     """The reward service for the aligner role (``POST /v1/rewards``): the online router and
-    the reward rules. The encoder, router and Neural TS sections are validated against
-    ``sdk.router``'s ``HashingEncoderConfig``, ``RouterConfig`` and ``NeuralTSConfig`` when the
-    service first builds its pipeline (torch is imported only then)."""
+    the reward rules. With a ``[router]`` section declared, its encoder, router and heads are
+    the ones used here (leave ``encoder``, ``router`` and ``members`` out); without one, these
+    three are validated against ``sdk.router``'s ``HashingEncoderConfig`` and ``RouterConfig``
+    when the service first builds its pipeline (torch is imported only then)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -89,6 +90,11 @@ class ServerSettings(AppHardening):
         default=10.0, gt=0, le=1e6, allow_inf_nan=False, description="the largest clip bound "
         "a member may announce at enrollment or later (POST /v1/identity/clip-bound); a larger "
         "one is refused (422)")
+    router: ConsortiumRouterConfig | None = Field(
+        default=None, description="the consortium's router configuration (encoder, router, "
+        "heads, schedule), declared once: rounds take their length from it, members fetch it "
+        "(GET /v1/router/config); changing it needs a new lineage (fedmor router lineage). "
+        "None: rounds give their length (tests, benchmarks)")
     alignment: AlignmentSettings = Field(default_factory=AlignmentSettings)
     retention: Retention = Field(default_factory=Retention, description="days cached images, "
                                  "answered reward queries and audit rows are kept")
@@ -110,6 +116,23 @@ class ServerSettings(AppHardening):
             raise ValueError("require_client_cert needs tls_cert/tls_key (HTTPS) and "
                              "tls_client_ca (or tls_ca): the CA that signs the callers' "
                              "certificates")
+        return self
+
+    @model_validator(mode="after")
+    def _router_declared_once(self) -> ServerSettings:
+        """With ``[router]`` declared, the alignment service and the capture follow it: their
+        own encoder, router and member lists stay empty (or repeat it exactly)."""
+        if self.router is None:
+            return self
+        declared: dict[str, Any] = {"encoder": self.router.encoder.model_dump(),
+                                    "router": self.router.router.model_dump(),
+                                    "members": self.router.heads}
+        for key, value in declared.items():
+            given = getattr(self.alignment, key)
+            if given and (given if key == "members" else {**value, **given}) != value:
+                raise ValueError(f"alignment.{key} differs from [router]: declare the router "
+                                 f"once, in [router] (leave alignment.{key} out)")
+        self.alignment = self.alignment.model_copy(update=declared)
         return self
 
     @property

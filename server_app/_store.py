@@ -46,6 +46,10 @@ CREATE TABLE IF NOT EXISTS stage_closures (
 CREATE TABLE IF NOT EXISTS router_versions (
     version INTEGER PRIMARY KEY AUTOINCREMENT, round_id INTEGER, sha256 TEXT NOT NULL,
     length INTEGER NOT NULL, blob BLOB NOT NULL, created_at REAL NOT NULL);
+-- one row per router configuration the consortium declared, in order; the newest is current
+CREATE TABLE IF NOT EXISTS router_lineages (
+    lineage INTEGER PRIMARY KEY, sha256 TEXT NOT NULL, num_params INTEGER NOT NULL,
+    config TEXT NOT NULL, created_at REAL NOT NULL, actor TEXT NOT NULL);
 -- no AUTOINCREMENT (rows are never deleted, so ids still only grow): it cost a write of
 -- the sqlite_sequence page with every record
 CREATE TABLE IF NOT EXISTS audit (
@@ -105,6 +109,8 @@ class Store(IdentityTables, RoundTables, RewardTables, ConsoleTables):
         # rounds of a store older than that record were announced uncaptured or unknown:
         # never captured.
         self.add_column("rounds", "captured", "INTEGER NOT NULL DEFAULT 0", fill=0)
+        # Versions published before router lineages existed belong to none (NULL).
+        self.add_column("router_versions", "lineage", "INTEGER")
 
     def _add_role_columns(self) -> None:
         """A store written before roles existed: every identity in it is a member."""

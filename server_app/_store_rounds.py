@@ -134,27 +134,55 @@ class RoundTables(StoreBase):
             self._db.execute("DELETE FROM stage_messages WHERE round_id=?", (round_id,))
             self._db.execute("DELETE FROM stage_closures WHERE round_id=?", (round_id,))
 
-    # -- router versions -----------------------------------------------------------------------
-    def add_version(self, round_id: int | None, blob: bytes, length: int) -> int:
-        """Store a router version; returns its number."""
+    # -- router versions and lineages ---------------------------------------------------------
+    def add_version(self, round_id: int | None, blob: bytes, length: int,
+                    lineage: int | None = None) -> int:
+        """Store a router version of ``lineage`` (None: the server declares no router
+        configuration); returns its number."""
         digest = hashlib.sha256(blob).hexdigest()
         return self._write("INSERT INTO router_versions(round_id, sha256, length, blob, "
-                           "created_at) VALUES (?,?,?,?,?)",
-                           (round_id, digest, length, blob, time.time()))
+                           "created_at, lineage) VALUES (?,?,?,?,?,?)",
+                           (round_id, digest, length, blob, time.time(), lineage))
 
     def version(self, version: int | None = None) -> dict[str, Any] | None:
-        """One router version (the latest when ``version`` is None), blob included."""
-        if version is None:
+        """One router version, blob included; None: the latest of the current lineage (of
+        all versions while no lineage exists)."""
+        if version is not None:
+            row = self._one("SELECT * FROM router_versions WHERE version=?", (version,))
+        elif (current := self.lineage()) is None:
             row = self._one("SELECT * FROM router_versions ORDER BY version DESC LIMIT 1")
         else:
-            row = self._one("SELECT * FROM router_versions WHERE version=?", (version,))
+            row = self._one("SELECT * FROM router_versions WHERE lineage=? ORDER BY version "
+                            "DESC LIMIT 1", (current["lineage"],))
         return None if row is None else dict(row)
 
     def versions(self) -> list[dict[str, Any]]:
         """Every router version's metadata (no blob), oldest first."""
         return [dict(r) for r in self._all(
-            "SELECT version, round_id, sha256, length, LENGTH(blob) AS size_bytes, created_at "
+            "SELECT version, round_id, sha256, length, LENGTH(blob) AS size_bytes, created_at, "
+            "lineage "
             "FROM router_versions ORDER BY version")]
+
+    def add_lineage(self, sha256: str, num_params: int, config: str, actor: str) -> int:
+        """Start a router lineage (it becomes the current one); returns its number."""
+        return self._write("INSERT INTO router_lineages(sha256, num_params, config, "
+                           "created_at, actor) VALUES (?,?,?,?,?)",
+                           (sha256, num_params, config, time.time(), actor))
+
+    def lineage(self, lineage: int | None = None) -> dict[str, Any] | None:
+        """One router lineage (the current, newest one when ``lineage`` is None), or None."""
+        row = (self._one("SELECT * FROM router_lineages ORDER BY lineage DESC LIMIT 1")
+               if lineage is None else
+               self._one("SELECT * FROM router_lineages WHERE lineage=?", (lineage,)))
+        return None if row is None else dict(row)
+
+    def lineages(self) -> list[dict[str, Any]]:
+        """Every router lineage, oldest first."""
+        return [dict(r) for r in self._all("SELECT * FROM router_lineages ORDER BY lineage")]
+
+    def adopt_versions(self, lineage: int) -> None:
+        """Put the versions published before any lineage existed into ``lineage``."""
+        self._write("UPDATE router_versions SET lineage=? WHERE lineage IS NULL", (lineage,))
 
     def put_refusal(self, round_id: int, client_id: str, reason: str, detail: str) -> bool:
         """Record a member's refusal of a round (the first one stands); False if already
@@ -196,6 +224,10 @@ class RoundTables(StoreBase):
             "WHERE r.status='finished' ORDER BY d.round_id")]
 
     def latest_version(self) -> int | None:
-        """The newest router version's number (no blob read), or None."""
-        row = self._one("SELECT MAX(version) AS v FROM router_versions")
+        """The newest router version's number in the current lineage (no blob read), or
+        None."""
+        current = self.lineage()
+        row = (self._one("SELECT MAX(version) AS v FROM router_versions") if current is None
+               else self._one("SELECT MAX(version) AS v FROM router_versions WHERE lineage=?",
+                              (current["lineage"],)))
         return None if row is None or row["v"] is None else int(row["v"])

@@ -12,12 +12,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from client_app._router_update import ROUND_PARAM, SPEC_ENV, router_update
 from fedmor_local._demo import DemoConfig, run_demo
 from sdk.data import HELDOUT_CATEGORIES, load_pairs
-from sdk.router import Router, image_digest
+from sdk.router import Router, SiteRound, image_digest, local_router_update
 from sdk.secagg import QuantizationConfig
-from sdk.wire import RoundInfo
+from sdk.wire import ROUTER_ROUND_PARAM, ConsortiumRouterConfig, RoundInfo
 
 CONFIG = DemoConfig(clients=("detail", "safety"), train_pairs=64, eval_pairs=24, heldout_pairs=8,
                     rm_steps=40, rm_batch_size=8, router_max_pairs=64, router_rounds=3,
@@ -57,15 +56,24 @@ def _versions(run_dir: Path) -> dict[int, np.ndarray]:
 
 
 def test_demo_stage_b_router_is_the_secure_mean_of_the_clients_local_training(
-        run: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+        run: tuple[Path, dict[str, Any]]) -> None:
     run_dir, metrics = run
     stage_b = metrics["stage_b"]
     assert [r["dropouts"] for r in stage_b["rounds"]] == [[]] * CONFIG.router_rounds
     versions = _versions(run_dir)
-    # Redo each round's local training here, in the clear, from the same base and spec: the
-    # secure aggregate published by the server equals sum_k n_k phi_k / sum_k n_k. The rounds
-    # sum deltas from the published seeded router (version 1) within the default clip range.
-    monkeypatch.setenv(SPEC_ENV, str(run_dir / "router" / "spec.json"))
+    # The members trained with the built-in update on the server's declared configuration
+    # (their [router_training] named only their pairs): redo each round's local training here,
+    # in the clear, from the same base: the secure aggregate published by the server equals
+    # sum_k n_k phi_k / sum_k n_k. The rounds sum deltas from the published seeded router
+    # (version 1) within the default clip range.
+    declared = ConsortiumRouterConfig.model_validate_json(
+        (run_dir / "router" / "config.json").read_text())
+    assert stage_b["router_config_sha256"] == declared.sha256
+    assert stage_b["router_params"] == declared.num_params == len(versions[1])
+    for site, client in zip(("site-0", "site-1"), CONFIG.clients, strict=True):
+        settings = json.loads((run_dir / "consortium" / f"{site}.json").read_text())
+        assert "update_source" not in settings and settings["router_training"]["pairs_dir"] \
+            == str(run_dir / "data" / "clients" / client / "train")
     step = 2.0 ** -QuantizationConfig.fitted(num_clients=2, clip_range=1.0,
                                              max_weight=1000).scale_bits
     base = versions[1].copy()
@@ -73,8 +81,11 @@ def test_demo_stage_b_router_is_the_secure_mean_of_the_clients_local_training(
         list(range(2, CONFIG.router_rounds + 2))
     for index, r in enumerate(stage_b["rounds"]):
         info = RoundInfo.model_construct(round_id=r["round_id"], vector_length=len(versions[1]),
-                                         params={ROUND_PARAM: index})
-        ups = [router_update(site, info, base) for site in ("site-0", "site-1")]
+                                         params={ROUTER_ROUND_PARAM: index})
+        ups = [local_router_update(SiteRound(
+            config=declared, name=site, info=info, base=base,
+            pairs_dir=run_dir / "data" / "clients" / client / "train"))
+            for site, client in zip(("site-0", "site-1"), CONFIG.clients, strict=True)]
         expected = sum(n * u.astype(np.float64) for u, n in ups) / sum(n for _, n in ups)
         published = versions[r["router_version"]]
         # Quantization (one step) plus float rounding: the client processes train with other

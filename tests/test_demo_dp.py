@@ -13,14 +13,14 @@ from fedmor_local import LocalConsortium
 from fedmor_local._demo import DemoConfig
 from fedmor_local._demo_stage_b import (
     dp_options,
+    member_router_training,
     round_params,
-    router_spec,
+    router_config,
     site_policy,
     train_router,
 )
 from sdk.cli import build_parser
 from sdk.data import SynthConfig, load_pairs, synthesize
-from sdk.router import ROUTER_SPEC_ENV
 from sdk.secagg import DPConfig
 from sdk.wire import ROUND_KINDS, RoundInfo, RoundSpec
 
@@ -67,8 +67,7 @@ def test_the_dp_flag_reaches_the_round_params_and_the_site_policy() -> None:
         check_epsilon(policy, spent, terms)
 
 
-def test_stage_b_rounds_over_rest_run_with_dp_and_record_the_epsilon(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stage_b_rounds_over_rest_run_with_dp_and_record_the_epsilon(tmp_path: Path) -> None:
     config = _config("--dp", clients=("detail", "safety"), train_pairs=32, eval_pairs=8,
                      heldout_pairs=8, router_rounds=2, router_max_pairs=16,
                      stage_deadline_s=60.0)
@@ -77,14 +76,15 @@ def test_stage_b_rounds_over_rest_run_with_dp_and_record_the_epsilon(
                            policy_eval_queries=0), tmp_path / "data")
     splits = {c: load_pairs(tmp_path / "data" / "clients" / c / "eval") for c in config.clients}
     with LocalConsortium(tmp_path / "consortium", 2, demo=True, policy=site_policy(config),
-                         clients={"update_source": "client_app._router_update:router_update"},
                          server={"stage_deadline_s": 60.0}) as consortium:
-        spec = router_spec(config, tmp_path, consortium.names)
-        (tmp_path / "spec.json").write_text(spec.model_dump_json())
-        monkeypatch.setenv(ROUTER_SPEC_ENV, str(tmp_path / "spec.json"))  # the clients read it
+        declared = router_config(config, consortium.names)
+        consortium.server_cfg["router"] = declared.model_dump(mode="json")
+        for site, client in zip(consortium.names, config.clients, strict=True):
+            consortium.client_cfg[site]["router_training"] = member_router_training(tmp_path,
+                                                                                    client)
         consortium.start()
         consortium.wait_enrolled()
-        _, rounds = train_router(config, consortium, spec, splits)
+        _, rounds = train_router(config, consortium, declared, splits)
         ledgers = []
         for site in consortium.names:
             with sqlite3.connect(consortium.client_cfg[site]["db_path"]) as db:

@@ -20,7 +20,6 @@ import contextlib
 import itertools
 import json
 import multiprocessing
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +28,14 @@ from typing import TYPE_CHECKING, Any
 from fedmor_local._demo_config import DemoConfig, rm_config, say
 from fedmor_local._demo_judges import judge_architectures, style_evaluation, train_style_judges
 from fedmor_local._demo_report import change_summary, plot_run, results_table, style_table
-from fedmor_local._demo_stage_b import dp_options, router_spec, site_policy, stage_b
+from fedmor_local._demo_stage_b import (
+    dp_options,
+    member_router_training,
+    router_config,
+    router_spec,
+    site_policy,
+    stage_b,
+)
 from sdk.runtime_options import add_runtime_arguments
 
 if TYPE_CHECKING:
@@ -84,14 +90,12 @@ def _judges(config: DemoConfig, run_dir: Path) -> dict[str, RewardModel]:
 _ALIGNER = "aligner"  # the roster name of the demo's GRPO job (role aligner)
 
 
-def _alignment_settings(config: DemoConfig, spec: Any, sites: list[str]) -> dict[str, Any]:
-    """The server's ``alignment`` section: the federation's encoder and router, the online
-    Neural TS settings and the demo's reward rules (the server hosts stage C's pipeline)."""
+def _alignment_settings(config: DemoConfig) -> dict[str, Any]:
+    """The server's ``alignment`` section: the online Neural TS settings and the demo's reward
+    rules (the server hosts stage C's pipeline; its router is the declared ``[router]``)."""
     from sdk.alignment import ONLINE_ROUTER_CONFIG
 
-    return {"members": sites, "encoder": spec.encoder.model_dump(),
-            "router": spec.router.model_dump(),
-            "online": ONLINE_ROUTER_CONFIG.model_copy(update={"seed": config.seed}).model_dump(),
+    return {"online": ONLINE_ROUTER_CONFIG.model_copy(update={"seed": config.seed}).model_dump(),
             # An unparseable answer to a multiple-choice prompt gets a fixed low score and
             # reaches no client: the style clients' prompts otherwise pulled MC answers out of
             # format (docs/alignment.md, "Format rule"). An empty one gets the same.
@@ -215,40 +219,37 @@ def _stage_a(config: DemoConfig, run_dir: Path) -> tuple[dict[str, Any], dict[st
 def _running_consortium(config: DemoConfig, run_dir: Path,
                         trained: dict[str, Any]) -> Iterator[tuple[Any, list[str], Any]]:
     """One server and one client app per client on 127.0.0.1, each client serving its reward
-    model; yields the consortium, the enrolled client ids and the router spec."""
+    model and training the router on its own pairs (its ``[router_training]``); yields the
+    consortium, the enrolled client ids and the router configuration the server declares."""
     from fedmor_local import LocalConsortium
-    from sdk.router import ROUTER_SPEC_ENV as SPEC_ENV
 
     consortium = LocalConsortium(
         run_dir / "consortium", len(config.clients),
         server={"stage_deadline_s": config.stage_deadline_s, "reward_timeout_s": 120.0},
-        clients={"update_source": "client_app._router_update:router_update"},
         identities={_ALIGNER: "aligner"},
         capture=run_dir / "capture" if config.capture else None,
         policy=site_policy(config))
-    spec = router_spec(config, run_dir, consortium.names)
-    consortium.server_cfg["alignment"] = _alignment_settings(config, spec, consortium.names)
-    spec_path = run_dir / "router" / "spec.json"
-    spec_path.parent.mkdir(parents=True, exist_ok=True)
-    spec_path.write_text(spec.model_dump_json(indent=2))
+    declared = router_config(config, consortium.names)
+    consortium.server_cfg["router"] = declared.model_dump(mode="json")
+    consortium.server_cfg["alignment"] = _alignment_settings(config)
+    record = run_dir / "router"
+    record.mkdir(parents=True, exist_ok=True)
+    (record / "config.json").write_text(declared.model_dump_json(indent=2))
+    # What an audit of the run directory replays (fedmor audit --run); no process reads it.
+    (record / "spec.json").write_text(
+        router_spec(config, run_dir, declared).model_dump_json(indent=2))
     for site, client in zip(consortium.names, config.clients, strict=True):
-        consortium.client_cfg[site].update(reward_model_dir=str(trained[client].checkpoint),
-                                           **client_runtime(config))
+        consortium.client_cfg[site].update(
+            reward_model_dir=str(trained[client].checkpoint), **client_runtime(config),
+            router_training=member_router_training(run_dir, client))
     with consortium:
         say(f"stage B: starting 1 server + {len(config.clients)} client processes on "
-            f"127.0.0.1 (logs in {consortium.dir})")
-        previous = os.environ.get(SPEC_ENV)
-        os.environ[SPEC_ENV] = str(spec_path)  # inherited by the client processes
-        try:
-            consortium.start()
-        finally:  # the clients have read it; leave this process's environment as it was
-            if previous is None:
-                del os.environ[SPEC_ENV]
-            else:
-                os.environ[SPEC_ENV] = previous
+            f"127.0.0.1 (logs in {consortium.dir}); router configuration "
+            f"{declared.sha256[:12]} ({declared.num_params} parameters)")
+        consortium.start()
         client_ids = consortium.wait_enrolled()
         say(f"stage B: enrolled {dict(zip(config.clients, client_ids, strict=True))}")
-        yield consortium, client_ids, spec
+        yield consortium, client_ids, declared
 
 
 def client_runtime(config: DemoConfig) -> dict[str, str]:
@@ -306,9 +307,9 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
         walls["stage_a"] = time.perf_counter() - start
 
         t = time.perf_counter()
-        consortium, client_ids, spec = running.enter_context(
+        consortium, client_ids, declared = running.enter_context(
             _running_consortium(config, run_dir, trained))
-        router, metrics["stage_b"] = stage_b(config, consortium, spec, trained, splits)
+        router, metrics["stage_b"] = stage_b(config, consortium, declared, trained, splits)
         router.save(run_dir / "router" / "final")
         walls["stage_b"] = time.perf_counter() - t
 

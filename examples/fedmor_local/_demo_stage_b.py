@@ -9,8 +9,8 @@ from typing import Any
 
 from fedmor_local._demo_config import DemoConfig, say
 
-__all__ = ["dp_options", "round_params", "router_spec", "site_policy", "stage_b",
-           "train_router"]
+__all__ = ["dp_options", "member_router_training", "round_params", "router_config",
+           "router_spec", "site_policy", "stage_b", "train_router"]
 
 _DP_DELTA = 1e-5
 
@@ -62,30 +62,48 @@ def site_policy(config: DemoConfig) -> dict[str, Any]:
     return policy
 
 
-def router_spec(config: DemoConfig, run_dir: Path, sites: list[str]) -> Any:
-    """What each client process needs for its local router updates (``RouterUpdateSpec``)."""
-    from sdk.router import (
-        HashingEncoderConfig,
-        RouterConfig,
-        RouterUpdateSpec,
-        SiteData,
-        default_federated_config,
-    )
+def router_config(config: DemoConfig, sites: list[str]) -> Any:
+    """The consortium's router configuration the demo's server declares (``[router]``): the
+    hashing encoder, the demo's router, one head per site in roster order, the schedule."""
+    from sdk.router import HashingEncoderConfig, RouterConfig, default_federated_config
+    from sdk.wire import ConsortiumRouterConfig
 
     encoder = HashingEncoderConfig()
     federated = default_federated_config(rounds=config.router_rounds, seed=config.seed)
-    return RouterUpdateSpec(
+    return ConsortiumRouterConfig(
         encoder=encoder,
         router=RouterConfig(input_dim=encoder.dim, d_model=config.router_d_model,
                             num_layers=config.router_layers, num_heads=4,
                             dim_feedforward=2 * config.router_d_model, seed=config.seed),
-        client_ids=list(config.clients),
+        heads=list(sites),
         federated=federated.model_copy(
             update={"local": federated.local.model_copy(update={"epochs": config.router_epochs})}),
         max_pairs=config.router_max_pairs,
-        sites={s: SiteData(index=k, pairs_dir=run_dir / "data" / "clients" / c / "train")
-               for k, (s, c) in enumerate(zip(sites, config.clients, strict=True))},
     )
+
+
+def _pairs_dir(run_dir: Path, client: str) -> Path:
+    return run_dir / "data" / "clients" / client / "train"
+
+
+def member_router_training(run_dir: Path, client: str) -> dict[str, Any]:
+    """The ``[router_training]`` of the site holding ``client``'s data: its own training and
+    eval pairs (all a member configures; the rest comes from the server's configuration)."""
+    return {"pairs_dir": str(_pairs_dir(run_dir, client)),
+            "eval_pairs_dir": str(run_dir / "data" / "clients" / client / "eval")}
+
+
+def router_spec(config: DemoConfig, run_dir: Path, router: Any) -> Any:
+    """The run's record of stage B for an audit's replay (``router/spec.json``, read by
+    ``fedmor audit --run``): ``router`` (the declared configuration) with its heads named by
+    the clients' categories, as the audit reports them, and each site's pairs."""
+    from sdk.router import RouterUpdateSpec, SiteData
+
+    return RouterUpdateSpec(
+        encoder=router.encoder, router=router.router, client_ids=list(config.clients),
+        federated=router.federated, max_pairs=router.max_pairs,
+        sites={s: SiteData(index=k, pairs_dir=_pairs_dir(run_dir, c))
+               for k, (s, c) in enumerate(zip(router.heads, config.clients, strict=True))})
 
 
 def _round_bytes(db_path: str, round_ids: list[int], vector_length: int,
@@ -136,18 +154,20 @@ def _routing_accuracy(router: Any, encoder: Any, splits: dict[str, Any]) -> floa
     return hits / total
 
 
-def train_router(config: DemoConfig, consortium: Any, spec: Any,
+def train_router(config: DemoConfig, consortium: Any, declared: Any,
                  splits: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
-    """Stage B's secure rounds over REST from the seeded router; returns the final router and
-    one record per round (its routing accuracy on the clients' eval ``splits``)."""
+    """Stage B's secure rounds over REST from the seeded router of the ``declared`` router
+    configuration; returns the final router and one record per round (its routing accuracy
+    on the clients' eval ``splits``)."""
     import numpy as np
 
-    from sdk.router import HashingEncoder
+    from sdk.router import HashingEncoder, Router
 
-    router = spec.build_router()
-    length = router.num_params()
+    encoder = HashingEncoder(declared.encoder)
+    # Head k is site k, which holds client k's data: the demo names the heads by the clients'
+    # categories, as its Table 4 and the saved router do (the parameters are the same).
+    router = Router(declared.router, list(config.clients), encoder.encoder_id)
     max_weight = max(1000, config.router_max_pairs)
-    encoder = HashingEncoder(spec.encoder)
     rounds: list[dict[str, Any]] = []
     # The seeded initial router is the federation's version 1, so every round sums deltas from
     # a published base and the default clip range holds them (raw parameters, LayerNorm gains
@@ -155,8 +175,9 @@ def train_router(config: DemoConfig, consortium: Any, spec: Any,
     consortium.publish_router(router.get_flat_params())
     for r in range(config.router_rounds):
         t = time.perf_counter()
+        # No length: the server takes it from its [router] (the configuration's).
         info = consortium.create_round(
-            kind="router_secagg", vector_length=length, min_clients=len(config.clients),
+            kind="router_secagg", min_clients=len(config.clients),
             stage_deadline_s=config.stage_deadline_s,
             params=round_params(config, r, max_weight))
         done = consortium.wait_round(info["round_id"], timeout_s=6 * config.stage_deadline_s)
@@ -178,16 +199,16 @@ def train_router(config: DemoConfig, consortium: Any, spec: Any,
     return router, rounds
 
 
-def stage_b(config: DemoConfig, consortium: Any, spec: Any, trained: dict[str, Any],
-             splits: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+def stage_b(config: DemoConfig, consortium: Any, declared: Any, trained: dict[str, Any],
+            splits: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """:func:`train_router`, then the Table-4 comparison with the clients' reward models."""
     from sdk.data import HELDOUT_CATEGORIES
     from sdk.reward import ScoreNormalizer
     from sdk.router import HashingEncoder, reward_scores, table4
 
-    router, rounds = train_router(config, consortium, spec, splits)
+    router, rounds = train_router(config, consortium, declared, splits)
     length = router.num_params()
-    encoder = HashingEncoder(spec.encoder)
+    encoder = HashingEncoder(declared.encoder)
     normalizers = {c: ScoreNormalizer.load(t.checkpoint) for c, t in trained.items()}
     scores = {name: reward_scores(pairs, config.clients, {c: t.model for c, t in trained.items()},
                                   normalizers) for name, pairs in splits.items()}
@@ -197,7 +218,7 @@ def stage_b(config: DemoConfig, consortium: Any, spec: Any, trained: dict[str, A
     print(table.format(), flush=True)
     metrics = {
         "encoder": "HashingEncoder", "encoder_id": encoder.encoder_id,
-        "router_params": length, "rounds": rounds,
+        "router_params": length, "router_config_sha256": declared.sha256, "rounds": rounds,
         "routing_accuracy": table.routing_accuracy, "table4": table.accuracy,
         "id_avg": {m: table.id_avg(m) for m in table.accuracy},
         "heldout_avg": {m: table.heldout_avg(m) for m in table.accuracy},

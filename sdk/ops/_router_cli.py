@@ -25,7 +25,7 @@ def _show(args: argparse.Namespace) -> int:
     if args.version is None:
         info = conn.request("GET", "/v1/router/latest", what="router show")
     else:
-        found = [v for v in conn.request("GET", "/v1/router", what="router history")
+        found = [v for v in conn.request("GET", "/v1/router/versions", what="router history")
                  if v["version"] == args.version]
         if not found:
             raise ValueError(f"router version {args.version} does not exist")
@@ -38,7 +38,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
-    versions = connection_from_args(args).request("GET", "/v1/router", what="router history")
+    versions = connection_from_args(args).request("GET", "/v1/router/versions", what="router history")
     return emit(versions, args.json, _COLUMNS, [_row(v) for v in versions])
 
 

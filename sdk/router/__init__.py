@@ -54,9 +54,13 @@ from sdk.router._recipe import (
 )
 from sdk.router._site_update import (
     ROUTER_SPEC_ENV,
+    ROUTER_UPDATES_GROUP,
     RouterUpdateError,
     RouterUpdateSpec,
     SiteData,
+    SiteRound,
+    load_router_update,
+    local_router_update,
     router_update,
 )
 from sdk.router._vlm_encoder import VLMEncoder, VLMEncoderConfig
@@ -64,6 +68,7 @@ from sdk.router._vlm_encoder import VLMEncoder, VLMEncoderConfig
 __all__ = [
     "AGGREGATORS",
     "ROUTER_SPEC_ENV",
+    "ROUTER_UPDATES_GROUP",
     "Aggregator",
     "AverageRM",
     "DropoutSchedule",
@@ -98,6 +103,7 @@ __all__ = [
     "SelectionMethod",
     "SingleRM",
     "SiteData",
+    "SiteRound",
     "Table4",
     "VLMEncoder",
     "VLMEncoderConfig",
@@ -107,6 +113,8 @@ __all__ = [
     "fedavg_plain",
     "image_digest",
     "load_router_clients",
+    "load_router_update",
+    "local_router_update",
     "reward_scores",
     "route",
     "route_pairs",

@@ -1,4 +1,5 @@
-"""``fedmor router ...``: simulate federated router training and evaluate a router (Table 4)."""
+"""``fedmor router ...``: simulate federated router training, evaluate a router (Table 4) on a
+benchmark folder or a member's own pairs folders, and start a new router lineage (operator)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sdk.progress import say
 
 if TYPE_CHECKING:
     from sdk.router._encoder import Encoder
+    from sdk.wire import ConsortiumRouterConfig
 
 __all__ = ["register"]
 
@@ -19,10 +21,11 @@ _ROUNDS_FILE = "rounds.json"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``router`` group (``train``, ``eval``; ``show``, ``history``, ``rollback``) to
-    the ``fedmor`` parser."""
+    """Add the ``router`` group (``train``, ``eval``, ``lineage``; ``show``, ``history``,
+    ``rollback``) to the ``fedmor`` parser."""
     group = sub.add_parser("router", help="stage B: the router (local training and evaluation; "
-                           "the server's published versions)")
+                           "the server's published versions; a new lineage of the consortium's "
+                           "router)")
     commands = group.add_subparsers(dest="router_command", metavar="COMMAND", required=True)
 
     train = commands.add_parser(
@@ -44,8 +47,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "eval", help="Table 4: Router+RM against single RMs, AvgRM and Random"
     )
     evaluate.add_argument("router", type=Path, help="router checkpoint directory")
-    evaluate.add_argument("--data", type=Path, required=True,
+    evaluate.add_argument("--data", type=Path, default=None,
                           help="benchmark directory (clients/<id>/eval, heldout/<category>)")
+    evaluate.add_argument("--pairs", action="append", default=[], metavar="NAME=DIR",
+                          help="eval pairs folder of the router's output NAME (a member's own "
+                          "folder; repeat per member; replaces --data's clients/<id>/eval)")
+    evaluate.add_argument("--heldout", action="append", default=[], metavar="CATEGORY=DIR",
+                          help="pairs folder of a category no member holds (repeatable)")
     evaluate.add_argument("--models", type=Path, required=True,
                           help="directory with one reward-model checkpoint per client id")
     _encoder_option(evaluate)
@@ -53,6 +61,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from sdk.ops._router_cli import add_router_commands
 
     add_router_commands(commands)  # show, history, rollback: the server's published versions
+
+    lineage = commands.add_parser(
+        "lineage", help="start a new router lineage on a router configuration (operator, "
+        "signed; audited): rounds follow it from then on, older versions stay readable")
+    lineage.add_argument("--config", type=Path, required=True, help="TOML/JSON file: the "
+                         "router configuration, or the server settings whose [router] holds it")
+    _server_options(lineage)
+    lineage.set_defaults(handler=_lineage)
+
+
+def _server_options(parser: argparse.ArgumentParser) -> None:
+    """Where the server is, how to verify it, and who signs (else FEDMOR_ADMIN_TOKEN)."""
+    parser.add_argument("--server", required=True, help="server URL, e.g. https://host:8443")
+    parser.add_argument("--ca", type=Path, default=None, help="CA bundle of the server")
+    parser.add_argument("--client-cert", type=Path, default=None,
+                        help="client certificate (PEM), for a server with require_client_cert")
+    parser.add_argument("--client-key", type=Path, default=None,
+                        help="the private key of --client-cert (PEM)")
+    parser.add_argument("--key-file", type=Path, default=None, help="an operator identity's "
+                        "key (else the admin token in FEDMOR_ADMIN_TOKEN)")
+    parser.add_argument("--sender", default=None, help="that operator identity's client id")
 
 
 def _encoder_option(parser: argparse.ArgumentParser) -> None:
@@ -103,8 +132,42 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _named_folders(values: list[str], option: str) -> dict[str, Path]:
+    """``NAME=DIR`` options as a mapping; ``ValueError`` naming a malformed one."""
+    out = {}
+    for value in values:
+        name, sep, folder = value.partition("=")
+        if not sep or not name or not folder:
+            raise ValueError(f"{option} takes NAME=DIR, got {value!r}")
+        out[name] = Path(folder)
+    return out
+
+
+def _eval_folders(args: argparse.Namespace,
+                  ids: list[str]) -> tuple[dict[str, Path], dict[str, Path]]:
+    """(eval folder per router output, folder per held-out category): the ``--pairs`` and
+    ``--heldout`` options, else the benchmark layout under ``--data``."""
+    from sdk.data import HELDOUT_CATEGORIES
+
+    own, heldout = _named_folders(args.pairs, "--pairs"), _named_folders(args.heldout,
+                                                                         "--heldout")
+    if own:
+        missing = [c for c in ids if c not in own]
+        if missing:
+            raise ValueError(f"--pairs names no folder for the router's output(s) "
+                             f"{', '.join(missing)} (outputs: {', '.join(ids)})")
+        return {c: own[c] for c in ids}, heldout
+    if args.data is None:
+        raise ValueError("give --pairs NAME=DIR per router output, or --data (a benchmark "
+                         "directory)")
+    data = args.data
+    return ({c: data / "clients" / c / "eval" for c in ids},
+            heldout or {h: data / "heldout" / h for h in HELDOUT_CATEGORIES
+                        if (data / "heldout" / h).is_dir()})
+
+
 def _eval(args: argparse.Namespace) -> int:
-    from sdk.data import HELDOUT_CATEGORIES, load_pairs
+    from sdk.data import load_pairs
     from sdk.models import runtime_from_args
     from sdk.reward import RewardModel, ScoreNormalizer
     from sdk.router._evaluation import reward_scores, table4
@@ -113,16 +176,64 @@ def _eval(args: argparse.Namespace) -> int:
     encoder = _encoder(args)
     router = Router.load(args.router, encoder_id=encoder.encoder_id)
     ids = router.client_ids
+    own, held = _eval_folders(args, ids)
     runtime = runtime_from_args(args)
     models = {c: RewardModel.from_pretrained(args.models / c, runtime=runtime).eval()
               for c in ids}
     normalizers = {c: ScoreNormalizer.load(args.models / c) for c in ids}
-    id_splits = {c: load_pairs(args.data / "clients" / c / "eval") for c in ids}
-    heldout = {h: load_pairs(args.data / "heldout" / h) for h in HELDOUT_CATEGORIES
-               if (args.data / "heldout" / h).is_dir()}
+    id_splits = {c: load_pairs(folder) for c, folder in own.items()}
+    heldout = {h: load_pairs(folder) for h, folder in held.items()}
     scores = {name: reward_scores(pairs, ids, models, normalizers)
               for name, pairs in [*id_splits.items(), *heldout.items()]}
     table = table4(router, encoder, id_splits, heldout, scores)
     print(table.format())
     print(json.dumps({"routing_accuracy": table.routing_accuracy, "accuracy": table.accuracy}))
+    return 0
+
+
+def _read_router_config(path: Path) -> ConsortiumRouterConfig:
+    """The router configuration in ``path`` (TOML or JSON): the file itself, or its
+    ``router`` section when it is the server's settings file."""
+    import tomllib
+
+    from sdk.wire import ConsortiumRouterConfig
+
+    text = path.read_text()
+    data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    if "heads" not in data and isinstance(data.get("router"), dict) \
+            and "heads" in data["router"]:
+        data = data["router"]
+    return ConsortiumRouterConfig.model_validate(data)
+
+
+def _lineage(args: argparse.Namespace) -> int:
+    import os
+
+    from sdk.wire import (
+        RequestRefused,
+        RouterConfigInfo,
+        SignedClient,
+        key_passphrase,
+        load_private_key,
+    )
+
+    config = _read_router_config(args.config)
+    if (args.client_cert is None) != (args.client_key is None):
+        raise ValueError("give both --client-cert and --client-key, or neither")
+    key = None if args.key_file is None else load_private_key(args.key_file, key_passphrase())
+    token = os.environ.get("FEDMOR_ADMIN_TOKEN") if key is None else None
+    if (key is None and not token) or (key is not None and not args.sender):
+        raise ValueError("sign as an operator identity (--key-file and --sender), or set "
+                         "FEDMOR_ADMIN_TOKEN to the server's admin token")
+    cert = None if args.client_cert is None else (str(args.client_cert), str(args.client_key))
+    with SignedClient(args.server, key=key, sender=args.sender if key else None,
+                      admin_token=token, ca=args.ca, client_cert=cert) as client:
+        try:
+            info = client.post_json("/v1/router/lineage", config, RouterConfigInfo)
+        except RequestRefused as exc:
+            raise ValueError(f"the server refused the new lineage ({exc.status}): "
+                             f"{exc.detail}") from None
+    print(f"router lineage {info.lineage} started: {info.config.describe()}. Rounds follow it "
+          f"now; declare the same configuration in the server's [router] before its next "
+          f"restart.")
     return 0

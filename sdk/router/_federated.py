@@ -3,13 +3,10 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sdk.router._aggregators import FLOAT_BYTES, Aggregator, SecureAggregator
 from sdk.router._encoder import EncodedBatch, Encoder
@@ -18,6 +15,7 @@ from sdk.router._evaluation import PairLike, encode_pairs
 from sdk.router._local import LocalRouterUpdate, LocalTrainingConfig, train_router_locally
 from sdk.router._model import Router
 from sdk.secagg import Stage
+from sdk.wire._router_config import FederatedConfig
 
 __all__ = [
     "DropoutSchedule",
@@ -63,49 +61,6 @@ class RouterClient:
     ) -> LocalRouterUpdate:
         """Train a copy of the global router on the local data (override for custom clients)."""
         return train_router_locally(router, self.data, client_index, config)
-
-
-class FederatedConfig(BaseModel):
-    """Schedule of federated router training. Give at most one of ``clients_per_round`` and
-    ``fraction``; with neither, every client takes part in every round."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    rounds: int = Field(default=5, ge=1)
-    clients_per_round: int | None = Field(default=None, ge=1)
-    fraction: float | None = Field(default=None, gt=0.0, le=1.0)
-    local: LocalTrainingConfig = LocalTrainingConfig()
-    # Clients each hold one label, so every round pulls the router towards its own client and
-    # the late rounds swing routing between pairs of similar clients; decaying the local lr over
-    # the rounds damps the swing (docs/router.md).
-    lr_schedule: Literal["constant", "cosine"] = "constant"
-    final_lr_fraction: float = Field(default=0.1, gt=0.0, le=1.0,
-                                     description="cosine: last round's lr / local.lr")
-    seed: int = 0
-
-    @model_validator(mode="after")
-    def _one_sampling_rule(self) -> FederatedConfig:
-        if self.clients_per_round is not None and self.fraction is not None:
-            raise ValueError("give clients_per_round or fraction, not both")
-        return self
-
-    def local_config(self, round_index: int, client_index: int) -> LocalTrainingConfig:
-        """Client ``client_index``'s local settings in round ``round_index`` (lr and seed)."""
-        lr = self.local.lr
-        if self.lr_schedule == "cosine" and self.rounds > 1:
-            progress = min(round_index, self.rounds - 1) / (self.rounds - 1)
-            f = self.final_lr_fraction
-            lr *= f + (1 - f) * 0.5 * (1 + math.cos(math.pi * progress))
-        seed = self.local.seed + 7919 * round_index + 104729 * client_index
-        return self.local.model_copy(update={"lr": lr, "seed": seed})
-
-    def per_round(self, num_clients: int) -> int:
-        """How many clients each round samples."""
-        if self.clients_per_round is not None:
-            return min(self.clients_per_round, num_clients)
-        if self.fraction is not None:
-            return max(1, round(self.fraction * num_clients))
-        return num_clients
 
 
 @dataclass(frozen=True)

@@ -14,28 +14,14 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from sdk.router._encoder import EncodedBatch, ImageFeatureCache, check_triples, image_digest
+from sdk.wire._router_config import HashingEncoderConfig
 
 __all__ = ["HashingEncoder", "HashingEncoderConfig"]
 
 _WORD = re.compile(r"\w+|[^\w\s]")
-
-
-class HashingEncoderConfig(BaseModel):
-    """Sizes of the hashing encoder; every field enters ``encoder_id``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    dim: int = Field(default=64, ge=1)
-    image_grid: int = Field(default=2, ge=1, description="image tokens = image_grid ** 2")
-    patch_size: int = Field(default=8, ge=1, description="pixels per patch side after resizing")
-    num_buckets: int = Field(default=4096, ge=2, description="hash buckets of the word table")
-    max_prompt_tokens: int = Field(default=16, ge=1, description="first prompt words kept")
-    max_response_tokens: int = Field(default=16, ge=1, description="last response words kept")
-    seed: int = 0
 
 
 class HashingEncoder:

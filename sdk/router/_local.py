@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from sdk.router._encoder import EncodedBatch, concat_batches
 from sdk.router._errors import RouterError, RouterShapeError
 from sdk.router._model import Router
+from sdk.wire._router_config import LocalTrainingConfig
 
 __all__ = [
     "LocalRouterUpdate",
@@ -23,23 +23,6 @@ __all__ = [
 ]
 
 RouterData = EncodedBatch | Sequence[EncodedBatch] | tuple[Tensor, Tensor]
-
-
-class LocalTrainingConfig(BaseModel):
-    """Hyper-parameters of one client's local router training in one round."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    epochs: int = Field(default=2, ge=1)
-    batch_size: int = Field(default=32, ge=1)
-    lr: float = Field(default=1e-3, gt=0.0)
-    weight_decay: float = Field(default=0.0, ge=0.0)
-    max_grad_norm: float | None = Field(default=1.0, gt=0.0)
-    seed: int = 0
-    # A client refuses to train (so to contribute) on fewer samples: an update of very few
-    # samples can be inverted even inside a secure aggregate (the SecAgg sum of 3 single-sample
-    # updates was reconstructed at 22.6 dB, docs/attacks.md). Lower it only deliberately.
-    min_samples: int = Field(default=16, ge=1)
 
 
 @dataclass(frozen=True)

@@ -8,31 +8,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from sdk.router._errors import RouterMismatchError, RouterShapeError
+from sdk.wire._router_config import RouterConfig
 
 __all__ = ["Router", "RouterConfig"]
 
 _WEIGHTS = "router.safetensors"
 _META = "router.json"
 _FORMAT = "fedmor-router-v1"
-
-
-class RouterConfig(BaseModel):
-    """Architecture of the router; ``input_dim`` must equal the encoder's ``dim``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    input_dim: int = Field(default=64, ge=1, description="encoder feature size D")
-    d_model: int = Field(default=64, ge=1)
-    num_layers: int = Field(default=4, ge=1)
-    num_heads: int = Field(default=4, ge=1)
-    dim_feedforward: int = Field(default=128, ge=1)
-    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    seed: int = Field(default=0, description="seed of the parameter initialisation")
 
 
 class Router(nn.Module):

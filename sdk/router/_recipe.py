@@ -17,22 +17,10 @@ from sdk.router._federated import (
     RoundStats,
     RouterClient,
 )
-from sdk.router._local import LocalTrainingConfig
 from sdk.router._model import Router, RouterConfig
+from sdk.wire._router_config import default_federated_config
 
 __all__ = ["default_federated_config", "load_router_clients", "train_federated_router"]
-
-
-def default_federated_config(rounds: int = 30, seed: int = 0) -> FederatedConfig:
-    """Every client in every round, one local epoch, lr 3e-3 decayed (cosine) to 3e-4.
-
-    Client k holds only label k, so each local model drifts towards "always me": a single epoch
-    keeps the discriminative part through FedAvg, and the decaying lr stops the last rounds from
-    swinging routing between similar clients (docs/router.md, "Label skew").
-    """
-    local = LocalTrainingConfig(epochs=1, batch_size=64, lr=3e-3, seed=seed)
-    return FederatedConfig(rounds=rounds, local=local, lr_schedule="cosine",
-                           final_lr_fraction=0.1, seed=seed)
 
 
 def load_router_clients(

@@ -1,17 +1,24 @@
 """A member's real router update: local router training on its own pairs (stage B).
 
-A client app points ``update_source`` at ``client_app._router_update:router_update``, which
-calls :func:`router_update`. The function reads a
-:class:`RouterUpdateSpec` (JSON) from the path in ``$FEDMOR_ROUTER_SPEC``: the public encoder and
-router configuration shared by the federation, and, per roster name, the client's router index
-and its local pairs directory. The pairs never leave the process; only the trained flat
+The production path is :func:`local_router_update` on a :class:`SiteRound`: the consortium's
+:class:`~sdk.wire.ConsortiumRouterConfig` (fetched from the server, pinned by the round's
+hash), the member's roster name (its head index) and its own pairs folder. A client app runs it
+when its ``client.toml`` has a ``[router_training]`` section; custom update code registers a
+function of the same signature in the ``fedmor.router_updates`` entry-point group
+(:func:`load_router_update`). The pairs never leave the process; only the trained flat
 parameters phi_k and n_k go into the secure-aggregation round (the ``router_secagg`` kind masks
 ``n_k * phi_k`` and ``n_k`` and publishes the weighted mean).
+
+:func:`router_update` is the older path, kept for existing sites: a :class:`RouterUpdateSpec`
+JSON file named in ``$FEDMOR_ROUTER_SPEC``.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import numpy as np
@@ -23,19 +30,26 @@ from sdk.router._federated import FederatedConfig
 from sdk.router._hashing_encoder import HashingEncoder, HashingEncoderConfig
 from sdk.router._local import LocalTrainingConfig, train_router_locally
 from sdk.router._model import Router, RouterConfig
-from sdk.router._recipe import default_federated_config
-from sdk.wire import ROUTER_ROUND_PARAM, RoundInfo
+from sdk.wire import ROUTER_ROUND_PARAM, ConsortiumRouterConfig, RoundInfo
+from sdk.wire._router_config import default_federated_config
 
 __all__ = [
     "ROUTER_SPEC_ENV",
+    "ROUTER_UPDATES_GROUP",
     "RouterUpdateError",
     "RouterUpdateSpec",
     "SiteData",
+    "SiteRound",
+    "load_router_update",
+    "local_router_update",
     "router_update",
 ]
 
 ROUTER_SPEC_ENV = "FEDMOR_ROUTER_SPEC"
-"""The environment variable naming the member's ``RouterUpdateSpec`` JSON file."""
+"""The environment variable naming the member's ``RouterUpdateSpec`` JSON file (older path)."""
+ROUTER_UPDATES_GROUP = "fedmor.router_updates"
+"""The entry-point group of custom router updates: ``NAME = "module:function"``, the function
+taking a :class:`SiteRound` and returning ``(phi_k, n_k)`` as :func:`local_router_update`."""
 
 
 class RouterUpdateError(ValueError):
@@ -80,8 +94,90 @@ class RouterUpdateSpec(BaseModel):
         return self.federated.local_config(router_round, site_index)
 
 
+@dataclass(frozen=True)
+class SiteRound:
+    """What a member's router update gets for one round: the consortium's configuration (its
+    hash checked against the round's), the member's roster name, the round and its base router
+    (None in a lineage's first round), and the member's own training pairs folder."""
+
+    config: ConsortiumRouterConfig
+    name: str
+    info: RoundInfo
+    base: np.ndarray | None
+    pairs_dir: Path
+
+    @property
+    def head_index(self) -> int:
+        """This member's router output (its place in ``config.heads``)."""
+        try:
+            return self.config.head_index(self.name)
+        except ValueError as exc:
+            raise RouterUpdateError(str(exc)) from None
+
+    @property
+    def router_round(self) -> int:
+        """The round's place in the federation's schedule (0 when the operator gave none)."""
+        return _router_round(self.info)
+
+
+SiteUpdateFn = Callable[[SiteRound], tuple[np.ndarray, int]]
+
 # Encoding is the costly part and the pairs do not change between rounds: once per process.
-_CACHE: dict[tuple[str, str], tuple[RouterUpdateSpec, EncodedBatch, int]] = {}
+_ENCODED: dict[tuple[str, str, int | None], tuple[EncodedBatch, int]] = {}
+_CACHE: dict[tuple[str, str], RouterUpdateSpec] = {}
+
+
+def _encoded(encoder: HashingEncoderConfig, pairs_dir: Path,
+             max_pairs: int | None) -> tuple[EncodedBatch, int]:
+    """Both responses of the first ``max_pairs`` pairs in ``pairs_dir``, encoded; their count."""
+    key = (encoder.model_dump_json(), str(pairs_dir), max_pairs)
+    if key not in _ENCODED:
+        from sdk.data import load_pairs
+
+        pairs = load_pairs(pairs_dir)[:max_pairs]
+        _ENCODED[key] = encode_pairs(HashingEncoder(encoder), pairs), len(pairs)
+    return _ENCODED[key]
+
+
+def _train(router: Router, info: RoundInfo, base: np.ndarray | None, encoded: EncodedBatch,
+           index: int, federated: FederatedConfig) -> np.ndarray:
+    """phi_k (P,) float32: ``router`` (from ``base``) trained locally for head ``index``."""
+    if router.num_params() != info.vector_length:
+        raise RouterUpdateError(f"round {info.round_id} expects {info.vector_length} parameters, "
+                                f"the router configuration gives {router.num_params()}")
+    if base is not None:
+        router.set_flat_params(base)
+    update = train_router_locally(router, encoded, index,
+                                  federated.local_config(_router_round(info), index))
+    return update.params.astype(np.float32)
+
+
+def local_router_update(job: SiteRound) -> tuple[np.ndarray, int]:
+    """The built-in update: (phi_k (P,) float32 after local training from ``job.base`` on the
+    member's pairs with the consortium's recipe, n_k = local pairs used)."""
+    config = job.config
+    encoded, n_pairs = _encoded(config.encoder, job.pairs_dir, config.max_pairs)
+    encoder_id = HashingEncoder(config.encoder).encoder_id
+    router = Router(config.router, config.heads, encoder_id)
+    return _train(router, job.info, job.base, encoded, job.head_index,
+                  config.federated), n_pairs
+
+
+def load_router_update(name: str) -> SiteUpdateFn:
+    """The update named ``name``: ``builtin`` (:func:`local_router_update`) or an entry point
+    of the ``fedmor.router_updates`` group; ``RouterUpdateError`` naming the registered ones."""
+    if name == "builtin":
+        return local_router_update
+    found = entry_points(group=ROUTER_UPDATES_GROUP, name=name)
+    if not found:
+        known = sorted(e.name for e in entry_points(group=ROUTER_UPDATES_GROUP))
+        raise RouterUpdateError(f"no router update {name!r} in the {ROUTER_UPDATES_GROUP} "
+                                f"entry-point group (registered: {', '.join(known) or 'none'}; "
+                                f"builtin is always there)")
+    loaded = next(iter(found)).load()
+    if not callable(loaded):
+        raise RouterUpdateError(f"router update {name!r} ({ROUTER_UPDATES_GROUP}) is not callable")
+    return loaded  # type: ignore[no-any-return]
 
 
 def _load(name: str) -> tuple[RouterUpdateSpec, EncodedBatch, int]:
@@ -91,16 +187,13 @@ def _load(name: str) -> tuple[RouterUpdateSpec, EncodedBatch, int]:
                                 f"{name!r}")
     key = (path, name)
     if key not in _CACHE:
-        from sdk.data import load_pairs
-
-        spec = RouterUpdateSpec.model_validate_json(Path(path).read_text())
-        site = spec.sites.get(name)
-        if site is None:
-            raise RouterUpdateError(f"router-update spec {path} has no site {name!r} "
-                                    f"(sites: {sorted(spec.sites)})")
-        pairs = load_pairs(site.pairs_dir)[: spec.max_pairs]
-        _CACHE[key] = spec, encode_pairs(HashingEncoder(spec.encoder), pairs), len(pairs)
-    return _CACHE[key]
+        _CACHE[key] = RouterUpdateSpec.model_validate_json(Path(path).read_text())
+    spec = _CACHE[key]
+    site = spec.sites.get(name)
+    if site is None:
+        raise RouterUpdateError(f"router-update spec {path} has no site {name!r} "
+                                f"(sites: {sorted(spec.sites)})")
+    return spec, *_encoded(spec.encoder, site.pairs_dir, spec.max_pairs)
 
 
 def _router_round(info: RoundInfo) -> int:
@@ -113,18 +206,11 @@ def _router_round(info: RoundInfo) -> int:
 
 
 def router_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
-    """(phi_k (P,) float32 after local training from ``base``, n_k = local pairs used).
+    """(phi_k (P,) float32 after local training from ``base``, n_k = local pairs used), with
+    the spec in ``$FEDMOR_ROUTER_SPEC`` (the older path; see :func:`local_router_update`).
 
     ``base`` None (the federation's first round) starts from the seeded initial router.
     """
     spec, encoded, n_pairs = _load(name)
-    router = spec.build_router()
-    if router.num_params() != info.vector_length:
-        raise RouterUpdateError(f"round {info.round_id} expects {info.vector_length} parameters, "
-                                f"the spec's router has {router.num_params()}")
-    if base is not None:
-        router.set_flat_params(base)
-    index = spec.sites[name].index
-    update = train_router_locally(router, encoded, index,
-                                  spec.local_config(_router_round(info), index))
-    return update.params.astype(np.float32), n_pairs
+    return _train(spec.build_router(), info, base, encoded, spec.sites[name].index,
+                  spec.federated), n_pairs

@@ -117,6 +117,7 @@ from sdk.wire._roster import (
     RosterFile,
     add_to_roster,
 )
+from sdk.wire._router_config import ConsortiumRouterConfig
 from sdk.wire._schemas import (
     AuditBudget,
     ClipBoundAck,
@@ -137,6 +138,8 @@ from sdk.wire._schemas import (
     RoundCreate,
     RoundInfo,
     RoundRefusal,
+    RouterConfigInfo,
+    RouterConfigRef,
     RouterRollback,
     RouterVersionInfo,
     StageAck,
@@ -200,6 +203,7 @@ __all__ = [
     "ClipBoundAnnouncement",
     "ConflictError",
     "ConsoleLink",
+    "ConsortiumRouterConfig",
     "DPAccount",
     "DPTerms",
     "EnrollRequest",
@@ -245,6 +249,8 @@ __all__ = [
     "RoundPrivacy",
     "RoundRefusal",
     "RoundSpec",
+    "RouterConfigInfo",
+    "RouterConfigRef",
     "RouterRollback",
     "RouterVersionInfo",
     "SQLiteFile",

@@ -52,10 +52,8 @@ class MemberReport(MemberInfo):
     """One identity with what the server knows of its site policy's decisions (``GET
     /v1/reports/members``)."""
 
-    clip_bound: float | None = Field(default=None, description="the score bound it announced")
     refusals: list[MemberRefusal] = Field(default_factory=list, description="rounds its site "
                                           "policy refused, oldest first")
     dp_rounds: int = Field(default=0, description="finished DP rounds its update went into")
-    epsilon_spent: float | None = Field(default=None, description="those rounds composed "
-                                        "(RDP accountant) at ``delta``; None without any")
-    delta: float | None = None
+    delta: float | None = Field(default=None, description="the smallest delta of those rounds, "
+                                "at which ``epsilon_spent`` is composed")

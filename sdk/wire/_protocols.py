@@ -21,7 +21,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sdk.wire._schemas import DPTerms
+from sdk.wire._schemas import DPTerms, RouterConfigRef
 
 __all__ = [
     "DEMO_SAMPLES_PARAM",
@@ -121,6 +121,7 @@ class RoundSpec(BaseModel):
     stage_deadline_s: float
     base_version: int | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    router_config: RouterConfigRef | None = None
 
 
 class RoundPrivacy(BaseModel):

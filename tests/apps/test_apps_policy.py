@@ -112,7 +112,7 @@ def test_an_unconfigured_client_refuses_to_start(tmp_path: Path) -> None:
     assert no_model.returncode == 2
     assert "reward_model_dir" in no_model.stderr and "--demo" in no_model.stderr
     no_update = _run_client(tmp_path, {"scorer": "client_app._scorer:HashScorer"})
-    assert no_update.returncode == 2 and "update_source" in no_update.stderr
+    assert no_update.returncode == 2 and "[router_training]" in no_update.stderr
 
 
 def test_policy_show_says_what_leaves_the_site(tmp_path: Path) -> None:

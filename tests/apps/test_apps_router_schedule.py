@@ -5,8 +5,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_app._router_update import ROUND_PARAM, SPEC_ENV, router_update
+from client_app._router_update import ROUND_PARAM, router_update
 from sdk.data import SynthConfig, synthesize
+from sdk.router import ROUTER_SPEC_ENV as SPEC_ENV
 from sdk.router import (
     LocalTrainingConfig,
     RouterConfig,

@@ -18,8 +18,9 @@ from tests.apps.conftest import Member
 RESPONSES = ["AlignerFeedbackAck", "AlignerResponse", "AlignerStats", "AuditBudget",
              "ClipBoundAck", "DPAccount", "DPTerms", "EnrollResponse", "ErrorBody", "Health",
              "MissingImages", "PendingQuery", "Refusal", "RewardResponse", "RoundInfo",
-             "RouterVersionInfo", "StageAck", "StageBroadcast", "Work"]
+             "RouterConfigInfo", "RouterConfigRef", "RouterVersionInfo", "StageAck", "StageBroadcast", "Work"]
 REQUESTS = ["AlignerFeedback", "AlignerItem", "AlignerRequest", "ClipBoundAnnouncement",
+            "ConsortiumRouterConfig",
             "EnrollRequest", "KeyRotation", "Revocation", "RewardAnswer", "RewardItem",
             "RewardRequest", "RoundCreate", "RoundRefusal", "RouterRollback", "StageSubmit"]
 

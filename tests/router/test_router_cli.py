@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,21 @@ def test_train_then_eval_routes_each_style_client_to_itself(
     assert table["routing_accuracy"] >= 0.9
     accuracy = table["accuracy"]
     assert isinstance(accuracy, dict) and set(accuracy["Router+RM"]) >= {*CLIENTS, "color"}
+
+    # A member's own folders, in no benchmark layout: one eval folder per router output.
+    own = {c: shutil.copytree(bench / "data" / "clients" / c / "eval", bench / "site" / c / "held")
+           for c in CLIENTS}
+    argv = ["router", "eval", str(out), "--models", str(bench / "models"),
+            *[f"--pairs={c}={folder}" for c, folder in own.items()],
+            f"--heldout=color={bench / 'data' / 'heldout' / 'color'}"]
+    assert sdk.cli.main(argv) == 0
+    mine = _last_json(capsys.readouterr().out)
+    assert mine["routing_accuracy"] == table["routing_accuracy"]
+    assert set(mine["accuracy"]["Router+RM"]) == {*CLIENTS, "color"}  # type: ignore[index]
+    argv = ["router", "eval", str(out), "--models", str(bench / "models"),
+            f"--pairs=detail={own['detail']}"]
+    assert sdk.cli.main(argv) == 1
+    assert "no folder for the router's output(s) safety" in capsys.readouterr().err
 
 
 def test_bad_input_is_a_clear_error(bench: Path, capsys: pytest.CaptureFixture[str]) -> None:
