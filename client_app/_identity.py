@@ -52,7 +52,7 @@ def rotate_key(runner: MemberConnection) -> str:
     except RunnerError as exc:
         if exc.status not in (401, 403):
             raise
-        # An earlier run may have been interrupted after the server switched: the pending key
+        # A rotation may have been interrupted after the server switched: the pending key
         # then signs, and the server answers the repeated rotation as done.
         old, runner.key = runner.key, new
         try:

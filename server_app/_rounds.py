@@ -33,8 +33,8 @@ __all__ = ["RoundManager"]
 
 _log = logging.getLogger("fedmor.server")
 
-# How long a group commit waits for queued messages to join it: far below one fsync (~4 ms
-# here), so a lone message loses little, while a stage's burst shares one commit.
+# How long a group commit waits for queued messages to join it: far below one fsync, so a lone
+# message loses little, while a stage's burst shares one commit.
 _GATHER_S = 0.002
 
 

@@ -18,8 +18,8 @@ ONLINE_ROUTER_CONFIG = NeuralTSConfig(nu=0.01, lr=0.01)
 """Neural TS settings for the router during GRPO (pass ``seed`` with ``model_copy``).
 
 sdk.router's defaults (nu 0.1, lr 0.1) suit an informative bandit. Here the feedback (did the
-GRPO loss not rise?) is nearly a coin flip: with them, Thompson draws sent 40% of completions to
-a wrong client and the updates swung routing between 100% and 0% right.
+GRPO loss not rise?) is nearly a coin flip: with them, Thompson draws send many completions to
+a wrong client and the updates swing routing from all right to all wrong.
 """
 
 

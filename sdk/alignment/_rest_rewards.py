@@ -189,8 +189,8 @@ class RestFeedbackCallback(TrainerCallback):
         # One id per training run, so a later run's step 1 is not taken for a repeat (rank 0
         # alone posts feedback: no other rank needs to agree on it).
         self.run = uuid.uuid4().hex
-        # One connection for the whole run: a client per post (httpx.post) built a new TLS
-        # context each step, 10-140 ms here, more than the tiny policy's whole step.
+        # One connection for the whole run: a client per post (httpx.post) would build a new
+        # TLS context each step, which can cost more than a small policy's whole step.
         self._http: httpx.Client | None = None
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,

@@ -9,7 +9,7 @@ Layout (``format_version`` 2)::
 
 Under LoRA the backbone is the user's base checkpoint, unchanged: the checkpoint records its
 path and the sha256 of its config.json, and loading refuses a base that does not match. A 2B
-model's adapter checkpoint is then a few MB instead of the 4-8 GB of its weights. Version-1
+model's adapter checkpoint is then megabytes instead of the gigabytes of its weights. Version-1
 checkpoints (every weight in ``reward_model.safetensors``, the backbone's config and processor
 in ``backbone/``) still load.
 """
