@@ -20,7 +20,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PIL import Image, UnidentifiedImageError
 
@@ -37,6 +37,16 @@ from sdk.wire import (
 from server_app._broker import BrokerError, QueryItem, RewardBroker
 from server_app._settings import AlignmentSettings
 from server_app._store import Store
+
+if TYPE_CHECKING:  # torch: the service imports sdk.alignment when it first builds a pipeline
+    from torch import Tensor
+
+    from sdk.alignment import (
+        EmptyIsWorst,
+        NeuralTSChooser,
+        RewardSource,
+        SelectionRewardFunction,
+    )
 
 __all__ = ["AlignmentService", "ImageCache", "RateLimited"]
 
@@ -85,7 +95,7 @@ class _Tolerant:
     """A reward source over the broker's that gives ``failure`` to the items of a member that
     timed out or refused, and records who judged what (for ``judges``)."""
 
-    def __init__(self, inner: Any, member_ids: list[str], failure: float) -> None:
+    def __init__(self, inner: RewardSource, member_ids: list[str], failure: float) -> None:
         self.inner, self.member_ids, self.failure = inner, member_ids, failure
         self.failed = 0
         self.judged: dict[tuple[int, str, str], list[str]] = {}
@@ -112,12 +122,12 @@ class _Tolerant:
 class _Pipeline:
     """One selection method's reward function, its sources and (MoR) its online router."""
 
-    reward_fn: Any  # sdk.alignment.SelectionRewardFunction
+    reward_fn: SelectionRewardFunction
     tolerant: _Tolerant
-    empty_source: Any  # sdk.alignment.EmptyIsWorst
+    empty_source: EmptyIsWorst
     router_version: int | None
     # (batch step, contexts (n, d), arms) routed since the last applied feedback
-    pending: list[tuple[int, Any, list[int]]] = field(default_factory=list)
+    pending: list[tuple[int, Tensor, list[int]]] = field(default_factory=list)
     run: str = ""
     step: int | None = None
     last_loss: float | None = None
@@ -162,7 +172,7 @@ class AlignmentService:
             raise ConflictError(f"alignment.members not enrolled (yet): {', '.join(absent)}")
         return [by_name[n] for n in self.cfg.members]
 
-    def _chooser(self, method: str, n_members: int) -> tuple[Any, int]:
+    def _chooser(self, method: str, n_members: int) -> tuple[NeuralTSChooser, int]:
         """The router of the latest published version, as an arm chooser; and that version."""
         import numpy as np
 
