@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from attacks._errors import AttackInputError
 from attacks._membership import PairScorer, ShadowTrainer
 
-if TYPE_CHECKING:  # sdk.reward imports transformers (~10 s): only when DP training runs
+if TYPE_CHECKING:  # sdk.reward imports transformers, which is slow: only when DP training runs
     from sdk.reward import DPSettings
 
 __all__ = [
@@ -49,7 +49,8 @@ class MlpPairs:
         g = torch.Generator().manual_seed(seed)
         x, a, b = (torch.randn(n, dim, generator=g) for _ in range(3))
         w = torch.randn(dim, generator=torch.Generator().manual_seed(99))
-        # A weak signal (std ~0.57) under unit noise: at best ~66% of unseen pairs are learnable.
+        # A weak signal (std about 0.57) under unit noise: at best about two thirds of unseen pairs
+        # are learnable.
         first = (((a - b) @ w) * 0.1 + torch.randn(n, generator=g) > 0)[:, None]
         self.pos = torch.cat([x, torch.where(first, a, b)], 1)  # (N, 2*dim)
         self.neg = torch.cat([x, torch.where(first, b, a)], 1)  # (N, 2*dim)

@@ -144,7 +144,7 @@ class CaptureCheck(BaseModel):
 
 
 class AuditReport(BaseModel):
-    """Everything an audit measured; serialized as report.json, rendered as report.html."""
+    """Everything an audit found; serialized as report.json, rendered as report.html."""
 
     model_config = ConfigDict(extra="forbid")
 

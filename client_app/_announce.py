@@ -10,19 +10,16 @@ unchanged bound, so the cost is one signed request per start.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
+from client_app._connection import MemberConnection
 from sdk.wire import ClipBoundAck
-
-if TYPE_CHECKING:
-    from client_app._runner import ClientRunner
 
 __all__ = ["announce_clip_bound"]
 
 _log = logging.getLogger("fedmor.client")
 
 
-def announce_clip_bound(runner: ClientRunner) -> bool:
+def announce_clip_bound(runner: MemberConnection) -> bool:
     """Tell the server ``runner``'s scorer bound (enrolling first if need be); True if the
     server held another one."""
     if runner.service is None:  # a runner that answers no reward queries has no bound

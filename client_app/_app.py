@@ -92,7 +92,7 @@ def _configured_scorer(cfg: ClientSettings) -> Scorer:
 
 def _expects_dp(cfg: ClientSettings, store: ClientStore) -> bool:
     """Whether this site will account DP rounds: its policy asks for DP, or it took part in
-    one before. (Not for every site that may: the accountant costs ~260 MB.)"""
+    one before. (Not for every site that may: the accountant holds a large share of the app's memory.)"""
     policy = cfg.policy
     return policy.require_dp or policy.max_epsilon is not None or bool(store.dp_ledger())
 

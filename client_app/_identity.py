@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from client_app._connection import MemberConnection, RunnerError
 from sdk.wire import (
     key_passphrase,
     load_or_create_key,
@@ -23,9 +23,6 @@ from sdk.wire import (
     public_key_b64,
     sign_rotation,
 )
-
-if TYPE_CHECKING:
-    from client_app._runner import ClientRunner
 
 __all__ = ["pending_key_path", "reload_key", "rotate_key"]
 
@@ -38,11 +35,9 @@ def pending_key_path(identity_key: Path) -> Path:
     return identity_key.with_name(identity_key.name + ".next")
 
 
-def rotate_key(runner: ClientRunner) -> str:
+def rotate_key(runner: MemberConnection) -> str:
     """Rotate ``runner``'s identity key at the server and on disk; returns the new public
     key. Raises ``ValueError`` before enrollment, ``RunnerError`` when the server refuses."""
-    from client_app._runner import RunnerError
-
     cfg = runner.settings
     client_id = runner.store.get("client_id")
     if client_id is None:
@@ -57,7 +52,7 @@ def rotate_key(runner: ClientRunner) -> str:
     except RunnerError as exc:
         if exc.status not in (401, 403):
             raise
-        # An earlier run may have been interrupted after the server switched: the pending key
+        # A rotation may have been interrupted after the server switched: the pending key
         # then signs, and the server answers the repeated rotation as done.
         old, runner.key = runner.key, new
         try:
@@ -71,7 +66,7 @@ def rotate_key(runner: ClientRunner) -> str:
     return public
 
 
-def reload_key(runner: ClientRunner) -> bool:
+def reload_key(runner: MemberConnection) -> bool:
     """After a refused request: switch ``runner`` to the key file's key if it changed (a
     rotation by ``fedmor client rotate-key`` while the app ran); True if it did."""
     cfg = runner.settings

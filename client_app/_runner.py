@@ -24,6 +24,7 @@ import tenacity
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from client_app._announce import announce_clip_bound
+from client_app._connection import RunnerError
 from client_app._identity import reload_key
 from client_app._policy import (
     PolicyDenied,
@@ -73,14 +74,6 @@ _FINISHED = ("done", "abandoned", "ended", "refused")  # local round statuses wi
 
 class _Retry(Exception):
     """An attempt that may succeed when repeated (connection error, 5xx, 429)."""
-
-
-class RunnerError(RuntimeError):
-    """The server refused a request for good (a 4xx other than a retryable one)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        self.status = status
-        super().__init__(message)
 
 
 def resolve_update_fn(settings: ClientSettings) -> UpdateFn:

@@ -28,6 +28,7 @@ from server_app._announce_api import clip_bound_router
 from server_app._audit_api import install_audit
 from server_app._audit_budget_api import audit_budget_router
 from server_app._broker import RewardBroker
+from server_app._capture import ServerCapture
 from server_app._console_api import install_console
 from server_app._console_page import ConsoleSources
 from server_app._enroll_api import enrollment_router
@@ -93,10 +94,16 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     RouterLineages(store).check_declared(cfg.router)  # a changed [router] needs a lineage
     key = load_or_create_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
     work = Signal()  # bumped when a round opens or moves on, or a pull query is queued
-    rounds = RoundManager(store, default_deadline_s=cfg.stage_deadline_s, on_change=work.bump)
+    capture = None  # capture mode: told of captured rounds and of every answered query
+    if cfg.capture.enabled:
+        capture = ServerCapture(store, cfg.capture, router=cfg.alignment.router,
+                                encoder=cfg.alignment.encoder, members=cfg.alignment.members)
+    rounds = RoundManager(store, default_deadline_s=cfg.stage_deadline_s, on_change=work.bump,
+                          capture=capture)
     verify = tls_verify(cfg.tls_ca)
     broker = RewardBroker(store, key, timeout_s=cfg.reward_timeout_s, poll_s=cfg.reward_poll_s,
-                          verify=verify, on_queue=work.bump)
+                          verify=verify, on_queue=work.bump,
+                          on_scored=None if capture is None else capture.reward_query)
     access = Access(store, cfg)
     identities = Identities(store, access, rounds, cfg.roster_file, broker)
     if cfg.roster_file is not None and cfg.roster_file.exists():
@@ -119,7 +126,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.state.rewards = AlignmentService(store, broker, cfg.alignment)
     app.include_router(rewards_router(app.state.rewards, access))
     install_rate_limit(app)
-    capture = install_audit(app, store, rounds, broker, access, cfg)
+    install_audit(app, store, capture, broker, access, cfg)
     app.include_router(audit_budget_router(store, access, cfg.audit))
     app.include_router(meta_router())
     app.include_router(enrollment_router(store, key, cfg))

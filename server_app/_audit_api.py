@@ -38,7 +38,6 @@ from server_app._access import ADMIN, Access
 from server_app._audit_settings import AuditSettings
 from server_app._broker import BrokerError, QueryItem, RewardBroker
 from server_app._capture import ServerCapture
-from server_app._rounds import RoundManager
 from server_app._settings import ServerSettings
 from server_app._store import Store
 
@@ -146,16 +145,9 @@ def audit_router(store: Store, capture: ServerCapture | None, broker: RewardBrok
     return router
 
 
-def install_audit(app: FastAPI, store: Store, rounds: RoundManager, broker: RewardBroker,
-                  access: Access, cfg: ServerSettings) -> ServerCapture | None:
-    """Capture mode (when ``cfg.capture.enabled``: hooked into the round manager and the
-    broker) and the auditor's endpoints."""
-    capture = None
-    if cfg.capture.enabled:
-        capture = ServerCapture(store, cfg.capture, router=cfg.alignment.router,
-                                encoder=cfg.alignment.encoder, members=cfg.alignment.members)
-        rounds.capture = capture
-        broker.on_scored = capture.reward_query
+def install_audit(app: FastAPI, store: Store, capture: ServerCapture | None,
+                  broker: RewardBroker, access: Access, cfg: ServerSettings) -> None:
+    """The auditor's endpoints over ``capture`` (None: capture mode off; the round manager and
+    the broker were handed it when they were built)."""
     app.state.capture = capture
     app.include_router(audit_router(store, capture, broker, access, cfg.audit))
-    return capture

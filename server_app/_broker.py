@@ -73,7 +73,9 @@ class RewardBroker:
 
     def __init__(self, store: Store, key: Ed25519PrivateKey, *, timeout_s: float = 60.0,
                  poll_s: float = 0.05, verify: Any = True, mode: str = "auto",
-                 on_queue: Callable[[], None] | None = None) -> None:
+                 on_queue: Callable[[], None] | None = None,
+                 on_scored: Callable[[str, list[QueryItem], list[float]], None] | None = None
+                 ) -> None:
         if mode not in ("push", "pull", "auto"):
             raise ValueError(f"broker mode must be push, pull or auto, not {mode!r}")
         self.store = store
@@ -91,7 +93,7 @@ class RewardBroker:
         # one (``reread`` drops it; ``_check`` re-reads before refusing a score).
         self._clients: dict[str, dict[str, Any]] = {}
         # (client id, items, scores) of every answered query: the capture mode's log.
-        self.on_scored: Callable[[str, list[QueryItem], list[float]], None] | None = None
+        self.on_scored = on_scored
         self._revoked: set[str] = set()
 
     def forget(self, client_id: str) -> None:

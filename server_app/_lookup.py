@@ -4,7 +4,7 @@ Every stage request looks its round up several times (the deadline tick, the par
 check, the expected senders). A round's spec never changes once written, nor does a closed
 stage's broadcast, so both are decoded once and kept while the round is live; only the
 mutable columns (status, stage index, deadline clock) are read from the store each time,
-without decoding the spec (~600 such reads a secure round decoded it before).
+without decoding the spec, since a secure round makes hundreds of such reads.
 """
 
 from __future__ import annotations

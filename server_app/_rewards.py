@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PIL import Image, UnidentifiedImageError
 
@@ -41,6 +41,16 @@ from server_app._broker import BrokerError, QueryItem, RewardBroker
 from server_app._settings import AlignmentSettings
 from server_app._store import Store
 
+if TYPE_CHECKING:  # torch: the service imports sdk.alignment when it first builds a pipeline
+    from torch import Tensor
+
+    from sdk.alignment import (
+        EmptyIsWorst,
+        NeuralTSChooser,
+        RewardSource,
+        SelectionRewardFunction,
+    )
+
 __all__ = ["AlignmentService"]
 
 _log = logging.getLogger("fedmor.server.rewards")
@@ -52,7 +62,7 @@ class _Tolerant:
     """A reward source over the broker's that gives ``failure`` to the items of a member that
     timed out or refused, and records who judged what (for ``judges``)."""
 
-    def __init__(self, inner: Any, member_ids: list[str], failure: float) -> None:
+    def __init__(self, inner: RewardSource, member_ids: list[str], failure: float) -> None:
         self.inner, self.member_ids, self.failure = inner, member_ids, failure
         self.failed = 0
         self.judged: dict[tuple[int, str, str], list[str]] = {}
@@ -79,12 +89,12 @@ class _Tolerant:
 class _Pipeline:
     """One selection method's reward function, its sources and (MoR) its online router."""
 
-    reward_fn: Any  # sdk.alignment.SelectionRewardFunction
+    reward_fn: SelectionRewardFunction
     tolerant: _Tolerant
-    empty_source: Any  # sdk.alignment.EmptyIsWorst
+    empty_source: EmptyIsWorst
     router_version: int | None
     # (batch step, contexts (n, d), arms) routed since the last applied feedback
-    pending: list[tuple[int, Any, list[int]]] = field(default_factory=list)
+    pending: list[tuple[int, Tensor, list[int]]] = field(default_factory=list)
     run: str = ""
     step: int | None = None
     last_loss: float | None = None
@@ -143,7 +153,7 @@ class AlignmentService:
                                 f"enrolled (yet): {', '.join(absent)}")
         return [by_name[n] for n in names]
 
-    def _chooser(self, method: str, n_members: int) -> tuple[Any, int]:
+    def _chooser(self, method: str, n_members: int) -> tuple[NeuralTSChooser, int]:
         """The router of the latest published version, as an arm chooser; and that version."""
         import numpy as np
 

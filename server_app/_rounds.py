@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -34,8 +34,8 @@ __all__ = ["RoundManager"]
 
 _log = logging.getLogger("fedmor.server")
 
-# How long a group commit waits for queued messages to join it: far below one fsync (~4 ms
-# here), so a lone message loses little, while a stage's burst shares one commit.
+# How long a group commit waits for queued messages to join it: far below one fsync, so a lone
+# message loses little, while a stage's burst shares one commit.
 _GATHER_S = 0.002
 
 
@@ -49,11 +49,23 @@ def _aggregate_problem(result: np.ndarray, bound: float) -> str | None:
     return None
 
 
+class RoundCapture(Protocol):
+    """What the round manager tells capture mode (``ServerCapture``) about a captured round."""
+
+    def reserve(self, round_id: int) -> None:
+        """Mark the round as being captured, durably, before its end is acknowledged."""
+
+    def round_ended(self, round_id: int) -> None:
+        """Capture the round's artefacts (in the background)."""
+
+
 class RoundManager:
-    """Drives the server half of every open round; all methods are thread-safe."""
+    """Drives the server half of every open round; all methods are thread-safe. ``capture``
+    (capture mode) is told of every captured round."""
 
     def __init__(self, store: Store, *, default_deadline_s: float,
-                 on_change: Callable[[], None] | None = None) -> None:
+                 on_change: Callable[[], None] | None = None,
+                 capture: RoundCapture | None = None) -> None:
         self.store = store
         self.default_deadline_s = default_deadline_s
         self.on_change = on_change  # also called when a round opens, a stage closes or ends
@@ -64,7 +76,7 @@ class RoundManager:
         self._rounds = RoundLookup(store)
         self.records = RoundRecords(store)
         self.lineages = RouterLineages(store)
-        self.capture: Any = None  # server_app._capture.ServerCapture when capture is on
+        self.capture = capture
         self._recover()
 
     # -- creation and recovery -----------------------------------------------------------------

@@ -46,8 +46,8 @@ def rounds_router(rounds: RoundManager, access: Access) -> APIRouter:
 
     async def client_check(request: Request) -> SignatureCheck:
         """The signature check of ``request`` to run in the endpoint's own worker thread: the
-        round endpoints then cost one thread hop, not two (auth, then the work). A hop is a
-        wake-up, and on a busy machine each stage of a round waited for a few of them."""
+        round endpoints then cost one thread hop, not two (auth, then the work): each hop is a
+        wake-up a busy machine may delay."""
         return await access.member_check(request)
 
     Client = Annotated[str, Depends(access.member)]

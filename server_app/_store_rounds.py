@@ -55,7 +55,7 @@ class RoundTables(StoreBase):
     def round_row(self, round_id: int) -> dict[str, Any] | None:
         """One round row with ``spec`` as stored (JSON text, ``"{}"`` until the round started),
         or None: the per-request form, since a spec never changes once written and its
-        decoded form is kept by whoever needs it (decoding it ~600 times a round showed up)."""
+        decoded form is kept by whoever needs it (a round reads it hundreds of times)."""
         row = self._one("SELECT * FROM rounds WHERE round_id=?", (round_id,))
         return None if row is None else dict(row)
 

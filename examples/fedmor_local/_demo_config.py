@@ -28,9 +28,8 @@ class DemoConfig(BaseModel):
     rm_steps: int = Field(default=110, ge=1)
     rm_batch_size: int = Field(default=32, ge=2)
     # Stage B: the router (HashingEncoder features; sizes as in examples/benchmarks/table1.py).
-    # The library's recipe (one local epoch, lr 3e-3 decayed by a cosine over the rounds): 12
-    # rounds routed 0.988-0.997 of the demo clients' eval responses in-process, 5 rounds of the
-    # earlier 1-layer, d=32 router at 5 epochs and lr 1e-3 0.72-0.89 (docs/router.md).
+    # The library's recipe (one local epoch, lr 3e-3 decayed by a cosine over the rounds), at
+    # the round count that routes the demo clients' responses reliably (docs/router.md).
     capture: bool = Field(default=False, description="the server's capture mode (RUN/capture, "
                           "for fedmor audit capture)")
     router_rounds: int = Field(default=12, ge=1, description="secure-aggregation rounds")
@@ -38,8 +37,8 @@ class DemoConfig(BaseModel):
     router_max_pairs: int = Field(default=300, ge=1, description="local pairs per client")
     router_layers: int = Field(default=2, ge=1)
     router_d_model: int = Field(default=64, ge=4)
-    # A round stage waits this long for slow clients; no cost while all answer in time. 120 s
-    # aborted the first round of a run on the 2-core machine under a load average of 25.
+    # A round stage waits this long for slow clients; no cost while all answer in time, and a
+    # generous deadline keeps a busy small machine from aborting a round of live members.
     stage_deadline_s: float = Field(default=300.0, gt=0)
     # Client-level DP of stage B's rounds (``fedmor demo --dp``): each member clips its delta
     # to dp_clip_norm and adds its share of the noise that reaches dp_epsilon (delta 1e-5)
@@ -51,12 +50,11 @@ class DemoConfig(BaseModel):
     # Stage C: alignment with MoR over REST (0 GRPO steps skips stage C).
     grpo_steps: int = Field(default=200, ge=0)
     grpo_prompts: int = Field(default=8, ge=1, description="prompts per GRPO step")
-    # The hesitant base of docs/results.md ("A base that hesitates"): table1.py's task benchmark
-    # with this warm-up label noise, GRPO on the weights at lr 3e-4 and KL penalty 0.2 was the
-    # setting where the reward rule mattered (MoR +4.5 expected points, the baselines -0.7 to
-    # +0.3). On a base trained on clean labels the demo's one task category started at 0.99
-    # expected accuracy and GRPO left it there. lr 1e-3 on the demo's real reward models taught
-    # off-format answers (best-of-3 0.844 -> 0.625).
+    # The hesitant base of docs/results.md ("A base that hesitates"): a warm-up on noisy labels
+    # leaves the policy something to learn, and GRPO on the weights at lr 3e-4 with KL penalty
+    # 0.2 is the setting where the reward rule matters (a base trained on clean labels is
+    # already sure of the demo's task). A higher lr lets the real reward models teach
+    # off-format answers.
     grpo_lr: float = Field(default=3e-4, gt=0)
     grpo_beta: float = Field(default=0.2, gt=0, description="GRPO's KL penalty")
     # None: the library's WarmupConfig default (1600). 600 steps on the 8-category warm-up split

@@ -22,8 +22,8 @@ def dp_options(args: Any) -> dict[str, Any]:
 
 def _dp_params(config: DemoConfig) -> dict[str, Any]:
     """``dp`` and ``clip_range`` of a DP round: the noise multiplier that reaches
-    ``dp_epsilon`` after ``router_rounds`` rounds, resolved once here (opacus' search takes
-    ~0.8 s, which the server and every member would otherwise repeat at each check)."""
+    ``dp_epsilon`` after ``router_rounds`` rounds, resolved once here (opacus' search is slow,
+    and the server and every member would otherwise repeat it at each check)."""
     from sdk.secagg import DPConfig, dp_clip_range
 
     target = DPConfig(clip_norm=config.dp_clip_norm, target_epsilon=config.dp_epsilon,

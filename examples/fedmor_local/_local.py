@@ -122,9 +122,8 @@ def wait_healthy(url: str, *, verify: Any, proc: subprocess.Popen[bytes] | None 
                  timeout_s: float = 120.0, client: httpx.Client | None = None) -> None:
     """Poll ``url``/v1/health until it answers 200; raise if the process died or time ran out.
 
-    One ``client`` serves every poll: a new one per poll built a TLS context each time (35 ms
-    of CPU here, against 0.3 ms), which kept a core busy while the processes it waited for
-    started.
+    One ``client`` serves every poll: a new one per poll would build a TLS context each time,
+    which costs far more CPU than the poll and competes with the processes being waited for.
     """
     if client is None:
         with httpx.Client(verify=verify, timeout=2) as probe:
@@ -340,8 +339,8 @@ class LocalConsortium:
             try:
                 info = self.round(round_id)
             except httpx.RemoteProtocolError:
-                # The server closed the idle keep-alive connection as this poll reused it (this
-                # process was descheduled for seconds under a load average of 26): poll again.
+                # The server closed the idle keep-alive connection as this poll reused it (a
+                # descheduled process can sit idle past the keep-alive): poll again.
                 continue
             if info["status"] != "open":
                 return info

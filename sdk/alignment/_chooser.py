@@ -12,14 +12,14 @@ from torch import Tensor
 from sdk.alignment._selection import Routing
 from sdk.router import Encoder, NeuralThompsonRouter, NeuralTSConfig, route
 
-__all__ = ["ONLINE_ROUTER_CONFIG", "NeuralTSChooser"]
+__all__ = ["ONLINE_ROUTER_CONFIG", "NeuralTSChooser", "loss_feedback"]
 
 ONLINE_ROUTER_CONFIG = NeuralTSConfig(nu=0.01, lr=0.01)
 """Neural TS settings for the router during GRPO (pass ``seed`` with ``model_copy``).
 
 sdk.router's defaults (nu 0.1, lr 0.1) suit an informative bandit. Here the feedback (did the
-GRPO loss not rise?) is nearly a coin flip: with them, Thompson draws sent 40% of completions to
-a wrong client and the updates swung routing between 100% and 0% right.
+GRPO loss not rise?) is nearly a coin flip: with them, Thompson draws send many completions to
+a wrong client and the updates swing routing from all right to all wrong.
 """
 
 
@@ -68,3 +68,10 @@ class NeuralTSChooser:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the bandit's online state."""
         self.bandit.load_state_dict(state)
+
+
+def loss_feedback(previous_loss: float | None, loss: float) -> float | None:
+    """``1.0`` if ``loss <= previous_loss``, ``0.0`` if it rose, ``None`` with no previous loss."""
+    if previous_loss is None:
+        return None
+    return 1.0 if loss <= previous_loss else 0.0

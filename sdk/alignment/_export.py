@@ -1,6 +1,6 @@
 """The GRPO policy under LoRA: the adapter is the artefact; merging it is an explicit export.
 
-A merged 7B policy is ~15 GB, its adapter a few MB, so ``align`` writes ``adapter/`` (peft
+A merged multi-billion policy is gigabytes, its adapter a few megabytes, so ``align`` writes ``adapter/`` (peft
 adapter, the processor, and ``base.json``: the base checkpoint's path and config hash) and
 :func:`export_policy` (``fedmor policy export``) merges it into a full checkpoint when wanted.
 """

@@ -15,16 +15,10 @@ import torch.distributed as dist
 from torch import Tensor
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from sdk.alignment._chooser import loss_feedback
 from sdk.alignment._selection import ArmChooser, RewardSelection
 
-__all__ = ["RouterFeedbackCallback", "loss_feedback", "sync_router_update"]
-
-
-def loss_feedback(previous_loss: float | None, loss: float) -> float | None:
-    """``1.0`` if ``loss <= previous_loss``, ``0.0`` if it rose, ``None`` with no previous loss."""
-    if previous_loss is None:
-        return None
-    return 1.0 if loss <= previous_loss else 0.0
+__all__ = ["RouterFeedbackCallback", "sync_router_update"]
 
 
 def _distributed() -> bool:

@@ -51,18 +51,17 @@ class GRPORewardFunction(Protocol):
 
 
 class GRPOSettings(BaseModel):
-    """GRPO hyper-parameters. Defaults are the ones measured on the tiny policy
-    (docs/alignment.md, "GRPO defaults").
+    """GRPO hyper-parameters; the defaults and the runs that chose them are in
+    docs/alignment.md, "GRPO defaults".
 
     ``beta`` > 0 keeps a KL penalty to the frozen reference (as in the paper). lr 3e-4 with 10
-    warm-up steps: with an exact judge on one learnable category, 100 steps raised held-out
-    P(right) by 0.016 / 0.034 / 0.074 at lr 1e-4 / 3e-4 / 1e-3; but at 1e-3 a mix of tasks the
-    policy cannot perceive eroded the answer format and the demo's real reward models taught it
-    off-format answers, while 3e-4 kept the format. ``scale_rewards``
+    warm-up steps: the highest rate that keeps the answer format when some tasks are beyond
+    what the policy can perceive (a higher one learns faster on a task it can see, and drifts
+    off-format on the rest). ``scale_rewards``
     "none": advantages are reward minus the group mean, so the clients' score normalization is
     what puts them on one scale, and near-ties between scores are not blown up to unit size.
-    ``freeze_vision``: learning one task in the vision tower cost MoR a held-out near-variant
-    (`sign` 0.92 -> 0.74); frozen, MoR gained on every Table 1 column.
+    ``freeze_vision``: learning one task in the vision tower costs the policy its held-out
+    near-variants, so the tower stays frozen by default.
     ``lora``: train LoRA adapters on the language model instead of the policy's weights (what a
     real multi-billion VLM needs on one accelerator); the reference is the policy with its
     adapters off, so no second copy is held. The saved policy has the adapters merged in. Under

@@ -63,7 +63,7 @@ class RelationCategory(MultipleChoiceCategory):
     """Variant of ``position``: smaller shapes, the question reworded.
 
     The floor stays as it is: the shading is what makes position perceivable at all, and a
-    position reward model judged a 20% darker floor at chance (0.59), so that would test the
+    position reward model cannot see the shapes on a much darker floor, so that would test the
     lighting rather than the task."""
 
     name = "relation"

@@ -26,7 +26,6 @@ from sdk.models._memory import (
 from sdk.models._real_sizes import REAL_SIZES, RealSize
 from sdk.models._runtime import DTypeName, Placement, Runtime
 from sdk.models._tokenizer import DEFAULT_CORPUS, train_tokenizer
-from sdk.runtime_options import add_runtime_arguments, runtime_from_args
 
 __all__ = [
     "ARCHITECTURES",
@@ -43,7 +42,6 @@ __all__ = [
     "UnknownArchitectureError",
     "VLMBundle",
     "VLMInputError",
-    "add_runtime_arguments",
     "build_tiny_vlm",
     "chat_texts",
     "config_digest",
@@ -54,7 +52,6 @@ __all__ = [
     "read_model_type",
     "return_freed_host_memory",
     "run_frozen_without_graph",
-    "runtime_from_args",
     "size_with_hidden",
     "to_rgb",
     "train_tokenizer",

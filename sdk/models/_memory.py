@@ -1,8 +1,8 @@
 """Memory of a training or scoring run beyond the weights: the host allocator and frozen towers.
 
-Measured on LLaVA-OneVision at its published size (1,485 image tokens for an 84-pixel image, so
-~1,580 tokens a sequence): a LoRA step peaked at 3.7x the weight bytes, and most of that was
-neither weights nor activations kept for backward, but freed activations the C allocator kept.
+On long sequences (LLaVA-OneVision's rows) most of a LoRA step's peak on a CPU is neither
+weights nor activations kept for backward, but freed activations the C allocator keeps; the
+figures are in docs/hardware.md, "Where LLaVA-OneVision's memory goes".
 """
 
 from __future__ import annotations
@@ -33,11 +33,10 @@ def return_freed_host_memory() -> bool:
 
     glibc raises its mmap threshold (up to 32 MiB) each time a mapped block is freed, so the
     activation tensors of a long sequence (a few MiB to 32 MiB each) are later carved from the
-    heap and stay resident after they are freed: on a CPU, LLaVA-OneVision's LoRA step grew
-    ~150 MB per decoder layer that way. A fixed threshold (which also stops the adjustment)
-    maps each such tensor on its own; at 128 KiB rather than 1 MiB smaller per-row tensors go
-    too, and LLaVA-OneVision's LoRA step peaked ~0.09 GB lower (1.27x its weight bytes instead
-    of 1.32x) at the same speed. Process-wide and idempotent; the numbers computed do not
+    heap and stay resident after they are freed, so a long sequence's step grows with every
+    decoder layer. A fixed threshold (which also stops the adjustment) maps each such tensor on
+    its own; glibc's starting 128 KiB rather than 1 MiB lets smaller per-row tensors go too, at
+    the same speed (docs/hardware.md). Process-wide and idempotent; the numbers computed do not
     change. A no-op (False) off glibc (e.g. macOS) and when the environment sets
     ``MALLOC_MMAP_THRESHOLD_`` itself.
     """
@@ -91,8 +90,8 @@ def run_frozen_without_graph(module: nn.Module) -> None:
     grad (a frozen vision tower under LoRA on the language model).
 
     Nothing then needs a backward, yet in grad mode activation checkpointing still saves every
-    layer's input for a recompute that never comes: ~0.4 GB for LLaVA-OneVision's 26 SigLIP
-    layers over 8 crops. Checked at each call, so a tower unfrozen later (``train_vision``) or
+    layer's input for a recompute that never comes, which for a large vision tower over many
+    crops is a sizeable share of a step's peak. Checked at each call, so a tower unfrozen later (``train_vision``) or
     an input optimised through it (gradient inversion) gets its graph as before; the outputs
     are the same numbers. The hooks hold no reference to ``module``, so a deep copy gets its own.
     """

@@ -3,7 +3,7 @@
 Every stage that loads a model (reward training and scoring, the router's VLM encoder, the
 policy warm-up, GRPO, evaluation, the audit's shadow models) takes a ``Runtime``; the CLI's
 ``--device`` / ``--dtype`` flags build one. ``auto`` picks CUDA when present, else the CPU, and
-bfloat16 on a GPU that supports it, float32 otherwise, so a CPU run is what it always was.
+bfloat16 on a GPU that supports it, float32 otherwise, so a CPU run keeps full precision.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Layout (``format_version`` 2)::
 
 Under LoRA the backbone is the user's base checkpoint, unchanged: the checkpoint records its
 path and the sha256 of its config.json, and loading refuses a base that does not match. A 2B
-model's adapter checkpoint is then a few MB instead of the 4-8 GB of its weights. Version-1
+model's adapter checkpoint is then megabytes instead of the gigabytes of its weights. Version-1
 checkpoints (every weight in ``reward_model.safetensors``, the backbone's config and processor
 in ``backbone/``) still load.
 """
@@ -19,19 +19,20 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+import torch
 from safetensors.torch import load_file, load_model, save_file
-from transformers import AutoConfig
+from torch import nn
+from transformers import AutoConfig, PreTrainedModel
 
 from sdk.models import Runtime, VLMBundle, config_digest, get_architecture, load_vlm
-
-if TYPE_CHECKING:
-    from sdk.reward._model import RewardModel
+from sdk.reward._config import LoraSettings
 
 __all__ = [
     "CHECKPOINT_CONFIG",
     "CHECKPOINT_WEIGHTS",
+    "CheckpointedModel",
     "RewardCheckpointError",
     "checkpoint_bundle",
     "checkpoint_document",
@@ -48,12 +49,39 @@ _FORMAT_VERSION = 2
 _READABLE_VERSIONS = (1, 2)
 
 
+class CheckpointedModel(Protocol):
+    """What a checkpoint reads and writes of a reward model (``RewardModel`` is the one), so
+    that this module need not import the model module that imports it."""
+
+    @property
+    def architecture(self) -> str: ...
+    @property
+    def bundle(self) -> VLMBundle: ...
+    @property
+    def backbone(self) -> PreTrainedModel: ...
+    @property
+    def lora(self) -> LoraSettings | None: ...
+    @property
+    def max_length(self) -> int: ...
+    @property
+    def device(self) -> torch.device: ...
+
+    def trained_state(self) -> dict[str, torch.Tensor]:
+        """The tensors a checkpoint stores: the head, and under LoRA the adapters."""
+        ...
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True,
+                        assign: bool = False) -> Any:
+        """``nn.Module.load_state_dict``."""
+        ...
+
+
 class RewardCheckpointError(ValueError):
     """A reward checkpoint that is missing, malformed, of another architecture, or whose base
     checkpoint is absent or not the one its adapters were trained on."""
 
 
-def checkpoint_document(model: RewardModel) -> dict[str, Any]:
+def checkpoint_document(model: CheckpointedModel) -> dict[str, Any]:
     """The JSON document stored beside the weights."""
     source = model.bundle.path.resolve()
     try:
@@ -75,7 +103,7 @@ def checkpoint_document(model: RewardModel) -> dict[str, Any]:
     }
 
 
-def save_checkpoint(model: RewardModel, out_dir: str | Path, *,
+def save_checkpoint(model: CheckpointedModel, out_dir: str | Path, *,
                     extra: Mapping[str, Any] | None = None) -> Path:
     """Write ``model`` to ``out_dir`` (layout in the module docstring)."""
     out = Path(out_dir)
@@ -154,7 +182,7 @@ def checkpoint_bundle(path: str | Path, config: Mapping[str, Any], *,
     )
 
 
-def load_checkpoint_weights(model: RewardModel, path: str | Path) -> None:
+def load_checkpoint_weights(model: CheckpointedModel, path: str | Path) -> None:
     """Load a checkpoint's trained tensors (and, fully fine-tuned, its backbone) into ``model``."""
     config = read_checkpoint_config(path)
     if config["architecture"] != model.architecture:
@@ -181,7 +209,8 @@ def load_checkpoint_weights(model: RewardModel, path: str | Path) -> None:
         raise RewardCheckpointError(f"checkpoint {path} does not fit this model: {exc}") from exc
 
 
-def _load_legacy(model: RewardModel, path: str | Path) -> None:
+def _load_legacy(model: CheckpointedModel, path: str | Path) -> None:
+    assert isinstance(model, nn.Module)  # format 1 stored the whole module's state
     missing, unexpected = load_model(model, str(Path(path) / _LEGACY_WEIGHTS), strict=False,
                                      device=str(model.device))
     if missing or unexpected:

@@ -37,8 +37,8 @@ ACTIVATION_BUDGET = 1 << 23
 bfloat16); more rows go through several forwards. Only long sequences reach it: a
 LLaVA-OneVision row at real size (1,583 tokens for an 84-px image, width 4,864) goes alone,
 Qwen2-VL-2B's 108-token rows 8 at a time, the tiny models' hundreds. Scoring takes the same
-budget: on a CPU, LLaVA-OneVision scored as fast a row at a time as 2 or 4 a forward (6.8 s an
-item) with a third of the activation memory of 4."""
+budget: on a CPU long rows score as fast one at a time as several a forward, in less activation
+memory (docs/hardware.md)."""
 
 
 def length_bucket(tokens: int) -> int:
@@ -46,9 +46,9 @@ def length_bucket(tokens: int) -> int:
     largest power of two at most tokens / 16 (64 for LLaVA-OneVision's ~1,580), so at most 1/16
     more tokens.
 
-    On a CPU every new sequence length leaves new oneDNN kernels cached: LLaVA-OneVision's
-    resident memory grew ~10 MB with each new row length (0.05x its weight bytes over 4 pairs)
-    and stopped growing once lengths came in multiples of 64.
+    On a CPU every new sequence length leaves new oneDNN kernels cached, so resident memory
+    grows with each distinct row length; lengths in a few buckets keep that cache small
+    (docs/hardware.md).
     """
     return 1 << max(0, tokens.bit_length() - 5)
 
@@ -140,8 +140,8 @@ class RewardModel(nn.Module):
         if mask.shape[0] == 1 and bool((mask[:, :-1] >= mask[:, 1:]).all()):
             # A row alone, right-padded to its length bucket: in a causal decoder no real token
             # attends to a later pad, so the mask changes nothing read here, and without it
-            # attention takes its causal kernel (LLaVA-OneVision's backward ~20% faster on a CPU
-            # than with a padding mask). Batches keep their mask: their numbers stay as they were.
+            # attention takes its causal kernel, faster than a padded one. Batches keep their
+            # mask: their numbers do not change.
             inputs["attention_mask"] = torch.ones_like(mask)
         # The inner VLM (no lm_head): last_hidden_state is (B, T, H).
         hidden = self.backbone.model(**inputs).last_hidden_state

@@ -14,7 +14,7 @@ __all__ = ["DEFAULT_CLIP", "NORMALIZER_FILE", "ScoreNormalizer"]
 NORMALIZER_FILE = "normalizer.json"
 
 # c = 3: a z-score beyond 3 standard deviations of the client's own training scores carries
-# little ranking information but could let one client dominate a mixture; 3 keeps ~99.7% of a
+# little ranking information but could let one client dominate a mixture; 3 keeps 99.7% of a
 # Gaussian unclipped while bounding each answer to [-3, 3].
 DEFAULT_CLIP = 3.0
 """The clip bound c of normalized scores when a scorer declares none."""

@@ -111,9 +111,8 @@ def _backward_rows_apart(model: RewardModel, pair: PairLike, weight: float, mult
 
     The chosen row goes forward with its graph; the rejected row's reward, which its gradient
     needs, comes from a forward without one; the chosen row's backward frees its graph before
-    the rejected row, encoded once, goes forward again with its own. The extra forward (~25% of
-    a step) saves the checkpointed layer inputs of one row: 0.08 GB, 4% of LLaVA-OneVision's
-    weight bytes. The graph-free forward runs on a forked RNG, so the graphed one draws the
+    the rejected row, encoded once, goes forward again with its own. The extra forward trades
+    a step's time for the checkpointed layer inputs of one row (docs/hardware.md). The graph-free forward runs on a forked RNG, so the graphed one draws the
     same dropout and the gradient is exactly the pair's.
     """
     image, prompt = [pair.image], [pair.prompt]

@@ -8,7 +8,7 @@ over the clients that delivered their update.
 Secure aggregation sums *deltas*: client k sends ``n_k * (phi_k - phi_t)`` and ``n_k``, and the
 server forms ``phi_t + sum n_k delta_k / sum n_k``, which equals the weighted mean of the phi_k.
 Deltas are small (Adam moves a parameter by about ``lr`` per step, so ``|delta| <= steps * lr``,
-~0.03 for 30 steps at lr 1e-3) while raw parameters are not bounded by 1 (LayerNorm gains start
+0.03 for 30 steps at lr 1e-3) while raw parameters are not bounded by 1 (LayerNorm gains start
 at 1), so the fixed-point clip range (``SecAggConfig.clip_range``, per coordinate) holds deltas
 comfortably and its resolution is spent on the values that actually change.
 """

@@ -98,8 +98,9 @@ def _encoder(args: argparse.Namespace) -> Encoder:
 
     if args.encoder_vlm is None:
         return HashingEncoder()
-    from sdk.models import load_vlm, runtime_from_args
+    from sdk.models import load_vlm
     from sdk.router._vlm_encoder import VLMEncoder
+    from sdk.runtime_options import runtime_from_args
 
     bundle = load_vlm(args.encoder_vlm, runtime=runtime_from_args(args))
     return VLMEncoder(bundle.model, bundle.processor)
@@ -168,10 +169,10 @@ def _eval_folders(args: argparse.Namespace,
 
 def _eval(args: argparse.Namespace) -> int:
     from sdk.data import load_pairs
-    from sdk.models import runtime_from_args
     from sdk.reward import RewardModel, ScoreNormalizer
     from sdk.router._evaluation import reward_scores, table4
     from sdk.router._model import Router
+    from sdk.runtime_options import runtime_from_args
 
     encoder = _encoder(args)
     router = Router.load(args.router, encoder_id=encoder.encoder_id)

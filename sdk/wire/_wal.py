@@ -2,13 +2,13 @@
 
 SQLite's automatic checkpoint runs inside whichever commit pushes the write-ahead log past its
 threshold: that commit copies the whole log into the database file and fsyncs it while the
-store's lock is held. With multi-megabyte stage messages this stalled every request of a round
-for ~0.25 s at random (measured on the server: all threads queued behind one nonce insert), and
-on a client it turned each 4 MB ``put_sent`` into a checkpoint. Here the owner turns automatic
+store's lock is held. With multi-megabyte stage messages that stalls every request of a round
+at random (all threads queue behind one commit), and on a client it makes each large
+``put_sent`` a checkpoint. Here the owner turns automatic
 checkpoints off and asks for one at quiet moments (a round ended) or every ``every_commits``
 commits; a daemon thread runs it on its own connection, so no request waits for it (a PASSIVE
 checkpoint never blocks the writer). Durability is unchanged: a commit is durable once its log
-frames are synced, before and after this change.
+frames are synced, whoever checkpoints them.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,26 +63,69 @@ def _run(c: LocalConsortium, launcher: list[str], base_policy: Path, data_dir: P
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_fedmor_align_trains_with_rewards_from_the_server(
-        consortium: LocalConsortium, base_policy: Path, data_dir: Path, tmp_path: Path) -> None:
+@dataclass
+class _AlignRun:
+    """One ``fedmor align`` run of 2 steps with a checkpoint after each, and the server's
+    reward statistics around it."""
+
+    out: Path
+    done: subprocess.CompletedProcess[str]
+    before: dict[str, Any]
+    after: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def align_run(consortium: LocalConsortium, base_policy: Path, data_dir: Path,
+              tmp_path_factory: pytest.TempPathFactory) -> _AlignRun:
+    """Shared by the training test and the resume test, so the suite starts trl once for both."""
+    out = tmp_path_factory.mktemp("align-run") / "one"
     before = _stats(consortium)
-    done = _run(consortium, [sys.executable], base_policy, data_dir, tmp_path / "one", steps=2)
+    done = _run(consortium, [sys.executable], base_policy, data_dir, out, steps=2, save_steps=1)
+    return _AlignRun(out, done, before, _stats(consortium))
+
+
+def test_fedmor_align_trains_with_rewards_from_the_server(
+        consortium: LocalConsortium, align_run: _AlignRun, base_policy: Path) -> None:
+    done, out = align_run.done, align_run.out
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "GRPO step 2/2" in done.stderr  # a progress line per step (stderr, as all progress)
-    metrics = json.loads((tmp_path / "one" / "metrics.json").read_text())
+    metrics = json.loads((out / "metrics.json").read_text())
     assert [t["step"] for t in metrics["step_seconds"]] == [1, 2]
     assert all(t["seconds"] > 0 for t in metrics["step_seconds"])
-    _assert_plots(tmp_path / "one", metrics)
+    _assert_plots(out, metrics)
     assert metrics["rest"]["requests"] >= 2 and metrics["rest"]["failed_items"] == 0
-    after = _stats(consortium)
+    before, after = align_run.before, align_run.after
     # Every completion of both steps went to the server (2 prompts x 2 completions per step).
     assert after["items"] - before["items"] == 2 * 2 * 2
     assert after["feedback_applied"] - before["feedback_applied"] == 2
     assert after["step"] == 2
-    base, aligned = _weights(base_policy), _weights(tmp_path / "one" / "policy")
+    base, aligned = _weights(base_policy), _weights(out / "policy")
     assert any(not torch.equal(base[k], aligned[k]) for k in base)
     # The aligner process held no server secret: the server's files never entered its config.
     assert consortium.server_cfg["identity_key"] not in done.stdout + done.stderr
+
+
+def test_fedmor_align_resumes_from_its_checkpoint(
+        consortium: LocalConsortium, align_run: _AlignRun, base_policy: Path, data_dir: Path,
+        tmp_path: Path) -> None:
+    assert align_run.done.returncode == 0, align_run.done.stderr[-3000:]
+    # A checkpoint after every step (save_steps 1), the last one at the end.
+    assert sorted(p.name for p in (align_run.out / "trainer").glob("checkpoint-*")) == [
+        "checkpoint-1", "checkpoint-2"]
+    out = tmp_path / "resumable"
+    shutil.copytree(align_run.out, out)
+    # A job that died during step 2 left checkpoint-1 as its newest.
+    shutil.rmtree(out / "trainer" / "checkpoint-2")
+    again = _run(consortium, [sys.executable], base_policy, data_dir, out, 2, "--resume",
+                 save_steps=1)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    log = metrics["log_history"]
+    assert [e["step"] for e in log if "loss" in e] == [1, 2]  # step 1 from the checkpoint
+    # ... and only step 2 was trained again; the first run's clock covers step 1.
+    assert "GRPO step 2/2" in again.stderr and "GRPO step 1/2" not in again.stderr
+    assert [t["step"] for t in metrics["step_seconds"]] == [1, 2]
+    _assert_plots(out, metrics)
 
 
 def test_two_torchrun_ranks_share_the_servers_router(
@@ -103,29 +147,6 @@ def test_two_torchrun_ranks_share_the_servers_router(
     assert stats["router_updates"] == steps - 1  # the first step has no previous loss
     base, aligned = _weights(base_policy), _weights(tmp_path / "two" / "policy")
     assert any(not torch.equal(base[k], aligned[k]) for k in base)
-
-
-@pytest.mark.slow
-def test_fedmor_align_resumes_from_its_checkpoint(
-        consortium: LocalConsortium, base_policy: Path, data_dir: Path, tmp_path: Path) -> None:
-    out = tmp_path / "resumable"
-    first = _run(consortium, [sys.executable], base_policy, data_dir, out, 3, save_steps=2)
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    # Every 2 steps, and at the end.
-    assert sorted(p.name for p in (out / "trainer").glob("checkpoint-*")) == [
-        "checkpoint-2", "checkpoint-3"]
-    # A job that died during step 3 left checkpoint-2 as its newest.
-    shutil.rmtree(out / "trainer" / "checkpoint-3")
-    again = _run(consortium, [sys.executable], base_policy, data_dir, out, 3, "--resume",
-                 save_steps=2)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    metrics = json.loads((out / "metrics.json").read_text())
-    log = metrics["log_history"]
-    assert [e["step"] for e in log if "loss" in e] == [1, 2, 3]  # 1-2 from the checkpoint
-    # ... and only step 3 was trained again; the first run's clock covers steps 1-2.
-    assert "GRPO step 3/3" in again.stderr and "GRPO step 2/3" not in again.stderr
-    assert [t["step"] for t in metrics["step_seconds"]] == [1, 2, 3]
-    _assert_plots(out, metrics)
 
 
 def _assert_plots(out: Path, metrics: dict[str, Any]) -> None:

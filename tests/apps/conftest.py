@@ -34,6 +34,7 @@ from server_app import (
     public_key_b64,
     sign_headers,
 )
+from server_app._capture import ServerCapture
 
 N_CLIENTS = 5
 
@@ -123,11 +124,11 @@ def server(tmp_path: Path) -> Iterator[tuple[TestClient, list[Member]]]:
 
 
 def in_process_secure_round(tmp_path: Path, length: int, update: Callable[[str], UpdateSource],
-                            *, on_rounds: Callable[[RoundManager, Store], None] | None = None,
+                            *, capture: Callable[[Store], ServerCapture] | None = None,
                             ) -> tuple[RoundManager, Store, int, dict[str, ClientRound]]:
     """A ``router_secagg`` round of three enrolled members on an in-process RoundManager, and
-    each member's client half, whose update comes from ``update(client_id)``; ``on_rounds``
-    sees the manager before the round opens (to attach a capture)."""
+    each member's client half, whose update comes from ``update(client_id)``; ``capture``
+    builds the manager's capture mode over the store."""
     store = Store(tmp_path / "s.db")
     keys = {f"m{i}": generate_key() for i in range(3)}
     for name, key in keys.items():
@@ -135,9 +136,8 @@ def in_process_secure_round(tmp_path: Path, length: int, update: Callable[[str],
                             hashlib.sha256(b"token-" + name.encode()).hexdigest())
         store.enroll(name=name, token="token-" + name, public_key=public_key_b64(key),
                      reward_url=None, new_id=f"c-{name}")
-    rounds = RoundManager(store, default_deadline_s=60.0)
-    if on_rounds is not None:
-        on_rounds(rounds, store)
+    rounds = RoundManager(store, default_deadline_s=60.0,
+                          capture=None if capture is None else capture(store))
     info = rounds.create(RoundCreate(kind="router_secagg", vector_length=length,
                                      min_clients=2, params={"threshold": 2, "degree": 2}))
     spec = RoundSpec(round_id=info.round_id, kind=info.kind, participants=info.participants,

@@ -11,7 +11,7 @@ import numpy as np
 from attacks import audit_capture_dir
 from sdk.capture import CaptureFiles
 from sdk.secagg._schema import MaskedInput
-from server_app import RoundManager, Store, ready_update
+from server_app import Store, ready_update
 from server_app._audit_settings import CaptureSettings
 from server_app._capture import ServerCapture
 from tests.apps.conftest import in_process_secure_round
@@ -25,13 +25,13 @@ def _capture(store: Store, folder: Path) -> ServerCapture:
 def test_a_failed_captured_round_keeps_what_was_received(tmp_path: Path) -> None:
     captures: list[ServerCapture] = []
 
-    def attach(rounds: RoundManager, store: Store) -> None:
+    def attach(store: Store) -> ServerCapture:
         captures.append(_capture(store, tmp_path / "capture"))
-        rounds.capture = captures[0]
+        return captures[0]
 
     rounds, store, rid, halves = in_process_secure_round(
         tmp_path, 4, lambda _: ready_update(np.full(4, 0.25, dtype=np.float32), 1),
-        on_rounds=attach)
+        capture=attach)
     (capture,) = captures
     assert rounds.info(rid).captured is True
     attacker = next(iter(halves))

@@ -40,10 +40,10 @@ def test_public_api_is_pinned() -> None:
     assert sorted(models.__all__) == sorted([
         "ARCHITECTURES", "DEFAULT_CORPUS", "MMAP_THRESHOLD_BYTES", "ArchitectureSpec", "BuildSize", "DTypeName",
         "ModelSize", "Placement", "REAL_SIZES", "RealSize", "Runtime",
-        "UnknownArchitectureError", "VLMBundle", "VLMInputError", "add_runtime_arguments",
+        "UnknownArchitectureError", "VLMBundle", "VLMInputError",
         "build_tiny_vlm", "chat_texts", "config_digest", "encode_batch", "get_architecture", "input_pixels",
         "load_vlm", "read_model_type", "return_freed_host_memory", "run_frozen_without_graph",
-        "runtime_from_args", "size_with_hidden", "to_rgb", "train_tokenizer", "vision_encoder",
+        "size_with_hidden", "to_rgb", "train_tokenizer", "vision_encoder",
     ])
     for name in models.__all__:
         assert hasattr(models, name)
