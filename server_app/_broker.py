@@ -72,7 +72,7 @@ class RewardBroker:
 
     def __init__(self, store: Store, key: Ed25519PrivateKey, *, timeout_s: float = 60.0,
                  poll_s: float = 0.05, verify: Any = True, mode: str = "auto",
-                 on_queue: Callable[[], None] | None = None) -> None:
+                 on_queue: Callable[[str], None] | None = None) -> None:
         if mode not in ("push", "pull", "auto"):
             raise ValueError(f"broker mode must be push, pull or auto, not {mode!r}")
         self.store = store
@@ -80,7 +80,8 @@ class RewardBroker:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.mode = mode
-        self.on_queue = on_queue  # wakes the client's long-polling ``/v1/work`` (pull mode)
+        # Called with the client id: wakes that client's long-polling ``/v1/work`` (pull mode).
+        self.on_queue = on_queue
         self.bytes_sent = 0  # request bytes of push queries, for the benchmark
         # The last push answer's ``Server-Timing`` in ms (``score``, ``app``): where a query's
         # time went, for the benchmark; empty when the client sent none.
@@ -227,7 +228,7 @@ class RewardBroker:
         for _ in range(2):
             query_id = self.store.queue_query(client_id, self._items(items, cached, force))
             if self.on_queue is not None:
-                self.on_queue()
+                self.on_queue(client_id)
             deadline = time.monotonic() + self.timeout_s
             while True:
                 row = self.store.query(query_id)
