@@ -164,7 +164,8 @@ class RewardBroker:
         # The fsync'ed bookkeeping (images kept for resends, the audit record) runs beside the
         # request, not before it: the client's scoring hides it, and it is durable before
         # ``query`` returns or raises.
-        cached = self.store.cached(client_id, [item.image_sha256 for item in items])
+        cached = await asyncio.to_thread(self.store.cached, client_id,
+                                         [item.image_sha256 for item in items])
         # An image the client holds was stored here before it was marked: only new ones go in.
         new = [item for item in items if item.image_sha256 not in cached]
         record = asyncio.create_task(asyncio.to_thread(self._record, client_id, len(items), new))
@@ -183,8 +184,8 @@ class RewardBroker:
         # The new images, and any the client said it lacked (``_push``/``_pull`` took those
         # out of ``cached``): no write (and no lock) when it held every image already.
         sent = sorted({item.image_sha256 for item in items} - cached)
-        if sent:
-            self.store.mark_cached(client_id, sent)
+        if sent:  # off the event loop: a durable write waits for its fsync
+            await asyncio.to_thread(self.store.mark_cached, client_id, sent)
         if self.on_scored is not None:
             self.on_scored(client_id, items, scores)
         return scores
@@ -226,12 +227,13 @@ class RewardBroker:
                     cached: set[str]) -> list[float]:
         force: set[str] = set()
         for _ in range(2):
-            query_id = self.store.queue_query(client_id, self._items(items, cached, force))
+            query_id = await asyncio.to_thread(self.store.queue_query, client_id,
+                                               self._items(items, cached, force))
             if self.on_queue is not None:
                 self.on_queue(client_id)
             deadline = time.monotonic() + self.timeout_s
-            while True:
-                row = self.store.query(query_id)
+            while True:  # each read off the event loop: a commit may hold the store
+                row = await asyncio.to_thread(self.store.query, query_id)
                 if row is not None and row["status"] == "answered":
                     break
                 if client_id in self._revoked:  # queued just as it was revoked

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from server_app._store import Store
 __all__ = ["Signal", "find_work", "wait_broadcast", "watch_store"]
 
 _T = TypeVar("_T")
+_log = logging.getLogger("fedmor.server")
 _Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 
 
@@ -111,13 +113,17 @@ async def watch_store(store: Store, signal: Signal, interval_s: float) -> None:
     """Bump ``signal`` whenever another connection committed to ``store`` (a broker in another
     process queued a query): one cheap read per ``interval_s`` for the whole server, not one
     store read per held request."""
-    version = await asyncio.to_thread(store.data_version)
+    version: int | None = None
     while True:
-        await asyncio.sleep(interval_s)
-        now = await asyncio.to_thread(store.data_version)
-        if now != version:
+        try:
+            now = await asyncio.to_thread(store.data_version)
+        except Exception:  # a failing read must not stop the watch (held requests time out)
+            _log.exception("reading the store's data version failed")
+        else:
+            if version is not None and now != version:
+                signal.bump()
             version = now
-            signal.bump()
+        await asyncio.sleep(interval_s)
 
 
 def find_work(rounds: RoundManager, store: Store, client_id: str, *,
