@@ -111,8 +111,8 @@ class Access:
                 "max_skew_s": self.cfg.max_clock_skew_s, "retired_keys_of": self.retired_keys_of}
 
     async def _admit(self, request: Request) -> None:
-        """Check ``request``'s signed headers (no body byte read) and count it against its
-        sender's caps from now on; the full check (body hash, nonce) still follows."""
+        """Check ``request``'s signed headers (the body plays no part) and count it against
+        its sender's caps from now on; the full check (body hash, nonce) still follows."""
         if self.limits is None:
             return
         signed = SignedRequest.from_headers(dict(request.headers))

@@ -4,10 +4,11 @@ run the blocking work.
 
 A request without credentials counts against one *anonymous* cap shared by every such caller;
 one with a signature or a bearer token counts against a separate *unverified* cap until
-:class:`~server_app._access.Access` has checked its headers (no body byte read yet), and from
-then on against its sender's own caps, so a member can exhaust only its own quota, nobody can
-spend another identity's quota without its key, and an anonymous flood does not lock members
-out. Beyond a cap the answer is 429 with ``Retry-After``: a member's client retries it.
+:class:`~server_app._access.Access` has checked its headers (before the body of a round
+message; FastAPI reads a JSON-model body first), and from then on against its sender's caps:
+a member can exhaust only its own quota, nobody can spend another identity's quota without its
+key, and an anonymous flood does not lock members out. Beyond a cap the answer is 429 with
+``Retry-After``: a member's client retries it.
 """
 
 from __future__ import annotations
