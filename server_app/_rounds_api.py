@@ -22,7 +22,7 @@ from sdk.wire import (
     stage_payload,
 )
 from server_app._access import Access, Identity
-from server_app._limits import Limiter
+from server_app._limits import Busy, Limiter
 from server_app._rounds import RoundManager
 from server_app._visibility import visible_round, visible_rounds
 from server_app._work import Signal, wait_broadcast
@@ -106,10 +106,14 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
                 return ack, client, None
 
         ack, client, nxt = await run_in_threadpool(run)
-        if nxt is not None:
-            limits.hold_wait(request, client)
+        if nxt is not None and not (nxt.ready or nxt.round_status != "open"):
+            try:
+                limits.hold_wait(request, client)
+            except Busy:  # the message is committed: ack it; the client GETs the next input
+                return _json_response(ack)
             nxt = await wait_broadcast(rounds, changes, round_id, nxt.stage, client,
                                        wait_next_s, first=(seen, nxt))
+        if nxt is not None:
             ack = ack.model_copy(update={"next": nxt})
         return _json_response(ack)
 

@@ -14,14 +14,26 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from fedmor_local import LocalConsortium
-from sdk.wire import load_or_create_key, public_key_b64, sign_headers
+from fedmor_local import ADMIN_TOKEN, LocalConsortium
+from sdk.wire import (
+    ROUND_KINDS,
+    RoundInfo,
+    RoundSpec,
+    StageAck,
+    StageBroadcast,
+    UpdateSource,
+    load_or_create_key,
+    public_key_b64,
+    sign_headers,
+)
 
 HELD_S = 30  # the longest wait a long poll may ask for: the hostile polls stay open that long
 
@@ -213,6 +225,49 @@ def test_a_forged_signature_spends_no_quota_of_the_named_member(
     finally:
         for sock in forged:
             sock.close()
+
+
+def test_a_member_at_its_long_poll_cap_still_gets_its_stage_message_acked(
+        served: tuple[str, list[Caller]]) -> None:
+    """The cap on held requests never refuses a committed stage message: a member holding its
+    four long polls sends SecAgg+'s first message with ``wait_next_s`` and gets its ack (200,
+    without the next stage's input, which it then fetches), not a 429 for a stored message."""
+    url, callers = served
+    member, other = callers[17], callers[18]
+    with httpx.Client(base_url=url, timeout=60,
+                      headers={"authorization": f"Bearer {ADMIN_TOKEN}"}) as admin:
+        created = admin.post("/v1/rounds", json={
+            "kind": "router_secagg", "vector_length": 4, "min_clients": 2,
+            "participants": [member.client_id, other.client_id]})
+        assert created.status_code == 200, created.text
+    info = RoundInfo.model_validate(created.json())
+    spec = RoundSpec(round_id=info.round_id, kind=info.kind, participants=info.participants,
+                     public_keys=info.public_keys, vector_length=info.vector_length,
+                     min_clients=info.min_clients, stage_deadline_s=info.stage_deadline_s,
+                     params=info.params)
+    update: UpdateSource = Future()
+    update.set_result((np.zeros(4, np.float32), 1))
+    half = ROUND_KINDS[info.kind].client(spec, client_id=member.client_id, key=member.key,
+                                         update=update, state=None)
+    stage = info.stages[0]
+    path = f"/v1/rounds/{info.round_id}/stages/{stage}"
+    poll = f"/v1/work?wait_s={HELD_S}&rounds=false"
+
+    async def submit_at_the_cap() -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            first = StageBroadcast.model_validate((await member.get(http, path)).json())
+            body = json.dumps({"payload": half.message(stage, first.payload or {})}).encode()
+            polls = [asyncio.create_task(member.get(http, poll)) for _ in range(5)]
+            refused = await _first_done(polls, 1)  # four held: the cap is reached
+            assert refused[0].status_code == 429, refused[0].text
+            sent = f"{path}?wait_next_s=20"
+            ack = await http.post(sent, content=body, headers=member.headers(
+                "POST", sent, body) | {"content-type": "application/json"})
+            assert ack.status_code == 200, ack.text
+            assert StageAck.model_validate(ack.json()).next is None
+            await _cancel(polls)
+
+    asyncio.run(submit_at_the_cap())
 
 
 @pytest.fixture
