@@ -59,8 +59,10 @@ def _lifespan(cfg: ServerSettings, store: Store, rounds: RoundManager, broker: R
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # Sync endpoints run on this pool; each identity holds fewer threads than it has.
+        # Sync endpoints and checks run on this pool, sized above every cap: no one caller
+        # can hold all of its threads.
         anyio.to_thread.current_default_thread_limiter().total_tokens = cfg.limits.worker_threads
+
         async def ticker() -> None:  # deadlines fire even when no client calls in
             while True:
                 await asyncio.sleep(cfg.tick_interval_s)
