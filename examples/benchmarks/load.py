@@ -10,9 +10,10 @@ one member, which answers from its queue); a probe process asks ``GET /v1/health
 100 ms throughout. The second phase adds one hostile enrolled member (not in the round) that
 keeps 500 long polls open: each refused one is re-sent after the server's Retry-After.
 
-The member and hostile processes run at ``nice 10``: in a deployment they are other machines,
-here they share the cores with the server and the probe. An honest request fails when a member's attempt raises (connection error, 5xx, 429, or a 4xx
-other than the runner stopping), the aligner gets a non-200, or a probe errs or times out.
+The member and hostile processes run at ``nice 19``: in a deployment they are other machines,
+here they share the cores with the server and the probe. An honest request fails when a
+member's attempt raises (connection error, 5xx, 429, or a 4xx other than the runner
+stopping), the aligner gets a non-200, or a probe errs or times out.
 
 Usage: python examples/benchmarks/load.py [--quick]; the last stdout line is one JSON object.
 """
@@ -49,10 +50,10 @@ from sdk.wire import load_or_create_key, public_key_b64, sign_headers
 HOSTILE = "hostile"
 PROBE_EVERY_S = 0.1
 PROBE_TIMEOUT_S = 10.0
-# The members' and the hostile member's processes run at a lower CPU priority: in a deployment
+# The members' and the hostile member's processes run at the lowest CPU priority: in a deployment
 # they run on their own machines, here they share this one's cores with the server and the
 # probe, and the figures are of the server.
-MEMBER_NICE = 10
+MEMBER_NICE = 19
 
 
 def log(msg: str) -> None:

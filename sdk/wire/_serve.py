@@ -27,8 +27,10 @@ class ConnectionLimits(BaseModel):
         default=10.0, gt=0, le=600, description="a connection must send a request's complete "
         "headers within this many seconds of connecting or of the request's first byte; "
         "else it is closed (a client that sends headers byte by byte holds nothing longer)")
-    keep_alive_s: int = Field(default=5, ge=1, le=600, description="an idle keep-alive "
-                              "connection is closed after this many seconds")
+    keep_alive_s: int = Field(
+        default=15, ge=1, le=600, description="an idle keep-alive connection is closed after "
+        "this many seconds; longer than httpx's 5 s keep-alive expiry, so a member's client "
+        "drops an idle connection before the server can close it under a request on its way")
     max_connections: int = Field(
         default=2048, ge=1, description="connections (and requests in progress) at once; "
         "beyond: 503 (keep the process's open-file limit above it)")
