@@ -352,16 +352,24 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4, help="member processes")
     parser.add_argument("--vector", type=int, default=10_000, help="the round's vector length")
     parser.add_argument("--hostile-polls", type=int, default=500)
+    parser.add_argument("--worker-threads", type=int, default=None,
+                        help="the server's limits.worker_threads (default: its default); the "
+                        "per-identity and anonymous caps stay below it")
     parser.add_argument("--out", type=Path, default=None,
                         help="work directory, kept (default: a temporary one)")
     args = parser.parse_args()
     n = args.members or (50 if args.quick else 200)
     root = scratch_dir("fedmor-load-bench-", args.out)
     ctx = mp.get_context("spawn")
+    threads = args.worker_threads
+    limits = {} if threads is None else {"limits": {
+        "worker_threads": threads, "per_identity": min(16, threads - 1),
+        "long_polls_per_identity": min(4, threads - 1), "anonymous": min(32, threads - 1)}}
     c = LocalConsortium(root / "consortium", n + 1, identities={"aligner": "aligner"},
                         demo=True, policy=OPEN_POLICY, server={
                             "stage_deadline_s": 1800.0, "reward_timeout_s": 600.0,
-                            "alignment": {"members": [f"site-{i}" for i in range(n)]}})
+                            "alignment": {"members": [f"site-{i}" for i in range(n)]},
+                            **limits})
     hostile_cfg = c.client_cfg[c.names[-1]]
     procs: list[Any] = []
     try:
@@ -423,6 +431,7 @@ def main() -> None:
            "attack_failed_honest_requests": attack["failed_honest_requests"],
            "idle_health_p99_ms": idle_p99, "round_status": calm["round_status"], "attack_round_status": attack["round_status"],
            "vector_length": args.vector, "hostile_polls": args.hostile_polls,
+           "worker_threads": threads,
            "hostile_refused": hostile_counts["refused"],
            "hostile_answered": hostile_counts["answered"],
            "health_probes": calm["health_probes"],
