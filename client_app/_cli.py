@@ -30,7 +30,7 @@ def _client(args: argparse.Namespace) -> int:
         print(f"fedmor client: {exc}", file=sys.stderr)
         return 2
     serve(app, host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
-          log_level=cfg.log_level, log_format=cfg.log_format)
+          log_level=cfg.log_level, log_format=cfg.log_format, connections=cfg.connections)
     return 0
 
 

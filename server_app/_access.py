@@ -16,7 +16,15 @@ from typing import Any, NamedTuple
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from sdk.wire import AuthError, SignatureCheck, authenticate, signature_check
+from sdk.wire import (
+    SERVER_SENDER,
+    AuthError,
+    SignatureCheck,
+    SignedRequest,
+    authenticate,
+    signature_check,
+)
+from server_app._limits import Limiter
 from server_app._settings import ServerSettings
 from server_app._store import Store
 
@@ -53,6 +61,9 @@ class Access:
         # The keys an identity rotated away from (set by server_app._identity): a request one
         # of them signed gets 401 "rotated out", not the 403 of a bad signature.
         self.retired_keys_of: Callable[[str], list[str]] = lambda sender: []
+        # Per-identity caps (set by create_app): a request counts against its sender from the
+        # moment its signed headers check out.
+        self.limits: Limiter | None = None
 
     def _row(self, sender: str) -> tuple[str, str] | None:
         if sender not in self._rows:
@@ -99,8 +110,25 @@ class Access:
         return {"public_key_of": self.key_of, "use_nonce": self.use_nonce,
                 "max_skew_s": self.cfg.max_clock_skew_s, "retired_keys_of": self.retired_keys_of}
 
+    async def _admit(self, request: Request) -> None:
+        """Check ``request``'s signed headers (the body plays no part) and count it against
+        its sender's caps from now on; the full check (body hash, nonce) still follows."""
+        if self.limits is None:
+            return
+        signed = SignedRequest.from_headers(dict(request.headers))
+        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        kw = self._kw() | {"method": request.method, "path": path, "recipient": SERVER_SENDER}
+        try:  # a cached key: on the event loop (one signature check, no store read)
+            if signed.sender not in self._rows:
+                raise AuthError(f"identity {signed.sender} not cached")
+            SignatureCheck(signed, **kw | {"retired_keys_of": None}).verify()
+        except AuthError:  # a store read, or the error message a failed check deserves
+            await run_in_threadpool(SignatureCheck(signed, **kw).verify)
+        self.limits.admit(request, signed.sender)
+
     async def identity(self, request: Request) -> Identity:
         """A signed caller and its role."""
+        await self._admit(request)
         sender = await authenticate(request, **self._kw())
         return Identity(sender, self.role_of(sender))
 
@@ -112,6 +140,8 @@ class Access:
         expected = f"Bearer {self.cfg.admin_token.get_secret_value()}"
         if not hmac.compare_digest(header.encode(), expected.encode()):
             raise AuthError("missing or wrong admin bearer token")
+        if self.limits is not None:
+            self.limits.admit(request, ADMIN)
 
     async def caller(self, request: Request) -> Identity:
         """A signed identity of any role, or the admin bearer token."""
@@ -133,6 +163,7 @@ class Access:
         if request.headers.get("authorization"):
             self.admin(request)
             return Identity(ADMIN, ADMIN), await request.body()
+        await self._admit(request)
         check = await signature_check(request, **self._kw())
         sender = await run_in_threadpool(check)
         found = Identity(sender, self.role_of(sender))
@@ -166,4 +197,5 @@ class Access:
     async def member_check(self, request: Request) -> SignatureCheck:
         """A signature check to run in the endpoint's own worker thread, followed there by
         :meth:`as_member` (the round endpoints then cost one thread hop, not two)."""
+        await self._admit(request)
         return await signature_check(request, **self._kw())

@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 
+import anyio.to_thread
 from fastapi import FastAPI
 
 from sdk import __version__
@@ -34,6 +35,7 @@ from server_app._console_page import ConsoleSources
 from server_app._enroll_api import enrollment_router
 from server_app._identity import Identities
 from server_app._identity_api import identity_router
+from server_app._limits import Limiter, install_limits
 from server_app._meta_api import install_server_ops, meta_router
 from server_app._ops_api import operator_router
 from server_app._retention import purge_server
@@ -46,7 +48,7 @@ from server_app._router_api import router_versions_router
 from server_app._router_config import RouterLineages
 from server_app._settings import ServerSettings
 from server_app._store import Store
-from server_app._work import Signal
+from server_app._work import Signal, watch_store
 from server_app._work_api import install_work_routes
 
 __all__ = ["create_app", "create_app_from_env"]
@@ -55,11 +57,17 @@ _log = logging.getLogger("fedmor.server")
 
 
 def _lifespan(cfg: ServerSettings, store: Store, rounds: RoundManager, broker: RewardBroker,
-              identities: Identities) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """Run the deadline ticker while the app serves; close the broker's clients after."""
+              identities: Identities, work: Signal
+              ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Run the deadline ticker and the store watcher while the app serves; close the broker's
+    clients after."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Sync endpoints and checks run on this pool, sized above every cap: no one caller
+        # can hold all of its threads.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = cfg.limits.worker_threads
+
         async def ticker() -> None:  # deadlines fire even when no client calls in
             while True:
                 await asyncio.sleep(cfg.tick_interval_s)
@@ -70,15 +78,17 @@ def _lifespan(cfg: ServerSettings, store: Store, rounds: RoundManager, broker: R
                     _log.exception("deadline tick failed")
 
         task = asyncio.create_task(ticker())
+        watcher = asyncio.create_task(watch_store(store, work, cfg.work_recheck_s))
         if cfg.preload_dp_accountant:  # any operator may open a DP round over REST
             preload_accountant()
         _log.info("fedmor server %s: store %s, %d enrolled member(s)", __version__, cfg.db_path,
                   len(store.clients()))
         async with purging(lambda: purge_server(store, cfg.retention), cfg.retention.interval_s):
             yield
-        task.cancel()
-        with suppress(asyncio.CancelledError):
-            await task
+        for running in (task, watcher):
+            running.cancel()
+            with suppress(asyncio.CancelledError):
+                await running
         identities.flush_seen()
         await broker.aclose()
 
@@ -110,7 +120,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         identities.sync_roster()
 
     app = FastAPI(title="fedmor server", version=__version__,
-                  lifespan=_lifespan(cfg, store, rounds, broker, identities),
+                  lifespan=_lifespan(cfg, store, rounds, broker, identities, work),
                   responses=ERROR_RESPONSES, **docs_ui(cfg.docs_ui),
                   description="Consortium server: enrollment, secure router rounds, router "
                               "versions and the reward-query broker. See docs/rest-api.md.")
@@ -118,7 +128,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.state.settings = cfg
     install_errors(app)
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
-    install_server_ops(app, store)
+    limits = access.limits = Limiter(cfg.limits)
+    install_server_ops(app, store, limits)
+    install_limits(app, limits)  # the outermost middleware: a refusal costs nothing more
 
     app.state.access = access
     app.include_router(identity_router(identities, access))
@@ -131,10 +143,10 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(meta_router())
     app.include_router(enrollment_router(store, key, cfg))
     app.include_router(clip_bound_router(store, broker, access, cfg))
-    app.include_router(rounds_router(rounds, access))
+    app.include_router(rounds_router(rounds, access, work, limits))
     app.include_router(operator_router(identities, rounds, access))
     app.include_router(router_versions_router(store, access, rounds.lineages))
-    install_work_routes(app, store, rounds, work, access, cfg)
+    install_work_routes(app, store, rounds, work, access, limits)
     install_console(app, ConsoleSources(store, identities, rounds, app.state.rewards, capture),
                     access, cfg.console)
     return app

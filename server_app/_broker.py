@@ -73,7 +73,7 @@ class RewardBroker:
 
     def __init__(self, store: Store, key: Ed25519PrivateKey, *, timeout_s: float = 60.0,
                  poll_s: float = 0.05, verify: Any = True, mode: str = "auto",
-                 on_queue: Callable[[], None] | None = None,
+                 on_queue: Callable[[str], None] | None = None,
                  on_scored: Callable[[str, list[QueryItem], list[float]], None] | None = None
                  ) -> None:
         if mode not in ("push", "pull", "auto"):
@@ -83,7 +83,8 @@ class RewardBroker:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self.mode = mode
-        self.on_queue = on_queue  # wakes the client's long-polling ``/v1/work`` (pull mode)
+        # Called with the client id: wakes that client's long-polling ``/v1/work`` (pull mode).
+        self.on_queue = on_queue
         self.bytes_sent = 0  # request bytes of push queries, for the benchmark
         # The last push answer's ``Server-Timing`` in ms (``score``, ``app``): where a query's
         # time went, for the benchmark; empty when the client sent none.
@@ -166,7 +167,8 @@ class RewardBroker:
         # The fsync'ed bookkeeping (images kept for resends, the audit record) runs beside the
         # request, not before it: the client's scoring hides it, and it is durable before
         # ``query`` returns or raises.
-        cached = self.store.cached(client_id, [item.image_sha256 for item in items])
+        cached = await asyncio.to_thread(self.store.cached, client_id,
+                                         [item.image_sha256 for item in items])
         # An image the client holds was stored here before it was marked: only new ones go in.
         new = [item for item in items if item.image_sha256 not in cached]
         record = asyncio.create_task(asyncio.to_thread(self._record, client_id, len(items), new))
@@ -185,8 +187,8 @@ class RewardBroker:
         # The new images, and any the client said it lacked (``_push``/``_pull`` took those
         # out of ``cached``): no write (and no lock) when it held every image already.
         sent = sorted({item.image_sha256 for item in items} - cached)
-        if sent:
-            self.store.mark_cached(client_id, sent)
+        if sent:  # off the event loop: a durable write waits for its fsync
+            await asyncio.to_thread(self.store.mark_cached, client_id, sent)
         if self.on_scored is not None:
             self.on_scored(client_id, items, scores)
         return scores
@@ -228,12 +230,13 @@ class RewardBroker:
                     cached: set[str]) -> list[float]:
         force: set[str] = set()
         for _ in range(2):
-            query_id = self.store.queue_query(client_id, self._items(items, cached, force))
+            query_id = await asyncio.to_thread(self.store.queue_query, client_id,
+                                               self._items(items, cached, force))
             if self.on_queue is not None:
-                self.on_queue()
+                self.on_queue(client_id)
             deadline = time.monotonic() + self.timeout_s
-            while True:
-                row = self.store.query(query_id)
+            while True:  # each read off the event loop: a commit may hold the store
+                row = await asyncio.to_thread(self.store.query, query_id)
                 if row is not None and row["status"] == "answered":
                     break
                 if client_id in self._revoked:  # queued just as it was revoked

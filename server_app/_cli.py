@@ -30,7 +30,8 @@ def _server(args: argparse.Namespace) -> int:
         return 2
     serve(app, host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert,
           tls_key=cfg.tls_key, log_level=cfg.log_level, log_format=cfg.log_format,
-          client_ca=cfg.client_ca if cfg.require_client_cert else None)
+          client_ca=cfg.client_ca if cfg.require_client_cert else None,
+          connections=cfg.connections)
     return 0
 
 

@@ -7,14 +7,19 @@ from fastapi import APIRouter, FastAPI
 
 from sdk import __version__
 from sdk.wire import Health, StoredGauge, install_ops
+from server_app._limits import Limiter
 from server_app._store import Store
 
 __all__ = ["install_server_ops", "meta_router"]
 
 
-def install_server_ops(app: FastAPI, store: Store) -> None:
-    """Readiness and Prometheus metrics, with rounds, refusals and queued queries as gauges."""
+def install_server_ops(app: FastAPI, store: Store, limits: Limiter) -> None:
+    """Readiness and Prometheus metrics, with rounds, refusals and queued queries as gauges,
+    and the requests in progress by ``limits``' pool."""
     install_ops(app, prefix="fedmor_server", store=store, gauges=[
+        StoredGauge("fedmor_server_requests_in_progress", "requests in progress by pool "
+                    "(anonymous, unverified, identified; long_polls: held ones among the "
+                    "identified)", "pool", limits.in_progress),
         StoredGauge.counting("fedmor_server_rounds", "rounds by status", "status", store,
                              "SELECT status, COUNT(*) FROM rounds GROUP BY status"),
         StoredGauge.counting("fedmor_server_refusals", "members' policy refusals of rounds, "
@@ -37,8 +42,9 @@ def meta_router() -> APIRouter:
     router = APIRouter(tags=["meta"])
 
     @router.get("/v1/health", response_model=Health)
-    def health() -> Health:
-        """Liveness probe."""
+    async def health() -> Health:
+        """Liveness probe, answered on the event loop: it needs no thread, so a drained
+        thread pool does not make a live server look dead."""
         return Health(app="fedmor-server", version=__version__)
 
     return router

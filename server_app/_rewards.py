@@ -252,7 +252,8 @@ class AlignmentService:
         if missing:
             return AlignerResponse(missing=missing)
         async with self._lock:
-            pipe = self._pipeline(req.method)
+            # Off the event loop: the first build imports torch, later ones read the store.
+            pipe = await asyncio.to_thread(self._pipeline, req.method)
             pipe.tolerant.failed, pipe.tolerant.judged = 0, {}
             empty_before = pipe.empty_source.empty
             invalid_before = pipe.reward_fn.invalid_choices

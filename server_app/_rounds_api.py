@@ -10,6 +10,8 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from sdk.wire import (
+    ConflictError,
+    NotFoundError,
     RoundCreate,
     RoundInfo,
     RoundRefusal,
@@ -20,8 +22,10 @@ from sdk.wire import (
     stage_payload,
 )
 from server_app._access import Access, Identity
+from server_app._limits import Busy, Limiter
 from server_app._rounds import RoundManager
 from server_app._visibility import visible_round, visible_rounds
+from server_app._work import Signal, wait_broadcast
 
 __all__ = ["rounds_router"]
 
@@ -39,9 +43,11 @@ def _json_response(model: StageAck | StageBroadcast) -> Response:
     return Response(model.model_dump_json(), media_type="application/json")
 
 
-def rounds_router(rounds: RoundManager, access: Access) -> APIRouter:
+def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
+                  limits: Limiter) -> APIRouter:
     """The ``/v1/rounds`` endpoints over ``rounds``: the operator opens rounds, members take
-    part in them, any signed caller reads their status."""
+    part in them, any signed caller reads their status. A held stage request waits on
+    ``changes`` (bumped when a stage closes), counted by ``limits`` as a long poll."""
     router = APIRouter(prefix="/v1/rounds", tags=["rounds"])
 
     async def client_check(request: Request) -> SignatureCheck:
@@ -85,13 +91,31 @@ def rounds_router(rounds: RoundManager, access: Access) -> APIRouter:
         as ``application/octet-stream``. ``wait_next_s`` > 0 also waits (that long at most) for
         the next stage's input and returns it in ``next``."""
         media, body = request.headers.get("content-type", ""), check.body
+        seen = changes.token()  # before the submission: the close it causes is not missed
 
-        def run() -> StageAck:
+        def run() -> tuple[StageAck, str, StageBroadcast | None]:
             client = access.as_member(check())  # authentication first, as with a dependency
-            return rounds.submit(round_id, stage, client, stage_payload(media, body),
-                                 wait_next_s, body_sha256=check.body_sha256)
+            ack = rounds.submit(round_id, stage, client, stage_payload(media, body),
+                                body_sha256=check.body_sha256)
+            following = rounds.next_stage(round_id, stage) if wait_next_s > 0 else None
+            if following is None:
+                return ack, client, None
+            try:
+                return ack, client, rounds.broadcast(round_id, following, client)
+            except (ConflictError, NotFoundError):  # stored: ack it; a GET explains
+                return ack, client, None
 
-        return _json_response(await run_in_threadpool(run))
+        ack, client, nxt = await run_in_threadpool(run)
+        if nxt is not None and not (nxt.ready or nxt.round_status != "open"):
+            try:
+                limits.hold_wait(request, client)
+            except Busy:  # the message is committed: ack it; the client GETs the next input
+                return _json_response(ack)
+            nxt = await wait_broadcast(rounds, changes, round_id, nxt.stage, client,
+                                       wait_next_s, first=(seen, nxt))
+        if nxt is not None:
+            ack = ack.model_copy(update={"next": nxt})
+        return _json_response(ack)
 
     @router.post("/{round_id}/refusal", response_model=RoundInfo)
     def refuse(client: Client, round_id: RoundId, body: RoundRefusal) -> RoundInfo:
@@ -102,12 +126,22 @@ def rounds_router(rounds: RoundManager, access: Access) -> APIRouter:
         return rounds.refuse(round_id, client, body.reason, body.detail)
 
     @router.get("/{round_id}/stages/{stage}", response_model=StageBroadcast)
-    async def stage_input(check: ClientCheck, round_id: RoundId, stage: Annotated[str, _STAGE],
+    async def stage_input(request: Request, check: ClientCheck, round_id: RoundId,
+                          stage: Annotated[str, _STAGE],
                           wait_s: Annotated[float, Query(ge=0, le=30)] = 0.0) -> Response:
         """The server's input for this client's stage (``ready`` false until available);
         ``wait_s`` > 0 holds the request until it is ready or that time passed."""
-        return _json_response(await run_in_threadpool(
-            lambda: rounds.broadcast(round_id, stage, access.as_member(check()),
-                                     wait_s=wait_s)))
+        seen = changes.token()
+
+        def run() -> tuple[str, StageBroadcast]:
+            client = access.as_member(check())
+            return client, rounds.broadcast(round_id, stage, client)
+
+        client, out = await run_in_threadpool(run)
+        if wait_s > 0 and not (out.ready or out.round_status != "open"):
+            limits.hold_wait(request, client)
+            out = await wait_broadcast(rounds, changes, round_id, stage, client, wait_s,
+                                       first=(seen, out))
+        return _json_response(out)
 
     return router

@@ -11,6 +11,7 @@ from pydantic_settings import SettingsConfigDict
 from sdk.wire import AppHardening, ConsortiumRouterConfig, Retention, load_settings
 from server_app._audit_settings import AuditSettings, CaptureSettings
 from server_app._console_settings import ConsoleSettings
+from server_app._limits import RequestLimits
 
 __all__ = ["AlignmentSettings", "ServerSettings", "load_settings"]
 
@@ -106,9 +107,11 @@ class ServerSettings(AppHardening):
         "background when the server starts, so the first DP round's creation does not wait "
         "for it (seconds; tens on a loaded host); false saves ~260 MB for a consortium "
         "without DP rounds")
-    work_recheck_s: float = Field(default=0.25, gt=0, description="a held GET /v1/work also "
-                                  "re-reads the store this often: it notices reward queries "
-                                  "queued by a broker in another process")
+    work_recheck_s: float = Field(default=0.25, gt=0, description="held requests (GET "
+                                  "/v1/work) learn this often of writes to the store by another "
+                                  "process (a broker queuing reward queries)")
+    limits: RequestLimits = Field(default_factory=RequestLimits, description="requests and "
+                                  "long polls in progress per identity, and threads")
 
     @model_validator(mode="after")
     def _mutual_tls_needs_a_ca(self) -> ServerSettings:

@@ -31,6 +31,12 @@ class StoreBase(SQLiteFile):
             row: sqlite3.Row | None = self._db.execute(sql, args).fetchone()
             return row
 
+    def data_version(self) -> int:
+        """SQLite's ``PRAGMA data_version``: it moves when another connection (another
+        process) commits, never for this connection's own writes."""
+        with self._lock:
+            return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+
     def _all(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:
             return list(self._db.execute(sql, args).fetchall())

@@ -1,57 +1,129 @@
 """Work discovery by long polling: ``GET /v1/work`` holds an idle client's request until a
 round needs its message or a reward query is queued for it, so idle clients cost ~nothing
-instead of polling the round list and the query queue every few milliseconds."""
+instead of polling the round list and the query queue every few milliseconds.
+
+A held request waits on the event loop (a future, no thread): the server's thread pool is for
+work, and a member holding many long polls must not take the threads every other caller needs.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from sdk.wire import PendingQuery, Work
+from starlette.concurrency import run_in_threadpool
+
+from sdk.wire import PendingQuery, StageBroadcast, Work
 from server_app._rounds import RoundManager
 from server_app._store import Store
 
-__all__ = ["Signal", "find_work"]
+__all__ = ["Signal", "find_work", "wait_broadcast", "watch_store"]
 
 _T = TypeVar("_T")
+_log = logging.getLogger("fedmor.server")
+_Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class Signal:
-    """A generation counter with a condition: ``wait_for`` sleeps until ``bump`` moves it.
+    """Generation counters that async waiters sleep on until ``bump`` moves them.
 
-    The check runs *outside* the condition's lock (it reads the store and may take the round
-    lock, while ``bump`` is called with the round lock held), so the two locks never nest the
-    wrong way round; the generation number catches a bump that lands between check and wait.
+    ``bump()`` (a round opened or moved on) wakes every waiter; ``bump(key)`` (a query was
+    queued for member ``key``) wakes only the waiters of that key, so one member's queries do
+    not make every idle member re-read the store. ``bump`` may be called from any thread (the
+    round manager calls it from worker threads with its lock held): it only schedules wake-ups
+    on the waiters' loops, never runs their checks.
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._generation = 0
+        self._lock = threading.Lock()
+        self._all = 0
+        self._keyed: dict[str, int] = {}
+        self._waiters: dict[str | None, set[_Waiter]] = {}
 
-    def bump(self) -> None:
-        """Something changed: wake every waiter so it re-checks."""
-        with self._cond:
-            self._generation += 1
-            self._cond.notify_all()
+    def token(self, key: str | None = None) -> tuple[int, int]:
+        """What a waiter on ``key`` has seen: read it *before* checking for work, then pass it
+        to :meth:`wait`, so a bump between the check and the wait is not lost."""
+        with self._lock:
+            return self._all, 0 if key is None else self._keyed.get(key, 0)
 
-    def wait_for(self, check: Callable[[], _T | None], timeout_s: float,
-                 recheck_s: float = 1.0) -> _T | None:
-        """``check()``'s first non-None result, re-checked after each bump and at least every
-        ``recheck_s`` (changes made by another process over the shared store ring no bell
-        here), or None once ``timeout_s`` passed."""
+    def bump(self, key: str | None = None) -> None:
+        """Something changed (for ``key`` only, or for everyone): wake those waiters."""
+        with self._lock:
+            if key is None:
+                self._all += 1
+                woken = [w for waiters in self._waiters.values() for w in waiters]
+                self._waiters.clear()
+            else:
+                self._keyed[key] = self._keyed.get(key, 0) + 1
+                woken = list(self._waiters.pop(key, ()))
+        for loop, future in woken:
+            with contextlib.suppress(RuntimeError):  # that loop closed: nobody waits there
+                loop.call_soon_threadsafe(_wake, future)
+
+    async def wait(self, seen: tuple[int, int], timeout_s: float,
+                   key: str | None = None) -> None:
+        """Return once ``key``'s token moved past ``seen`` or ``timeout_s`` passed."""
+        loop = asyncio.get_running_loop()
+        waiter: _Waiter = (loop, loop.create_future())
+        with self._lock:
+            if (self._all, 0 if key is None else self._keyed.get(key, 0)) != seen:
+                return
+            self._waiters.setdefault(key, set()).add(waiter)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter[1], timeout_s)
+        finally:
+            with self._lock:
+                waiters = self._waiters.get(key)
+                if waiters is not None:
+                    waiters.discard(waiter)
+                    if not waiters:
+                        del self._waiters[key]
+
+    async def wait_for(self, check: Callable[[], _T], done: Callable[[_T], bool],
+                       timeout_s: float, *, key: str | None = None,
+                       first: tuple[tuple[int, int], _T] | None = None) -> _T:
+        """``check()`` (run in a worker thread: it reads the store) until ``done`` says its
+        result is final or ``timeout_s`` passed; re-checked after each bump of ``key``.
+        ``first``: a token and the result of a check the caller already made after it."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            with self._cond:
-                seen = self._generation
-            out = check()
-            left = deadline - time.monotonic()
-            if out is not None or left <= 0:
-                return out
-            with self._cond:
-                if self._generation == seen:
-                    self._cond.wait(min(left, recheck_s))
+        if first is None:
+            seen = self.token(key)
+            out = await run_in_threadpool(check)
+        else:
+            seen, out = first
+        while not done(out) and (left := deadline - time.monotonic()) > 0:
+            await self.wait(seen, left, key)
+            seen = self.token(key)
+            out = await run_in_threadpool(check)
+        return out
+
+
+async def watch_store(store: Store, signal: Signal, interval_s: float) -> None:
+    """Bump ``signal`` whenever another connection committed to ``store`` (a broker in another
+    process queued a query): one cheap read per ``interval_s`` for the whole server, not one
+    store read per held request."""
+    version: int | None = None
+    while True:
+        try:
+            now = await asyncio.to_thread(store.data_version)
+        except Exception:  # a failing read must not stop the watch (held requests time out)
+            _log.exception("reading the store's data version failed")
+        else:
+            if version is not None and now != version:
+                signal.bump()
+            version = now
+        await asyncio.sleep(interval_s)
 
 
 def find_work(rounds: RoundManager, store: Store, client_id: str, *,
@@ -61,3 +133,16 @@ def find_work(rounds: RoundManager, store: Store, client_id: str, *,
                 queries=[PendingQuery.model_validate(q)
                          for q in store.pending_queries(client_id)])
     return work if work.rounds or work.queries else None
+
+
+def _final(out: StageBroadcast) -> bool:
+    return out.ready or out.round_status != "open"
+
+
+async def wait_broadcast(rounds: RoundManager, signal: Signal, round_id: int, stage: str,
+                         client_id: str, wait_s: float,
+                         first: tuple[tuple[int, int], StageBroadcast]) -> StageBroadcast:
+    """``client_id``'s input for ``stage``, waited for up to ``wait_s`` on the event loop
+    (``first``: the token taken before, and the result of, the caller's own first look)."""
+    return await signal.wait_for(lambda: rounds.broadcast(round_id, stage, client_id), _final,
+                                 wait_s, first=first)

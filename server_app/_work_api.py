@@ -9,12 +9,12 @@ fallback plays such a server by dropping the route from the app's own route list
 
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, Path, Query
+from fastapi import Depends, FastAPI, Path, Query, Request
 
 from sdk.wire import NotFoundError, PendingQuery, RewardAnswer, Work
 from server_app._access import Access
+from server_app._limits import Limiter
 from server_app._rounds import RoundManager
-from server_app._settings import ServerSettings
 from server_app._store import ConflictError, Store
 from server_app._work import Signal, find_work
 
@@ -22,9 +22,9 @@ __all__ = ["install_work_routes"]
 
 
 def install_work_routes(app: FastAPI, store: Store, rounds: RoundManager, work: Signal,
-                        access: Access, cfg: ServerSettings) -> None:
+                        access: Access, limits: Limiter) -> None:
     """Add the member-only endpoints that find and answer its work; ``work`` wakes long
-    polls."""
+    polls, each counted by ``limits``."""
     Client = Annotated[str, Depends(access.member)]
 
     @app.get("/v1/reward/pending", response_model=list[PendingQuery], tags=["reward"])
@@ -33,14 +33,17 @@ def install_work_routes(app: FastAPI, store: Store, rounds: RoundManager, work: 
         return [PendingQuery.model_validate(q) for q in store.pending_queries(client)]
 
     @app.get("/v1/work", response_model=Work, tags=["rounds", "reward"])
-    def find(client: Client, wait_s: Annotated[float, Query(ge=0, le=30)] = 0.0,
-             include_rounds: Annotated[bool, Query(alias="rounds")] = True) -> Work:
+    async def find(request: Request, client: Client,
+                   wait_s: Annotated[float, Query(ge=0, le=30)] = 0.0,
+                   include_rounds: Annotated[bool, Query(alias="rounds")] = True) -> Work:
         """What this client has to do: open rounds still waiting for its message (unless
         ``rounds`` is false) and its queued reward queries. ``wait_s`` > 0 holds the request
         until there is something or that time passed (long polling; then empty lists)."""
-        found = work.wait_for(
-            lambda: find_work(rounds, store, client, include_rounds=include_rounds), wait_s,
-            recheck_s=cfg.work_recheck_s)
+        if wait_s > 0:
+            limits.hold_wait(request, client)
+        found = await work.wait_for(
+            lambda: find_work(rounds, store, client, include_rounds=include_rounds),
+            lambda out: out is not None, wait_s, key=client)
         return found or Work()
 
     @app.post("/v1/reward/answers/{query_id}", response_model=None, tags=["reward"],

@@ -3,13 +3,80 @@ context their callers verify it with."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import ssl
 from pathlib import Path
 from typing import Any
 
-__all__ = ["configure_logging", "serve", "tls_verify"]
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ConnectionLimits", "configure_logging", "serve", "tls_verify"]
+
+_log = logging.getLogger("fedmor.serve")
+
+
+class ConnectionLimits(BaseModel):
+    """How long a connection may take and how many the app serves at once (``[connections]``
+    in either app's settings)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, le=600, description="a connection must send a request's complete "
+        "headers within this many seconds of connecting or of the request's first byte; "
+        "else it is closed (a client that sends headers byte by byte holds nothing longer)")
+    keep_alive_s: int = Field(
+        default=15, ge=1, le=600, description="an idle keep-alive connection is closed after "
+        "this many seconds; longer than httpx's 5 s keep-alive expiry, so a member's client "
+        "drops an idle connection before the server can close it under a request on its way")
+    max_connections: int = Field(
+        default=2048, ge=1, description="connections (and requests in progress) at once; "
+        "beyond: 503 (keep the process's open-file limit above it)")
+
+
+def _header_timeout_protocol(timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol with a header deadline: a timer armed when a connection
+    opens or a request's first byte arrives, disarmed when its headers are complete (uvicorn
+    has no such timeout of its own)."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class HeaderDeadline(HttpToolsProtocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            if self._header_timer is None:
+                self._header_timer = self.loop.call_later(timeout_s, self._too_slow)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _too_slow(self) -> None:
+            self._header_timer = None
+            _log.info("closed a connection from %s: no complete request headers within %g s",
+                      self.client[0] if self.client else "?", timeout_s)
+            self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._arm()
+
+        def on_headers_complete(self) -> None:
+            self._disarm()
+            super().on_headers_complete()
+
+    return HeaderDeadline
 
 
 class _JsonLines(logging.Formatter):
@@ -48,9 +115,10 @@ def configure_logging(level: str, fmt: str = "text") -> None:
 
 def serve(app: Any, *, host: str, port: int, tls_cert: Path | None, tls_key: Path | None,
           log_level: str = "info", log_format: str = "text",
-          client_ca: Path | None = None) -> None:
+          client_ca: Path | None = None, connections: ConnectionLimits | None = None) -> None:
     """Run ``app`` on uvicorn, over HTTPS when a certificate is given, logging at
-    ``log_level`` (uvicorn's access log only at debug: every long poll would be a line).
+    ``log_level`` (uvicorn's access log only at debug: every long poll would be a line), with
+    ``connections``' timeouts and cap (default: ``ConnectionLimits()``).
 
     ``client_ca``: mutual TLS, every connection must present a certificate this CA signed
     (the TLS handshake fails otherwise, before any request is read)."""
@@ -66,8 +134,12 @@ def serve(app: Any, *, host: str, port: int, tls_cert: Path | None, tls_key: Pat
     logging.getLogger("fedmor").info("listening on %s://%s:%d%s", "https" if tls_cert else "http",
                                      host, port, " (client certificates required)"
                                      if client_ca else "")
+    limits = connections or ConnectionLimits()
     uvicorn.run(app, host=host, port=port, log_level=log_level,
                 access_log=log_level == "debug",
+                http=_header_timeout_protocol(limits.header_timeout_s),
+                timeout_keep_alive=limits.keep_alive_s,
+                limit_concurrency=limits.max_connections,
                 ssl_certfile=str(tls_cert) if tls_cert else None,
                 ssl_keyfile=str(tls_key) if tls_key else None,
                 ssl_ca_certs=str(client_ca) if client_ca else None,

@@ -10,6 +10,8 @@ import tomllib
 from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
+from sdk.wire._serve import ConnectionLimits
+
 __all__ = ["AppHardening", "EnvOverFile", "load_settings"]
 
 _S = TypeVar("_S", bound=BaseSettings)
@@ -35,7 +37,8 @@ class EnvOverFile(BaseSettings):
 
 
 class AppHardening(EnvOverFile):
-    """Settings both apps share that relax a safe default."""
+    """Settings both apps share: connection limits, and the switches that relax a safe
+    default."""
 
     docs_ui: bool = Field(default=False, description="serve /docs and /redoc (they load "
                           "JavaScript from a CDN); /openapi.json is always served")
@@ -45,6 +48,9 @@ class AppHardening(EnvOverFile):
     identity_key_passphrase_file: Path | None = Field(
         default=None, description="file whose first line is the identity key's passphrase "
         "(FEDMOR_KEY_PASSPHRASE wins); with one, a new key is written encrypted (PKCS#8)")
+    connections: ConnectionLimits = Field(
+        default_factory=ConnectionLimits, description="header and keep-alive timeouts and the "
+        "cap on connections at once")
 
 
 def load_settings(cls: type[_S], path: Path | None) -> _S:

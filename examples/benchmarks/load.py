@@ -1,0 +1,449 @@
+"""Load benchmark: one real server and many pull-mode members, with and without a hostile one.
+
+N members (``--quick``: 50, else 200), each with its own identity key and SQLite database, run
+the member app's own round and query worker (``client_app.ClientRunner``, pull mode: no
+public URL) as threads in a few worker processes, speaking signed HTTP to one ``python -m
+server_app`` on 127.0.0.1. Two phases, each: every member long-polls ``GET /v1/work`` while a
+secure round (``router_secagg``, SecAgg+) of all N runs to completion and an aligner identity
+sends batches of reward queries (``POST /v1/rewards``, ``random`` selection: each item goes to
+one member, which answers from its queue); a probe process asks ``GET /v1/health`` every
+100 ms throughout. The second phase adds one hostile enrolled member (not in the round) that
+keeps 500 long polls open: each refused one is re-sent after the server's Retry-After.
+
+The member and hostile processes run at ``nice 19``: in a deployment they are other machines,
+here they share the cores with the server and the probe. An honest request fails when a
+member's attempt raises (connection error, 5xx, 429, or a 4xx other than the runner
+stopping), the aligner gets a non-200, or a probe errs or times out.
+
+Usage: python examples/benchmarks/load.py [--quick]; the last stdout line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import io
+import json
+import multiprocessing as mp
+import os
+import sqlite3
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fedmor_local's folder
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+
+from _scratch import scratch_dir
+
+from fedmor_local import OPEN_POLICY, LocalConsortium
+from sdk.wire import load_or_create_key, public_key_b64, sign_headers
+
+HOSTILE = "hostile"
+PROBE_EVERY_S = 0.1
+PROBE_TIMEOUT_S = 10.0
+# The members' and the hostile member's processes run at the lowest CPU priority: in a deployment
+# they run on their own machines, here they share this one's cores with the server and the
+# probe, and the figures are of the server.
+MEMBER_NICE = 19
+
+
+def log(msg: str) -> None:
+    print(f"[load] {msg}", flush=True)
+
+
+# -- member worker processes ----------------------------------------------------------------
+def _member_worker(cfgs: list[dict[str, Any]], control: Any) -> None:
+    """Run one ClientRunner per member config as threads; answer ``count`` with the failed
+    attempts so far, stop on ``stop``."""
+    from client_app import ClientRunner, ClientSettings, ClientStore, site_reward_service
+
+    os.nice(MEMBER_NICE)
+
+    failures: collections.Counter[str] = collections.Counter()  # by reason
+    lock = threading.Lock()
+
+    class Counting(ClientRunner):
+        def _send(self, method: str, path: str, body: bytes, media: str, *,
+                  signed: bool) -> httpx.Response:
+            try:
+                return super()._send(method, path, body, media, signed=signed)
+            except Exception as exc:
+                if not self.stop.is_set() and getattr(exc, "status", None) != 499:
+                    with lock:
+                        failures[f"{method} {path.split('?')[0]}: {exc}"[:160]] += 1
+                raise
+
+    runners = []
+    for raw in cfgs:
+        cfg = ClientSettings(**raw)
+        store = ClientStore(cfg.db_path)
+        runners.append(Counting(cfg, store=store, service=site_reward_service(cfg, store)))
+    for runner in runners:
+        runner.enroll()
+    threads = [threading.Thread(target=r.run_forever, daemon=True) for r in runners]
+    for t in threads:
+        t.start()
+    control.send("ready")
+    while (command := control.recv()) != "stop":
+        if command == "count":
+            with lock:
+                control.send(dict(failures))
+    for r in runners:
+        r.stop.set()
+    for t in threads:
+        t.join(timeout=60)
+    control.send("stopped")
+
+
+# -- the health probe -----------------------------------------------------------------------
+def _probe(url: str, control: Any) -> None:
+    """GET /v1/health every 100 ms; ``take`` answers the latencies (ms; None: failed) since
+    the last ``take``."""
+    seen: list[float | None] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def run() -> None:
+        with httpx.Client(base_url=url, timeout=PROBE_TIMEOUT_S) as http:
+            while not stop.is_set():
+                started = time.perf_counter()
+                try:
+                    ok = http.get("/v1/health").status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                spent = time.perf_counter() - started
+                with lock:
+                    seen.append(spent * 1000 if ok else None)
+                stop.wait(max(0.0, PROBE_EVERY_S - spent))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    while control.recv() != "stop":
+        with lock:
+            control.send(list(seen))
+            seen.clear()
+    stop.set()
+    thread.join()
+
+
+# -- the hostile member ---------------------------------------------------------------------
+def _hostile(url: str, client_id: str, key_path: str, polls: int, control: Any) -> None:
+    """Keep ``polls`` long polls open as ``client_id``; ``stop`` answers (refused, answered)."""
+    os.nice(MEMBER_NICE)
+    key = load_or_create_key(Path(key_path))
+    counts = {"refused": 0, "answered": 0}
+    path = "/v1/work?wait_s=30"
+
+    async def poll(http: httpx.AsyncClient, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                resp = await http.get(path, headers=sign_headers(
+                    key, sender=client_id, method="GET", path=path, body=b""))
+            except httpx.HTTPError:
+                continue
+            if resp.status_code == 429:
+                counts["refused"] += 1
+                await asyncio.sleep(float(resp.headers.get("retry-after", "1")))
+            else:
+                counts["answered"] += 1
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        limits = httpx.Limits(max_connections=polls + 10, max_keepalive_connections=polls)
+        async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
+            tasks = [asyncio.create_task(poll(http, stop)) for _ in range(polls)]
+            while sum(counts.values()) < polls - 4:  # the first wave is in and refused
+                await asyncio.sleep(0.05)
+            control.send("attacking")
+            await asyncio.to_thread(control.recv)  # "stop"
+            stop.set()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        control.send(counts)
+
+    asyncio.run(main())
+
+
+# -- the aligner ----------------------------------------------------------------------------
+def _png() -> bytes:
+    from PIL import Image
+
+    pixels = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+class Aligner:
+    """Sends batches of 16 completions to ``POST /v1/rewards`` back to back while running."""
+
+    def __init__(self, url: str, client_id: str, key_path: Path) -> None:
+        import base64
+        import hashlib
+
+        self.url, self.client_id = url, client_id
+        self.key = load_or_create_key(key_path)
+        image = _png()
+        self.sha = hashlib.sha256(image).hexdigest()
+        self.b64 = base64.b64encode(image).decode()
+        self.stats = {"batches": 0, "failed_requests": 0, "failed_items": 0}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _post(self, http: httpx.Client, step: int, with_image: bool) -> httpx.Response:
+        items = [{"image_sha256": self.sha, "prompt": f"What is shown? ({step})",
+                  "response": f"answer {i}", **({"image_b64": self.b64} if with_image else {})}
+                 for i in range(16)]
+        body = json.dumps({"items": items, "method": "random", "step": step}).encode()
+        headers = sign_headers(self.key, sender=self.client_id, method="POST",
+                               path="/v1/rewards", body=body)
+        return http.post("/v1/rewards", content=body,
+                         headers=headers | {"content-type": "application/json"})
+
+    def _batch(self, http: httpx.Client, step: int) -> httpx.Response:
+        resp = self._post(http, step, with_image=False)
+        if resp.status_code == 200 and resp.json().get("missing"):
+            resp = self._post(http, step, with_image=True)
+        return resp
+
+    def warm_up(self) -> None:
+        """One untimed batch: the server's first builds its selection (importing torch)."""
+        with httpx.Client(base_url=self.url, timeout=600) as http:
+            resp = self._batch(http, 0)
+        if resp.status_code != 200:
+            raise RuntimeError(f"the aligner's warm-up batch failed: {resp.text[:300]}")
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=600) as http:
+            step = 1
+            while not self._stop.is_set():
+                try:
+                    resp = self._batch(http, step)
+                except httpx.HTTPError:
+                    self.stats["failed_requests"] += 1
+                    continue
+                if resp.status_code != 200:
+                    self.stats["failed_requests"] += 1
+                    log(f"aligner: {resp.status_code} {resp.text[:200]}")
+                    self._stop.wait(1.0)
+                    continue
+                self.stats["batches"] += 1
+                self.stats["failed_items"] += int(resp.json().get("failed", 0))
+                step += 1
+
+    def start(self) -> None:
+        self.stats = dict.fromkeys(self.stats, 0)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return dict(self.stats)
+
+
+# -- orchestration --------------------------------------------------------------------------
+def _enroll(c: LocalConsortium, cfg: dict[str, Any]) -> str:
+    key = load_or_create_key(Path(cfg["identity_key"]))
+    resp = httpx.post(f"{c.server_url}/v1/enroll", timeout=60, json={
+        "name": cfg["name"], "token": cfg["enrollment_token"], "public_key": public_key_b64(key)})
+    resp.raise_for_status()
+    return str(resp.json()["client_id"])
+
+
+def _p99(latencies: list[float | None]) -> float:
+    values = [PROBE_TIMEOUT_S * 1000 if v is None else v for v in latencies]
+    return round(float(np.percentile(values, 99)), 1) if values else float("nan")
+
+
+def _round_seconds(db: str, round_id: int) -> float:
+    with sqlite3.connect(db) as conn:
+        created, finished = conn.execute("SELECT created_at, finished_at FROM rounds WHERE "
+                                         "round_id=?", (round_id,)).fetchone()
+    return round(float(finished - created), 2)
+
+
+class Phase:
+    """One measured phase: a round of every honest member with the aligner and the probe."""
+
+    def __init__(self, c: LocalConsortium, workers: list[Any], probe: Any, aligner: Aligner,
+                 participants: list[str], vector: int) -> None:
+        self.c, self.workers, self.probe, self.aligner = c, workers, probe, aligner
+        self.participants, self.vector = participants, vector
+
+    def _member_failures(self) -> collections.Counter[str]:
+        """Failed member attempts so far, by reason."""
+        total: collections.Counter[str] = collections.Counter()
+        for w in self.workers:
+            w.send("count")
+            total.update(w.recv())
+        return total
+
+    def idle(self, seconds: float) -> float:
+        """Health p99 (ms) over ``seconds`` with every member long-polling and nothing else:
+        this machine's baseline in the same run."""
+        self.probe.send("take")
+        self.probe.recv()
+        time.sleep(seconds)
+        self.probe.send("take")
+        latencies = self.probe.recv()
+        log(f"idle: health p99 {_p99(latencies)} ms over {len(latencies)} probes")
+        return _p99(latencies)
+
+    def _server_cpu_s(self) -> float:
+        """CPU seconds the server process used so far (Linux /proc; else 0)."""
+        try:
+            fields = Path(f"/proc/{self.c.procs['server'].pid}/stat").read_text()
+        except OSError:
+            return 0.0
+        ticks = fields.rsplit(")", 1)[1].split()
+        return (int(ticks[11]) + int(ticks[12])) / os.sysconf("SC_CLK_TCK")
+
+    def run(self, name: str) -> dict[str, Any]:
+        self.probe.send("take")
+        self.probe.recv()  # latencies before the phase: not counted
+        cpu0, wall0 = self._server_cpu_s(), time.perf_counter()
+        failed_before = self._member_failures()
+        self.aligner.start()
+        created = self.c.create_round(kind="router_secagg", vector_length=self.vector,
+                                      participants=self.participants,
+                                      min_clients=len(self.participants),
+                                      params={"clip_range": 8.0})
+        done = self.c.wait_round(created["round_id"], timeout_s=3600)
+        aligner = self.aligner.stop()
+        self.probe.send("take")
+        latencies = self.probe.recv()
+        cpu = round(self._server_cpu_s() - cpu0, 1)
+        wall = round(time.perf_counter() - wall0, 1)
+        reasons = self._member_failures() - failed_before
+        failed = sum(reasons.values())
+        for reason, count in reasons.most_common(5):
+            log(f"  member failure x{count}: {reason}")
+        status = done["status"]
+        seconds = _round_seconds(self.c.server_cfg["db_path"], created["round_id"])
+        log(f"{name}: round {status} in {seconds} s; health p99 {_p99(latencies)} ms over "
+            f"{len(latencies)} probes ({sum(v is None for v in latencies)} failed); member "
+            f"failures {failed}; aligner {aligner}; server CPU {cpu} s in {wall} s")
+        return {"round_status": status, "round_seconds": seconds,
+                "health_p99_ms": _p99(latencies),
+                "health_probes": len(latencies), "server_cpu_s": cpu, "wall_s": wall,
+                "failed_honest_requests": failed + aligner["failed_requests"]
+                + sum(v is None for v in latencies),
+                "aligner_batches": aligner["batches"],
+                "aligner_failed_items": aligner["failed_items"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="50 members instead of 200")
+    parser.add_argument("--members", type=int, default=None)
+    parser.add_argument("--workers", type=int, default=4, help="member processes")
+    parser.add_argument("--vector", type=int, default=10_000, help="the round's vector length")
+    parser.add_argument("--hostile-polls", type=int, default=500)
+    parser.add_argument("--worker-threads", type=int, default=None,
+                        help="the server's limits.worker_threads (default: its default); the "
+                        "per-identity and anonymous caps stay below it")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="work directory, kept (default: a temporary one)")
+    args = parser.parse_args()
+    n = args.members or (50 if args.quick else 200)
+    root = scratch_dir("fedmor-load-bench-", args.out)
+    ctx = mp.get_context("spawn")
+    threads = args.worker_threads
+    limits = {} if threads is None else {"limits": {
+        "worker_threads": threads, "per_identity": min(16, threads - 1),
+        "long_polls_per_identity": min(4, threads - 1), "anonymous": min(32, threads - 1)}}
+    c = LocalConsortium(root / "consortium", n + 1, identities={"aligner": "aligner"},
+                        demo=True, policy=OPEN_POLICY, server={
+                            "stage_deadline_s": 1800.0, "reward_timeout_s": 600.0,
+                            "alignment": {"members": [f"site-{i}" for i in range(n)]},
+                            **limits})
+    hostile_cfg = c.client_cfg[c.names[-1]]
+    procs: list[Any] = []
+    try:
+        c.start_server()
+        log(f"server up; enrolling {n} members in {args.workers} processes")
+        t0 = time.perf_counter()
+        workers = []
+        for w in range(args.workers):
+            cfgs = [{**c.client_cfg[name], "public_url": None}
+                    for name in c.names[w:n:args.workers]]
+            ours, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_member_worker, args=(cfgs, theirs), daemon=True)
+            proc.start()
+            procs.append(proc)
+            workers.append(ours)
+        for conn in workers:
+            if conn.recv() != "ready":
+                raise RuntimeError("a member worker did not start")
+        hostile_id = _enroll(c, hostile_cfg)
+        aligner_id = _enroll(c, c.identity_cfg["aligner"])
+        participants = [cid for cid in c.enrolled() if cid != hostile_id]
+        log(f"{len(participants)} members enrolled and polling in "
+            f"{time.perf_counter() - t0:.1f} s")
+        probe, probe_end = ctx.Pipe()
+        procs.append(ctx.Process(target=_probe, args=(c.server_url, probe_end), daemon=True))
+        procs[-1].start()
+        aligner = Aligner(c.server_url, aligner_id, Path(c.identity_cfg["aligner"]["identity_key"]))
+        phase = Phase(c, workers, probe, aligner, participants, args.vector)
+        aligner.warm_up()
+        idle_p99 = phase.idle(10.0)
+        calm = phase.run("without the hostile member")
+
+        hostile, hostile_end = ctx.Pipe()
+        procs.append(ctx.Process(target=_hostile, daemon=True, args=(
+            c.server_url, hostile_id, hostile_cfg["identity_key"], args.hostile_polls,
+            hostile_end)))
+        procs[-1].start()
+        assert hostile.recv() == "attacking"
+        attack = phase.run(f"with one member holding {args.hostile_polls} long polls")
+        hostile.send("stop")
+        hostile_counts = hostile.recv()
+        probe.send("stop")
+        for conn in workers:
+            conn.send("stop")
+        for conn in workers:
+            with contextlib.suppress(EOFError):
+                conn.recv()
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+        c.close()
+    out = {"members": n, "round_seconds": calm["round_seconds"],
+           "health_p99_ms": calm["health_p99_ms"],
+           "failed_honest_requests": calm["failed_honest_requests"],
+           "attack_round_seconds": attack["round_seconds"],
+           "attack_health_p99_ms": attack["health_p99_ms"],
+           "attack_failed_honest_requests": attack["failed_honest_requests"],
+           "idle_health_p99_ms": idle_p99, "round_status": calm["round_status"], "attack_round_status": attack["round_status"],
+           "vector_length": args.vector, "hostile_polls": args.hostile_polls,
+           "worker_threads": threads,
+           "hostile_refused": hostile_counts["refused"],
+           "hostile_answered": hostile_counts["answered"],
+           "health_probes": calm["health_probes"],
+           "attack_health_probes": attack["health_probes"],
+           "server_cpu_s": calm["server_cpu_s"], "attack_server_cpu_s": attack["server_cpu_s"],
+           "wall_s": calm["wall_s"], "attack_wall_s": attack["wall_s"],
+           "aligner_batches": calm["aligner_batches"],
+           "attack_aligner_batches": attack["aligner_batches"],
+           "aligner_failed_items": calm["aligner_failed_items"],
+           "attack_aligner_failed_items": attack["aligner_failed_items"]}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
