@@ -61,7 +61,9 @@ def _arrow_batches(path: Path, batch_rows: int) -> Iterator[list[dict[str, Any]]
 
     try:
         if path.suffix == ".parquet":
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
+            # pre_buffer (pyarrow's default) keeps read-ahead buffers that grow with the file.
+            parquet = pq.ParquetFile(path, pre_buffer=False)
+            for batch in parquet.iter_batches(batch_size=batch_rows, use_threads=False):
                 yield batch.to_pylist()
             return
         with pa.OSFile(str(path)) as handle:

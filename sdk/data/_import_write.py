@@ -34,8 +34,8 @@ class _Split:
         self.root = root
         (root / "images").mkdir(parents=True)
         self.files: dict[str, IO[str]] = {}
-        self.images: set[str] = set()
-        self.hashes: set[str] = set()
+        self.images: set[bytes] = set()  # the salted name's bytes
+        self.hashes: set[bytes] = set()  # 16 bytes of each image's SHA-256
 
     def line(self, filename: str, record: dict[str, Any]) -> None:
         if filename not in self.files:
@@ -60,6 +60,7 @@ class ImportWriter:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.import-", dir=out_dir.parent))
         self.splits = {name: _Split(self.tmp / name) for name in SPLITS}
+        # What the writer keeps per pair (bounded memory): 16-byte digests and the ids.
         self._content: set[bytes] = set()
         self._ids: set[str] = set()
 
@@ -80,15 +81,16 @@ class ImportWriter:
             else "train"
 
     def _image(self, split: _Split, data: bytes, name: str) -> None:
-        if name not in split.images:
+        key = bytes.fromhex(name.removesuffix(".png"))
+        if key not in split.images:
             (split.root / "images" / name).write_bytes(data)
-            split.images.add(name)
-            split.hashes.add(hashlib.sha256(data).hexdigest())
+            split.images.add(key)
+            split.hashes.add(hashlib.sha256(data).digest()[:16])
 
     def _new(self, record: dict[str, Any]) -> bool:
         """Whether ``record`` is new; a repeat (same content, or same id) is counted and dropped."""
         key = hashlib.sha256(json.dumps(
-            [record[k] for k in ("image", "prompt", "chosen", "rejected")]).encode()).digest()
+            [record[k] for k in ("image", "prompt", "chosen", "rejected")]).encode()).digest()[:16]
         if key in self._content:
             self.summary.drop("duplicate pair (same image, prompt, chosen and rejected)")
             return False
