@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk.data._errors import PreferenceDataError
+from sdk.data._loading import json_objects
 
 __all__ = ["Row", "count_rows", "read_rows"]
 
@@ -81,23 +82,6 @@ def _arrow_batches(path: Path, batch_rows: int) -> Iterator[list[dict[str, Any]]
         raise PreferenceDataError(path, f"unreadable ({exc})") from exc
 
 
-def _json_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open(encoding="utf-8") as handle:
-        try:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    value = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise PreferenceDataError(path, f"malformed JSON ({exc.msg})", line=number) from exc
-                if not isinstance(value, dict):
-                    raise PreferenceDataError(path, "record is not a JSON object", line=number)
-                yield number, value
-        except UnicodeDecodeError as exc:
-            raise PreferenceDataError(path, f"not UTF-8 text ({exc.reason})") from exc
-
-
 def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     with path.open(encoding="utf-8-sig", newline="") as handle:
         reader = csv.DictReader(handle)
@@ -114,7 +98,7 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def _file_rows(path: Path, batch_rows: int) -> Iterator[Row]:
     if path.suffix in (".jsonl", ".json"):
-        for number, values in _json_rows(path):
+        for number, values in json_objects(path):
             yield Row(values, path, number, path.parent)
     elif path.suffix == ".csv":
         for number, values in _csv_rows(path):

@@ -25,6 +25,7 @@ __all__ = [
     "fit_to_pixels",
     "iter_pairs",
     "iter_queries",
+    "json_objects",
     "load_pairs",
     "load_queries",
     "open_bounded_image",
@@ -41,16 +42,25 @@ _PAIR_FIELDS = ("id", "image", "prompt", "chosen", "rejected", "category")
 _QUERY_FIELDS = ("id", "image", "prompt", "category")
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line_number, text)`` of each line, read one at a time (an import's output can be large)."""
-    number = 0
+def json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line_number, object)`` of each non-blank line of a JSONL file, read one line at a time
+    (an import's source and output can be large); a line that is not a JSON object is an error."""
     with path.open(encoding="utf-8", newline="") as handle:
         try:
             for number, line in enumerate(handle, start=1):
-                yield number, line
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise PreferenceDataError(
+                        path, f"malformed JSON ({exc.msg})", line=number
+                    ) from exc
+                if not isinstance(record, dict):
+                    raise PreferenceDataError(path, "record is not a JSON object", line=number)
+                yield number, record
         except UnicodeDecodeError as exc:
-            where = f"line {number + 1}: " if number else ""
-            raise PreferenceDataError(path, f"{where}not UTF-8 text ({exc.reason})") from exc
+            raise PreferenceDataError(path, f"not UTF-8 text ({exc.reason})") from exc
 
 
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -58,15 +68,7 @@ def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     if not path.is_file():
         raise PreferenceDataError(path, "file not found")
     seen: dict[str, int] = {}
-    for number, line in _lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PreferenceDataError(path, f"malformed JSON ({exc.msg})", line=number) from exc
-        if not isinstance(record, dict):
-            raise PreferenceDataError(path, "record is not a JSON object", line=number)
+    for number, record in json_objects(path):
         record_id = record.get("id")
         if isinstance(record_id, str) and record_id in seen:
             raise PreferenceDataError(
