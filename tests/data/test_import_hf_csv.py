@@ -54,6 +54,15 @@ def test_hf_save_to_disk_keeps_text_and_pixels(tmp_path: Path) -> None:
         sum(c.values()) for c in summary.pairs.values()) == 30
 
 
+def test_hf_dataset_dict_reads_every_split(tmp_path: Path) -> None:
+    dataset = datasets.Dataset.from_list(_trl_rows(12), features=FEATURES)
+    datasets.DatasetDict({"train": dataset.select(range(8)), "test": dataset.select(range(8, 12))}
+                         ).save_to_disk(str(tmp_path / "dd"))
+    summary = import_data("hf", tmp_path / "dd", tmp_path / "out", progress=False)
+    assert summary.records_read == 12 and sorted(_all_pairs(tmp_path / "out")) == sorted(
+        f"t{i}" for i in range(12))
+
+
 def test_hf_split_is_by_hash_of_the_id_and_stable(tmp_path: Path) -> None:
     rows = _trl_rows(200)
     datasets.Dataset.from_list(rows, features=FEATURES).to_parquet(str(tmp_path / "a.parquet"))
