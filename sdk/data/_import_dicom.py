@@ -9,6 +9,7 @@ always means dense. Errors say what is wrong with the file in fixed words; they 
 from __future__ import annotations
 
 import io
+import warnings
 from typing import Any
 
 import numpy as np
@@ -83,7 +84,24 @@ def _check_decodable(dataset: Any) -> None:
 
 
 def dicom_frames(data: bytes, config: ImportConfig) -> list[Image.Image]:
-    """The kept frames of a DICOM file as RGB images (``ValueError`` with a fixed reason)."""
+    """The kept frames of a DICOM file as RGB images (``ValueError`` with a fixed reason).
+
+    pydicom's value validation is off and its warnings silenced meanwhile: they quote the
+    offending tag value (``Invalid value for VR DA: '...'``), which would put it in a log.
+    """
+    from pydicom import config as dicom_config
+
+    previous = dicom_config.settings.reading_validation_mode
+    dicom_config.settings.reading_validation_mode = dicom_config.IGNORE
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _frames(data, config)
+    finally:
+        dicom_config.settings.reading_validation_mode = previous
+
+
+def _frames(data: bytes, config: ImportConfig) -> list[Image.Image]:
     import pydicom
     from pydicom.errors import InvalidDicomError
 
