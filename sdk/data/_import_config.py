@@ -93,7 +93,8 @@ class ImportConfig(BaseModel):
 class ImportSummary(BaseModel):
     """What an import wrote and dropped; written as ``import.json`` and printed.
 
-    Holds counts and names the import chose only: no source value, no header value.
+    Holds counts and the pairs' category names only: no other source value, no DICOM header
+    value, no path.
     """
 
     model_config = ConfigDict(extra="forbid")
