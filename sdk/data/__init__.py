@@ -1,4 +1,5 @@
-"""Preference data: the on-disk format, its validating loaders and the synthetic benchmark.
+"""Preference data: the on-disk format, its validating loaders, the import of a member's own
+data (``import_data``) and the synthetic benchmark.
 
 See ``docs/data.md`` for the format and the benchmark's layout.
 """
@@ -19,6 +20,8 @@ from sdk.data._catalog import (
 from sdk.data._category import Category, CategoryKind, Item
 from sdk.data._errors import PreferenceDataError
 from sdk.data._hf import to_hf_dataset
+from sdk.data._import import import_data
+from sdk.data._import_config import ImportConfig, ImportSummary, SourceKind
 from sdk.data._loading import (
     DEFAULT_MAX_IMAGE_SIDE,
     fit_to_pixels,
@@ -43,14 +46,18 @@ __all__ = [
     "VARIANT_CATEGORIES",
     "Category",
     "CategoryKind",
+    "ImportConfig",
+    "ImportSummary",
     "Item",
     "PreferenceDataError",
     "PreferencePair",
     "Query",
+    "SourceKind",
     "SynthConfig",
     "SynthManifest",
     "fit_to_pixels",
     "get_category",
+    "import_data",
     "load_pairs",
     "load_queries",
     "open_bounded_image",

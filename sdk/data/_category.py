@@ -9,7 +9,14 @@ from enum import Enum
 
 from PIL import Image
 
-__all__ = ["Category", "CategoryKind", "Item", "MultipleChoiceCategory", "format_option"]
+__all__ = [
+    "Category",
+    "CategoryKind",
+    "Item",
+    "MultipleChoiceCategory",
+    "format_option",
+    "multiple_choice_prompt",
+]
 
 _LETTERS = "ABCDEFGH"
 
@@ -38,6 +45,12 @@ class Item:
 def format_option(index: int, text: str) -> str:
     """The response for option ``index``: ``"B. green"``."""
     return f"{_LETTERS[index]}. {text}"
+
+
+def multiple_choice_prompt(question: str, options: tuple[str, ...]) -> str:
+    """The prompt of a multiple-choice item: the question, the lettered options, the instruction."""
+    listed = " ".join(options)
+    return f"{question} Options: {listed}. Answer with one option."
 
 
 class Category(ABC):
@@ -72,7 +85,6 @@ class MultipleChoiceCategory(Category):
     def draw(self, rng: random.Random, size: int) -> Item:
         image, question, correct = self.render(rng, size)
         options = self.options()
-        listed = " ".join(options)
-        prompt = f"{question} Options: {listed}. Answer with one option."
+        prompt = multiple_choice_prompt(question, options)
         wrong = tuple(o for i, o in enumerate(options) if i != correct)
         return Item(image, prompt, options[correct], wrong, options)

@@ -23,6 +23,9 @@ __all__ = [
     "PAIRS_FILE",
     "QUERIES_FILE",
     "fit_to_pixels",
+    "iter_pairs",
+    "iter_queries",
+    "json_objects",
     "load_pairs",
     "load_queries",
     "open_bounded_image",
@@ -39,24 +42,33 @@ _PAIR_FIELDS = ("id", "image", "prompt", "chosen", "rejected", "category")
 _QUERY_FIELDS = ("id", "image", "prompt", "category")
 
 
+def json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line_number, object)`` of each non-blank line of a JSONL file, read one line at a time
+    (an import's source and output can be large); a line that is not a JSON object is an error."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        try:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise PreferenceDataError(
+                        path, f"malformed JSON ({exc.msg})", line=number
+                    ) from exc
+                if not isinstance(record, dict):
+                    raise PreferenceDataError(path, "record is not a JSON object", line=number)
+                yield number, record
+        except UnicodeDecodeError as exc:
+            raise PreferenceDataError(path, f"not UTF-8 text ({exc.reason})") from exc
+
+
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, object)`` for each non-blank line; duplicate ids are an error."""
     if not path.is_file():
         raise PreferenceDataError(path, "file not found")
     seen: dict[str, int] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise PreferenceDataError(path, f"not UTF-8 text ({exc.reason})") from exc
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PreferenceDataError(path, f"malformed JSON ({exc.msg})", line=number) from exc
-        if not isinstance(record, dict):
-            raise PreferenceDataError(path, "record is not a JSON object", line=number)
+    for number, record in json_objects(path):
         record_id = record.get("id")
         if isinstance(record_id, str) and record_id in seen:
             raise PreferenceDataError(
@@ -184,16 +196,27 @@ def load_pairs(
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
 ) -> list[PreferencePair]:
     """Load and validate ``directory/pairs.jsonl`` and its images, in file order."""
+    pairs = list(iter_pairs(directory, max_image_side=max_image_side,
+                            max_image_bytes=max_image_bytes))
+    if not pairs:
+        raise PreferenceDataError(Path(directory) / PAIRS_FILE, "no records")
+    return pairs
+
+
+def iter_pairs(
+    directory: Path | str,
+    *,
+    max_image_side: int = DEFAULT_MAX_IMAGE_SIDE,
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+) -> Iterator[PreferencePair]:
+    """Yield the pairs of ``directory/pairs.jsonl`` one at a time, each validated as
+    :func:`load_pairs` validates it (the import checks its output with this, in bounded memory)."""
     root = _checked_directory(directory)
     path = root / PAIRS_FILE
-    pairs: list[PreferencePair] = []
     for line, record in _records(path):
         fields = {name: _text(record, name, path, line) for name in _PAIR_FIELDS}
         image = _image(root, fields.pop("image"), path, line, max_image_side, max_image_bytes)
-        pairs.append(PreferencePair(image=image, **fields))
-    if not pairs:
-        raise PreferenceDataError(path, "no records")
-    return pairs
+        yield PreferencePair(image=image, **fields)
 
 
 def load_queries(
@@ -207,15 +230,26 @@ def load_queries(
     Besides the text fields ``id``, ``image``, ``prompt``, ``category``, a query may carry
     ``answer`` (string or null) and ``options`` (list of strings, containing the answer).
     """
+    queries = list(iter_queries(directory, max_image_side=max_image_side,
+                                max_image_bytes=max_image_bytes))
+    if not queries:
+        raise PreferenceDataError(Path(directory) / QUERIES_FILE, "no records")
+    return queries
+
+
+def iter_queries(
+    directory: Path | str,
+    *,
+    max_image_side: int = DEFAULT_MAX_IMAGE_SIDE,
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+) -> Iterator[Query]:
+    """Yield the queries of ``directory/queries.jsonl`` one at a time, validated as
+    :func:`load_queries` validates them."""
     root = _checked_directory(directory)
     path = root / QUERIES_FILE
-    queries: list[Query] = []
     for line, record in _records(path):
         fields = {name: _text(record, name, path, line) for name in _QUERY_FIELDS}
         options = _options(record, path, line)
         answer = _answer(record, options, path, line)
         image = _image(root, fields.pop("image"), path, line, max_image_side, max_image_bytes)
-        queries.append(Query(image=image, answer=answer, options=options, **fields))
-    if not queries:
-        raise PreferenceDataError(path, "no records")
-    return queries
+        yield Query(image=image, answer=answer, options=options, **fields)
