@@ -106,7 +106,10 @@ class Access:
 
     def admin(self, request: Request) -> None:
         """Accept only the admin bearer token."""
-        header = request.headers.get("authorization", "")
+        self.bearer(request.headers.get("authorization", ""))
+
+    def bearer(self, header: str) -> None:
+        """Accept only an ``authorization`` header carrying the admin bearer token."""
         if self.cfg.admin_token is None:
             raise AuthError("admin endpoints are disabled (no admin_token configured)", status=403)
         expected = f"Bearer {self.cfg.admin_token.get_secret_value()}"

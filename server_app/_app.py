@@ -14,6 +14,7 @@ from sdk import __version__
 from sdk.secagg import preload_accountant
 from sdk.wire import (
     ERROR_RESPONSES,
+    HeaderAuth,
     SizeLimit,
     check_private_files,
     docs_ui,
@@ -105,7 +106,10 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.state.store, app.state.rounds, app.state.broker = store, rounds, broker
     app.state.settings = cfg
     install_errors(app)
-    app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
+    app.add_middleware(SizeLimit, limit=cfg.max_request_bytes, auth=HeaderAuth(
+        public_key_of=access.key_of, max_skew_s=cfg.max_clock_skew_s,
+        retired_keys_of=lambda sender: access.retired_keys_of(sender), bearer=access.bearer,
+        anonymous_paths=HeaderAuth.PROBES | {"/v1/enroll"}))
     install_server_ops(app, store)
 
     app.state.access = access

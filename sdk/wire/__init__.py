@@ -43,6 +43,7 @@ from sdk.wire._auth import (
 from sdk.wire._http import (
     ERROR_RESPONSES,
     ConflictError,
+    HeaderAuth,
     NotFoundError,
     SignatureCheck,
     SizeLimit,
@@ -198,6 +199,7 @@ __all__ = [
     "ErrorBody",
     "FedAvgKind",
     "FedAvgParams",
+    "HeaderAuth",
     "Health",
     "KeyRotation",
     "MemberInfo",
