@@ -110,7 +110,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         public_key_of=access.key_of, max_skew_s=cfg.max_clock_skew_s,
         retired_keys_of=lambda sender: access.retired_keys_of(sender), bearer=access.bearer,
         anonymous_paths=HeaderAuth.PROBES | {"/v1/enroll"}))
-    install_server_ops(app, store)
+    install_server_ops(app, store, access.operator)
 
     app.state.access = access
     app.include_router(identity_router(identities, access))

@@ -3,7 +3,9 @@ server's gauges over its store) from ``sdk.wire.install_ops``."""
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoint annotations.
 
-from fastapi import APIRouter, FastAPI
+from collections.abc import Awaitable, Callable
+
+from fastapi import APIRouter, FastAPI, Request
 
 from sdk import __version__
 from sdk.wire import Health, StoredGauge, install_ops
@@ -12,9 +14,11 @@ from server_app._store import Store
 __all__ = ["install_server_ops", "meta_router"]
 
 
-def install_server_ops(app: FastAPI, store: Store) -> None:
-    """Readiness and Prometheus metrics, with rounds, refusals and queued queries as gauges."""
-    install_ops(app, prefix="fedmor_server", store=store, gauges=[
+def install_server_ops(app: FastAPI, store: Store,
+                       operator: Callable[[Request], Awaitable[object]]) -> None:
+    """Readiness and Prometheus metrics, with rounds, refusals and queued queries as gauges;
+    the queries by member for the ``operator`` only."""
+    install_ops(app, prefix="fedmor_server", store=store, operator=operator, gauges=[
         StoredGauge.counting("fedmor_server_rounds", "rounds by status", "status", store,
                              "SELECT status, COUNT(*) FROM rounds GROUP BY status"),
         StoredGauge.counting("fedmor_server_refusals", "members' policy refusals of rounds, "
@@ -22,7 +26,8 @@ def install_server_ops(app: FastAPI, store: Store) -> None:
                              "SELECT reason, COUNT(*) FROM round_refusals GROUP BY reason"),
         StoredGauge.counting("fedmor_server_reward_queries", "queued (pull-mode) reward "
                              "queries by member", "client_id", store,
-                             "SELECT client_id, COUNT(*) FROM reward_queries GROUP BY client_id"),
+                             "SELECT client_id, COUNT(*) FROM reward_queries GROUP BY client_id",
+                             per_member=True),
         # A round announced as captured that ended (finished or failed) with capture mode off
         # (see RoundManager._captured): the auditor's capture lacks a round its members agreed to.
         StoredGauge.counting("fedmor_server_capture_missed", "rounds announced as captured "
