@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 __all__ = [
     "AuditBudget",
@@ -107,6 +107,18 @@ class EnrollResponse(_Reply):
     role: str = Field(default="member", description="what this identity may do (roster role)")
 
 
+class _UpdateParams(BaseModel):
+    """The bounds of the round ``params`` addressed to the members' update sources
+    (``sdk.wire.UPDATE_PARAMS``), checked when the round is created: a value no member can
+    use would only fail the round at its deadline."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    router_round: int = Field(default=0, ge=0, le=2**31 - 1)
+    demo_train_s: float = Field(default=0.0, ge=0, le=60)
+    demo_samples: int = Field(default=1, ge=1, le=1000)
+
+
 class RoundCreate(_Wire):
     """Admin request that opens a round."""
 
@@ -131,6 +143,11 @@ class RoundCreate(_Wire):
             return True
         if not walk(value):
             raise ValueError("round parameters must be finite numbers (no NaN or Infinity)")
+        try:
+            _UpdateParams.model_validate(value)
+        except ValidationError as exc:
+            raise ValueError("; ".join(f"params.{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                       for e in exc.errors())) from None
         return value
 
 

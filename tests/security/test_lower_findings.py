@@ -81,3 +81,31 @@ def test_docs_ui_is_off_and_openapi_stays(server: tuple[TestClient, list[Member]
         db_path=tmp_path / "d.db", identity_key=tmp_path / "d.pem", docs_ui=True),
         HashScorer()))
     assert on.get("/docs").status_code == 200
+
+
+# -- second review, finding 5 ----------------------------------------------------------------
+
+def _rows(tc: TestClient) -> list[tuple[object, ...]]:
+    return tc.app.state.store.read("SELECT round_id, status FROM rounds")  # type: ignore[attr-defined,no-any-return]
+
+
+@pytest.mark.parametrize("params", [
+    {"clip_range": 1e308}, {"degree": 2**63}, {"threshold": 2**63}, {"router_round": 2**63},
+    {"router_round": -1}, {"demo_train_s": 1e300}, {"demo_samples": 0}])
+def test_an_unusable_round_parameter_is_refused_at_creation(
+        server: tuple[TestClient, list[Member]], params: dict[str, object]) -> None:
+    tc, _ = server
+    r = tc.post("/v1/rounds", json={"kind": "router_secagg", "vector_length": 4,
+                                    "params": params}, headers=ADMIN)
+    assert r.status_code == 422, r.text
+    assert next(iter(params)) in r.json()["detail"]
+    assert _rows(tc) == []  # no round, open or failed
+
+
+def test_a_refused_round_creation_writes_no_row(server: tuple[TestClient, list[Member]]) -> None:
+    tc, _ = server
+    # Passes the schema, refused by the kind when it builds the round's server half.
+    r = tc.post("/v1/rounds", json={"kind": "router_secagg", "vector_length": 4,
+                                    "params": {"threshold": 5}}, headers=ADMIN)
+    assert r.status_code == 422 and "cannot start round" in r.json()["detail"], r.text
+    assert _rows(tc) == []
