@@ -109,3 +109,26 @@ def test_a_refused_round_creation_writes_no_row(server: tuple[TestClient, list[M
                                     "params": {"threshold": 5}}, headers=ADMIN)
     assert r.status_code == 422 and "cannot start round" in r.json()["detail"], r.text
     assert _rows(tc) == []
+
+
+@pytest.mark.parametrize("url", [
+    "https://169.254.169.254/latest/meta-data", "https://127.0.0.1:9443", "https://localhost",
+    "https://10.1.2.3", "https://192.168.0.5:8443", "https://[::1]:9443", "https://[fe80::1]",
+    "https://[::ffff:127.0.0.1]", "https://100.64.0.1", "https://0.0.0.0", "https://224.0.0.1"])
+def test_a_push_url_into_the_servers_network_is_refused(
+        server: tuple[TestClient, list[Member]], url: str) -> None:
+    # Only the refusal is checked: nothing is sent to these addresses.
+    tc, _ = server
+    resp, _ = enroll_new(tc, "pushy", reward_url=url)
+    assert resp.status_code == 422, resp.text
+    assert "loopback, link-local, private or reserved" in resp.json()["detail"]
+
+
+def test_the_setting_allows_a_private_push_url(tmp_path: Path) -> None:
+    from server_app import ServerSettings, create_app
+
+    cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
+                         allow_private_reward_urls=True)
+    with TestClient(create_app(cfg)) as tc:
+        resp, _ = enroll_new(tc, "pushy", reward_url="https://10.1.2.3:9443")
+        assert resp.status_code == 200, resp.text
