@@ -178,7 +178,16 @@ class RoundRefusal(_Wire):
     reason: str = Field(pattern=r"^[a-z_]{1,40}$", description="which policy rule refused it "
                         "(round_kind, participants, captured, threshold, dp, epsilon, "
                         "local_samples, ...)")
-    detail: str = Field(default="", max_length=1000, description="the rule, in words")
+    detail: str = Field(default="", max_length=1000, description="the rule, in words (control "
+                        "characters such as newlines and escapes are stored escaped)")
+
+    @field_validator("detail")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        # A member's text reaches the server's log and the operator's terminal: with a newline
+        # or an ANSI escape it could forge log lines or repaint the screen.
+        return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                       for c in value)
 
 
 class Refusal(RoundRefusal):

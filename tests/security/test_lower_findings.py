@@ -132,3 +132,21 @@ def test_the_setting_allows_a_private_push_url(tmp_path: Path) -> None:
     with TestClient(create_app(cfg)) as tc:
         resp, _ = enroll_new(tc, "pushy", reward_url="https://10.1.2.3:9443")
         assert resp.status_code == 200, resp.text
+
+
+def test_a_refusal_text_cannot_forge_log_lines(server: tuple[TestClient, list[Member]],
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    tc, (a, _) = server
+    rid = tc.post("/v1/rounds", json={"kind": "rm_fedavg", "vector_length": 4},
+                  headers=ADMIN).json()["round_id"]
+    forged = "too few samples\n2026-01-01 INFO fedmor.server: round 9 finished\x1b[2J\x1b[31m"
+    with caplog.at_level(logging.INFO):
+        r = a.call("POST", f"/v1/rounds/{rid}/refusal",
+                   {"reason": "local_samples", "detail": forged})
+    assert r.status_code == 200, r.text
+    lines = [rec.getMessage() for rec in caplog.records if "refused round" in rec.getMessage()]
+    assert len(lines) == 1, lines
+    assert "\n" not in lines[0] and "\x1b" not in lines[0], lines[0]
+    assert "round 9 finished" in lines[0]  # kept, escaped, on the one line
+    stored = r.json()["refusals"][0]["detail"]
+    assert "\n" not in stored and "\x1b" not in stored
