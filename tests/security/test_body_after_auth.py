@@ -119,8 +119,8 @@ def test_no_unverified_header_lifts_the_unsigned_limit(hostile: LocalConsortium,
     for headers in (GARBAGE | {"x-fedmor-content-sha256": "0" * 64},
                     {"x-fedmor-signature": "garbage"}):
         with ThreadPoolExecutor(4) as pool:
-            answers = list(pool.map(lambda _: _announce(hostile, path, headers, 1_500_000),
-                                    range(4)))
+            answers = list(pool.map(lambda h: _announce(hostile, path, h, 1_500_000),
+                                    [headers] * 4))
         for answer in answers:
             assert answer.split(b" ")[1] in (b"401", b"403"), answer[:200]
 
@@ -134,3 +134,32 @@ def test_a_body_that_is_not_the_signed_one_is_refused(hostile: LocalConsortium) 
                             headers=headers, verify=hostile.verify, timeout=30)
     assert swapped.status_code == 403, swapped.text
     assert headers["x-fedmor-content-sha256"] == hashlib.sha256(b"").hexdigest()
+
+
+def _hang_up(c: LocalConsortium, path: str, headers: dict[str, str]) -> None:
+    """Announce 60 kB, send 1 kB of it, and close the connection."""
+    port = int(c.server_url.rsplit(":", 1)[1])
+    context = c.verify if isinstance(c.verify, ssl.SSLContext) else ssl.create_default_context()
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        tls.sendall((f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 60000\r\n"
+                     f"content-type: application/json\r\n{head}\r\n").encode() + b"{" * 1000)
+
+
+def test_an_aborted_upload_logs_one_line(hostile: LocalConsortium) -> None:
+    log = hostile.dir / "server.log"
+    start = log.stat().st_size
+    # A stranger's upload to a member route (refused from its headers), then an anonymous one
+    # to enrollment (read until the caller hangs up): one line in all, no traceback.
+    _hang_up(hostile, "/v1/rounds/1/stages/update", GARBAGE)
+    _hang_up(hostile, "/v1/enroll", {})
+    deadline = time.monotonic() + 30  # a guard against a hang: the line comes when it comes
+    while b"hung up" not in (new := log.read_bytes()[start:]) and b"Traceback" not in new:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"nothing logged: {new[-2000:]!r}")
+        time.sleep(0.05)
+    time.sleep(0.5)  # let a traceback, if one is coming, finish writing
+    new = log.read_bytes()[start:]
+    assert b"Traceback" not in new, new[-3000:].decode(errors="replace")
+    assert len([line for line in new.splitlines() if b"hung up" in line]) == 1, new
