@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -306,7 +306,8 @@ class PendingQuery(_Reply):
 class RewardAnswer(_Wire):
     """A pull-mode client's answer to one queued query: scores, or the image hashes it lacks."""
 
-    scores: list[float] = Field(default_factory=list, max_length=MAX_BATCH)
+    scores: list[Annotated[float, Field(allow_inf_nan=False)]] = Field(
+        default_factory=list, max_length=MAX_BATCH)
     missing: list[str] = Field(default_factory=list, max_length=MAX_BATCH)
     error: str | None = Field(default=None, max_length=1000, description="refusal reason")
 

@@ -150,3 +150,16 @@ def test_a_refusal_text_cannot_forge_log_lines(server: tuple[TestClient, list[Me
     assert "round 9 finished" in lines[0]  # kept, escaped, on the one line
     stored = r.json()["refusals"][0]["detail"]
     assert "\n" not in stored and "\x1b" not in stored
+
+
+@pytest.mark.parametrize("score", ["1e300", "Infinity", "NaN", "-2.5"])
+def test_a_refused_score_is_not_stored(server: tuple[TestClient, list[Member]],
+                                       score: str) -> None:
+    tc, (a, _) = server
+    store = tc.app.state.store  # type: ignore[attr-defined]
+    qid = store.queue_query(a.client_id, [{"sha256": "0" * 64, "prompt": "p"}])
+    body = f'{{"scores": [{score}]}}'.encode()  # a's announced clip bound is 1.0
+    r = a.send(f"/v1/reward/answers/{qid}", body, media="application/json")
+    assert r.status_code == 422, r.text
+    stored = store.query(qid)["scores"]
+    assert stored is None or score.lstrip("-") not in stored, stored
