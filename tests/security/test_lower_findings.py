@@ -4,6 +4,7 @@ ids exist; the docs UI (CDN JavaScript) is off while ``/openapi.json`` stays."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from client_app import ClientSettings, HashScorer, create_client_app
-from server_app import generate_key, public_key_b64, sign_headers
+from sdk.wire import ConflictError
+from server_app import add_to_roster, generate_key, public_key_b64, sign_headers
 from tests.apps.conftest import Member
 from tests.security.conftest import enroll_new
 
@@ -163,3 +165,38 @@ def test_a_refused_score_is_not_stored(server: tuple[TestClient, list[Member]],
     assert r.status_code == 422, r.text
     stored = store.query(qid)["scores"]
     assert stored is None or score.lstrip("-") not in stored, stored
+
+
+def test_roster_names_differing_only_by_case_are_refused(
+        server: tuple[TestClient, list[Member]], tmp_path: Path) -> None:
+    roster = tmp_path / "roster.json"
+    add_to_roster(roster, name="St-Mary", public_key=public_key_b64(generate_key()))
+    with pytest.raises(ValueError, match="differ only by case"):
+        add_to_roster(roster, name="st-mary", public_key=public_key_b64(generate_key()))
+    tc, _ = server
+    assert enroll_new(tc, "St-Mary")[0].status_code == 200
+    with pytest.raises(ConflictError):
+        enroll_new(tc, "st-mary")  # the operator's roster change is refused
+    names = [r["name"] for r in tc.app.state.store.roster()]  # type: ignore[attr-defined]
+    assert "st-mary" not in names and "St-Mary" in names
+
+
+def test_one_public_key_cannot_enroll_under_two_names(
+        server: tuple[TestClient, list[Member]], tmp_path: Path) -> None:
+    key = public_key_b64(generate_key())
+    roster = tmp_path / "roster.json"
+    add_to_roster(roster, name="site-a", public_key=key)
+    with pytest.raises(ValueError, match="same public key"):
+        add_to_roster(roster, name="site-b", public_key=key)
+    tc, (a, _) = server
+    store = tc.app.state.store  # type: ignore[attr-defined]
+    with pytest.raises(ConflictError):  # m0's enrolled key under a second name
+        store.upsert_roster("twin", store.client(a.client_id)["public_key"], None)
+    # A roster row written before this check existed: enrollment refuses the twin all the same.
+    store._write("INSERT INTO roster(name, public_key, token_sha256, role) VALUES (?,?,?,?)",
+                 ("twin", store.client(a.client_id)["public_key"],
+                  hashlib.sha256(b"token-twin").hexdigest(), "member"))
+    r = tc.post("/v1/enroll", json={"name": "twin", "token": "token-twin",
+                                    "public_key": store.client(a.client_id)["public_key"]})
+    assert r.status_code == 403, r.text
+    assert store.client_named("twin") is None
