@@ -8,11 +8,13 @@ buffering) it."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import re
 import socket
 import ssl
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -71,17 +73,25 @@ def test_anonymous_junk_is_refused_before_it_is_parsed(
                 assert "missing authentication header" in r.json()["detail"]
 
 
-def _announce(c: LocalConsortium, path: str, headers: dict[str, str], length: int) -> bytes:
-    """Send only the headers of a POST announcing ``length`` body bytes (and 10 of them);
-    return what the server answers within 10 s."""
+@contextlib.contextmanager
+def _post_head(c: LocalConsortium, path: str, headers: dict[str, str], length: int,
+               sent: bytes) -> Iterator[ssl.SSLSocket]:
+    """A TLS connection to the server on which a POST announcing ``length`` body bytes was
+    sent, headers and ``sent`` only; closed on exit."""
     port = int(c.server_url.rsplit(":", 1)[1])
     context = c.verify if isinstance(c.verify, ssl.SSLContext) else ssl.create_default_context()
     head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
             context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
         tls.sendall((f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: {length}\r\n"
-                     f"content-type: application/octet-stream\r\n{head}\r\n").encode()
-                    + b"x" * 10)
+                     f"content-type: application/json\r\n{head}\r\n").encode() + sent)
+        yield tls
+
+
+def _announce(c: LocalConsortium, path: str, headers: dict[str, str], length: int) -> bytes:
+    """Send only the headers of a POST announcing ``length`` body bytes (and 10 of them);
+    return what the server answers within 10 s."""
+    with _post_head(c, path, headers, length, b"x" * 10) as tls:
         deadline = time.monotonic() + 10
         answer = b""
         while time.monotonic() < deadline:  # the head, then the body of the answer
@@ -138,13 +148,8 @@ def test_a_body_that_is_not_the_signed_one_is_refused(hostile: LocalConsortium) 
 
 def _hang_up(c: LocalConsortium, path: str, headers: dict[str, str]) -> None:
     """Announce 60 kB, send 1 kB of it, and close the connection."""
-    port = int(c.server_url.rsplit(":", 1)[1])
-    context = c.verify if isinstance(c.verify, ssl.SSLContext) else ssl.create_default_context()
-    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
-            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-        tls.sendall((f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 60000\r\n"
-                     f"content-type: application/json\r\n{head}\r\n").encode() + b"{" * 1000)
+    with _post_head(c, path, headers, 60_000, b"{" * 1000):
+        pass
 
 
 def test_an_aborted_upload_logs_one_line(hostile: LocalConsortium) -> None:
