@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from client_app._meta_api import install_client_ops, meta_router
 from client_app._policy import describe_policy
 from client_app._retention import purge_client
-from client_app._reward_api import install_reward_schemas, reward_router
+from client_app._reward_api import RewardCallers, install_reward_schemas, reward_router
 from client_app._router_update import check_update_name
 from client_app._runner import ClientRunner, UpdateFn, resolve_update_fn
 from client_app._scorer import Scorer, load_object
@@ -23,6 +23,7 @@ from sdk import __version__
 from sdk.secagg import preload_accountant
 from sdk.wire import (
     ERROR_RESPONSES,
+    HeaderAuth,
     SizeLimit,
     check_private_files,
     docs_ui,
@@ -169,12 +170,15 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     app.state.runner_task = None
     install_errors(app)
     RateLimited.install(app)
-    app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
+    ids = RewardCallers(cfg, store)
+    app.add_middleware(SizeLimit, limit=cfg.max_request_bytes, auth=HeaderAuth(
+        public_key_of=ids.key_of, max_skew_s=cfg.max_clock_skew_s, recipient=ids.own_id,
+        anonymous_paths=HeaderAuth.PROBES))
     install_client_ops(app, store)
     if cfg.demo:
         app.add_middleware(_DemoHeader)
     app.include_router(meta_router())
-    app.include_router(reward_router(cfg, store, service))
+    app.include_router(reward_router(cfg, service, ids))
     install_reward_schemas(app)
     return app
 

@@ -18,7 +18,7 @@ from client_app._settings import ClientSettings
 from client_app._store import ClientStore
 from sdk.wire import SERVER_SENDER, MissingImages, RewardRequest, RewardResponse, signature_check
 
-__all__ = ["install_reward_schemas", "reward_router"]
+__all__ = ["RewardCallers", "install_reward_schemas", "reward_router"]
 
 # /v1/reward reads its body itself (after authentication); its schema is documented by hand.
 _REWARD_SCHEMAS = RewardRequest.model_json_schema(ref_template="#/components/schemas/{model}")
@@ -37,7 +37,7 @@ def _parse(body: bytes) -> RewardRequest:
         raise RequestValidationError(exc.errors(include_url=False)) from None
 
 
-class _Identities:
+class RewardCallers:
     """Who may query this member (the server's key) and who it is (its client id), both read
     once from the store after enrollment, then fixed: no store read per query."""
 
@@ -78,11 +78,11 @@ def _timed(check: Callable[[], str], body: bytes, service: RewardService
     return out, time.perf_counter() - started
 
 
-def reward_router(cfg: ClientSettings, store: ClientStore, service: RewardService) -> APIRouter:
+def reward_router(cfg: ClientSettings, service: RewardService, ids: RewardCallers
+                  ) -> APIRouter:
     """``POST /v1/reward`` over ``service``: only the server's signed queries addressed to this
-    member are scored."""
+    member (``ids``) are scored."""
     router = APIRouter(tags=["reward"])
-    ids = _Identities(cfg, store)
 
     @router.post("/v1/reward", response_model=RewardResponse,
                  openapi_extra={"requestBody": _REWARD_BODY}, responses=_REWARD_ERRORS)

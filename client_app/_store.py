@@ -8,6 +8,7 @@ the identity key.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 from sdk.wire import SQLiteFile, StagePayload, record_nonce
 
 __all__ = ["ClientStore"]
+
+_log = logging.getLogger("fedmor.client")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -54,6 +57,8 @@ class ClientStore(SQLiteFile):
             if "created_at" not in columns:
                 self._db.execute("ALTER TABLE rounds ADD COLUMN created_at REAL")
         self.add_column("images", "stored_at", "REAL", fill=time.time())  # for retention
+        # A crash between a round's DELETE and its scrub left old frames in the log.
+        self.scrub()
 
     def _one(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         with self._lock:
@@ -207,10 +212,14 @@ class ClientStore(SQLiteFile):
 
     def forget_round(self, round_id: int) -> None:
         """Drop a round's secrets and sent messages once it is over for this client (only its
-        status stays): secrets live no longer than the round."""
+        status stays): secrets live no longer than the round, in no file. The rows are
+        overwritten (``secure_delete``) and the write-ahead log, which still holds every
+        version of them the round wrote, is checkpointed and truncated (``scrub``)."""
         with self._lock:
             self._db.execute("BEGIN")
             self._db.execute("DELETE FROM round_state WHERE round_id=?", (round_id,))
             self._db.execute("DELETE FROM sent WHERE round_id=?", (round_id,))
             self._db.execute("COMMIT")
-        self.checkpoints.request()  # between rounds: the sent megabytes leave the log now
+        if not self.scrub():  # a reader held the log: the next round's end retries
+            _log.warning("round %d: the write-ahead log could not be truncated (busy); its "
+                         "secrets stay in %s-wal until the next round ends", round_id, self.path)

@@ -133,15 +133,18 @@ class Access:
         return Identity(sender, self.role_of(sender))
 
     def admin(self, request: Request) -> None:
-        """Accept only the admin bearer token."""
-        header = request.headers.get("authorization", "")
+        """Accept only the admin bearer token (counted against the ``admin`` caps)."""
+        self.bearer(request.headers.get("authorization", ""))
+        if self.limits is not None:
+            self.limits.admit(request, ADMIN)
+
+    def bearer(self, header: str) -> None:
+        """Accept only an ``authorization`` header carrying the admin bearer token."""
         if self.cfg.admin_token is None:
             raise AuthError("admin endpoints are disabled (no admin_token configured)", status=403)
         expected = f"Bearer {self.cfg.admin_token.get_secret_value()}"
         if not hmac.compare_digest(header.encode(), expected.encode()):
             raise AuthError("missing or wrong admin bearer token")
-        if self.limits is not None:
-            self.limits.admit(request, ADMIN)
 
     async def caller(self, request: Request) -> Identity:
         """A signed identity of any role, or the admin bearer token."""

@@ -15,6 +15,7 @@ from sdk import __version__
 from sdk.secagg import preload_accountant
 from sdk.wire import (
     ERROR_RESPONSES,
+    HeaderAuth,
     SizeLimit,
     check_private_files,
     docs_ui,
@@ -127,9 +128,12 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.state.store, app.state.rounds, app.state.broker = store, rounds, broker
     app.state.settings = cfg
     install_errors(app)
-    app.add_middleware(SizeLimit, limit=cfg.max_request_bytes)
+    app.add_middleware(SizeLimit, limit=cfg.max_request_bytes, auth=HeaderAuth(
+        public_key_of=access.key_of, max_skew_s=cfg.max_clock_skew_s,
+        retired_keys_of=lambda sender: access.retired_keys_of(sender), bearer=access.bearer,
+        anonymous_paths=HeaderAuth.PROBES | {"/v1/enroll"}))
     limits = access.limits = Limiter(cfg.limits)
-    install_server_ops(app, store, limits)
+    install_server_ops(app, store, limits, access.operator)
     install_limits(app, limits)  # the outermost middleware: a refusal costs nothing more
 
     app.state.access = access

@@ -29,7 +29,8 @@ def enrollment_router(store: Store, key: Ed25519PrivateKey, cfg: ServerSettings)
     def enroll(req: EnrollRequest) -> EnrollResponse:
         """Trade a one-time token plus the roster's identity key for a client id."""
         if req.reward_url is not None:
-            check_reward_url(req.reward_url, allow_http=cfg.allow_http_reward_urls)
+            check_reward_url(req.reward_url, allow_http=cfg.allow_http_reward_urls,
+                             allow_private=cfg.allow_private_reward_urls)
         check_clip_bound(req.clip_bound, cfg)
         try:
             row, created = store.enroll(name=req.name, token=req.token,

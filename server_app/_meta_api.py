@@ -3,7 +3,9 @@ server's gauges over its store) from ``sdk.wire.install_ops``."""
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoint annotations.
 
-from fastapi import APIRouter, FastAPI
+from collections.abc import Awaitable, Callable
+
+from fastapi import APIRouter, FastAPI, Request
 
 from sdk import __version__
 from sdk.wire import Health, StoredGauge, install_ops
@@ -13,10 +15,12 @@ from server_app._store import Store
 __all__ = ["install_server_ops", "meta_router"]
 
 
-def install_server_ops(app: FastAPI, store: Store, limits: Limiter) -> None:
+def install_server_ops(app: FastAPI, store: Store, limits: Limiter,
+                       operator: Callable[[Request], Awaitable[object]]) -> None:
     """Readiness and Prometheus metrics, with rounds, refusals and queued queries as gauges,
-    and the requests in progress by ``limits``' pool."""
-    install_ops(app, prefix="fedmor_server", store=store, gauges=[
+    and the requests in progress by ``limits``' pool; the queries by member for the
+    ``operator`` only."""
+    install_ops(app, prefix="fedmor_server", store=store, operator=operator, gauges=[
         StoredGauge("fedmor_server_requests_in_progress", "requests in progress by pool "
                     "(anonymous, unverified, identified; long_polls: held ones among the "
                     "identified)", "pool", limits.in_progress),
@@ -27,7 +31,8 @@ def install_server_ops(app: FastAPI, store: Store, limits: Limiter) -> None:
                              "SELECT reason, COUNT(*) FROM round_refusals GROUP BY reason"),
         StoredGauge.counting("fedmor_server_reward_queries", "queued (pull-mode) reward "
                              "queries by member", "client_id", store,
-                             "SELECT client_id, COUNT(*) FROM reward_queries GROUP BY client_id"),
+                             "SELECT client_id, COUNT(*) FROM reward_queries GROUP BY client_id",
+                             per_member=True),
         # A round announced as captured that ended (finished or failed) with capture mode off
         # (see RoundManager._captured): the auditor's capture lacks a round its members agreed to.
         StoredGauge.counting("fedmor_server_capture_missed", "rounds announced as captured "

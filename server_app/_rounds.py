@@ -101,9 +101,9 @@ class RoundManager:
         keys = [clients[p]["public_key"] for p in participants]
         dp = self.records.dp_terms(kind, req, length, participants, keys,
                                    params)  # outside the lock
-        failure: Exception | None = None
         with self._lock:
-            with self.store.transaction():  # one commit (one fsync) for the new round
+            # One commit (one fsync) for the new round; a refused one rolls back: no row.
+            with self.store.transaction():
                 round_id = self.store.create_round(req.kind, {},
                                                    captured=self.capture is not None)
                 spec = RoundSpec(
@@ -116,18 +116,13 @@ class RoundManager:
                 try:
                     server = kind.server(spec)
                 except (ValueError, RoundFailed) as exc:
-                    self.store.update_round(round_id, status="failed", error=str(exc),
-                                            finished_at=time.time())
-                    failure = exc
-                else:
-                    self.store.update_round(round_id, spec=spec.model_dump_json(),
-                                            stage_opened_at=time.time())
-                    self.store.audit(actor, "round_created", round_id=round_id,
-                                     kind=req.kind, participants=participants)
-                    if dp is not None:
-                        self.store.put_round_dp(round_id, dp[0].model_dump(), dp[1])
-            if failure is not None:
-                raise PayloadError(f"cannot start round: {failure}") from failure
+                    raise PayloadError(f"cannot start round: {exc}") from exc
+                self.store.update_round(round_id, spec=spec.model_dump_json(),
+                                        stage_opened_at=time.time())
+                self.store.audit(actor, "round_created", round_id=round_id,
+                                 kind=req.kind, participants=participants)
+                if dp is not None:
+                    self.store.put_round_dp(round_id, dp[0].model_dump(), dp[1])
             self._rounds.live[round_id] = server
             self._notify()  # idle clients long-polling ``/v1/work`` learn of it at once
         return self.info(round_id)

@@ -83,6 +83,9 @@ class ServerSettings(AppHardening):
     reward_poll_s: float = Field(default=0.05, gt=0)
     allow_http_reward_urls: bool = Field(default=False, description="accept plain-http push "
                                          "URLs at enrollment (local tests only)")
+    allow_private_reward_urls: bool = Field(
+        default=False, description="accept push URLs on localhost or loopback, link-local, "
+        "private or reserved addresses at enrollment (members on the server's own network)")
     # Scores are z-scores of each member's own training scores, so c = 3 (sdk.reward's
     # default normalizer) keeps 99.7% of a Gaussian and 10 already keeps a 10-sigma tail
     # that no normalized score reaches; the cap means no member's answers can outweigh a

@@ -19,15 +19,23 @@ class IdentityTables(StoreBase):
 
     def upsert_roster(self, name: str, public_key: str, token_sha256: str | None,
                       role: str = "member") -> None:
-        """Add or update a roster entry; a used token stays used unless the hash changes."""
-        self._write(
-            "INSERT INTO roster(name, public_key, token_sha256, role) VALUES (?,?,?,?) "
-            "ON CONFLICT(name) DO UPDATE SET public_key=excluded.public_key, "
-            "token_used_at=CASE WHEN roster.token_sha256 IS excluded.token_sha256 "
-            "THEN roster.token_used_at ELSE NULL END, token_sha256=excluded.token_sha256, "
-            "role=excluded.role",
-            (name, public_key, token_sha256, role),
-        )
+        """Add or update a roster entry; a used token stays used unless the hash changes.
+        ``ConflictError`` if another entry's name differs from ``name`` only by case or holds
+        ``public_key`` (one key, one identity)."""
+        with self._lock:
+            clash = self._one("SELECT name FROM roster WHERE name != ? AND (name = ? COLLATE "
+                              "NOCASE OR public_key = ?)", (name, name, public_key))
+            if clash is not None:
+                raise ConflictError(f"roster entry {clash['name']!r} has the same name but for "
+                                    f"case, or the same public key, as {name!r}")
+            self._write(
+                "INSERT INTO roster(name, public_key, token_sha256, role) VALUES (?,?,?,?) "
+                "ON CONFLICT(name) DO UPDATE SET public_key=excluded.public_key, "
+                "token_used_at=CASE WHEN roster.token_sha256 IS excluded.token_sha256 "
+                "THEN roster.token_used_at ELSE NULL END, token_sha256=excluded.token_sha256, "
+                "role=excluded.role",
+                (name, public_key, token_sha256, role),
+            )
 
     def roster(self) -> list[dict[str, Any]]:
         """All roster entries."""
@@ -48,6 +56,11 @@ class IdentityTables(StoreBase):
                 raise PermissionError(f"public key does not match the roster entry for {name!r}")
             if entry["token_sha256"] != token_hash:
                 raise PermissionError(f"wrong enrollment token for {name!r}")
+            twin = self._one("SELECT name FROM clients WHERE name != ? AND (name = ? COLLATE "
+                             "NOCASE OR public_key = ?)", (name, name, public_key))
+            if twin is not None:
+                raise ConflictError(f"{twin['name']!r} is enrolled with the same name but for "
+                                    f"case, or the same key, as {name!r}")
             existing = self._one("SELECT * FROM clients WHERE name=?", (name,))
             if existing is not None:
                 if existing["role"] != entry["role"]:

@@ -11,12 +11,21 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, Path, Query, Request
 
-from sdk.wire import NotFoundError, PendingQuery, RewardAnswer, Work
+from sdk.wire import NotFoundError, PayloadError, PendingQuery, RewardAnswer, Work
 from server_app._access import Access
 from server_app._limits import Limiter
 from server_app._rounds import RoundManager
 from server_app._store import ConflictError, Store
 from server_app._work import Signal, find_work
+
+
+def _out_of_bound(scores: list[float], bound: float | None) -> str | None:
+    """Why a member's pull-mode scores are refused (its announced clip bound), or None."""
+    if bound is None:
+        return "the member announced no clip bound: its scores cannot be checked"
+    if any(abs(s) > bound for s in scores):
+        return f"a score outside its announced clip bound [-{bound:g}, {bound:g}]"
+    return None
 
 __all__ = ["install_work_routes"]
 
@@ -56,6 +65,12 @@ def install_work_routes(app: FastAPI, store: Store, rounds: RoundManager, work: 
             raise NotFoundError(f"query {query_id} is not pending for this client")
         if row["status"] != "pending":
             raise ConflictError(f"query {query_id} was already answered")
+        problem = None if body.missing or body.error else _out_of_bound(
+            body.scores, (store.client(client) or {}).get("clip_bound"))
+        if problem is not None:
+            # The scores are never stored: the broker reads the refusal at once instead.
+            store.answer_query(query_id, {"error": problem})
+            raise PayloadError(problem)
         store.answer_query(query_id, body.scores if not (body.missing or body.error)
                            else body.model_dump(include={"missing", "error"}))
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sdk.secagg._dp import DPConfig
 from sdk.secagg._errors import ConfigError
 from sdk.secagg._graph import default_degree
-from sdk.secagg._quantize import QuantizationConfig
+from sdk.secagg._quantize import MAX_CLIENTS, MAX_CLIP_RANGE, QuantizationConfig
 from sdk.secagg._schema import RoundParams
 
 __all__ = ["SecAggConfig"]
@@ -30,10 +30,10 @@ class SecAggConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    degree: int | None = Field(default=None, ge=1)
-    threshold: int | None = Field(default=None, ge=1)
+    degree: int | None = Field(default=None, ge=1, le=MAX_CLIENTS)
+    threshold: int | None = Field(default=None, ge=1, le=MAX_CLIENTS)
     quantization: QuantizationConfig | None = None
-    clip_range: float = Field(default=1.0, gt=0)
+    clip_range: float = Field(default=1.0, gt=0, le=MAX_CLIP_RANGE)
     max_weight: int = Field(default=1000, ge=1)
     dp: DPConfig | None = None
 

@@ -12,6 +12,10 @@ from sdk.secagg._errors import InvalidUpdateError, QuantizationOverflowError
 __all__ = ["QuantizationConfig", "decode_sum", "encode_weighted", "validate_update"]
 
 _HALF_RING = 2**31  # sums are read back as signed int32
+MAX_CLIP_RANGE = float(_HALF_RING)
+"""No larger clip range fits the int32 ring even at scale 1 for one client."""
+MAX_CLIENTS = 2**16
+"""The most clients (and so the largest degree or threshold) a round may name."""
 
 
 class QuantizationConfig(BaseModel):
@@ -22,7 +26,7 @@ class QuantizationConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    clip_range: float = Field(default=1.0, gt=0)
+    clip_range: float = Field(default=1.0, gt=0, le=MAX_CLIP_RANGE)
     scale_bits: int = Field(default=20, ge=0, le=30)
     max_weight: int = Field(default=1000, ge=1)
 

@@ -47,6 +47,7 @@ from sdk.wire._console import ConsoleLink
 from sdk.wire._http import (
     ERROR_RESPONSES,
     ConflictError,
+    HeaderAuth,
     NotFoundError,
     SignatureCheck,
     SizeLimit,
@@ -212,6 +213,7 @@ __all__ = [
     "ErrorBody",
     "FedAvgKind",
     "FedAvgParams",
+    "HeaderAuth",
     "Health",
     "ImageCache",
     "KeyRotation",

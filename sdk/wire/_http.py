@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import logging
 import urllib.parse
 from collections.abc import Callable
-from typing import Any
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -15,6 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sdk.wire._auth import (
@@ -30,7 +34,8 @@ from sdk.wire._auth import (
 from sdk.wire._protocols import PayloadError, StagePayload
 from sdk.wire._schemas import StageSubmit
 
-__all__ = ["ERROR_RESPONSES", "ConflictError", "NotFoundError", "SignatureCheck", "SizeLimit", "authenticate",
+__all__ = ["ERROR_RESPONSES", "ConflictError", "HeaderAuth", "NotFoundError", "SignatureCheck", "SizeLimit",
+           "authenticate",
            "check_reward_url", "docs_ui", "install_errors", "signature_check", "stage_payload"]
 
 
@@ -44,15 +49,34 @@ def docs_ui(enabled: bool) -> dict[str, Any]:
     return {} if enabled else {"docs_url": None, "redoc_url": None}
 
 
-def check_reward_url(url: str, *, allow_http: bool) -> None:
+def check_reward_url(url: str, *, allow_http: bool, allow_private: bool = False) -> None:
     """Refuse (``PayloadError``) a member's push URL that is not ``https://host[:port][/path]``
-    (``http://`` only with ``allow_http``): the server sends signed queries and images to it."""
+    (``http://`` only with ``allow_http``): the server sends signed queries and images to it.
+    Unless ``allow_private``, a host that is ``localhost`` or an address in a loopback,
+    link-local (cloud metadata), private, shared, reserved or multicast range is refused too:
+    a member must not point the server at its own network. (A DNS name is not resolved here.)"""
     parts = urllib.parse.urlsplit(url)
     schemes = ("https", "http") if allow_http else ("https",)
     if parts.scheme not in schemes or not parts.hostname or parts.username or parts.password \
             or parts.query or parts.fragment:
         raise PayloadError(f"reward_url must be an {' or '.join(schemes)} URL with a host and "
                            "no credentials, query or fragment")
+    if not allow_private and _internal_host(parts.hostname):
+        raise PayloadError(f"reward_url host {parts.hostname!r} is a loopback, link-local, "
+                           "private or reserved address (allow_private_reward_urls permits it)")
+
+
+def _internal_host(host: str) -> bool:
+    name = host.rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False  # a DNS name
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return not address.is_global or address.is_multicast
 
 
 class NotFoundError(LookupError):
@@ -80,46 +104,129 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body exceeds {limit} bytes")
 
 
-class SizeLimit:
-    """ASGI middleware: refuse request bodies over ``limit`` bytes (``unsigned_limit`` for a
-    request without a signature header: enrollment and admin bodies are small) with 413 and a
-    message. Nothing is buffered here: a declared length over the limit is refused at once, and
-    a body is counted as the endpoint reads it, which for signed requests comes after their
-    headers were checked (``signature_check``)."""
+class BodyNotSigned(HTTPException):
+    """A signed request's body does not hash to the digest its signature covers (HTTP 403; an
+    ``HTTPException``, so FastAPI's body parsing passes it on as it is)."""
 
-    def __init__(self, app: ASGIApp, *, limit: int, unsigned_limit: int = 2**20) -> None:
+    def __init__(self) -> None:
+        super().__init__(403, BAD_SIGNATURE)
+
+
+@dataclass(frozen=True)
+class HeaderAuth:
+    """How an app authenticates a request from its headers alone (``SizeLimit``):
+    ``public_key_of`` a sender (None: unknown), this app's own id (``recipient``), the keys an
+    identity rotated away from, an admin bearer check (raises ``AuthError``; None: the app
+    takes no bearer token), and the paths an anonymous caller may reach (enrollment, probes)."""
+
+    public_key_of: Callable[[str], str | None]
+    max_skew_s: float
+    recipient: Callable[[], str] = lambda: SERVER_SENDER
+    retired_keys_of: RetiredKeys | None = None
+    bearer: Callable[[str], None] | None = None
+    anonymous_paths: frozenset[str] = frozenset()
+
+    PROBES: ClassVar[frozenset[str]] = frozenset({
+        "/v1/health", "/v1/ready", "/metrics", "/openapi.json", "/docs", "/redoc",
+        "/docs/oauth2-redirect"})
+    """The paths every app serves to anyone (liveness, readiness, metrics, API schema)."""
+
+
+_CHECK = "fedmor.check"  # the scope key of a request's verified ``SignatureCheck``
+
+
+class SizeLimit:
+    """ASGI middleware: authenticate each request from its headers before a byte of its body is
+    read (``auth``), then bound the body. A signature header counts only once it verifies over
+    the headers (sender, recipient, method, path, clock, declared body hash): a request that
+    carries one that does not is refused (401/403) without reading its body, and its body is
+    then hashed as it streams in (403 unless it is the signed one). A valid admin bearer token
+    counts too. Only those lift the body limit from ``unsigned_limit`` to ``limit``; an
+    anonymous request may reach only ``auth.anonymous_paths``. Nothing is buffered here: a
+    declared length over the limit is refused at once, a body is counted as the endpoint reads
+    it, and a caller that hangs up mid-body costs one log line."""
+
+    def __init__(self, app: ASGIApp, *, limit: int, unsigned_limit: int = 2**20,
+                 auth: HeaderAuth | None = None) -> None:
         self.app = app
         self.limit = limit
         self.unsigned_limit = min(unsigned_limit, limit)
+        self.auth = auth
 
-    async def _reject(self, send: Send, limit: int) -> None:
-        body = json.dumps({"detail": f"request body exceeds {limit} bytes"}).encode()
-        await send({"type": "http.response.start", "status": 413,
+    @staticmethod
+    async def _answer(send: Send, status: int, detail: str) -> None:
+        body = json.dumps({"detail": detail}).encode()
+        await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
+
+    async def _authenticate(self, scope: Scope, headers: dict[bytes, bytes]) -> int:
+        """The body limit this request earned; raises ``AuthError`` before any body byte."""
+        auth = self.auth
+        if auth is None:  # no header auth configured: the old rule (tests of bare apps)
+            return self.limit if HEADER_SIGNATURE.encode() in headers else self.unsigned_limit
+        if HEADER_SIGNATURE.encode() in headers:
+            signed = SignedRequest.from_headers(
+                {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()})
+            query = scope.get("query_string", b"").decode("latin-1")
+            check = SignatureCheck(signed, method=scope["method"],
+                                   path=scope["path"] + (f"?{query}" if query else ""),
+                                   public_key_of=auth.public_key_of, use_nonce=_no_nonce,
+                                   max_skew_s=auth.max_skew_s, recipient=auth.recipient(),
+                                   retired_keys_of=auth.retired_keys_of)
+            await run_in_threadpool(check.verify)
+            scope[_CHECK] = check
+            return self.limit
+        bearer = headers.get(b"authorization")
+        if bearer is not None and auth.bearer is not None:
+            auth.bearer(bearer.decode("latin-1"))
+            return self.limit
+        if scope["path"] not in auth.anonymous_paths:
+            SignedRequest.from_headers({})  # raises: which headers are missing
+        return self.unsigned_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        limit = self.limit if HEADER_SIGNATURE.encode() in headers else self.unsigned_limit
+        try:
+            limit = await self._authenticate(scope, headers)
+        except AuthError as exc:
+            await self._answer(send, exc.status, str(exc))
+            return
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            await self._reject(send, limit)
+            await self._answer(send, 413, f"request body exceeds {limit} bytes")
             return
+        check: SignatureCheck | None = scope.get(_CHECK)
+        digest = hashlib.sha256()
         size = 0
 
         async def counted() -> Message:  # chunked uploads are bounded too
             nonlocal size
             message = await receive()
-            size += len(message.get("body", b""))
+            if message["type"] == "http.disconnect":  # one line, whoever turns it into what
+                _log.info("%s %s: the caller hung up after %d body bytes", scope["method"],
+                          scope["path"], size)
+            chunk = message.get("body", b"")
+            size += len(chunk)
             if size > limit:
                 raise BodyTooLarge(limit)
+            if check is not None and message["type"] == "http.request":
+                digest.update(chunk)
+                if not message.get("more_body") and digest.hexdigest() != check.body_sha256:
+                    raise BodyNotSigned()
             return message
 
-        await self.app(scope, counted, send)
+        with suppress(ClientDisconnect):  # logged as it happened; nobody is left to answer
+            await self.app(scope, counted, send)
+
+
+def _no_nonce(sender: str, nonce: str, ts: float) -> bool:
+    raise AssertionError("the header check records no nonce; the endpoint's check does")
 
 
 def _error(status: int) -> Callable[[Request, Exception], Any]:
@@ -155,12 +262,6 @@ def install_errors(app: FastAPI) -> None:
     app.add_exception_handler(PayloadError, _error(422))
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-
-
-# A signed body larger than this has its headers checked (sender, recipient, signature over
-# the declared body hash, clock) before a byte of it is read; a smaller one is read first and
-# checked in the endpoint's worker thread (no extra thread hop on the hot small requests).
-_PRECHECK_BYTES = 2**16
 
 
 class SignatureCheck:
@@ -202,6 +303,10 @@ class SignatureCheck:
             raise
         self._verified = True
 
+    def bind_nonces(self, use_nonce: Callable[[str, str, float], bool]) -> None:
+        """Record nonces with ``use_nonce`` (the endpoint's store) when called."""
+        self._use_nonce = use_nonce
+
     def _signed_by_retired_key(self) -> bool:
         if self._retired_keys_of is None:
             return False
@@ -227,7 +332,7 @@ async def _read_hashed(request: Request, declared_sha256: str) -> bytes:
         digest.update(chunk)
         chunks.append(chunk)
     if digest.hexdigest() != declared_sha256:
-        raise AuthError(BAD_SIGNATURE, status=403)
+        raise BodyNotSigned()
     return b"".join(chunks)
 
 
@@ -236,19 +341,23 @@ async def signature_check(request: Request, *, public_key_of: Callable[[str], st
                           max_skew_s: float, recipient: str = SERVER_SENDER,
                           retired_keys_of: RetiredKeys | None = None) -> SignatureCheck:
     """Read ``request``'s auth headers and body (``check.body``); returns the blocking check
-    (``recipient``: this app's own id). A large or chunked body is read only after its headers
-    passed ``SignatureCheck.verify``. An endpoint that does blocking work anyway runs the check
+    (``recipient``: this app's own id). The body is read only after its headers passed
+    ``SignatureCheck.verify`` (in ``SizeLimit`` when the app gives it a ``HeaderAuth``, which
+    also hashes the body as it streams in). An endpoint that does blocking work anyway runs the check
     first in the same worker thread: one thread hop. ``retired_keys_of`` names the keys an
     identity rotated away from: a request one of them signed gets 401 saying so."""
+    verified = request.scope.get(_CHECK)
+    if isinstance(verified, SignatureCheck):  # ``SizeLimit`` checked the headers and hashes
+        verified.bind_nonces(use_nonce)
+        verified.body = await request.body()
+        return verified
     signed = SignedRequest.from_headers(dict(request.headers))
     path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     check = SignatureCheck(signed, method=request.method, path=path,
                            public_key_of=public_key_of, use_nonce=use_nonce,
                            max_skew_s=max_skew_s, recipient=recipient,
                            retired_keys_of=retired_keys_of)
-    declared = request.headers.get("content-length", "")
-    if not declared.isdigit() or int(declared) > _PRECHECK_BYTES:
-        await run_in_threadpool(check.verify)
+    await run_in_threadpool(check.verify)
     check.body = await _read_hashed(request, signed.content_sha256)
     return check
 

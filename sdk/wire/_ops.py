@@ -10,44 +10,59 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sdk.wire._auth import HEADER_SIGNATURE
 from sdk.wire._sqlite import SQLiteFile
 
 __all__ = ["StoredGauge", "backup_sqlite", "install_ops"]
 
 
 class StoredGauge:
-    """A gauge family computed at scrape time: ``read()`` returns {label value: value}."""
+    """A gauge family computed at scrape time: ``read()`` returns {label value: value}.
+    ``per_member``: its label names members, so only the operator reads it by label; anyone
+    else gets the sum (who judged what is not public)."""
 
     def __init__(self, name: str, doc: str, label: str,
-                 read: Callable[[], dict[str, float]]) -> None:
+                 read: Callable[[], dict[str, float]], *, per_member: bool = False) -> None:
         self.name, self.doc, self.label, self.read = name, doc, label, read
+        self.per_member = per_member
 
     @classmethod
     def counting(cls, name: str, doc: str, label: str, store: SQLiteFile,
-                 sql: str) -> StoredGauge:
+                 sql: str, *, per_member: bool = False) -> StoredGauge:
         """A gauge from a ``SELECT label, count ... GROUP BY`` query on ``store``."""
         def read() -> dict[str, float]:
             return {str(k): float(v) for k, v in store.read(sql)}  # type: ignore[arg-type]
 
-        return cls(name, doc, label, read)
+        return cls(name, doc, label, read, per_member=per_member)
 
 
 class _Collector:
-    def __init__(self, gauges: Iterable[StoredGauge]) -> None:
-        self.gauges = list(gauges)
+    """The stored gauges, by label (``full``: the operator's view) or with each per-member
+    gauge summed over its members; ``also``: other collectors to include."""
+
+    def __init__(self, gauges: Iterable[StoredGauge], *, full: bool,
+                 also: Iterable[Any] = ()) -> None:
+        self.gauges, self.full, self.also = list(gauges), full, list(also)
 
     def collect(self) -> Iterable[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
+        for other in self.also:
+            yield from other.collect()
         for g in self.gauges:
+            if g.per_member and not self.full:
+                yield GaugeMetricFamily(g.name, f"{g.doc} (summed over members)",
+                                        value=sum(g.read().values()))
+                continue
             family = GaugeMetricFamily(g.name, g.doc, labels=[g.label])
             for value, count in sorted(g.read().items()):
                 family.add_metric([value], count)
@@ -82,10 +97,13 @@ class _RequestMetrics:
 
 
 def install_ops(app: FastAPI, *, prefix: str, store: SQLiteFile,
-                gauges: Iterable[StoredGauge] = ()) -> None:
+                gauges: Iterable[StoredGauge] = (),
+                operator: Callable[[Request], Awaitable[object]] | None = None) -> None:
     """Add ``GET /v1/ready`` (503 with the reason unless the database answers) and
     ``GET /metrics`` (Prometheus text: ``{prefix}_requests_total``,
-    ``{prefix}_request_seconds`` and the ``gauges``) to ``app``."""
+    ``{prefix}_request_seconds`` and the ``gauges``) to ``app``. A request with credentials
+    must pass ``operator`` (which raises for anyone else) and reads the per-member gauges by
+    member; an anonymous one reads their sums."""
     from prometheus_client import (
         CONTENT_TYPE_LATEST,
         CollectorRegistry,
@@ -99,7 +117,10 @@ def install_ops(app: FastAPI, *, prefix: str, store: SQLiteFile,
                        registry=registry)
     latency = Histogram(f"{prefix}_request_seconds", "HTTP request latency",
                         ["method", "route"], registry=registry)
-    registry.register(_Collector(gauges))
+    gauges = list(gauges)
+    registry.register(_Collector(gauges, full=True))
+    public = CollectorRegistry()
+    public.register(_Collector(gauges, full=False, also=(requests, latency)))
     app.add_middleware(_RequestMetrics, requests=requests, latency=latency)
 
     @app.get("/v1/ready", tags=["meta"], responses={503: {"description": "not ready"}})
@@ -113,9 +134,16 @@ def install_ops(app: FastAPI, *, prefix: str, store: SQLiteFile,
     @app.get("/metrics", tags=["meta"], response_class=Response,
              responses={200: {"content": {CONTENT_TYPE_LATEST: {}},
                               "description": "Prometheus text format"}})
-    def metrics() -> Response:
-        """Prometheus metrics."""
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics: per-member series for the operator only."""
+        credentials = "authorization" in request.headers or HEADER_SIGNATURE in request.headers
+        if operator is not None and credentials:
+            await operator(request)
+            chosen = registry
+        else:
+            chosen = public if operator is not None else registry
+        return Response(await run_in_threadpool(generate_latest, chosen),
+                        media_type=CONTENT_TYPE_LATEST)
 
 
 def backup_sqlite(source: Path, out: Path) -> int:

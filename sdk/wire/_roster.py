@@ -8,7 +8,7 @@ import secrets
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sdk.wire._auth import parse_public_key
 
@@ -41,6 +41,22 @@ class RosterFile(BaseModel):
 
     clients: list[RosterEntry] = Field(default_factory=list)
 
+    @model_validator(mode="after")
+    def _one_name_one_key(self) -> RosterFile:
+        # Names that differ only by case read as one institution to a person; one key under two
+        # names would let one holder act as two members (two shares of every round).
+        names: dict[str, str] = {}
+        keys: dict[str, str] = {}
+        for c in self.clients:
+            other = names.setdefault(c.name.casefold(), c.name)
+            if other != c.name:
+                raise ValueError(f"roster names {other!r} and {c.name!r} differ only by case")
+            other = keys.setdefault(c.public_key, c.name)
+            if other != c.name:
+                raise ValueError(f"{other!r} and {c.name!r} have the same public key: one key "
+                                 "is one identity")
+        return self
+
     @classmethod
     def load(cls, path: Path) -> RosterFile:
         """Read a roster; a missing file is an empty roster."""
@@ -64,6 +80,6 @@ def add_to_roster(path: Path, *, name: str, public_key: str, role: Role = "membe
     token = secrets.token_hex(24)
     entry = RosterEntry(name=name, public_key=public_key,
                         token_sha256=hashlib.sha256(token.encode()).hexdigest(), role=role)
-    roster.clients = [c for c in roster.clients if c.name != name] + [entry]
+    roster = RosterFile(clients=[c for c in roster.clients if c.name != name] + [entry])
     roster.save(path)
     return token

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sdk.wire._router_config import ConsortiumRouterConfig
 
@@ -111,6 +111,18 @@ class EnrollResponse(_Reply):
     role: str = Field(default="member", description="what this identity may do (roster role)")
 
 
+class _UpdateParams(BaseModel):
+    """The bounds of the round ``params`` addressed to the members' update sources
+    (``sdk.wire.UPDATE_PARAMS``), checked when the round is created: a value no member can
+    use would only fail the round at its deadline."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    router_round: int = Field(default=0, ge=0, le=2**31 - 1)
+    demo_train_s: float = Field(default=0.0, ge=0, le=60)
+    demo_samples: int = Field(default=1, ge=1, le=1000)
+
+
 class RoundCreate(_Wire):
     """Admin request that opens a round."""
 
@@ -137,6 +149,11 @@ class RoundCreate(_Wire):
             return True
         if not walk(value):
             raise ValueError("round parameters must be finite numbers (no NaN or Infinity)")
+        try:
+            _UpdateParams.model_validate(value)
+        except ValidationError as exc:
+            raise ValueError("; ".join(f"params.{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                       for e in exc.errors())) from None
         return value
 
 
@@ -167,7 +184,16 @@ class RoundRefusal(_Wire):
     reason: str = Field(pattern=r"^[a-z_]{1,40}$", description="which policy rule refused it "
                         "(round_kind, participants, captured, threshold, dp, epsilon, "
                         "local_samples, ...)")
-    detail: str = Field(default="", max_length=1000, description="the rule, in words")
+    detail: str = Field(default="", max_length=1000, description="the rule, in words (control "
+                        "characters such as newlines and escapes are stored escaped)")
+
+    @field_validator("detail")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        # A member's text reaches the server's log and the operator's terminal: with a newline
+        # or an ANSI escape it could forge log lines or repaint the screen.
+        return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                       for c in value)
 
 
 class Refusal(RoundRefusal):
@@ -309,7 +335,8 @@ class PendingQuery(_Reply):
 class RewardAnswer(_Wire):
     """A pull-mode client's answer to one queued query: scores, or the image hashes it lacks."""
 
-    scores: list[float] = Field(default_factory=list, max_length=MAX_BATCH)
+    scores: list[Annotated[float, Field(allow_inf_nan=False)]] = Field(
+        default_factory=list, max_length=MAX_BATCH)
     missing: list[str] = Field(default_factory=list, max_length=MAX_BATCH)
     error: str | None = Field(default=None, max_length=1000, description="refusal reason")
 

@@ -81,6 +81,21 @@ class SQLiteFile:
         self.checkpoints.committed()
         return int(deleted)
 
+    def scrub(self, attempts: int = 3) -> bool:
+        """Copy the write-ahead log into the database and truncate it to zero bytes, so no
+        older version of a deleted row survives in the ``-wal`` file (with ``secure_delete``,
+        the checkpoint also overwrites the database pages that held it). Blocks writers while
+        it runs; True once the log is empty, False if readers kept it busy ``attempts`` times
+        (each attempt waits for them up to the connection's busy timeout)."""
+        if self.path == ":memory:":
+            return True
+        with self._lock:
+            for _ in range(attempts):
+                busy = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                if not busy:
+                    return True
+        return False
+
     def close(self) -> None:
         """Stop the checkpoint thread and close the connection."""
         self.checkpoints.close()

@@ -179,8 +179,10 @@ def test_the_auditor_reads_captures_and_queries_within_its_budget_only(
     assert member("GET", "/v1/audit/budget").status_code == 403
     fresh = auditor("GET", "/v1/audit/budget").json()
     assert (fresh["budget"], fresh["used"], fresh["left"]) == (BUDGET, 0, BUDGET)
-    assert member("POST", "/v1/audit/members/site-1/reward", {"items": []}).status_code in (
-        403, 422)
+    # A valid body, so only the role check can refuse it.
+    relayed = member("POST", "/v1/audit/members/site-1/reward", {"items": [
+        {"image_sha256": "0" * 64, "prompt": "p", "response": "r"}]})
+    assert relayed.status_code == 403 and "auditor" in relayed.json()["detail"], relayed.text
     from sdk.data import SynthConfig, synthesize
 
     synthesize(SynthConfig(seed=1, image_size=32, clients=("detail",), heldout=("color",),

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from client_app import ClientRunner, ClientSettings, ClientStore, demo_update
 from client_app._demo import TRAIN_PARAM
 from fedmor_local import OPEN_POLICY
+from sdk.secagg import QuantizationConfig
 from sdk.wire import RoundFailed, RoundInfo, SignedClient
 from server_app import ROUND_KINDS, ClientRound, RoundManager, RoundSpec, UpdateSource, ready_update
 
@@ -50,7 +51,13 @@ def test_key_stages_go_ahead_while_the_update_is_computed(tmp_path: Path) -> Non
     version = store.version(info.router_version)
     assert version is not None
     expected = sum((i + 1) * updates[c] for i, c in enumerate(halves)) / 6
-    np.testing.assert_allclose(np.frombuffer(version["blob"], "<f4"), expected, atol=1e-3)
+    # One step of the round's fixed-point encoding per member (max_weight / 2**scale_bits of
+    # its weighted update) over the total weight 6, plus the float32 rounding of the blob.
+    q = QuantizationConfig.fitted(num_clients=len(halves))  # the round's: default clip, weights
+    atol = len(halves) * q.max_weight / q.scale / 6 + np.finfo(np.float32).eps * np.abs(
+        expected).max()
+    np.testing.assert_allclose(np.frombuffer(version["blob"], "<f4"), expected, rtol=0,
+                               atol=atol)
 
 
 def _fails_at_masked_input(tmp_path: Path, source: UpdateSource, match: str) -> None:

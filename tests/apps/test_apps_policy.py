@@ -142,17 +142,16 @@ def test_a_dp_round_completes_with_a_dropout_and_its_epsilon_is_the_accountants(
     params = {"dp": dp, "clip_range": 2.0, DEMO_SAMPLES_PARAM: 5}
     ids = dict(zip(strict.names, strict.enrolled(), strict=True))
     # The server loaded its accountant (opacus, torch) in the background when it started, not
-    # in the request that opens the first DP round: that request answers at once.
+    # in the request that opens the first DP round: it logged so before that request was sent.
     _wait_for_line(strict.dir / "server.log", _PRELOADED)
-    started = time.monotonic()
     # A member without a DP policy loads the accountant at its first DP round: seconds here.
     first = strict.create_round(kind="router_secagg", vector_length=LENGTH, min_clients=3,
                                 stage_deadline_s=60.0, params=params)
-    assert time.monotonic() - started < 5.0
     assert strict.wait_round(first["round_id"], timeout_s=90)["status"] == "finished"
-    strict.stop("site-3")  # drops out of the next one
+    strict.stop("site-3")  # drops out of the next one, at its first stage's deadline
+    # The deadline only has to outlast the live members on a loaded machine.
     info = strict.create_round(kind="router_secagg", vector_length=LENGTH, min_clients=3,
-                               stage_deadline_s=4.0, params=params)
+                               stage_deadline_s=20.0, params=params)
     done = strict.wait_round(info["round_id"], timeout_s=60)
     assert done["status"] == "finished" and done["dropouts"] == [ids["site-3"]], done
     assert done["dp"]["epsilon"] == pytest.approx(epsilon(1.0), rel=1e-9)

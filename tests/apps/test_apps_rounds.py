@@ -118,8 +118,10 @@ def _wait_stage_past_first(c: LocalConsortium, round_id: int) -> dict[str, objec
 def test_server_sigkill_mid_round_then_restart(consortium: LocalConsortium) -> None:
     before_ids = consortium.enrolled()
     latest = consortium.admin.get("/v1/router/latest").json()
+    # A deadline long enough for every member to come back after the restart: the round must
+    # resume, not fail on a slow machine.
     info = consortium.create_round(kind="router_secagg", vector_length=LENGTH, min_clients=3,
-                                   stage_deadline_s=6.0)
+                                   stage_deadline_s=30.0)
     _wait_stage_past_first(consortium, info["round_id"])
     consortium.procs["server"].send_signal(signal.SIGKILL)
     consortium.procs.pop("server").wait()
@@ -133,11 +135,11 @@ def test_server_sigkill_mid_round_then_restart(consortium: LocalConsortium) -> N
     with sqlite3.connect(consortium.server_cfg["db_path"]) as db:
         actions = [a for a, d in db.execute("SELECT action, detail FROM audit")
                    if json.loads(d).get("round_id") == info["round_id"]]
-    # Resumed by replay (and then finished), or cleanly ended with a reason — never left open.
-    if "round_resumed" in actions:
-        assert interrupted["status"] == "finished", interrupted["error"]
-    else:
-        assert interrupted["status"] == "failed" and interrupted["error"]
+    # What docs/rest-api.md ("Crash safety") promises: the open round is rebuilt by replaying
+    # its stored messages and resumed; with every member alive it finishes, nobody dropped.
+    assert "round_resumed" in actions, actions
+    assert interrupted["status"] == "finished", interrupted["error"]
+    assert interrupted["dropouts"] == []
     nxt = consortium.create_round(kind="router_secagg", vector_length=LENGTH, min_clients=3)
     done = consortium.wait_round(nxt["round_id"])
     assert done["status"] == "finished", done["error"]
@@ -188,15 +190,27 @@ def test_client_sigkilled_between_stages_resumes_the_round(consortium: LocalCons
         assert db.execute("SELECT COUNT(*) FROM round_state").fetchone() == (0,)
 
 
+def _wait_sent(c: LocalConsortium, name: str, round_id: int) -> None:
+    """Until ``name`` stored a message of ``round_id`` (it is in the round)."""
+    deadline = time.monotonic() + 60  # a guard against a hang, not a timing check
+    while True:
+        with sqlite3.connect(c.client_cfg[name]["db_path"]) as db:
+            if db.execute("SELECT 1 FROM sent WHERE round_id=?", (round_id,)).fetchone():
+                return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name} sent nothing in round {round_id}")
+        time.sleep(0.01)
+
+
 def test_client_killed_mid_round_round_completes(consortium: LocalConsortium) -> None:
     victim = consortium.names[-1]
-    # The victim polls slowly, so it is still waiting for a later stage when we kill it.
+    # The victim polls slowly, so once it stored its first message it is still far from its
+    # masked input when we kill it; the deadline only has to outlast the honest members.
     consortium.stop(victim)
     consortium.start_client(victim, poll_interval_s=2.0)
     info = consortium.create_round(kind="router_secagg", vector_length=LENGTH, min_clients=3,
-                                   stage_deadline_s=4.0)
-    mid = _wait_stage_past_first(consortium, info["round_id"])
-    assert mid["status"] == "open"
+                                   stage_deadline_s=15.0)
+    _wait_sent(consortium, victim, info["round_id"])
     consortium.kill(victim)
     done = consortium.wait_round(info["round_id"])
     assert done["status"] == "finished", done["error"]

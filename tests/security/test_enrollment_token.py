@@ -10,10 +10,10 @@ from sdk.wire import add_to_roster, generate_key, public_key_b64
 
 
 def test_tokens_never_read_as_an_option_and_only_their_hash_is_kept(tmp_path: Path) -> None:
-    key = public_key_b64(generate_key())
     roster = tmp_path / "roster.json"
     # 300 draws: URL-safe base64 tokens start with '-' once in 64, so this would see several.
-    tokens = [add_to_roster(roster, name=f"m{i}", public_key=key) for i in range(300)]
+    tokens = [add_to_roster(roster, name=f"m{i}", public_key=public_key_b64(generate_key()))
+              for i in range(300)]  # one key per name: a key is one identity
     assert not [t for t in tokens if t.startswith("-")]
     assert len(set(tokens)) == len(tokens) and all(len(t) == 48 for t in tokens)  # 24 bytes
     text = roster.read_text()

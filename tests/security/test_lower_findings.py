@@ -4,6 +4,7 @@ ids exist; the docs UI (CDN JavaScript) is off while ``/openapi.json`` stays."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from client_app import ClientSettings, HashScorer, create_client_app
-from server_app import generate_key, public_key_b64, sign_headers
+from sdk.wire import ConflictError
+from server_app import add_to_roster, generate_key, public_key_b64, sign_headers
 from tests.apps.conftest import Member
 from tests.security.conftest import enroll_new
 
@@ -81,3 +83,120 @@ def test_docs_ui_is_off_and_openapi_stays(server: tuple[TestClient, list[Member]
         db_path=tmp_path / "d.db", identity_key=tmp_path / "d.pem", docs_ui=True),
         HashScorer()))
     assert on.get("/docs").status_code == 200
+
+
+# -- second review, finding 5 ----------------------------------------------------------------
+
+def _rows(tc: TestClient) -> list[tuple[object, ...]]:
+    return tc.app.state.store.read("SELECT round_id, status FROM rounds")  # type: ignore[attr-defined,no-any-return]
+
+
+@pytest.mark.parametrize("params", [
+    {"clip_range": 1e308}, {"degree": 2**63}, {"threshold": 2**63}, {"router_round": 2**63},
+    {"router_round": -1}, {"demo_train_s": 1e300}, {"demo_samples": 0}])
+def test_an_unusable_round_parameter_is_refused_at_creation(
+        server: tuple[TestClient, list[Member]], params: dict[str, object]) -> None:
+    tc, _ = server
+    r = tc.post("/v1/rounds", json={"kind": "router_secagg", "vector_length": 4,
+                                    "params": params}, headers=ADMIN)
+    assert r.status_code == 422, r.text
+    assert next(iter(params)) in r.json()["detail"]
+    assert _rows(tc) == []  # no round, open or failed
+
+
+def test_a_refused_round_creation_writes_no_row(server: tuple[TestClient, list[Member]]) -> None:
+    tc, _ = server
+    # Passes the schema, refused by the kind when it builds the round's server half.
+    r = tc.post("/v1/rounds", json={"kind": "router_secagg", "vector_length": 4,
+                                    "params": {"threshold": 5}}, headers=ADMIN)
+    assert r.status_code == 422 and "cannot start round" in r.json()["detail"], r.text
+    assert _rows(tc) == []
+
+
+@pytest.mark.parametrize("url", [
+    "https://169.254.169.254/latest/meta-data", "https://127.0.0.1:9443", "https://localhost",
+    "https://10.1.2.3", "https://192.168.0.5:8443", "https://[::1]:9443", "https://[fe80::1]",
+    "https://[::ffff:127.0.0.1]", "https://100.64.0.1", "https://0.0.0.0", "https://224.0.0.1"])
+def test_a_push_url_into_the_servers_network_is_refused(
+        server: tuple[TestClient, list[Member]], url: str) -> None:
+    # Only the refusal is checked: nothing is sent to these addresses.
+    tc, _ = server
+    resp, _ = enroll_new(tc, "pushy", reward_url=url)
+    assert resp.status_code == 422, resp.text
+    assert "loopback, link-local, private or reserved" in resp.json()["detail"]
+
+
+def test_the_setting_allows_a_private_push_url(tmp_path: Path) -> None:
+    from server_app import ServerSettings, create_app
+
+    cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
+                         allow_private_reward_urls=True)
+    with TestClient(create_app(cfg)) as tc:
+        resp, _ = enroll_new(tc, "pushy", reward_url="https://10.1.2.3:9443")
+        assert resp.status_code == 200, resp.text
+
+
+def test_a_refusal_text_cannot_forge_log_lines(server: tuple[TestClient, list[Member]],
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    tc, (a, _) = server
+    rid = tc.post("/v1/rounds", json={"kind": "rm_fedavg", "vector_length": 4},
+                  headers=ADMIN).json()["round_id"]
+    forged = "too few samples\n2026-01-01 INFO fedmor.server: round 9 finished\x1b[2J\x1b[31m"
+    with caplog.at_level(logging.INFO):
+        r = a.call("POST", f"/v1/rounds/{rid}/refusal",
+                   {"reason": "local_samples", "detail": forged})
+    assert r.status_code == 200, r.text
+    lines = [rec.getMessage() for rec in caplog.records if "refused round" in rec.getMessage()]
+    assert len(lines) == 1, lines
+    assert "\n" not in lines[0] and "\x1b" not in lines[0], lines[0]
+    assert "round 9 finished" in lines[0]  # kept, escaped, on the one line
+    stored = r.json()["refusals"][0]["detail"]
+    assert "\n" not in stored and "\x1b" not in stored
+
+
+@pytest.mark.parametrize("score", ["1e300", "Infinity", "NaN", "-2.5"])
+def test_a_refused_score_is_not_stored(server: tuple[TestClient, list[Member]],
+                                       score: str) -> None:
+    tc, (a, _) = server
+    store = tc.app.state.store  # type: ignore[attr-defined]
+    qid = store.queue_query(a.client_id, [{"sha256": "0" * 64, "prompt": "p"}])
+    body = f'{{"scores": [{score}]}}'.encode()  # a's announced clip bound is 1.0
+    r = a.send(f"/v1/reward/answers/{qid}", body, media="application/json")
+    assert r.status_code == 422, r.text
+    stored = store.query(qid)["scores"]
+    assert stored is None or score.lstrip("-") not in stored, stored
+
+
+def test_roster_names_differing_only_by_case_are_refused(
+        server: tuple[TestClient, list[Member]], tmp_path: Path) -> None:
+    roster = tmp_path / "roster.json"
+    add_to_roster(roster, name="St-Mary", public_key=public_key_b64(generate_key()))
+    with pytest.raises(ValueError, match="differ only by case"):
+        add_to_roster(roster, name="st-mary", public_key=public_key_b64(generate_key()))
+    tc, _ = server
+    assert enroll_new(tc, "St-Mary")[0].status_code == 200
+    with pytest.raises(ConflictError):
+        enroll_new(tc, "st-mary")  # the operator's roster change is refused
+    names = [r["name"] for r in tc.app.state.store.roster()]  # type: ignore[attr-defined]
+    assert "st-mary" not in names and "St-Mary" in names
+
+
+def test_one_public_key_cannot_enroll_under_two_names(
+        server: tuple[TestClient, list[Member]], tmp_path: Path) -> None:
+    key = public_key_b64(generate_key())
+    roster = tmp_path / "roster.json"
+    add_to_roster(roster, name="site-a", public_key=key)
+    with pytest.raises(ValueError, match="same public key"):
+        add_to_roster(roster, name="site-b", public_key=key)
+    tc, (a, _) = server
+    store = tc.app.state.store  # type: ignore[attr-defined]
+    with pytest.raises(ConflictError):  # m0's enrolled key under a second name
+        store.upsert_roster("twin", store.client(a.client_id)["public_key"], None)
+    # A roster row written before this check existed: enrollment refuses the twin all the same.
+    store._write("INSERT INTO roster(name, public_key, token_sha256, role) VALUES (?,?,?,?)",
+                 ("twin", store.client(a.client_id)["public_key"],
+                  hashlib.sha256(b"token-twin").hexdigest(), "member"))
+    r = tc.post("/v1/enroll", json={"name": "twin", "token": "token-twin",
+                                    "public_key": store.client(a.client_id)["public_key"]})
+    assert r.status_code == 403, r.text
+    assert store.client_named("twin") is None

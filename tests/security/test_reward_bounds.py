@@ -49,7 +49,7 @@ def _answer_in_pull_mode(tc: TestClient, member: Member,
         time.sleep(0.01)
     assert pending, "the broker queued nothing"
     r = member.call("POST", f"/v1/reward/answers/{pending[0]['query_id']}", {"scores": scores})
-    assert r.status_code == 204, r.text
+    assert r.status_code in (204, 422), r.text  # 422: refused at the door, never stored
     thread.join(10)
     return out[0]
 
@@ -73,7 +73,7 @@ def test_a_member_without_a_bound_is_not_trusted_and_bad_bounds_are_422(
     resp, key = enroll_new(tc, "silent", None)  # an old client: it announces no bound
     assert resp.status_code == 200, resp.text
     refused = _answer_in_pull_mode(tc, Member(tc, key, resp.json()["client_id"]), [0.1, 0.2])
-    assert isinstance(refused, BrokerError) and "announced no clip bound" in str(refused)
+    assert isinstance(refused, BrokerError) and "announced no clip bound" in str(refused), refused
     for bad in (-1, 0, 1e300):
         resp, _ = enroll_new(tc, f"bad{bad}".replace(".", "").replace("+", ""), bad)
         assert resp.status_code == 422 and "clip_bound" in resp.json()["detail"]
