@@ -73,6 +73,10 @@ from sdk.wire._images import ImageCache, image_bytes
 from sdk.wire._kinds import (
     ROUND_KINDS,
 )
+from sdk.wire._memory import (
+    MemoryRound,
+    run_in_memory,
+)
 from sdk.wire._ops import (
     StoredGauge,
     backup_sqlite,
@@ -93,6 +97,7 @@ from sdk.wire._protocols import (
     RoundSpec,
     ServerRound,
     StagePayload,
+    UpdateRejected,
     UpdateSource,
     as_delta,
     decode_vector,
@@ -208,6 +213,7 @@ __all__ = [
     "KeyRotation",
     "MemberInfo",
     "MemberState",
+    "MemoryRound",
     "MissingImages",
     "NotFoundError",
     "PayloadError",
@@ -251,6 +257,7 @@ __all__ = [
     "StagePayload",
     "StageSubmit",
     "StoredGauge",
+    "UpdateRejected",
     "UpdateSource",
     "WalCheckpointer",
     "Work",
@@ -284,6 +291,7 @@ __all__ = [
     "ready_update",
     "record_nonce",
     "rotation_message",
+    "run_in_memory",
     "serve",
     "sign_headers",
     "sign_rotation",
