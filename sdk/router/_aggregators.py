@@ -32,6 +32,7 @@ from sdk.wire import (
     ROUND_KINDS,
     RoundSpec,
     SecAggKind,
+    SecAggRoundParams,
     UpdateRejected,
     generate_key,
     public_key_b64,
@@ -131,17 +132,8 @@ class SecureAggregator(Aggregator):
     min_participants = 2
 
     def __init__(self, config: SecAggConfig | None = None, *, seed: int = 0) -> None:
-        cfg = config or SecAggConfig(clip_range=1.0, max_weight=10_000)
-        if cfg.dp is not None:
-            # The noise std scales with max_weight (z * C * max_weight / sqrt(t)): the
-            # quantization a round uses must carry max_weight 1 too, not only the config field.
-            quant = cfg.quantization
-            cfg = SecAggConfig.model_validate({
-                **dict(cfg),
-                "max_weight": 1,
-                "quantization": None if quant is None else quant.model_copy(update={"max_weight": 1}),
-            })
-        self.config = cfg
+        self.config = SecAggRoundParams.uniform_under_dp(
+            config or SecAggConfig(clip_range=1.0, max_weight=10_000))
         self.seed = seed
         self._index: dict[str, int] = {}
         self._keys: dict[str, Ed25519PrivateKey] = {}

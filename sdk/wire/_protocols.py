@@ -124,6 +124,12 @@ class RoundSpec(BaseModel):
     base_version: int | None = None
     params: dict[str, Any] = Field(default_factory=dict)
 
+    @classmethod
+    def of(cls, info: BaseModel) -> RoundSpec:
+        """The spec a round's published info (``RoundInfo``) carries: its fields of the same
+        names, so the two never drift apart field by field."""
+        return cls.model_validate(info.model_dump(include=set(cls.model_fields)))
+
 
 class RoundPrivacy(BaseModel):
     """What a round exposes of one member's update, as its kind and params set it: what a

@@ -73,6 +73,18 @@ class SecAggRoundParams(SecAggConfig):
                              f"{self.max_weight} (leave it out)")
         return self
 
+    @staticmethod
+    def uniform_under_dp(config: SecAggConfig) -> SecAggConfig:
+        """``config`` with the weight rule under DP applied (max_weight 1, in an explicit
+        quantization too), for callers that build a config rather than send params."""
+        if config.dp is None:
+            return config
+        quant = config.quantization
+        return SecAggConfig.model_validate({
+            **dict(config), "max_weight": 1,
+            "quantization": None if quant is None else quant.model_copy(update={"max_weight": 1}),
+        })
+
     @classmethod
     def parse(cls, params: dict[str, Any]) -> SecAggRoundParams:
         """Validate a round's ``params`` (the update-source keys aside), with one readable
