@@ -1,7 +1,9 @@
 """Round kinds: the server and client halves of each aggregation protocol, behind one interface.
 
-The REST layer only moves stage payloads between these objects, persists them and enforces
-deadlines. A payload is a JSON object or, for bulk vectors, raw bytes (an
+Each kind is defined once, sans-IO, and three drivers run it: the server's round manager and
+the member's runner over REST, and ``run_in_memory`` (``_memory``) in one process. The halves
+speak typed messages; the REST drivers add the wire form at their edge and otherwise only move
+stage payloads between these objects, persist them and enforce deadlines. A payload is a JSON object or, for bulk vectors, raw bytes (an
 ``application/octet-stream`` body): a kind chooses per stage, and its server half parses each
 payload once, outside the round lock (``parse``), before absorbing it under the lock
 (``accept``). ``rm_fedavg`` (plain weighted averaging, the baseline) lives here, ``router_secagg``

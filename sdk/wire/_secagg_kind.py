@@ -1,6 +1,6 @@
 """``router_secagg``: the sdk.secagg SecAgg+ state machines behind the ``RoundKind`` interface.
 
-Clients are numbered 1..N in participant order; the round roster is built from the enrolled
+Clients are numbered 1..N in participant order (``protocol_ids``); the round roster is built from the enrolled
 Ed25519 identity keys, the same keys that sign every REST request. The masked input (4 bytes per
 parameter) travels as its compact binary form (``MaskedInput.to_bytes``), every other message as
 JSON. A client's ``state`` is ``SecAggClient.export_state``: it resumes the round after a restart.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import os
 import struct
 import threading
@@ -177,8 +176,8 @@ class _Server(ServerRound):
                 if stage != Stage.MASKED_INPUT_COLLECTION.value:
                     raise PayloadError(f"stage {stage}: expects a JSON message, not a binary body")
                 msg: Any = MaskedInput.from_bytes(payload)
-            else:  # the REST edge: FastAPI already parsed the JSON, bytes are still base64
-                msg = parse_client_message(json.dumps(payload))
+            else:  # the parsed JSON object validates as it is: no second JSON round trip
+                msg = parse_client_message(payload)
         except (ValidationError, ValueError, struct.error) as exc:
             if isinstance(exc, PayloadError):
                 raise
@@ -232,7 +231,7 @@ class _Client(ClientRound):
         # The update is provided later (``_provide``): the key stages run while it is computed.
         if state:
             try:
-                saved = ClientState.model_validate_json(json.dumps(state))
+                saved = ClientState.model_validate(state)
                 self._sm = SecAggClient.restore(saved, key, roster, None, None, rng=rng)
             except ValueError as exc:  # includes pydantic's ValidationError
                 raise RoundFailed(f"cannot resume from the saved round state: {exc}") from exc
@@ -261,8 +260,8 @@ class _Client(ClientRound):
             self._sm.prepare_masked_input()
 
     def decode(self, stage: str, server_input: dict[str, Any]) -> object:
-        try:  # the REST edge: the runner's HTTP layer parsed the JSON, bytes are still base64
-            return parse_server_message(json.dumps(server_input))
+        try:  # the parsed JSON object validates as it is: no second JSON round trip
+            return parse_server_message(server_input)
         except ValidationError as exc:
             raise RoundFailed(f"stage {stage}: {exc}") from exc
 
