@@ -88,11 +88,7 @@ class PolicyDenied(PermissionError):
 
 
 def _privacy(info: RoundInfo) -> RoundPrivacy:
-    spec = RoundSpec(round_id=info.round_id, kind=info.kind, participants=info.participants,
-                     public_keys=info.public_keys, vector_length=info.vector_length,
-                     min_clients=info.min_clients, stage_deadline_s=info.stage_deadline_s,
-                     base_version=info.base_version, params=info.params)
-    return ROUND_KINDS[info.kind].privacy(spec)
+    return ROUND_KINDS[info.kind].privacy(RoundSpec.of(info))
 
 
 def check_round(policy: SitePolicy, info: RoundInfo) -> RoundPrivacy:

@@ -286,10 +286,7 @@ class ClientRunner:
             return self._refuse(round_id, exc)
         except (ValueError, KeyError) as exc:
             return self._end(round_id, "abandoned", f"cannot read the round's terms: {exc}")
-        spec = RoundSpec(round_id=info.round_id, kind=info.kind, participants=info.participants,
-                         public_keys=info.public_keys, vector_length=info.vector_length,
-                         min_clients=info.min_clients, stage_deadline_s=info.stage_deadline_s,
-                         base_version=info.base_version, params=info.params)
+        spec = RoundSpec.of(info)
         sent = self.store.sent(round_id)
         try:
             self._check_roster(info)

@@ -283,5 +283,5 @@ def _secagg_message(payload: Any) -> Any:
 
     if isinstance(payload, bytes):
         return MaskedInput.from_bytes(payload)
-    msg = parse_client_message(json.dumps(payload))
+    msg = parse_client_message(payload)
     return msg if getattr(msg, "kind", None) == "unmasking_response" else None

@@ -473,12 +473,9 @@ class RoundManager:
             dropouts |= expected - sent
             expected &= sent
         return RoundInfo(
-            round_id=round_id, kind=spec.kind, status=row["status"],
+            **spec.model_dump(), status=row["status"],
             stage=stages[int(row["stage_index"])] if row["status"] == "open" else None,
-            stages=stages, participants=spec.participants, public_keys=spec.public_keys,
-            dropouts=sorted(dropouts), vector_length=spec.vector_length,
-            stage_deadline_s=spec.stage_deadline_s, params=spec.params, min_clients=spec.min_clients,
-            base_version=spec.base_version, router_version=row["router_version"],
+            stages=stages, dropouts=sorted(dropouts), router_version=row["router_version"],
             error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],
             refusals=self.records.refusals(round_id),
             dp=self.records.dp_account(round_id, row["status"]),

@@ -1,9 +1,9 @@
 """Aggregation strategies for federated router training, behind one interface.
 
-``SecureAggregator`` drives the sans-IO ``SecAggClient`` / ``SecAggServer`` objects of
-``sdk.secagg`` in memory and counts the bytes of every serialized message; ``PlainAggregator`` is
-the unprotected ``fedavg_plain`` baseline. Both produce ``phi(t+1) = sum_k n_k phi_k / sum_k n_k``
-over the clients that delivered their update.
+``SecureAggregator`` runs the consortium's ``router_secagg`` round kind in memory
+(``sdk.wire.run_in_memory``) and counts the bytes of every message in its wire form;
+``PlainAggregator`` is the unprotected ``fedavg_plain`` baseline. Both produce
+``phi(t+1) = sum_k n_k phi_k / sum_k n_k`` over the clients that delivered their update.
 
 Secure aggregation sums *deltas*: client k sends ``n_k * (phi_k - phi_t)`` and ``n_k``, and the
 server forms ``phi_t + sum n_k delta_k / sum n_k``, which equals the weighted mean of the phi_k.
@@ -27,19 +27,16 @@ from sdk.router._local import (
     LocalRouterUpdate,
     fedavg_plain,
 )
-from sdk.secagg import (
-    ClientMessage,
-    DPConfig,
-    MaskedInput,
-    Roster,
-    RoundAborted,
-    SecAggClient,
-    SecAggConfig,
-    SecAggServer,
-    ServerMessage,
-    Stage,
-    drive_round,
-    generate_identities,
+from sdk.secagg import DPConfig, SecAggConfig, Stage
+from sdk.wire import (
+    ROUND_KINDS,
+    RoundSpec,
+    SecAggKind,
+    SecAggRoundParams,
+    UpdateRejected,
+    generate_key,
+    public_key_b64,
+    run_in_memory,
 )
 
 __all__ = ["AGGREGATORS", "Aggregator", "PlainAggregator", "RoundAggregate", "SecureAggregator"]
@@ -120,15 +117,10 @@ class PlainAggregator(Aggregator):
         )
 
 
-def _wire_size(msg: ServerMessage | ClientMessage) -> int:
-    # The masked vector travels in its binary form (4 bytes per element), the rest as JSON.
-    if isinstance(msg, MaskedInput):
-        return len(msg.to_bytes())
-    return len(msg.model_dump_json())
-
-
 class SecureAggregator(Aggregator):
-    """SecAgg+ over the router deltas, through the real ``SecAggClient`` / ``SecAggServer``.
+    """SecAgg+ over the router deltas: each round is a ``router_secagg`` round of the
+    consortium's round kind, run by ``sdk.wire.run_in_memory`` (the same halves, delta
+    arithmetic, weight rule and id mapping as a REST round).
 
     ``config.clip_range`` bounds each delta coordinate, ``config.max_weight`` each n_k. With
     ``config.dp`` every client clips its delta to L2 norm C and adds its share of the noise
@@ -140,21 +132,11 @@ class SecureAggregator(Aggregator):
     min_participants = 2
 
     def __init__(self, config: SecAggConfig | None = None, *, seed: int = 0) -> None:
-        cfg = config or SecAggConfig(clip_range=1.0, max_weight=10_000)
-        if cfg.dp is not None:
-            # The noise std scales with max_weight (z * C * max_weight / sqrt(t)): the
-            # quantization a round uses must carry max_weight 1 too, not only the config field.
-            quant = cfg.quantization
-            cfg = SecAggConfig.model_validate({
-                **dict(cfg),
-                "max_weight": 1,
-                "quantization": None if quant is None else quant.model_copy(update={"max_weight": 1}),
-            })
-        self.config = cfg
+        self.config = SecAggRoundParams.uniform_under_dp(
+            config or SecAggConfig(clip_range=1.0, max_weight=10_000))
         self.seed = seed
         self._index: dict[str, int] = {}
-        self._keys: dict[int, Ed25519PrivateKey] = {}
-        self._roster = Roster({})
+        self._keys: dict[str, Ed25519PrivateKey] = {}
 
     @property
     def dp(self) -> DPConfig | None:
@@ -165,7 +147,7 @@ class SecureAggregator(Aggregator):
         """Give every client a long-term identity (the roster is distributed out of band)."""
         super().bind(client_ids, rounds=rounds, sample_rate=sample_rate)
         self._index = {c: i for i, c in enumerate(client_ids)}
-        self._keys, self._roster = generate_identities(range(len(client_ids)))
+        self._keys = {c: generate_key() for c in client_ids}
         if self.config.dp is not None:
             dp = self.config.dp.model_copy(update={"rounds": rounds, "sample_rate": sample_rate})
             self.config = self.config.model_copy(update={"dp": dp})
@@ -178,16 +160,6 @@ class SecureAggregator(Aggregator):
             else self.config.dp.epsilon(rounds_done)
         )
 
-    def _weight(self, update: LocalRouterUpdate) -> int:
-        if self.config.dp is not None:
-            return 1
-        if not 1 <= update.num_samples <= self.config.max_weight:
-            raise RouterError(
-                f"n_k={update.num_samples} outside [1, max_weight={self.config.max_weight}]: "
-                "raise SecAggConfig.max_weight"
-            )
-        return update.num_samples
-
     def aggregate(
         self,
         round_index: int,
@@ -198,45 +170,35 @@ class SecureAggregator(Aggregator):
         """One SecAgg+ round in memory; lost messages are the dropouts of ``dropouts``."""
         if not self._index:
             raise RouterError("SecureAggregator.bind() must run before aggregate()")
-        ids = {self._index[c]: c for c in updates}
+        clients = [c for c in self.client_ids if c in updates]  # protocol order: bind's order
         rng = np.random.default_rng([self.seed, round_index, 0x5EC])
-        params = self.config.round_params(
-            sorted(ids),
-            int(global_params.shape[0]),
-            round_id=f"router-{round_index}-{rng.integers(2**62):x}",
-            graph_seed=rng.bytes(32),
+        rng.integers(2**62)  # the draw that named the round: the graph seed stays the same
+        spec = RoundSpec(
+            round_id=round_index, kind=SecAggKind.name, participants=clients,
+            public_keys=[public_key_b64(self._keys[c]) for c in clients],
+            vector_length=int(global_params.shape[0]), min_clients=1, stage_deadline_s=0.0,
+            params={**self.config.model_dump(mode="json"), "graph_seed": rng.bytes(32).hex()},
         )
-        server = SecAggServer(params, self._roster)
-        clients = {
-            i: SecAggClient(
-                i,
-                self._keys[i],
-                self._roster,
-                (updates[c].params.astype(np.float64) - global_params.astype(np.float64)),
-                self._weight(updates[c]),
-                rng=np.random.default_rng([self.seed, round_index, i]),
-            )
-            for i, c in ids.items()
-        }
-        lost = {s: {self._index[c] for c in cs} for s, cs in dropouts.items()}
-        size = {"up": 0, "down": 0}
-
-        def count(direction: str) -> Callable[[ServerMessage | ClientMessage], None]:
-            return lambda msg: size.__setitem__(direction, size[direction] + _wire_size(msg))
-
         try:
-            res = drive_round(server, clients, dropouts=lost, on_message=count("up"),
-                              on_broadcast=count("down"))
-        except RoundAborted as exc:
-            return RoundAggregate(None, [], sorted(updates), 0, size["up"], size["down"],
-                                  aborted=str(exc))
+            res = run_in_memory(
+                ROUND_KINDS[SecAggKind.name], spec, self._keys,
+                {c: (updates[c].params, updates[c].num_samples) for c in clients}, global_params,
+                dropouts={Stage(s).value: cs for s, cs in dropouts.items()},
+                rngs={c: np.random.default_rng([self.seed, round_index, self._index[c]])
+                      for c in clients},
+            )
+        except UpdateRejected as exc:
+            raise RouterError(f"{exc}: raise SecAggConfig.max_weight") from exc
+        if res.params is None:
+            return RoundAggregate(None, [], sorted(updates), 0, res.bytes_up, res.bytes_down,
+                                  aborted=res.failed)
         return RoundAggregate(
-            params=(global_params.astype(np.float64) + res.mean).astype(np.float32),
-            survivors=[ids[i] for i in res.survivors],
-            dropped=[c for c in updates if self._index[c] not in res.survivors],
-            weight_sum=res.weight_sum,
-            bytes_up=size["up"],
-            bytes_down=size["down"],
+            params=res.params,
+            survivors=res.survivors,
+            dropped=[c for c in updates if c not in res.survivors],
+            weight_sum=int(res.weight_sum),
+            bytes_up=res.bytes_up,
+            bytes_down=res.bytes_down,
         )
 
 

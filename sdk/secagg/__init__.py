@@ -48,7 +48,7 @@ from sdk.secagg._schema import (
     parse_server_message,
 )
 from sdk.secagg._server import AggregateResult, SecAggServer
-from sdk.secagg._simulate import drive_round, simulate_round
+from sdk.secagg._simulate import simulate_round
 from sdk.secagg._stages import Stage
 
 __all__ = [
@@ -92,7 +92,6 @@ __all__ = [
     "composed_epsilon",
     "default_degree",
     "dp_clip_range",
-    "drive_round",
     "generate_identities",
     "neighbour_graph",
     "parse_client_message",

@@ -7,7 +7,8 @@ header plus the uint32 little-endian words, 4 bytes per element.
 from __future__ import annotations
 
 import struct
-from typing import Annotated, ClassVar, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -191,13 +192,19 @@ _SERVER_ADAPTER: TypeAdapter[ServerMessage] = TypeAdapter(ServerMessage)
 _CLIENT_ADAPTER: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
 
 
-def parse_server_message(data: str | bytes) -> ServerMessage:
-    """Parse any server -> client message from its JSON form."""
+def parse_server_message(data: str | bytes | Mapping[str, Any]) -> ServerMessage:
+    """Parse any server -> client message from its JSON text, or from the JSON object already
+    parsed (its bytes fields as base64 text, which ``val_json_bytes`` decodes there too)."""
+    if isinstance(data, Mapping):
+        return _SERVER_ADAPTER.validate_python(data)
     return _SERVER_ADAPTER.validate_json(data)
 
 
-def parse_client_message(data: str | bytes) -> ClientMessage:
-    """Parse any client -> server message from its JSON form."""
+def parse_client_message(data: str | bytes | Mapping[str, Any]) -> ClientMessage:
+    """Parse any client -> server message from its JSON text, or from the JSON object already
+    parsed (its bytes fields as base64 text, which ``val_json_bytes`` decodes there too)."""
+    if isinstance(data, Mapping):
+        return _CLIENT_ADAPTER.validate_python(data)
     return _CLIENT_ADAPTER.validate_json(data)
 
 

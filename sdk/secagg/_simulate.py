@@ -14,7 +14,7 @@ from sdk.secagg._schema import ClientMessage, ServerMessage
 from sdk.secagg._server import AggregateResult, SecAggServer
 from sdk.secagg._stages import Stage
 
-__all__ = ["drive_round", "simulate_round"]
+__all__ = ["simulate_round"]
 
 
 def simulate_round(
@@ -43,24 +43,23 @@ def simulate_round(
         for c in ids
     }
     server = SecAggServer(cfg.round_params(ids, int(updates[0].shape[0]), round_id=round_id), roster)
-    return drive_round(server, clients, dropouts=dropouts, on_message=on_message)
+    return _drive_round(server, clients, dropouts=dropouts, on_message=on_message)
 
 
-def drive_round(
+def _drive_round(
     server: SecAggServer,
     clients: Mapping[int, SecAggClient],
     *,
     dropouts: Mapping[Stage, Collection[int]] | None = None,
     on_message: Callable[[ClientMessage], None] | None = None,
-    on_broadcast: Callable[[ServerMessage], None] | None = None,
 ) -> AggregateResult:
     """Deliver every message between ``server`` and ``clients`` in memory until the result.
 
-    The one in-memory transport of the protocol (``simulate_round`` and the router's
-    ``SecureAggregator`` both run on it). ``dropouts[stage]``: clients whose reply at ``stage``
+    The protocol's own in-memory transport (a consortium's rounds run in memory through
+    ``sdk.wire.run_in_memory`` instead). ``dropouts[stage]``: clients whose reply at ``stage``
     is never delivered; they are gone from then on. A client that refuses to go on (too few
     live neighbours) is gone too. Raises ``RoundAborted`` when too few survive.
-    ``on_broadcast`` / ``on_message`` see each delivered server / client message.
+    ``on_message`` sees each delivered client message.
     """
     gone: set[int] = set()
     outbox: dict[int, ServerMessage] = server.start()
@@ -69,8 +68,6 @@ def drive_round(
         for c, msg in outbox.items():
             if c in gone:
                 continue
-            if on_broadcast is not None:
-                on_broadcast(msg)
             try:
                 reply = clients[c].receive(msg)
             except RoundAborted:

@@ -76,6 +76,10 @@ from sdk.wire._images import ImageCache, image_bytes
 from sdk.wire._kinds import (
     ROUND_KINDS,
 )
+from sdk.wire._memory import (
+    MemoryRound,
+    run_in_memory,
+)
 from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel
 from sdk.wire._ops import (
     StoredGauge,
@@ -97,6 +101,7 @@ from sdk.wire._protocols import (
     RoundSpec,
     ServerRound,
     StagePayload,
+    UpdateRejected,
     UpdateSource,
     as_delta,
     decode_vector,
@@ -221,6 +226,7 @@ __all__ = [
     "MemberRefusal",
     "MemberReport",
     "MemberState",
+    "MemoryRound",
     "MissingImages",
     "NotFoundError",
     "PayloadError",
@@ -269,6 +275,7 @@ __all__ = [
     "StagePayload",
     "StageSubmit",
     "StoredGauge",
+    "UpdateRejected",
     "UpdateSource",
     "WalCheckpointer",
     "Work",
@@ -302,6 +309,7 @@ __all__ = [
     "ready_update",
     "record_nonce",
     "rotation_message",
+    "run_in_memory",
     "serve",
     "sign_headers",
     "sign_rotation",

@@ -1,7 +1,9 @@
 """Round kinds: the server and client halves of each aggregation protocol, behind one interface.
 
-The REST layer only moves stage payloads between these objects, persists them and enforces
-deadlines. A payload is a JSON object or, for bulk vectors, raw bytes (an
+Each kind is defined once, sans-IO, and three drivers run it: the server's round manager and
+the member's runner over REST, and ``run_in_memory`` (``_memory``) in one process. The halves
+speak typed messages; the REST drivers add the wire form at their edge and otherwise only move
+stage payloads between these objects, persist them and enforce deadlines. A payload is a JSON object or, for bulk vectors, raw bytes (an
 ``application/octet-stream`` body): a kind chooses per stage, and its server half parses each
 payload once, outside the round lock (``parse``), before absorbing it under the lock
 (``accept``). ``rm_fedavg`` (plain weighted averaging, the baseline) lives here, ``router_secagg``
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import struct
 from abc import ABC, abstractmethod
 from concurrent.futures import Future
@@ -38,6 +41,7 @@ __all__ = [
     "RoundSpec",
     "ServerRound",
     "StagePayload",
+    "UpdateRejected",
     "UpdateSource",
     "as_delta",
     "decode_vector",
@@ -123,6 +127,12 @@ class RoundSpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     router_config: RouterConfigRef | None = None
 
+    @classmethod
+    def of(cls, info: BaseModel) -> RoundSpec:
+        """The spec a round's published info (``RoundInfo``) carries: its fields of the same
+        names, so the two never drift apart field by field."""
+        return cls.model_validate(info.model_dump(include=set(cls.model_fields)))
+
 
 class RoundPrivacy(BaseModel):
     """What a round exposes of one member's update, as its kind and params set it: what a
@@ -158,17 +168,35 @@ def decode_vector(text: object, length: int, *, what: str = "vector") -> np.ndar
     return vec
 
 
+class UpdateRejected(RoundFailed):
+    """The member's own local update is unusable for this round (shape, weight, values)."""
+
+
 class ServerRound(ABC):
-    """The server half of one round: accepts stage messages, closes stages."""
+    """The server half of one round: accepts stage messages, closes stages.
+
+    Its core is typed (``opening``, ``accept``, ``close_stage``); the REST round manager adds
+    the wire form at its edge (``parse``, ``first_broadcast``, ``close``), the in-memory driver
+    (``sdk.wire.run_in_memory``) passes the typed messages as they are.
+    """
 
     stages: tuple[str, ...]
     # Every value of a valid aggregate lies in [-aggregate_bound, aggregate_bound]: the round
     # manager publishes nothing outside it (one member's message must not poison the router).
     aggregate_bound: float = float("inf")
 
-    def first_broadcast(self, client_id: str) -> dict[str, Any]:
-        """What a client receives before the first stage (default: nothing)."""
+    def opening(self, client_id: str) -> object:
+        """The typed message a client receives before the first stage (default: nothing)."""
         return {}
+
+    def encode(self, msg: object) -> dict[str, Any]:
+        """The wire (JSON) form of a typed server message (default: it already is one)."""
+        assert isinstance(msg, dict)
+        return msg
+
+    def first_broadcast(self, client_id: str) -> dict[str, Any]:
+        """What a client receives before the first stage, in its wire form."""
+        return self.encode(self.opening(client_id))
 
     @abstractmethod
     def parse(self, stage: str, client_id: str, payload: StagePayload) -> object:
@@ -177,24 +205,50 @@ class ServerRound(ABC):
 
     @abstractmethod
     def accept(self, stage: str, client_id: str, parsed: object) -> None:
-        """Absorb a message returned by ``parse``; raise ``PayloadError``."""
+        """Absorb a typed message (as ``parse`` returns it); raise ``PayloadError``."""
 
     @abstractmethod
+    def close_stage(self, stage: str) -> dict[str, object]:
+        """End a stage with the messages accepted so far; returns the next stage's typed input
+        per client id (empty after the last stage). Raise ``RoundFailed`` to end the round."""
+
     def close(self, stage: str) -> dict[str, dict[str, Any]]:
-        """End a stage with the messages accepted so far; returns the next stage's input per
-        client id (empty after the last stage). Raise ``RoundFailed`` to end the round."""
+        """``close_stage`` with each next-stage input in its wire form."""
+        return {cid: self.encode(msg) for cid, msg in self.close_stage(stage).items()}
 
     @abstractmethod
     def result(self) -> np.ndarray:
         """The aggregate, (vector_length,) float32, once the last stage closed."""
 
+    @abstractmethod
+    def survivors(self) -> tuple[list[str], float]:
+        """The client ids whose updates the aggregate combines and the sum of their weights,
+        once the last stage closed."""
+
 
 class ClientRound(ABC):
-    """The client half of one round: turns the server's stage input into its stage message."""
+    """The client half of one round: turns the server's stage input into its stage message.
+
+    Its core is typed (``reply``); ``message`` adds the wire form for the REST runner.
+    """
 
     @abstractmethod
+    def reply(self, stage: str, server_msg: object) -> object:
+        """The typed message for ``stage`` given the server's typed input for it; raises
+        ``RoundFailed`` (``UpdateRejected`` when the local update is the reason)."""
+
+    def decode(self, stage: str, server_input: dict[str, Any]) -> object:
+        """The typed form of the server's wire input (default: the JSON object itself)."""
+        return server_input
+
+    def encode(self, msg: object) -> StagePayload:
+        """The wire form of a typed reply (default: it already is one)."""
+        assert isinstance(msg, (dict, bytes))
+        return msg
+
     def message(self, stage: str, server_input: dict[str, Any]) -> StagePayload:
-        """The message for ``stage`` given the server's input for it."""
+        """The wire message for ``stage`` given the server's wire input for it."""
+        return self.encode(self.reply(stage, self.decode(stage, server_input)))
 
     def state(self) -> dict[str, Any]:
         """JSON state to persist with each sent message, so that a client restarted mid-round
@@ -222,10 +276,17 @@ class RoundKind(ABC):
 
     @abstractmethod
     def client(self, spec: RoundSpec, *, client_id: str, key: Ed25519PrivateKey,
-               update: UpdateSource, state: dict[str, Any] | None) -> ClientRound:
+               update: UpdateSource, state: dict[str, Any] | None,
+               rng: np.random.Generator | None = None) -> ClientRound:
         """A client half that waits on ``update`` for (vector (vector_length,), weight n_k) when
         a stage needs them; ``state`` is what ``ClientRound.state`` returned before a restart,
-        if any."""
+        if any; ``rng`` seeds its randomized encoding (default: fresh OS entropy)."""
+
+    def wire_size(self, msg: object) -> int:
+        """Bytes of one typed message on the wire (JSON objects compact)."""
+        if isinstance(msg, bytes):
+            return len(msg)
+        return len(json.dumps(msg, separators=(",", ":")))
 
 
 # -- rm_fedavg: the plain (unmasked) baseline --------------------------------------------------
@@ -276,6 +337,7 @@ class _FedAvgServer(ServerRound):
         self._sum = np.zeros(spec.vector_length, dtype=np.float64)
         self._weight = 0.0
         self._count = 0
+        self._senders: list[str] = []
         self._result: np.ndarray | None = None
 
     def parse(self, stage: str, client_id: str, payload: StagePayload) -> object:
@@ -308,8 +370,9 @@ class _FedAvgServer(ServerRound):
         self._sum += parsed.weight * parsed.vector
         self._weight += parsed.weight
         self._count += 1
+        self._senders.append(client_id)
 
-    def close(self, stage: str) -> dict[str, dict[str, Any]]:
+    def close_stage(self, stage: str) -> dict[str, object]:
         if self._count < self.spec.min_clients:
             raise RoundFailed(f"only {self._count} update(s) arrived, min_clients is "
                               f"{self.spec.min_clients}")
@@ -321,13 +384,21 @@ class _FedAvgServer(ServerRound):
             raise RoundFailed("the round has not finished")
         return self._result
 
+    def survivors(self) -> tuple[list[str], float]:
+        return list(self._senders), self._weight
+
 
 class _FedAvgClient(ClientRound):
     def __init__(self, update: UpdateSource) -> None:
         self._update = update
 
-    def message(self, stage: str, server_input: dict[str, Any]) -> StagePayload:
-        return encode_update(*self._update.result())
+    def reply(self, stage: str, server_msg: object) -> object:
+        vector, weight = self._update.result()
+        return _Update(float(weight), np.asarray(vector, dtype=np.float32))
+
+    def encode(self, msg: object) -> StagePayload:
+        assert isinstance(msg, _Update)
+        return encode_update(msg.vector, msg.weight)
 
 
 class FedAvgKind(RoundKind):
@@ -339,6 +410,12 @@ class FedAvgKind(RoundKind):
         return _FedAvgServer(spec)
 
     def client(self, spec: RoundSpec, *, client_id: str, key: Ed25519PrivateKey,
-               update: UpdateSource, state: dict[str, Any] | None) -> ClientRound:
+               update: UpdateSource, state: dict[str, Any] | None,
+               rng: np.random.Generator | None = None) -> ClientRound:
         return _FedAvgClient(update)
+
+    def wire_size(self, msg: object) -> int:
+        if isinstance(msg, _Update):
+            return _WEIGHT.size + 4 * int(msg.vector.size)
+        return super().wire_size(msg)
 

@@ -1,6 +1,6 @@
 """``router_secagg``: the sdk.secagg SecAgg+ state machines behind the ``RoundKind`` interface.
 
-Clients are numbered 1..N in participant order; the round roster is built from the enrolled
+Clients are numbered 1..N in participant order (``protocol_ids``); the round roster is built from the enrolled
 Ed25519 identity keys, the same keys that sign every REST request. The masked input (4 bytes per
 parameter) travels as its compact binary form (``MaskedInput.to_bytes``), every other message as
 JSON. A client's ``state`` is ``SecAggClient.export_state``: it resumes the round after a restart.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import os
 import struct
 import threading
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from sdk.secagg import (
     ClientState,
@@ -47,6 +46,7 @@ from sdk.wire._protocols import (
     RoundSpec,
     ServerRound,
     StagePayload,
+    UpdateRejected,
     UpdateSource,
 )
 from sdk.wire._schemas import DPTerms
@@ -72,6 +72,18 @@ class SecAggRoundParams(SecAggConfig):
                              f"{self.max_weight} (leave it out)")
         return self
 
+    @staticmethod
+    def uniform_under_dp(config: SecAggConfig) -> SecAggConfig:
+        """``config`` with the weight rule under DP applied (max_weight 1, in an explicit
+        quantization too), for callers that build a config rather than send params."""
+        if config.dp is None:
+            return config
+        quant = config.quantization
+        return SecAggConfig.model_validate({
+            **dict(config), "max_weight": 1,
+            "quantization": None if quant is None else quant.model_copy(update={"max_weight": 1}),
+        })
+
     @classmethod
     def parse(cls, params: dict[str, Any]) -> SecAggRoundParams:
         """Validate a round's ``params`` (the update-source keys aside), with one readable
@@ -93,6 +105,12 @@ class SecAggRoundParams(SecAggConfig):
                              f"{', '.join(known)})") from None
 
 
+def protocol_ids(spec: RoundSpec) -> dict[str, int]:
+    """Client id -> SecAgg+ protocol index: 1..N in the round's participant order (the one
+    mapping both halves and every driver use)."""
+    return {cid: i + 1 for i, cid in enumerate(spec.participants)}
+
+
 def _round_params(spec: RoundSpec) -> tuple[RoundParams, Roster]:
     cfg = SecAggRoundParams.parse(spec.params)
     n = len(spec.participants)
@@ -111,7 +129,9 @@ def _round_params(spec: RoundSpec) -> tuple[RoundParams, Roster]:
                          f"raise threshold (at most degree + 1 = {params.degree + 1}) or omit it")
     if params.dp is not None:
         _check_dp_range(params)
-    roster = Roster.from_raw({i + 1: base64.b64decode(k) for i, k in enumerate(spec.public_keys)})
+    ids = protocol_ids(spec).values()
+    roster = Roster.from_raw({i: base64.b64decode(k)
+                              for i, k in zip(ids, spec.public_keys, strict=True)})
     return params, roster
 
 
@@ -139,12 +159,16 @@ class _Server(ServerRound):
             self.aggregate_bound = 2 * params.quantization.clip_range
         except (ValueError, KeyError, ValidationError, SecAggError) as exc:
             raise RoundFailed(f"bad secure-aggregation parameters: {exc}") from exc
-        self._ids = {cid: i + 1 for i, cid in enumerate(spec.participants)}
+        self._ids = protocol_ids(spec)
         self._names = {i: cid for cid, i in self._ids.items()}
         self._first = self._sm.start()
 
-    def first_broadcast(self, client_id: str) -> dict[str, Any]:
-        return self._first[self._ids[client_id]].model_dump(mode="json")
+    def opening(self, client_id: str) -> object:
+        return self._first[self._ids[client_id]]
+
+    def encode(self, msg: object) -> dict[str, Any]:
+        assert isinstance(msg, BaseModel)
+        return msg.model_dump(mode="json")
 
     def parse(self, stage: str, client_id: str, payload: StagePayload) -> object:
         try:
@@ -152,8 +176,8 @@ class _Server(ServerRound):
                 if stage != Stage.MASKED_INPUT_COLLECTION.value:
                     raise PayloadError(f"stage {stage}: expects a JSON message, not a binary body")
                 msg: Any = MaskedInput.from_bytes(payload)
-            else:
-                msg = parse_client_message(json.dumps(payload))
+            else:  # the parsed JSON object validates as it is: no second JSON round trip
+                msg = parse_client_message(payload)
         except (ValidationError, ValueError, struct.error) as exc:
             if isinstance(exc, PayloadError):
                 raise
@@ -172,7 +196,7 @@ class _Server(ServerRound):
         except SecAggError as exc:
             raise PayloadError(str(exc)) from exc
 
-    def close(self, stage: str) -> dict[str, dict[str, Any]]:
+    def close_stage(self, stage: str) -> dict[str, object]:
         try:
             out = self._sm.close_stage()
         except RoundAborted as exc:
@@ -183,30 +207,36 @@ class _Server(ServerRound):
         if stage == Stage.MASKED_INPUT_COLLECTION.value and len(out) < self.spec.min_clients:
             raise RoundFailed(f"only {len(out)} masked input(s) arrived, min_clients is "
                               f"{self.spec.min_clients}")
-        return {self._names[i]: m.model_dump(mode="json") for i, m in out.items()}
+        return {self._names[i]: m for i, m in out.items()}
 
     def result(self) -> np.ndarray:
         if self._sm.result is None:
             raise RoundFailed("the secure aggregate is not available")
         return self._sm.result.mean.astype(np.float32)
 
+    def survivors(self) -> tuple[list[str], float]:
+        if self._sm.result is None:
+            raise RoundFailed("the secure aggregate is not available")
+        return [self._names[i] for i in self._sm.result.survivors], self._sm.result.weight_sum
+
 
 class _Client(ClientRound):
     def __init__(self, spec: RoundSpec, client_id: str, key: Ed25519PrivateKey,
-                 update: UpdateSource, state: dict[str, Any] | None) -> None:
-        index = spec.participants.index(client_id) + 1
+                 update: UpdateSource, state: dict[str, Any] | None,
+                 rng: np.random.Generator | None) -> None:
+        index = protocol_ids(spec)[client_id]
         params, roster = _round_params(spec)
-        self._dp = params.dp is not None  # uniform weights: n_k only counts for the policy
+        self._dp = params.dp is not None
         self._update = update
         # The update is provided later (``_provide``): the key stages run while it is computed.
         if state:
             try:
-                saved = ClientState.model_validate_json(json.dumps(state))
-                self._sm = SecAggClient.restore(saved, key, roster, None, None)
+                saved = ClientState.model_validate(state)
+                self._sm = SecAggClient.restore(saved, key, roster, None, None, rng=rng)
             except ValueError as exc:  # includes pydantic's ValidationError
                 raise RoundFailed(f"cannot resume from the saved round state: {exc}") from exc
         else:
-            self._sm = SecAggClient(index, key, roster, None, None)
+            self._sm = SecAggClient(index, key, roster, None, None, rng=rng)
         self._prep: threading.Thread | None = None
 
     def _provide(self) -> None:
@@ -220,23 +250,28 @@ class _Client(ClientRound):
         if vector.dtype not in (np.float32, np.float64):
             vector = vector.astype(np.float64)
         try:
-            self._sm.provide_input(vector, 1 if self._dp else int(weight))
+            self._sm.provide_input(vector, member_weight(weight, dp=self._dp))
         except SecAggError as exc:
-            raise RoundFailed(f"the local update is not valid for this round: {exc}") from exc
+            raise UpdateRejected(f"the local update is not valid for this round: {exc}") from exc
 
     def _prepare(self) -> None:
         with contextlib.suppress(Exception):  # ``message`` redoes whatever failed, and raises
             self._provide()
             self._sm.prepare_masked_input()
 
-    def message(self, stage: str, server_input: dict[str, Any]) -> StagePayload:
+    def decode(self, stage: str, server_input: dict[str, Any]) -> object:
+        try:  # the parsed JSON object validates as it is: no second JSON round trip
+            return parse_server_message(server_input)
+        except ValidationError as exc:
+            raise RoundFailed(f"stage {stage}: {exc}") from exc
+
+    def reply(self, stage: str, server_msg: object) -> object:
         self.wait_prepared()  # the state machine is not to be used by two threads at once
         if stage == Stage.MASKED_INPUT_COLLECTION.value:
             self._provide()
         try:
-            msg = parse_server_message(json.dumps(server_input))
-            reply = self._sm.receive(msg)
-        except (ValidationError, SecAggError) as exc:
+            reply = self._sm.receive(server_msg)  # type: ignore[arg-type]
+        except SecAggError as exc:
             raise RoundFailed(f"stage {stage}: {exc}") from exc
         # Mask while the runner persists and sends this reply and waits for the next stage
         # (mostly asleep on its socket): every client would otherwise mask at once, right after
@@ -247,8 +282,14 @@ class _Client(ClientRound):
             self._prep = threading.Thread(target=self._prepare, name="fedmor-secagg-mask",
                                           daemon=True)
             self._prep.start()
+        return reply
+
+    def encode(self, msg: object) -> StagePayload:
         # The one bulky message goes as raw bytes: no base64, no JSON, parsed once by the server.
-        return reply.to_bytes() if isinstance(reply, MaskedInput) else reply.model_dump(mode="json")
+        if isinstance(msg, MaskedInput):
+            return msg.to_bytes()
+        assert isinstance(msg, BaseModel)
+        return msg.model_dump(mode="json")
 
     def wait_prepared(self) -> None:
         """Join the background masking started by the last reply, if any (a failure there
@@ -259,6 +300,12 @@ class _Client(ClientRound):
 
     def state(self) -> dict[str, Any]:
         return self._sm.export_state().model_dump(mode="json")
+
+
+def member_weight(n_k: float, *, dp: bool) -> int:
+    """The weight a member masks with its update: n_k, or 1 under DP (each member's noise
+    covers one member's clipped update, so a larger weight would outweigh the noise)."""
+    return 1 if dp else int(n_k)
 
 
 def dp_terms(dp: DPConfig) -> DPTerms:
@@ -287,6 +334,16 @@ class SecAggKind(RoundKind):
         return _Server(spec)
 
     def client(self, spec: RoundSpec, *, client_id: str, key: Ed25519PrivateKey,
-               update: UpdateSource, state: dict[str, Any] | None) -> ClientRound:
-        return _Client(spec, client_id, key, update, state)
+               update: UpdateSource, state: dict[str, Any] | None,
+               rng: np.random.Generator | None = None) -> ClientRound:
+        return _Client(spec, client_id, key, update, state, rng)
+
+    def wire_size(self, msg: object) -> int:
+        """The masked input travels in its binary form (4 bytes per element), the rest as
+        compact JSON."""
+        if isinstance(msg, MaskedInput):
+            return len(msg.to_bytes())
+        if isinstance(msg, BaseModel):
+            return len(msg.model_dump_json())
+        return super().wire_size(msg)
 

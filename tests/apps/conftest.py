@@ -140,9 +140,7 @@ def in_process_secure_round(tmp_path: Path, length: int, update: Callable[[str],
                           capture=None if capture is None else capture(store))
     info = rounds.create(RoundCreate(kind="router_secagg", vector_length=length,
                                      min_clients=2, params={"threshold": 2, "degree": 2}))
-    spec = RoundSpec(round_id=info.round_id, kind=info.kind, participants=info.participants,
-                     public_keys=info.public_keys, vector_length=length,
-                     min_clients=2, stage_deadline_s=info.stage_deadline_s, params=info.params)
+    spec = RoundSpec.of(info)
     halves = {c: ROUND_KINDS[info.kind].client(spec, client_id=c, key=keys[c[2:]],
                                                 update=update(c), state=None)
               for c in info.participants}

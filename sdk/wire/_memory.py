@@ -1,0 +1,93 @@
+"""The in-memory driver of a round kind: both halves of one round in one process, no I/O.
+
+The third driver beside the server's round manager and the member's runner: it runs the very
+``ServerRound`` and ``ClientRound`` halves they run, hands each typed message straight from one
+half to the other, and does the member's and the server's delta arithmetic with the same
+``as_delta`` / ``from_delta``. Simulations (the router's federated training) use it, so a
+round computed in memory is the round a consortium computes over REST.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from sdk.wire._protocols import (
+    ClientRound,
+    RoundFailed,
+    RoundKind,
+    RoundSpec,
+    UpdateRejected,
+    as_delta,
+    from_delta,
+    ready_update,
+)
+
+__all__ = ["MemoryRound", "run_in_memory"]
+
+
+@dataclass(frozen=True)
+class MemoryRound:
+    """What one in-memory round produced; ``params`` is None when the round failed."""
+
+    params: np.ndarray | None  # (P,) float32: base + the weighted mean of the deltas
+    survivors: list[str]  # the client ids whose updates ``params`` combines
+    weight_sum: float
+    bytes_up: int  # every delivered client message, in its wire size
+    bytes_down: int  # every delivered server message, in its wire size
+    failed: str | None = None
+
+
+def run_in_memory(
+    kind: RoundKind,
+    spec: RoundSpec,
+    keys: Mapping[str, Ed25519PrivateKey],
+    updates: Mapping[str, tuple[np.ndarray, float]],
+    base: np.ndarray | None,
+    *,
+    dropouts: Mapping[str, Collection[str]] | None = None,
+    rngs: Mapping[str, np.random.Generator] | None = None,
+) -> MemoryRound:
+    """Run round ``spec`` of ``kind`` between its participants' client halves and its server
+    half; ``updates[client_id]`` is (phi_k (P,), n_k) trained from ``base`` (P,).
+
+    ``dropouts[stage]``: the clients whose reply at ``stage`` never arrives (they are gone
+    from then on); a client half that refuses to go on (``RoundFailed``) is gone too. A local
+    update the kind rejects raises ``UpdateRejected``: in memory the caller owns every update.
+    """
+    server = kind.server(spec)
+    clients: dict[str, ClientRound] = {
+        cid: kind.client(spec, client_id=cid, key=keys[cid],
+                         update=ready_update(as_delta(updates[cid][0], base), updates[cid][1]),
+                         state=None, rng=None if rngs is None else rngs[cid])
+        for cid in spec.participants
+    }
+    gone: set[str] = set()
+    up = down = 0
+    outbox: dict[str, object] = {cid: server.opening(cid) for cid in spec.participants}
+    try:
+        for stage in server.stages:
+            gone |= set((dropouts or {}).get(stage, ()))
+            for cid, msg in outbox.items():
+                if cid in gone:
+                    continue
+                down += kind.wire_size(msg)
+                try:
+                    reply = clients[cid].reply(stage, msg)
+                except UpdateRejected:
+                    raise
+                except RoundFailed:
+                    gone.add(cid)
+                    continue
+                up += kind.wire_size(reply)
+                server.accept(stage, cid, reply)
+            outbox = server.close_stage(stage)
+    except UpdateRejected:
+        raise
+    except RoundFailed as exc:
+        return MemoryRound(None, [], 0.0, up, down, failed=str(exc))
+    survivors, weight_sum = server.survivors()
+    return MemoryRound(from_delta(server.result(), base), survivors, weight_sum, up, down)
