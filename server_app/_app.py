@@ -31,7 +31,7 @@ from server_app._audit_api import install_audit
 from server_app._audit_budget_api import audit_budget_router
 from server_app._broker import RewardBroker
 from server_app._capture import ServerCapture
-from server_app._console_api import install_console
+from server_app._console_api import CONSOLE_PATH, install_console
 from server_app._console_page import ConsoleSources
 from server_app._enroll_api import enrollment_router
 from server_app._identity import Identities
@@ -131,7 +131,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes, auth=HeaderAuth(
         public_key_of=access.key_of, max_skew_s=cfg.max_clock_skew_s,
         retired_keys_of=lambda sender: access.retired_keys_of(sender), bearer=access.bearer,
-        anonymous_paths=HeaderAuth.PROBES | {"/v1/enroll"}))
+        anonymous_paths=HeaderAuth.PROBES | {"/v1/enroll", CONSOLE_PATH},
+        anonymous_prefixes=(CONSOLE_PATH + "/",)))  # the console checks its session cookie
     limits = access.limits = Limiter(cfg.limits)
     install_server_ops(app, store, limits, access.operator)
     install_limits(app, limits)  # the outermost middleware: a refusal costs nothing more

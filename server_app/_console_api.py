@@ -23,9 +23,9 @@ from sdk.wire import AuthError, ConsoleLink, NotFoundError
 from server_app._access import Access
 from server_app._console_auth import COOKIE, ConsoleLogins, LoginRefused
 from server_app._console_page import ASSETS, ConsoleSources, ConsoleView, message_page, render
-from server_app._console_settings import ConsoleSettings
+from server_app._console_settings import CONSOLE_PATH, ConsoleSettings
 
-__all__ = ["SECURITY_HEADERS", "console_router", "install_console"]
+__all__ = ["CONSOLE_PATH", "SECURITY_HEADERS", "console_router", "install_console"]
 
 SECURITY_HEADERS = {
     "content-security-policy": "default-src 'self'; frame-ancestors 'none'; "
@@ -60,19 +60,19 @@ def console_router(logins: ConsoleLogins, sources: ConsoleSources, access: Acces
         (signed ``operator`` identities only)."""
         return logins.mint(who)
 
-    @router.get("/console/login/{token}", response_class=HTMLResponse, include_in_schema=False)
+    @router.get(CONSOLE_PATH + "/login/{token}", response_class=HTMLResponse, include_in_schema=False)
     def login(request: Request, token: str) -> Response:
         try:
             session = logins.redeem(token)
         except LoginRefused as exc:
             return _page(message_page("login link refused", str(exc)), 403)
-        response = RedirectResponse("/console", status_code=303, headers=SECURITY_HEADERS)
-        response.set_cookie(COOKIE, session, max_age=int(logins.cfg.session_s), path="/console",
+        response = RedirectResponse(CONSOLE_PATH, status_code=303, headers=SECURITY_HEADERS)
+        response.set_cookie(COOKIE, session, max_age=int(logins.cfg.session_s), path=CONSOLE_PATH,
                             httponly=True, samesite="strict",
                             secure=request.url.scheme == "https")
         return response
 
-    @router.get("/console", response_class=HTMLResponse, include_in_schema=False)
+    @router.get(CONSOLE_PATH, response_class=HTMLResponse, include_in_schema=False)
     async def page(session: Annotated[str | None, Cookie(alias=COOKIE)] = None) -> Response:
         found = await run_in_threadpool(logins.session, session)
         if found is None:
@@ -81,14 +81,14 @@ def console_router(logins: ConsoleLogins, sources: ConsoleSources, access: Acces
         view = await run_in_threadpool(ConsoleView.gather, sources, found[0])
         return _page(render(view, refresh_s=refresh_s, session_expires=found[1]))
 
-    @router.post("/console/logout", response_class=HTMLResponse, include_in_schema=False)
+    @router.post(CONSOLE_PATH + "/logout", response_class=HTMLResponse, include_in_schema=False)
     def logout(session: Annotated[str | None, Cookie(alias=COOKIE)] = None) -> Response:
         logins.end(session)
         response = _page(message_page("signed out", "The console session ended."))
-        response.delete_cookie(COOKIE, path="/console", httponly=True, samesite="strict")
+        response.delete_cookie(COOKIE, path=CONSOLE_PATH, httponly=True, samesite="strict")
         return response
 
-    @router.get("/console/assets/console.css", include_in_schema=False)
+    @router.get(CONSOLE_PATH + "/assets/console.css", include_in_schema=False)
     def stylesheet() -> Response:
         return Response(_CSS, media_type="text/css", headers=SECURITY_HEADERS)
 

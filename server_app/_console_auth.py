@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from sdk.wire import AuthError, ConsoleLink
 from server_app._access import Access
-from server_app._console_settings import ConsoleSettings
+from server_app._console_settings import CONSOLE_PATH, ConsoleSettings
 from server_app._store import Store
 
 __all__ = ["COOKIE", "ConsoleLogins", "LoginRefused"]
@@ -55,7 +55,7 @@ class ConsoleLogins:
         expires = now + self.cfg.link_ttl_s
         self.store.put_console_token(_digest(token), _LINK, operator, expires, now)
         self.store.audit(operator, "console_link", expires_at=expires)
-        return ConsoleLink(path=f"/console/login/{token}", expires_at=expires,
+        return ConsoleLink(path=f"{CONSOLE_PATH}/login/{token}", expires_at=expires,
                            session_s=self.cfg.session_s)
 
     def redeem(self, token: str) -> str:

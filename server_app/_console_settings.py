@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ConsoleSettings"]
+__all__ = ["CONSOLE_PATH", "ConsoleSettings"]
+
+CONSOLE_PATH = "/console"
+"""Where the console lives; its pages authenticate by the session cookie, not by signed
+headers, so the server's header check lets anonymous requests reach this path and below."""
 
 
 class ConsoleSettings(BaseModel):

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 from _scratch import scratch_dir
 
 from fedmor_local import OPEN_POLICY, LocalConsortium
-from sdk.wire import load_or_create_key, public_key_b64, sign_headers
+from sdk.wire import AsyncSignedClient, SignedClient, load_or_create_key, public_key_b64
 
 HOSTILE = "hostile"
 PROBE_EVERY_S = 0.1
@@ -143,11 +143,10 @@ def _hostile(url: str, client_id: str, key_path: str, polls: int, control: Any) 
     counts = {"refused": 0, "answered": 0}
     path = "/v1/work?wait_s=30"
 
-    async def poll(http: httpx.AsyncClient, stop: asyncio.Event) -> None:
+    async def poll(client: AsyncSignedClient, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                resp = await http.get(path, headers=sign_headers(
-                    key, sender=client_id, method="GET", path=path, body=b""))
+                resp = await client.request("GET", path)
             except httpx.HTTPError:
                 continue
             if resp.status_code == 429:
@@ -160,7 +159,8 @@ def _hostile(url: str, client_id: str, key_path: str, polls: int, control: Any) 
         stop = asyncio.Event()
         limits = httpx.Limits(max_connections=polls + 10, max_keepalive_connections=polls)
         async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
-            tasks = [asyncio.create_task(poll(http, stop)) for _ in range(polls)]
+            client = AsyncSignedClient(key=key, sender=client_id, http=http)
+            tasks = [asyncio.create_task(poll(client, stop)) for _ in range(polls)]
             while sum(counts.values()) < polls - 4:  # the first wave is in and refused
                 await asyncio.sleep(0.05)
             control.send("attacking")
@@ -200,17 +200,17 @@ class Aligner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _post(self, http: httpx.Client, step: int, with_image: bool) -> httpx.Response:
+    def _post(self, http: SignedClient, step: int, with_image: bool) -> httpx.Response:
         items = [{"image_sha256": self.sha, "prompt": f"What is shown? ({step})",
                   "response": f"answer {i}", **({"image_b64": self.b64} if with_image else {})}
                  for i in range(16)]
-        body = json.dumps({"items": items, "method": "random", "step": step}).encode()
-        headers = sign_headers(self.key, sender=self.client_id, method="POST",
-                               path="/v1/rewards", body=body)
-        return http.post("/v1/rewards", content=body,
-                         headers=headers | {"content-type": "application/json"})
+        return http.request("POST", "/v1/rewards",
+                            {"items": items, "method": "random", "step": step})
 
-    def _batch(self, http: httpx.Client, step: int) -> httpx.Response:
+    def _client(self) -> SignedClient:
+        return SignedClient(self.url, key=self.key, sender=self.client_id, timeout_s=600)
+
+    def _batch(self, http: SignedClient, step: int) -> httpx.Response:
         resp = self._post(http, step, with_image=False)
         if resp.status_code == 200 and resp.json().get("missing"):
             resp = self._post(http, step, with_image=True)
@@ -218,13 +218,13 @@ class Aligner:
 
     def warm_up(self) -> None:
         """One untimed batch: the server's first builds its selection (importing torch)."""
-        with httpx.Client(base_url=self.url, timeout=600) as http:
+        with self._client() as http:
             resp = self._batch(http, 0)
         if resp.status_code != 200:
             raise RuntimeError(f"the aligner's warm-up batch failed: {resp.text[:300]}")
 
     def _run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=600) as http:
+        with self._client() as http:
             step = 1
             while not self._stop.is_set():
                 try:

@@ -125,6 +125,9 @@ class HeaderAuth:
     retired_keys_of: RetiredKeys | None = None
     bearer: Callable[[str], None] | None = None
     anonymous_paths: frozenset[str] = frozenset()
+    anonymous_prefixes: tuple[str, ...] = ()
+    """Path prefixes an anonymous caller may reach too: pages that authenticate by their own
+    means (the operator console's session cookie)."""
 
     PROBES: ClassVar[frozenset[str]] = frozenset({
         "/v1/health", "/v1/ready", "/metrics", "/openapi.json", "/docs", "/redoc",
@@ -183,7 +186,8 @@ class SizeLimit:
         if bearer is not None and auth.bearer is not None:
             auth.bearer(bearer.decode("latin-1"))
             return self.limit
-        if scope["path"] not in auth.anonymous_paths:
+        path = scope["path"]
+        if path not in auth.anonymous_paths and not path.startswith(auth.anonymous_prefixes):
             SignedRequest.from_headers({})  # raises: which headers are missing
         return self.unsigned_limit
 

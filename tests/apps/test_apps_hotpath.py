@@ -235,13 +235,13 @@ def test_broker_marks_an_image_the_client_lost_again_after_the_resend(
     item = QueryItem(image=b"image bytes", prompt="p", response="r")
     bodies: list[dict[str, Any]] = []
 
-    async def post(url: str, *, content: bytes, headers: dict[str, str]) -> httpx.Response:
+    async def request(method: str, url: str, content: bytes, **_: Any) -> httpx.Response:
         bodies.append(json.loads(content))
         if len(bodies) == 2:  # the client lost its cache: it asks for the image again
             return httpx.Response(409, json={"detail": "resend", "missing": [item.image_sha256]})
         return httpx.Response(200, json={"scores": [0.5], "query_sha256": "0" * 64})
 
-    monkeypatch.setattr(broker._http, "post", post)
+    monkeypatch.setattr(broker._http, "request", request)
 
     async def run() -> list[list[float]]:
         out = [await broker.query("c-m0", [item]) for _ in range(3)]

@@ -204,15 +204,23 @@ def test_cli_keys_and_roster(tmp_path: Path, capsys: pytest.CaptureFixture[str])
                               "--public-key-file", str(tmp_path / "h1.pub")])
     assert args.handler(args) == 0
     assert "enrollment token" in capsys.readouterr().out
+    # one key is one identity: the same public key under a second name is refused
     args = parser.parse_args(["roster", "add", "--roster", str(roster), "--name", "job",
                               "--public-key", public, "--role", "aligner"])
+    with pytest.raises(ValueError, match="same public key"):
+        args.handler(args)
+    args = parser.parse_args(["keys", "new", "--out", str(tmp_path / "job.pem")])
+    assert args.handler(args) == 0
+    job_public = capsys.readouterr().out.strip()
+    args = parser.parse_args(["roster", "add", "--roster", str(roster), "--name", "job",
+                              "--public-key", job_public, "--role", "aligner"])
     assert args.handler(args) == 0
     assert "job (aligner)" in capsys.readouterr().out
     args = parser.parse_args(["roster", "list", "--roster", str(roster), "--json"])
     args.handler(args)
     listed = json.loads(capsys.readouterr().out)
     assert [(e["name"], e["role"], e["public_key"]) for e in listed] == [
-        ("h1", "member", public), ("job", "aligner", public)]
+        ("h1", "member", public), ("job", "aligner", job_public)]
     # an existing name is refused unless --replace (which a running server treats as a new
     # identity): never a silent re-key
     args = parser.parse_args(["roster", "add", "--roster", str(roster), "--name", "h1",

@@ -101,7 +101,7 @@ def test_fedmor_admin_rollback_over_https(hostile: LocalConsortium,
             "--ca", str(hostile.pki[0] if hostile.pki else "")]
     monkeypatch.setenv("FEDMOR_ADMIN_TOKEN", "wrong")
     assert sdk.cli.main(argv) == 1
-    assert "rollback refused (401)" in capsys.readouterr().err
+    assert "rollback refused by the server (401)" in capsys.readouterr().err
     monkeypatch.setenv("FEDMOR_ADMIN_TOKEN", ADMIN_TOKEN)
     assert sdk.cli.main(argv) == 0
     latest = hostile.admin.get("/v1/router/latest").json()
