@@ -479,7 +479,7 @@ class RoundManager:
             error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],
             refusals=self.records.refusals(round_id),
             dp=self.records.dp_account(round_id, row["status"]),
-            captured=bool(row["captured"]), router_config=spec.router_config)
+            captured=bool(row["captured"]))
 
     def list(self, status: str | None = None) -> list[RoundInfo]:
         """All rounds (that started), oldest first."""

@@ -114,7 +114,6 @@ def test_client_store_checkpoints_when_a_round_is_forgotten(tmp_path: Path) -> N
     store.forget_round(7)  # the round is over: its megabytes and secrets leave the log now
     # scrubbed before forget_round returns: the log is copied into the file and truncated
     assert (tmp_path / "client.db-wal").stat().st_size == 0
-    assert (tmp_path / "client.db").stat().st_size - empty >= 3_000_000
     assert store.sent(7) == {} and store.round_state(7) is None
     store.close()
     assert _wal_frames(tmp_path / "client.db") == 0
