@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sdk.ops import add_connection_options
 from sdk.progress import say
 
 if TYPE_CHECKING:
@@ -67,21 +68,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "signed; audited): rounds follow it from then on, older versions stay readable")
     lineage.add_argument("--config", type=Path, required=True, help="TOML/JSON file: the "
                          "router configuration, or the server settings whose [router] holds it")
-    _server_options(lineage)
+    add_connection_options(lineage)
     lineage.set_defaults(handler=_lineage)
-
-
-def _server_options(parser: argparse.ArgumentParser) -> None:
-    """Where the server is, how to verify it, and who signs (else FEDMOR_ADMIN_TOKEN)."""
-    parser.add_argument("--server", required=True, help="server URL, e.g. https://host:8443")
-    parser.add_argument("--ca", type=Path, default=None, help="CA bundle of the server")
-    parser.add_argument("--client-cert", type=Path, default=None,
-                        help="client certificate (PEM), for a server with require_client_cert")
-    parser.add_argument("--client-key", type=Path, default=None,
-                        help="the private key of --client-cert (PEM)")
-    parser.add_argument("--key-file", type=Path, default=None, help="an operator identity's "
-                        "key (else the admin token in FEDMOR_ADMIN_TOKEN)")
-    parser.add_argument("--sender", default=None, help="that operator identity's client id")
 
 
 def _encoder_option(parser: argparse.ArgumentParser) -> None:
@@ -208,32 +196,12 @@ def _read_router_config(path: Path) -> ConsortiumRouterConfig:
 
 
 def _lineage(args: argparse.Namespace) -> int:
-    import os
-
-    from sdk.wire import (
-        RequestRefused,
-        RouterConfigInfo,
-        SignedClient,
-        key_passphrase,
-        load_private_key,
-    )
+    from sdk.ops import connection_from_args
+    from sdk.wire import RouterConfigInfo
 
     config = _read_router_config(args.config)
-    if (args.client_cert is None) != (args.client_key is None):
-        raise ValueError("give both --client-cert and --client-key, or neither")
-    key = None if args.key_file is None else load_private_key(args.key_file, key_passphrase())
-    token = os.environ.get("FEDMOR_ADMIN_TOKEN") if key is None else None
-    if (key is None and not token) or (key is not None and not args.sender):
-        raise ValueError("sign as an operator identity (--key-file and --sender), or set "
-                         "FEDMOR_ADMIN_TOKEN to the server's admin token")
-    cert = None if args.client_cert is None else (str(args.client_cert), str(args.client_key))
-    with SignedClient(args.server, key=key, sender=args.sender if key else None,
-                      admin_token=token, ca=args.ca, client_cert=cert) as client:
-        try:
-            info = client.post_json("/v1/router/lineage", config, RouterConfigInfo)
-        except RequestRefused as exc:
-            raise ValueError(f"the server refused the new lineage ({exc.status}): "
-                             f"{exc.detail}") from None
+    info = RouterConfigInfo.model_validate(connection_from_args(args).request(
+        "POST", "/v1/router/lineage", config, what="the new lineage"))
     print(f"router lineage {info.lineage} started: {info.config.describe()}. Rounds follow it "
           f"now; declare the same configuration in the server's [router] before its next "
           f"restart.")
