@@ -16,7 +16,8 @@ __all__ = ["register"]
 def _client(args: argparse.Namespace) -> int:
     from client_app._app import create_client_app
     from client_app._settings import ClientSettings
-    from sdk.wire import configure_logging, load_settings, serve
+    from sdk.serving import configure_logging, serve
+    from sdk.wire import load_settings
 
     cfg = load_settings(ClientSettings, args.config)
     configure_logging(cfg.log_level, cfg.log_format)

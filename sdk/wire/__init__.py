@@ -157,11 +157,6 @@ from sdk.wire._secagg_kind import (
     SecAggKind,
     SecAggRoundParams,
 )
-from sdk.wire._serve import (
-    configure_logging,
-    serve,
-    tls_verify,
-)
 from sdk.wire._settings import (
     AppHardening,
     EnvOverFile,
@@ -286,7 +281,6 @@ __all__ = [
     "canonical_message",
     "check_private_files",
     "check_reward_url",
-    "configure_logging",
     "decode_vector",
     "docs_ui",
     "encode_update",
@@ -310,12 +304,10 @@ __all__ = [
     "record_nonce",
     "rotation_message",
     "run_in_memory",
-    "serve",
     "sign_headers",
     "sign_rotation",
     "signature_check",
     "stage_payload",
-    "tls_verify",
     "verify_signed",
     "write_private_key",
 ]

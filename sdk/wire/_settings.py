@@ -10,7 +10,7 @@ import tomllib
 from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
-from sdk.wire._serve import ConnectionLimits
+from sdk.serving._serve import ConnectionLimits
 
 __all__ = ["AppHardening", "EnvOverFile", "load_settings"]
 
