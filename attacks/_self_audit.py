@@ -63,7 +63,7 @@ def audit_own_scorer(client_config: Path, pairs_dir: Path, out_dir: Path,
     from sdk.data import load_pairs
     from sdk.models import Runtime
     from sdk.reward import RewardModel
-    from sdk.wire import load_settings
+    from sdk.serving import load_settings
 
     cfg = config or AuditConfig(max_pairs=50)
     say = progress or (lambda _m: None)

@@ -21,6 +21,7 @@ from client_app._settings import ClientSettings
 from client_app._store import ClientStore
 from sdk import __version__
 from sdk.secagg import preload_accountant
+from sdk.storage import purging
 from sdk.wire import (
     ERROR_RESPONSES,
     HeaderAuth,
@@ -30,7 +31,6 @@ from sdk.wire import (
     install_errors,
     key_passphrase,
     load_or_create_key,
-    purging,
 )
 
 __all__ = ["create_client_app", "create_client_app_from_env", "site_reward_service"]

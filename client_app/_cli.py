@@ -16,8 +16,7 @@ __all__ = ["register"]
 def _client(args: argparse.Namespace) -> int:
     from client_app._app import create_client_app
     from client_app._settings import ClientSettings
-    from sdk.serving import configure_logging, serve
-    from sdk.wire import load_settings
+    from sdk.serving import configure_logging, load_settings, serve
 
     cfg = load_settings(ClientSettings, args.config)
     configure_logging(cfg.log_level, cfg.log_format)
@@ -38,7 +37,7 @@ def _client(args: argparse.Namespace) -> int:
 def _policy_show(args: argparse.Namespace) -> int:
     from client_app._policy import describe_policy
     from client_app._settings import ClientSettings
-    from sdk.wire import load_settings
+    from sdk.serving import load_settings
 
     cfg = load_settings(ClientSettings, args.config)
     print(describe_policy(cfg.policy))
@@ -49,7 +48,8 @@ def _rotate_key(args: argparse.Namespace) -> int:
     from client_app._identity import rotate_key
     from client_app._runner import ClientRunner, RunnerError, _no_update
     from client_app._settings import ClientSettings
-    from sdk.wire import key_fingerprint, load_settings
+    from sdk.serving import load_settings
+    from sdk.wire import key_fingerprint
 
     cfg = load_settings(ClientSettings, args.config)
     try:

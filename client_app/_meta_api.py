@@ -11,7 +11,8 @@ from fastapi.responses import JSONResponse
 
 from client_app._store import ClientStore
 from sdk import __version__
-from sdk.wire import Health, StoredGauge, install_ops
+from sdk.serving import StoredGauge, install_ops
+from sdk.wire import Health
 
 __all__ = ["install_client_ops", "meta_router"]
 

@@ -8,7 +8,7 @@ import time
 
 from client_app._policy import SitePolicy
 from client_app._store import ClientStore
-from sdk.wire import DAY_S, Retention
+from sdk.storage import DAY_S, Retention
 
 __all__ = ["purge_client"]
 

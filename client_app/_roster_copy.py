@@ -3,9 +3,9 @@ rotations without trusting the server.
 
 A round that lists a key outside the copy makes the member fetch the server's rotation records
 (``GET /v1/identity/rotations``) and accept the key only along a chain of endorsements from a
-key in its copy (``sdk.wire.follow_rotations``); the records it followed are kept in its store,
-so they survive a restart. A record the chain refuses (a forgery: signed by a key outside the
-copy) is logged with the reason, and the round is refused as before.
+key in its copy (``sdk.membership.follow_rotations``); the records it followed are kept in its
+store, so they survive a restart. A record the chain refuses (a forgery: signed by a key outside
+the copy) is logged with the reason, and the round is refused as before.
 """
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from client_app._store import ClientStore
+from sdk.membership import RosterFile, RotationChain, follow_rotations
 from sdk.wire import (
-    RosterFile,
-    RotationChain,
     RotationRecord,
     RoundFailed,
     RoundInfo,
-    follow_rotations,
     key_fingerprint,
 )
 

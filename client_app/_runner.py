@@ -39,7 +39,6 @@ from client_app._scorer import load_object
 from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
-from sdk.serving import tls_verify
 from sdk.wire import (
     ROUND_KINDS,
     EnrollResponse,
@@ -60,6 +59,7 @@ from sdk.wire import (
     key_passphrase,
     load_or_create_key,
     public_key_b64,
+    tls_verify,
 )
 
 __all__ = ["ClientRunner", "RunnerError", "UpdateFn", "resolve_update_fn"]

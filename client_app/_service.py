@@ -21,11 +21,11 @@ from client_app._policy import SitePolicy, check_request
 from client_app._scorer import Scorer
 from client_app._store import ClientStore
 from sdk.data import DEFAULT_MAX_IMAGE_SIDE, fit_to_pixels, open_bounded_image
+from sdk.serving import RateLimited
 from sdk.wire import (
     ImageCache,
     MissingImages,
     PayloadError,
-    RateLimited,
     RewardRequest,
     RewardResponse,
     image_bytes,

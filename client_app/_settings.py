@@ -10,7 +10,8 @@ from pydantic_settings import SettingsConfigDict
 
 from client_app._policy import SitePolicy
 from sdk.data import DEFAULT_MAX_IMAGE_SIDE
-from sdk.wire import AppHardening, Retention
+from sdk.serving import AppHardening
+from sdk.storage import Retention
 
 if TYPE_CHECKING:
     from sdk.models import Runtime

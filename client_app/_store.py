@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sdk.wire import SQLiteFile, StagePayload, record_nonce
+from sdk.storage import SQLiteFile
+from sdk.wire import StagePayload, record_nonce
 
 __all__ = ["ClientStore"]
 

@@ -69,7 +69,8 @@ def add_backup_command(group: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
 
     def run(args: argparse.Namespace) -> int:
-        from sdk.wire import backup_sqlite, load_settings
+        from sdk.serving import load_settings
+        from sdk.storage import backup_sqlite
 
         cfg = load_settings(settings(), args.config)
         size = backup_sqlite(Path(cfg.db_path), args.out)

@@ -1,16 +1,14 @@
 """fedmor server_app: the consortium server (REST, enrollment, rounds, reward broker)."""
 
+from sdk.membership import RosterEntry, RosterFile, add_to_roster
 from sdk.wire import (
     ROUND_KINDS,
     AuthError,
     ClientRound,
-    RosterEntry,
-    RosterFile,
     RoundKind,
     RoundSpec,
     ServerRound,
     UpdateSource,
-    add_to_roster,
     generate_key,
     load_or_create_key,
     load_private_key,

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from sdk import __version__
 from sdk.secagg import preload_accountant
-from sdk.serving import tls_verify
+from sdk.storage import purging
 from sdk.wire import (
     ERROR_RESPONSES,
     HeaderAuth,
@@ -23,7 +23,7 @@ from sdk.wire import (
     install_errors,
     key_passphrase,
     load_or_create_key,
-    purging,
+    tls_verify,
 )
 from server_app._access import Access
 from server_app._announce_api import clip_bound_router

@@ -26,10 +26,10 @@ from fastapi import Path as PathParam
 from fastapi.responses import FileResponse
 
 from sdk.capture import CaptureManifest
+from sdk.serving import RateLimited
 from sdk.wire import (
     NotFoundError,
     PayloadError,
-    RateLimited,
     RewardRequest,
     RewardResponse,
     image_bytes,

@@ -15,8 +15,7 @@ __all__ = ["register", "register_keys"]
 
 
 def _server(args: argparse.Namespace) -> int:
-    from sdk.serving import configure_logging, serve
-    from sdk.wire import load_settings
+    from sdk.serving import configure_logging, load_settings, serve
     from server_app._app import create_app
     from server_app._settings import ServerSettings
 

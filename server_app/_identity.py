@@ -29,6 +29,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from pydantic import ValidationError
 
+from sdk.membership import RosterEntry, RosterFile
 from sdk.wire import (
     KeyRotation,
     MemberInfo,
@@ -36,8 +37,6 @@ from sdk.wire import (
     PayloadError,
     RosterAdd,
     RosterAdded,
-    RosterEntry,
-    RosterFile,
     RosterSync,
     RotationRecord,
     endorsement_message,

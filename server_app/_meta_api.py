@@ -8,7 +8,8 @@ from collections.abc import Awaitable, Callable
 from fastapi import APIRouter, FastAPI, Request
 
 from sdk import __version__
-from sdk.wire import Health, StoredGauge, install_ops
+from sdk.serving import StoredGauge, install_ops
+from sdk.wire import Health
 from server_app._limits import Limiter
 from server_app._store import Store
 

@@ -3,7 +3,7 @@ than the ``retention`` settings say; nothing an open round or a pending query st
 
 from __future__ import annotations
 
-from sdk.wire import Retention
+from sdk.storage import Retention
 from server_app._store import Store
 
 __all__ = ["purge_server"]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from PIL import Image, UnidentifiedImageError
 
+from sdk.serving import RateLimited
 from sdk.wire import (
     AlignerFeedback,
     AlignerFeedbackAck,
@@ -34,7 +35,6 @@ from sdk.wire import (
     ConsortiumRouterConfig,
     ImageCache,
     PayloadError,
-    RateLimited,
     image_bytes,
 )
 from server_app._broker import BrokerError, QueryItem, RewardBroker

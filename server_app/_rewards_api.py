@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 
+from sdk.serving import RateLimited
 from sdk.wire import (
     AlignerFeedback,
     AlignerFeedbackAck,
@@ -15,7 +16,6 @@ from sdk.wire import (
     AlignerResponse,
     AlignerStats,
     AlignmentStep,
-    RateLimited,
 )
 from server_app._access import ADMIN, Access
 from server_app._rewards import AlignmentService

@@ -1,6 +1,6 @@
 """``GET /v1/identity/rotations``: every key rotation the server switched, with the old key's
 endorsement of the new one, so a member that checks rounds against its own roster copy can
-follow its peers' rotations without trusting the server (``sdk.wire.follow_rotations``)."""
+follow its peers' rotations without trusting the server (``sdk.membership.follow_rotations``)."""
 
 # No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
 

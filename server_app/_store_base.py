@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sdk.wire import SQLiteFile
+from sdk.storage import SQLiteFile
 
 __all__ = ["StoreBase"]
 

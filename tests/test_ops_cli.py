@@ -18,7 +18,9 @@ import httpx
 import pytest
 
 from sdk.cli import main
-from sdk.wire import add_to_roster, generate_key, public_key_b64, write_private_key
+from sdk.membership import add_to_roster
+from sdk.wire import generate_key, public_key_b64
+from sdk.wire._auth import write_private_key
 from tests._checkout import checkout_env
 
 

@@ -6,7 +6,8 @@ import importlib
 import itertools
 
 PACKAGES = ("sdk.alignment", "sdk.capture", "sdk.data", "sdk.models", "sdk.ops",
-            "sdk.reward", "sdk.router", "sdk.secagg", "sdk.wire", "server_app", "client_app",
+            "sdk.reward", "sdk.router", "sdk.secagg", "sdk.wire", "sdk.storage", "sdk.serving",
+            "sdk.membership", "server_app", "client_app",
             "sdk.progress", "sdk.runtime_options", "sdk.curves", "attacks", "fedmor_local")
 
 

@@ -27,8 +27,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from sdk.serving import tls_verify
-from sdk.wire import Role, add_to_roster, load_or_create_key, public_key_b64
+from sdk.membership import add_to_roster
+from sdk.wire import Role, load_or_create_key, public_key_b64, tls_verify
 
 __all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "client_cert_paths", "free_port",
            "make_pki", "wait_healthy"]

@@ -53,7 +53,7 @@ class AlignJob(BaseModel):
 
 
 def _verify(job: AlignJob) -> Any:
-    from sdk.serving import tls_verify
+    from sdk.wire import tls_verify
 
     return tls_verify(job.server_ca)
 

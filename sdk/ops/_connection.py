@@ -45,7 +45,7 @@ class Connection:
     def verify(self) -> Any:
         """What an HTTP client verifies the server with (and the client certificate it
         presents), for an API that takes httpx's ``verify``."""
-        from sdk.serving import tls_verify
+        from sdk.wire import tls_verify
 
         return tls_verify(self.ca, self._cert())
 

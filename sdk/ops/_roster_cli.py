@@ -37,7 +37,8 @@ def public_key_from_file(path: Path) -> str:
 
 
 def _add(args: argparse.Namespace) -> int:
-    from sdk.wire import RosterFile, add_to_roster, parse_public_key
+    from sdk.membership import RosterFile, add_to_roster
+    from sdk.wire import parse_public_key
 
     public = args.public_key or public_key_from_file(args.public_key_file)
     parse_public_key(public)
@@ -63,7 +64,7 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _remove(args: argparse.Namespace) -> int:
-    from sdk.wire import RosterFile
+    from sdk.membership import RosterFile
 
     if args.roster is None:
         from sdk.ops._members_cli import revoke
@@ -80,9 +81,9 @@ def _remove(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from sdk.membership import RosterFile
     from sdk.ops._members_cli import _list as members_list
     from sdk.ops._tables import emit
-    from sdk.wire import RosterFile
 
     if args.roster is None:
         args.role = None

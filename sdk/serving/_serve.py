@@ -1,18 +1,16 @@
-"""Running an app (server or member) on uvicorn, the one way both apps serve, and the TLS
-context their callers verify it with."""
+"""Running an app (server or member) on uvicorn, the one way both apps serve."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-import ssl
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ConnectionLimits", "configure_logging", "serve", "tls_verify"]
+__all__ = ["ConnectionLimits", "configure_logging", "serve"]
 
 _log = logging.getLogger("fedmor.serve")
 
@@ -86,19 +84,6 @@ class _JsonLines(logging.Formatter):
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out)
-
-
-def tls_verify(ca: Path | str | None, cert: tuple[str, str] | None = None
-               ) -> ssl.SSLContext | bool:
-    """What an HTTP client verifies a fedmor app with: ``True`` (the system's CAs) without a
-    CA bundle or client certificate, else a context trusting ``ca`` and presenting ``cert``
-    (certificate and key files, for a server that requires one: mutual TLS)."""
-    if ca is None and cert is None:
-        return True
-    context = ssl.create_default_context(cafile=str(ca) if ca is not None else None)
-    if cert is not None:
-        context.load_cert_chain(*cert)
-    return context
 
 
 def configure_logging(level: str, fmt: str = "text") -> None:

@@ -1,11 +1,12 @@
 """The wire contract both apps share: what crosses the network and how it is checked.
 
-Request/response schemas, request signing and verification, the one signed HTTP client
-(``SignedClient``, ``AsyncSignedClient``), identity keys, the roster file, round kinds (both
-halves of every aggregation protocol, registered in ``ROUND_KINDS``), the SQLite file both apps
-store into, the shared FastAPI pieces (size limit, error handlers,
-signature check), the settings base and the uvicorn runner. ``server_app`` and ``client_app``
-import this package and never each other.
+Request/response schemas, request signing and verification, identity keys and roles, the one
+signed HTTP client (``SignedClient``, ``AsyncSignedClient``) and the TLS trust it uses, round
+kinds (both halves of every aggregation protocol, registered in ``ROUND_KINDS``), and the
+FastAPI pieces that check a request as it arrives (size limit, error handlers, signature
+check). The store lives in ``sdk.storage``, app start-up and settings in ``sdk.serving``, the
+roster file and key-rotation chain in ``sdk.membership``. ``server_app`` and ``client_app``
+import these packages and never each other.
 """
 
 from sdk.wire._aligner import (
@@ -18,18 +19,12 @@ from sdk.wire._aligner import (
     AlignmentStep,
 )
 from sdk.wire._auth import (
-    HEADER_CONTENT_SHA256,
-    HEADER_NONCE,
-    HEADER_RECIPIENT,
-    HEADER_SENDER,
     HEADER_SIGNATURE,
-    HEADER_TIMESTAMP,
     KEY_PASSPHRASE_ENV,
     SERVER_SENDER,
     AuthError,
     PurgeClock,
     SignedRequest,
-    canonical_message,
     check_private_files,
     generate_key,
     key_passphrase,
@@ -39,8 +34,6 @@ from sdk.wire._auth import (
     public_key_b64,
     record_nonce,
     sign_headers,
-    verify_signed,
-    write_private_key,
 )
 from sdk.wire._client import AsyncSignedClient, RequestRefused, SignedAuth, SignedClient
 from sdk.wire._console import ConsoleLink
@@ -59,15 +52,14 @@ from sdk.wire._http import (
     stage_payload,
 )
 from sdk.wire._identity import (
+    ROLES,
     KeyRotation,
     MemberInfo,
-    MemberState,
     Revocation,
+    Role,
     RosterSync,
-    RotationChain,
     RotationRecord,
     endorsement_message,
-    follow_rotations,
     key_fingerprint,
     rotation_message,
     sign_rotation,
@@ -81,11 +73,6 @@ from sdk.wire._memory import (
     run_in_memory,
 )
 from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel
-from sdk.wire._ops import (
-    StoredGauge,
-    backup_sqlite,
-    install_ops,
-)
 from sdk.wire._protocols import (
     DEMO_SAMPLES_PARAM,
     DEMO_TRAIN_PARAM,
@@ -110,19 +97,6 @@ from sdk.wire._protocols import (
     from_delta,
     ready_update,
 )
-from sdk.wire._rate_limit import RateLimited
-from sdk.wire._retention import (
-    DAY_S,
-    Retention,
-    purging,
-)
-from sdk.wire._roster import (
-    ROLES,
-    Role,
-    RosterEntry,
-    RosterFile,
-    add_to_roster,
-)
 from sdk.wire._router_config import ConsortiumRouterConfig
 from sdk.wire._schemas import (
     AuditBudget,
@@ -132,7 +106,6 @@ from sdk.wire._schemas import (
     DPTerms,
     EnrollRequest,
     EnrollResponse,
-    ErrorBody,
     Health,
     MissingImages,
     PendingQuery,
@@ -157,32 +130,14 @@ from sdk.wire._secagg_kind import (
     SecAggKind,
     SecAggRoundParams,
 )
-from sdk.wire._settings import (
-    AppHardening,
-    EnvOverFile,
-    load_settings,
-)
-from sdk.wire._sqlite import (
-    NONCES_TABLE,
-    SQLiteFile,
-)
-from sdk.wire._wal import (
-    WalCheckpointer,
-)
+from sdk.wire._tls import tls_verify
 
 __all__ = [
-    "DAY_S",
     "DEMO_SAMPLES_PARAM",
     "DEMO_TRAIN_PARAM",
     "ERROR_RESPONSES",
-    "HEADER_CONTENT_SHA256",
-    "HEADER_NONCE",
-    "HEADER_RECIPIENT",
-    "HEADER_SENDER",
     "HEADER_SIGNATURE",
-    "HEADER_TIMESTAMP",
     "KEY_PASSPHRASE_ENV",
-    "NONCES_TABLE",
     "ROLES",
     "ROUND_KINDS",
     "ROUTER_ROUND_PARAM",
@@ -195,7 +150,6 @@ __all__ = [
     "AlignerResponse",
     "AlignerStats",
     "AlignmentStep",
-    "AppHardening",
     "AsyncSignedClient",
     "AuditBudget",
     "AuthError",
@@ -209,8 +163,6 @@ __all__ = [
     "DPTerms",
     "EnrollRequest",
     "EnrollResponse",
-    "EnvOverFile",
-    "ErrorBody",
     "FedAvgKind",
     "FedAvgParams",
     "HeaderAuth",
@@ -220,17 +172,14 @@ __all__ = [
     "MemberInfo",
     "MemberRefusal",
     "MemberReport",
-    "MemberState",
     "MemoryRound",
     "MissingImages",
     "NotFoundError",
     "PayloadError",
     "PendingQuery",
     "PurgeClock",
-    "RateLimited",
     "Refusal",
     "RequestRefused",
-    "Retention",
     "Revocation",
     "RewardAnswer",
     "RewardItem",
@@ -239,10 +188,7 @@ __all__ = [
     "Role",
     "RosterAdd",
     "RosterAdded",
-    "RosterEntry",
-    "RosterFile",
     "RosterSync",
-    "RotationChain",
     "RotationRecord",
     "RoundCancel",
     "RoundCreate",
@@ -256,7 +202,6 @@ __all__ = [
     "RouterConfigRef",
     "RouterRollback",
     "RouterVersionInfo",
-    "SQLiteFile",
     "SecAggKind",
     "SecAggRoundParams",
     "ServerRound",
@@ -269,16 +214,11 @@ __all__ = [
     "StageBroadcast",
     "StagePayload",
     "StageSubmit",
-    "StoredGauge",
     "UpdateRejected",
     "UpdateSource",
-    "WalCheckpointer",
     "Work",
-    "add_to_roster",
     "as_delta",
     "authenticate",
-    "backup_sqlite",
-    "canonical_message",
     "check_private_files",
     "check_reward_url",
     "decode_vector",
@@ -286,20 +226,16 @@ __all__ = [
     "encode_update",
     "encode_vector",
     "endorsement_message",
-    "follow_rotations",
     "from_delta",
     "generate_key",
     "image_bytes",
     "install_errors",
-    "install_ops",
     "key_fingerprint",
     "key_passphrase",
     "load_or_create_key",
     "load_private_key",
-    "load_settings",
     "parse_public_key",
     "public_key_b64",
-    "purging",
     "ready_update",
     "record_nonce",
     "rotation_message",
@@ -308,6 +244,5 @@ __all__ = [
     "sign_rotation",
     "signature_check",
     "stage_payload",
-    "verify_signed",
-    "write_private_key",
+    "tls_verify",
 ]

@@ -21,8 +21,8 @@ import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, TypeAdapter
 
-from sdk.serving._serve import tls_verify
 from sdk.wire._auth import SERVER_SENDER, sign_headers
+from sdk.wire._tls import tls_verify
 
 __all__ = ["AsyncSignedClient", "RequestRefused", "SignedAuth", "SignedClient"]
 

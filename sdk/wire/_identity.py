@@ -1,24 +1,29 @@
-"""The identity lifecycle on the wire: key rotation, revocation and the operator's view of
-the consortium's identities."""
+"""The identity lifecycle on the wire: roles, key rotation, revocation and the operator's view
+of the consortium's identities."""
 
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
-from collections.abc import Iterable, Sequence
-from typing import Literal, NamedTuple
+from typing import Literal, get_args
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import Field
 
-from sdk.wire._auth import parse_public_key, public_key_b64
+from sdk.wire._auth import public_key_b64
 from sdk.wire._schemas import _Reply, _Wire
 
-__all__ = ["KeyRotation", "MemberInfo", "MemberState", "Revocation", "RosterSync",
-           "RotationChain", "RotationRecord", "endorsement_message", "follow_rotations",
-           "key_fingerprint", "rotation_message", "sign_rotation"]
+__all__ = ["ROLES", "KeyRotation", "MemberInfo", "MemberState", "Revocation", "Role",
+           "RosterSync", "RotationRecord", "endorsement_message", "key_fingerprint",
+           "rotation_message", "sign_rotation"]
+
+Role = Literal["member", "aligner", "auditor", "operator"]
+"""What an enrolled identity may do at the server. ``member``: an institution (rounds, reward
+queries addressed to it); ``aligner``: the GRPO job (``/v1/rewards``); ``auditor`` and
+``operator``: the consortium's audit and operations staff. One identity has one role."""
+
+ROLES: tuple[str, ...] = get_args(Role)
+"""Every :data:`Role` in order, for command-line choices and validation messages."""
 
 MemberState = Literal["enrolled", "revoked", "not_enrolled"]
 """Where a roster identity stands: enrolled (its key signs requests), revoked (refused, and
@@ -83,66 +88,6 @@ class RotationRecord(_Reply):
     at: float = Field(description="when the server switched (Unix s)")
     endorsement: str = Field(description="base64 signature by the old key of "
                              ":func:`endorsement_message`")
-
-
-class RotationChain(NamedTuple):
-    """What :func:`follow_rotations` concluded."""
-
-    keys: dict[str, str | None]
-    """The keys to trust now -> the client id a rotation bound them to (None: a key of the
-    roster copy no rotation moved away from)."""
-    accepted: list[RotationRecord]
-    """The records that extend the chain, oldest first."""
-    refused: list[tuple[RotationRecord, str]]
-    """The records that do not, each with the reason."""
-
-
-def _endorsed(record: RotationRecord) -> bool:
-    try:
-        parse_public_key(record.new_public_key)
-        parse_public_key(record.old_public_key).verify(
-            base64.b64decode(record.endorsement, validate=True),
-            endorsement_message(record.client_id, record.old_public_key,
-                                record.new_public_key))
-    except (ValueError, binascii.Error, InvalidSignature):
-        return False
-    return True
-
-
-def follow_rotations(trusted: Iterable[str], records: Sequence[RotationRecord]) -> RotationChain:
-    """The keys a member may trust, starting from its roster copy (``trusted``) and following
-    only rotations endorsed by a key it already trusts: a record signed by any other key, one
-    that rebinds a chain to another client id, or a second rotation away from one key (a fork)
-    is refused. A key rotated away from is no longer trusted."""
-    keys: dict[str, str | None] = dict.fromkeys(trusted)
-    retired: set[str] = set()
-    waiting = sorted(records, key=lambda r: r.at)
-    accepted: list[RotationRecord] = []
-    refused: list[tuple[RotationRecord, str]] = []
-    moved = True
-    while moved:  # a record may extend a chain only once an earlier one reached its old key
-        moved = False
-        for record in list(waiting):
-            old = record.old_public_key
-            if old not in keys and old not in retired:
-                continue
-            waiting.remove(record)
-            moved = True
-            bound = keys.get(old)
-            if old in retired:
-                refused.append((record, "its old key was already rotated to another key"))
-            elif bound is not None and bound != record.client_id:
-                refused.append((record, f"it moves {bound}'s key to {record.client_id}"))
-            elif not _endorsed(record):
-                refused.append((record, "its endorsement is not the old key's signature"))
-            else:
-                del keys[old]
-                retired.add(old)
-                keys[record.new_public_key] = record.client_id
-                accepted.append(record)
-    refused += [(r, "its old key is neither in the roster copy nor reached by an endorsed "
-                 "rotation") for r in waiting]
-    return RotationChain(keys, accepted, refused)
 
 
 class Revocation(_Wire):

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from sdk.wire._identity import MemberInfo
-from sdk.wire._roster import Role
+from sdk.wire._identity import MemberInfo, Role
 from sdk.wire._schemas import _NAME, _Reply, _Wire
 
 __all__ = ["MemberRefusal", "MemberReport", "RosterAdd", "RosterAdded", "RoundCancel"]

@@ -17,8 +17,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedmor_local import ADMIN_TOKEN, OPEN_POLICY, LocalConsortium
+from sdk.membership import add_to_roster
 from sdk.wire import (
-    add_to_roster,
     generate_key,
     key_fingerprint,
     load_private_key,

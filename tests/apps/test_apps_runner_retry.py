@@ -13,7 +13,8 @@ from typing import ClassVar
 import pytest
 
 from client_app import ClientRunner, ClientSettings, ClientStore, RunnerError
-from sdk.wire import HEADER_NONCE, generate_key
+from sdk.wire import generate_key
+from sdk.wire._auth import HEADER_NONCE
 
 
 class _Scripted(BaseHTTPRequestHandler):

@@ -18,8 +18,8 @@ import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedmor_local import free_port, wait_healthy
+from sdk.membership import add_to_roster
 from sdk.wire import (
-    HEADER_CONTENT_SHA256,
     AsyncSignedClient,
     ClipBoundAck,
     EnrollRequest,
@@ -27,11 +27,10 @@ from sdk.wire import (
     MemberInfo,
     RequestRefused,
     SignedClient,
-    add_to_roster,
     generate_key,
     public_key_b64,
 )
-from sdk.wire._auth import BAD_SIGNATURE
+from sdk.wire._auth import BAD_SIGNATURE, HEADER_CONTENT_SHA256
 from server_app import ServerSettings, create_app
 
 ADMIN = "admin-token-for-the-test"

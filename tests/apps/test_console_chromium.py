@@ -124,7 +124,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         resp = http.post("/v1/enroll", json=body)
         assert resp.status_code == 200, resp.text
         key_file = tmp / f"{name}.pem"
-        from sdk.wire import write_private_key
+        from sdk.wire._auth import write_private_key
 
         write_private_key(key, key_file)
         who[name] = Caller(http, key, resp.json()["client_id"], key_file)

@@ -73,7 +73,7 @@ def test_the_self_audit_attacks_exactly_what_v1_reward_answers(
     from attacks import AuditConfig
     from attacks._self_audit import _ServiceScorer
     from client_app import ClientSettings, ClientStore, site_reward_service
-    from sdk.wire import load_settings
+    from sdk.serving import load_settings
 
     root, settings = site
     data = root / "data" / "clients" / CLIENT

@@ -6,7 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from sdk.wire import add_to_roster, generate_key, public_key_b64
+from sdk.membership import add_to_roster
+from sdk.wire import generate_key, public_key_b64
 
 
 def test_tokens_never_read_as_an_option_and_only_their_hash_is_kept(tmp_path: Path) -> None:

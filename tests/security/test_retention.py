@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from client_app import ClientSettings, ClientStore, HashScorer, create_client_app
-from sdk.wire import DAY_S, Retention
+from sdk.storage import DAY_S, Retention
 from server_app import ServerSettings, Store, create_app
 
 

@@ -9,10 +9,10 @@ import time
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from sdk.membership import follow_rotations
 from sdk.wire import (
     RotationRecord,
     endorsement_message,
-    follow_rotations,
     generate_key,
     public_key_b64,
     sign_rotation,

@@ -8,8 +8,8 @@ import threading
 from pathlib import Path
 from typing import Literal
 
-from sdk.wire._auth import PurgeClock
-from sdk.wire._wal import WalCheckpointer
+from sdk.storage._wal import WalCheckpointer
+from sdk.wire import PurgeClock
 
 __all__ = ["NONCES_TABLE", "SQLiteFile"]
 

@@ -1,5 +1,5 @@
 """What an operator's tooling reads from either app: readiness (``/v1/ready``: the database
-answers), Prometheus metrics (``/metrics``) and online backups of the SQLite file.
+answers) and Prometheus metrics (``/metrics``).
 
 Each app gets its own ``CollectorRegistry``: several apps in one process (tests) keep their
 own counts. Gauges that describe stored state (rounds by status, refusals by reason) are read
@@ -8,10 +8,8 @@ from the store at scrape time, so they survive restarts and never drift from it.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -19,10 +17,10 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sdk.wire._auth import HEADER_SIGNATURE
-from sdk.wire._sqlite import SQLiteFile
+from sdk.storage import SQLiteFile
+from sdk.wire import HEADER_SIGNATURE
 
-__all__ = ["StoredGauge", "backup_sqlite", "install_ops"]
+__all__ = ["StoredGauge", "install_ops"]
 
 
 class StoredGauge:
@@ -144,23 +142,3 @@ def install_ops(app: FastAPI, *, prefix: str, store: SQLiteFile,
             chosen = public if operator is not None else registry
         return Response(await run_in_threadpool(generate_latest, chosen),
                         media_type=CONTENT_TYPE_LATEST)
-
-
-def backup_sqlite(source: Path, out: Path) -> int:
-    """Copy the SQLite database at ``source`` (in use or not) to ``out`` with SQLite's online
-    backup API: a consistent snapshot, committed transactions only. Returns its size in bytes."""
-    if not source.exists():
-        raise FileNotFoundError(f"no database at {source}")
-    if out.exists():
-        raise FileExistsError(f"{out} exists; refusing to overwrite it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-    dst = sqlite3.connect(out)
-    try:
-        src.backup(dst)
-    finally:
-        dst.close()
-        src.close()
-    out.chmod(0o600)  # it holds what the live file holds (round secrets on a member)
-    return out.stat().st_size
-

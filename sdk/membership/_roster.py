@@ -6,21 +6,12 @@ import hashlib
 import json
 import secrets
 from pathlib import Path
-from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sdk.wire._auth import parse_public_key
+from sdk.wire import Role, parse_public_key
 
-__all__ = ["ROLES", "Role", "RosterEntry", "RosterFile", "add_to_roster"]
-
-Role = Literal["member", "aligner", "auditor", "operator"]
-"""What an enrolled identity may do at the server. ``member``: an institution (rounds, reward
-queries addressed to it); ``aligner``: the GRPO job (``/v1/rewards``); ``auditor`` and
-``operator``: the consortium's audit and operations staff. One identity has one role."""
-
-ROLES: tuple[str, ...] = get_args(Role)
-"""Every :data:`Role` in order, for command-line choices and validation messages."""
+__all__ = ["RosterEntry", "RosterFile", "add_to_roster"]
 
 
 class RosterEntry(BaseModel):
