@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from client_app._store import ClientStore
+from sdk.rounds import RoundFailed
 from sdk.wire import (
     RosterFile,
     RotationChain,
     RotationRecord,
-    RoundFailed,
     RoundInfo,
     follow_rotations,
     key_fingerprint,

@@ -47,7 +47,8 @@ from sdk.capture import (
     prune_capture,
     write_capture,
 )
-from sdk.wire import ROUND_KINDS, RoundSpec, from_delta
+from sdk.rounds import ROUND_KINDS, from_delta
+from sdk.wire import RoundSpec
 from server_app._audit_settings import CaptureSettings
 from server_app._store import Store
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from sdk.rounds import RoundKind
 from sdk.secagg import composed_epsilon
-from sdk.wire import DPAccount, DPTerms, Refusal, RoundCreate, RoundKind, RoundSpec
+from sdk.wire import DPAccount, DPTerms, Refusal, RoundCreate, RoundSpec
 from server_app._store import Store
 
 __all__ = ["RoundRecords"]

@@ -11,19 +11,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from sdk.rounds import ROUND_KINDS, RoundFailed, ServerRound, from_delta
 from sdk.wire import (
-    ROUND_KINDS,
     NotFoundError,
     PayloadError,
     RoundCreate,
-    RoundFailed,
     RoundInfo,
     RoundSpec,
-    ServerRound,
     StageAck,
     StageBroadcast,
     StagePayload,
-    from_delta,
 )
 from server_app._lookup import RoundLookup, started
 from server_app._records import RoundRecords
@@ -472,8 +469,8 @@ class RoundManager:
             sent = self.store.submitted(round_id, stage)
             dropouts |= expected - sent
             expected &= sent
-        return RoundInfo(
-            **spec.model_dump(), status=row["status"],
+        return RoundInfo.of(
+            spec, status=row["status"],
             stage=stages[int(row["stage_index"])] if row["status"] == "open" else None,
             stages=stages, dropouts=sorted(dropouts), router_version=row["router_version"],
             error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],

@@ -1,18 +1,12 @@
-"""``sdk.wire.run_in_memory`` drives any round kind's two halves: typed messages, the same
+"""``sdk.rounds.run_in_memory`` drives any round kind's two halves: typed messages, the same
 delta arithmetic as the REST drivers, dropouts as lost replies."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from sdk.wire import (
-    ROUND_KINDS,
-    RoundSpec,
-    generate_key,
-    public_key_b64,
-    ready_update,
-    run_in_memory,
-)
+from sdk.rounds import ROUND_KINDS, ready_update, run_in_memory
+from sdk.wire import RoundSpec, generate_key, public_key_b64
 
 IDS = ["m0", "m1", "m2"]
 

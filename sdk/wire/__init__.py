@@ -1,11 +1,11 @@
 """The wire contract both apps share: what crosses the network and how it is checked.
 
 Request/response schemas, request signing and verification, the one signed HTTP client
-(``SignedClient``, ``AsyncSignedClient``), identity keys, the roster file, round kinds (both
-halves of every aggregation protocol, registered in ``ROUND_KINDS``), the SQLite file both apps
-store into, the shared FastAPI pieces (size limit, error handlers,
-signature check), the settings base and the uvicorn runner. ``server_app`` and ``client_app``
-import this package and never each other.
+(``SignedClient``, ``AsyncSignedClient``), identity keys, the roster file, a round's
+description and stage messages (``RoundSpec``, ``StagePayload``; the round kinds that read
+them live in ``sdk.rounds``), the SQLite file both apps store into, the shared FastAPI pieces
+(size limit, error handlers, signature check), the settings base and the uvicorn runner.
+``server_app`` and ``client_app`` import this package and never each other.
 """
 
 from sdk.wire._aligner import (
@@ -73,43 +73,13 @@ from sdk.wire._identity import (
     sign_rotation,
 )
 from sdk.wire._images import ImageCache, image_bytes
-from sdk.wire._kinds import (
-    ROUND_KINDS,
-)
-from sdk.wire._memory import (
-    MemoryRound,
-    run_in_memory,
-)
 from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel
 from sdk.wire._ops import (
     StoredGauge,
     backup_sqlite,
     install_ops,
 )
-from sdk.wire._protocols import (
-    DEMO_SAMPLES_PARAM,
-    DEMO_TRAIN_PARAM,
-    ROUTER_ROUND_PARAM,
-    UPDATE_PARAMS,
-    ClientRound,
-    FedAvgKind,
-    FedAvgParams,
-    PayloadError,
-    RoundFailed,
-    RoundKind,
-    RoundPrivacy,
-    RoundSpec,
-    ServerRound,
-    StagePayload,
-    UpdateRejected,
-    UpdateSource,
-    as_delta,
-    decode_vector,
-    encode_update,
-    encode_vector,
-    from_delta,
-    ready_update,
-)
+from sdk.wire._payload import PayloadError, StagePayload, decode_vector, encode_vector
 from sdk.wire._rate_limit import RateLimited
 from sdk.wire._retention import (
     DAY_S,
@@ -125,6 +95,10 @@ from sdk.wire._roster import (
 )
 from sdk.wire._router_config import ConsortiumRouterConfig
 from sdk.wire._schemas import (
+    DEMO_SAMPLES_PARAM,
+    DEMO_TRAIN_PARAM,
+    ROUTER_ROUND_PARAM,
+    UPDATE_PARAMS,
     AuditBudget,
     ClipBoundAck,
     ClipBoundAnnouncement,
@@ -144,6 +118,7 @@ from sdk.wire._schemas import (
     RoundCreate,
     RoundInfo,
     RoundRefusal,
+    RoundSpec,
     RouterConfigInfo,
     RouterConfigRef,
     RouterRollback,
@@ -152,10 +127,6 @@ from sdk.wire._schemas import (
     StageBroadcast,
     StageSubmit,
     Work,
-)
-from sdk.wire._secagg_kind import (
-    SecAggKind,
-    SecAggRoundParams,
 )
 from sdk.wire._serve import (
     configure_logging,
@@ -189,7 +160,6 @@ __all__ = [
     "KEY_PASSPHRASE_ENV",
     "NONCES_TABLE",
     "ROLES",
-    "ROUND_KINDS",
     "ROUTER_ROUND_PARAM",
     "SERVER_SENDER",
     "UPDATE_PARAMS",
@@ -204,7 +174,6 @@ __all__ = [
     "AsyncSignedClient",
     "AuditBudget",
     "AuthError",
-    "ClientRound",
     "ClipBoundAck",
     "ClipBoundAnnouncement",
     "ConflictError",
@@ -216,8 +185,6 @@ __all__ = [
     "EnrollResponse",
     "EnvOverFile",
     "ErrorBody",
-    "FedAvgKind",
-    "FedAvgParams",
     "HeaderAuth",
     "Health",
     "ImageCache",
@@ -226,7 +193,6 @@ __all__ = [
     "MemberRefusal",
     "MemberReport",
     "MemberState",
-    "MemoryRound",
     "MissingImages",
     "NotFoundError",
     "PayloadError",
@@ -251,10 +217,7 @@ __all__ = [
     "RotationRecord",
     "RoundCancel",
     "RoundCreate",
-    "RoundFailed",
     "RoundInfo",
-    "RoundKind",
-    "RoundPrivacy",
     "RoundRefusal",
     "RoundSpec",
     "RouterConfigInfo",
@@ -262,9 +225,6 @@ __all__ = [
     "RouterRollback",
     "RouterVersionInfo",
     "SQLiteFile",
-    "SecAggKind",
-    "SecAggRoundParams",
-    "ServerRound",
     "SignatureCheck",
     "SignedAuth",
     "SignedClient",
@@ -275,12 +235,9 @@ __all__ = [
     "StagePayload",
     "StageSubmit",
     "StoredGauge",
-    "UpdateRejected",
-    "UpdateSource",
     "WalCheckpointer",
     "Work",
     "add_to_roster",
-    "as_delta",
     "authenticate",
     "backup_sqlite",
     "canonical_message",
@@ -289,11 +246,9 @@ __all__ = [
     "configure_logging",
     "decode_vector",
     "docs_ui",
-    "encode_update",
     "encode_vector",
     "endorsement_message",
     "follow_rotations",
-    "from_delta",
     "generate_key",
     "image_bytes",
     "install_errors",
@@ -306,10 +261,8 @@ __all__ = [
     "parse_public_key",
     "public_key_b64",
     "purging",
-    "ready_update",
     "record_nonce",
     "rotation_message",
-    "run_in_memory",
     "serve",
     "sign_headers",
     "sign_rotation",

@@ -24,7 +24,6 @@ from server_app import (
     ROUND_KINDS,
     ClientRound,
     RoundManager,
-    RoundSpec,
     ServerSettings,
     Store,
     UpdateSource,
@@ -140,8 +139,7 @@ def in_process_secure_round(tmp_path: Path, length: int, update: Callable[[str],
                           capture=None if capture is None else capture(store))
     info = rounds.create(RoundCreate(kind="router_secagg", vector_length=length,
                                      min_clients=2, params={"threshold": 2, "degree": 2}))
-    spec = RoundSpec.of(info)
-    halves = {c: ROUND_KINDS[info.kind].client(spec, client_id=c, key=keys[c[2:]],
+    halves = {c: ROUND_KINDS[info.kind].client(info, client_id=c, key=keys[c[2:]],
                                                 update=update(c), state=None)
               for c in info.participants}
     return rounds, store, info.round_id, halves

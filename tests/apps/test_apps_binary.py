@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 from fastapi.testclient import TestClient
 
+from sdk.rounds import ClientRound, encode_update
 from sdk.secagg import MaskedInput, QuantizationConfig
-from sdk.wire import ClientRound, RoundInfo, encode_update
+from sdk.wire import RoundInfo
 from server_app import (
     ROUND_KINDS,
     RoundSpec,

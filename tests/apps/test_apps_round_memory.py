@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fedmor_local import OPEN_POLICY, LocalConsortium
-from sdk.wire import ROUND_KINDS, RoundSpec, generate_key, public_key_b64, run_in_memory
+from sdk.rounds import ROUND_KINDS, run_in_memory
+from sdk.wire import RoundSpec, generate_key, public_key_b64
 from tests.apps._grid_update import QUANTIZATION, STEP, grid_delta
 
 from .conftest import running

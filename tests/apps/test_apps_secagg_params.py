@@ -12,8 +12,9 @@ from fastapi.testclient import TestClient
 
 from client_app._demo import TRAIN_PARAM
 from client_app._router_update import ROUND_PARAM
-from sdk.wire import UPDATE_PARAMS, RoundFailed
-from sdk.wire._secagg_kind import _round_params
+from sdk.rounds import RoundFailed
+from sdk.rounds._secagg_kind import _round_params
+from sdk.wire import UPDATE_PARAMS
 from server_app import ROUND_KINDS, RoundSpec, generate_key, public_key_b64, ready_update
 
 from .conftest import Member

@@ -23,13 +23,12 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedmor_local import ADMIN_TOKEN, LocalConsortium
+from sdk.rounds import ROUND_KINDS, UpdateSource
 from sdk.wire import (
-    ROUND_KINDS,
     RoundInfo,
     RoundSpec,
     StageAck,
     StageBroadcast,
-    UpdateSource,
     load_or_create_key,
     public_key_b64,
     sign_headers,

@@ -19,6 +19,15 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from sdk.rounds._protocols import (
+    ClientRound,
+    RoundFailed,
+    RoundKind,
+    RoundPrivacy,
+    ServerRound,
+    UpdateRejected,
+    UpdateSource,
+)
 from sdk.secagg import (
     ClientState,
     DPConfig,
@@ -36,22 +45,9 @@ from sdk.secagg import (
     parse_client_message,
     parse_server_message,
 )
-from sdk.wire._protocols import (
-    UPDATE_PARAMS,
-    ClientRound,
-    PayloadError,
-    RoundFailed,
-    RoundKind,
-    RoundPrivacy,
-    RoundSpec,
-    ServerRound,
-    StagePayload,
-    UpdateRejected,
-    UpdateSource,
-)
-from sdk.wire._schemas import DPTerms
+from sdk.wire import UPDATE_PARAMS, DPTerms, PayloadError, RoundSpec, StagePayload
 
-__all__ = ["SecAggKind", "SecAggRoundParams"]
+__all__ = ["SecAggKind", "SecAggRoundParams", "member_weight", "protocol_ids"]
 
 _STAGES = tuple(s.value for s in Stage if s not in (Stage.DONE, Stage.ABORTED, Stage.ERROR))
 

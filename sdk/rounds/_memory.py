@@ -15,16 +15,16 @@ from dataclasses import dataclass
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sdk.wire._protocols import (
+from sdk.rounds._protocols import (
     ClientRound,
     RoundFailed,
     RoundKind,
-    RoundSpec,
     UpdateRejected,
     as_delta,
     from_delta,
     ready_update,
 )
+from sdk.wire import RoundSpec
 
 __all__ = ["MemoryRound", "run_in_memory"]
 
