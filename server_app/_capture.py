@@ -47,7 +47,7 @@ from sdk.capture import (
     prune_capture,
     write_capture,
 )
-from sdk.rounds import ROUND_KINDS, from_delta
+from sdk.rounds import ROUND_KINDS, from_delta, protocol_ids
 from sdk.wire import RoundSpec
 from server_app._audit_settings import CaptureSettings
 from server_app._store import Store
@@ -254,7 +254,8 @@ class ServerCapture:
             status="failed" if failed else "finished",
             failure=str(row["error"] or "unknown") if failed else None, round_kind=spec.kind,
             threshold=kind.privacy(spec).min_survivors if secagg else None,
-            secagg_ids={m: i + 1 for i, m in enumerate(members)} if secagg else {})
+            secagg_ids={self._name(c): i for c, i in protocol_ids(spec).items()} if secagg
+            else {})
         for msg in messages:
             if msg is not None:
                 rc.record(msg)

@@ -11,7 +11,7 @@ manager and the member's runner over REST (``server_app``, ``client_app``), and
 
 from sdk.rounds._fedavg_kind import FedAvgParams, encode_update
 from sdk.rounds._kinds import ROUND_KINDS
-from sdk.rounds._memory import MemoryRound, run_in_memory
+from sdk.rounds._memory import MemoryRound, memory_spec, run_in_memory
 from sdk.rounds._protocols import (
     ClientRound,
     RoundFailed,
@@ -42,6 +42,7 @@ __all__ = [
     "encode_update",
     "from_delta",
     "member_weight",
+    "memory_spec",
     "protocol_ids",
     "ready_update",
     "run_in_memory",

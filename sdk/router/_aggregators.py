@@ -22,14 +22,20 @@ from dataclasses import dataclass
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sdk.rounds import ROUND_KINDS, SecAggRoundParams, UpdateRejected, run_in_memory
+from sdk.rounds import (
+    ROUND_KINDS,
+    SecAggRoundParams,
+    UpdateRejected,
+    memory_spec,
+    run_in_memory,
+)
 from sdk.router._errors import RouterError
 from sdk.router._local import (
     LocalRouterUpdate,
     fedavg_plain,
 )
 from sdk.secagg import DPConfig, SecAggConfig, Stage
-from sdk.wire import RoundSpec, generate_key, public_key_b64
+from sdk.wire import generate_key
 
 __all__ = ["AGGREGATORS", "Aggregator", "PlainAggregator", "RoundAggregate", "SecureAggregator"]
 
@@ -165,12 +171,10 @@ class SecureAggregator(Aggregator):
         clients = [c for c in self.client_ids if c in updates]  # protocol order: bind's order
         rng = np.random.default_rng([self.seed, round_index, 0x5EC])
         rng.integers(2**62)  # the draw that named the round: the graph seed stays the same
-        spec = RoundSpec(
-            round_id=round_index, kind="router_secagg", participants=clients,
-            public_keys=[public_key_b64(self._keys[c]) for c in clients],
-            vector_length=int(global_params.shape[0]), min_clients=1, stage_deadline_s=0.0,
-            params={**self.config.model_dump(mode="json"), "graph_seed": rng.bytes(32).hex()},
-        )
+        spec = memory_spec(
+            "router_secagg", {c: self._keys[c] for c in clients}, int(global_params.shape[0]),
+            {**self.config.model_dump(mode="json"), "graph_seed": rng.bytes(32).hex()},
+            round_id=round_index)
         try:
             res = run_in_memory(
                 ROUND_KINDS["router_secagg"], spec, self._keys,
