@@ -9,7 +9,7 @@ manager and the member's runner over REST (``server_app``, ``client_app``), and
 ``sdk.wire`` (``RoundSpec``, ``RoundInfo``, ``StagePayload``).
 """
 
-from sdk.rounds._fedavg_kind import FedAvgParams, encode_update
+from sdk.rounds._fedavg_kind import FedAvgParams, FedAvgUpdate, encode_update
 from sdk.rounds._kinds import ROUND_KINDS
 from sdk.rounds._memory import MemoryRound, memory_spec, run_in_memory
 from sdk.rounds._protocols import (
@@ -30,6 +30,7 @@ __all__ = [
     "ROUND_KINDS",
     "ClientRound",
     "FedAvgParams",
+    "FedAvgUpdate",
     "MemoryRound",
     "RoundFailed",
     "RoundKind",

@@ -20,12 +20,14 @@ from sdk.rounds._protocols import (
 )
 from sdk.wire import UPDATE_PARAMS, PayloadError, RoundSpec, StagePayload, decode_vector
 
-__all__ = ["FedAvgKind", "FedAvgParams", "encode_update"]
+__all__ = ["FedAvgKind", "FedAvgParams", "FedAvgUpdate", "encode_update"]
 
 _WEIGHT = struct.Struct("<d")
 
 
-class _Update(NamedTuple):
+class FedAvgUpdate(NamedTuple):
+    """One member's ``rm_fedavg`` message, typed: its weight n_k and its update."""
+
     weight: float
     vector: np.ndarray  # (P,) float32
 
@@ -95,10 +97,10 @@ class _FedAvgServer(ServerRound):
         if vec.size and float(np.max(np.abs(vec))) > self.bounds.max_abs:
             raise PayloadError(f"stage {stage}: a value is outside this round's range "
                                f"[-{self.bounds.max_abs:g}, {self.bounds.max_abs:g}] (max_abs)")
-        return _Update(float(weight), vec)
+        return FedAvgUpdate(float(weight), vec)
 
     def accept(self, stage: str, client_id: str, parsed: object) -> None:
-        assert isinstance(parsed, _Update)
+        assert isinstance(parsed, FedAvgUpdate)
         self._sum += parsed.weight * parsed.vector
         self._weight += parsed.weight
         self._count += 1
@@ -126,10 +128,10 @@ class _FedAvgClient(ClientRound):
 
     def reply(self, stage: str, server_msg: object) -> object:
         vector, weight = self._update.result()
-        return _Update(float(weight), np.asarray(vector, dtype=np.float32))
+        return FedAvgUpdate(float(weight), np.asarray(vector, dtype=np.float32))
 
     def encode(self, msg: object) -> StagePayload:
-        assert isinstance(msg, _Update)
+        assert isinstance(msg, FedAvgUpdate)
         return encode_update(msg.vector, msg.weight)
 
 
@@ -147,7 +149,7 @@ class FedAvgKind(RoundKind):
         return _FedAvgClient(update)
 
     def wire_size(self, msg: object) -> int:
-        if isinstance(msg, _Update):
+        if isinstance(msg, FedAvgUpdate):
             return _WEIGHT.size + 4 * int(msg.vector.size)
         return super().wire_size(msg)
 
