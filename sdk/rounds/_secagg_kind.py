@@ -108,9 +108,11 @@ def protocol_ids(spec: RoundSpec) -> dict[str, int]:
 
 
 def _round_params(spec: RoundSpec) -> tuple[RoundParams, Roster]:
+    """The SecAgg+ parameters and roster of the round ``spec`` describes (the one conversion
+    from the round's description to the protocol's); ``ValueError`` on params it refuses."""
     cfg = SecAggRoundParams.parse(spec.params)
-    n = len(spec.participants)
-    params = cfg.round_params(list(range(1, n + 1)), spec.vector_length,
+    ids = list(protocol_ids(spec).values())
+    params = cfg.round_params(ids, spec.vector_length,
                               round_id=f"round-{spec.round_id}",
                               graph_seed=bytes.fromhex(cfg.graph_seed))
     # Every stage needs ``threshold`` answers, so a threshold >= min_clients also keeps any
@@ -125,7 +127,6 @@ def _round_params(spec: RoundSpec) -> tuple[RoundParams, Roster]:
                          f"raise threshold (at most degree + 1 = {params.degree + 1}) or omit it")
     if params.dp is not None:
         _check_dp_range(params)
-    ids = protocol_ids(spec).values()
     roster = Roster.from_raw({i: base64.b64decode(k)
                               for i, k in zip(ids, spec.public_keys, strict=True)})
     return params, roster
