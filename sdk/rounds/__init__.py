@@ -2,14 +2,14 @@
 
 Each kind (``rm_fedavg``, ``router_secagg``, registered in ``ROUND_KINDS``) has a server half
 (``ServerRound``) and a member half (``ClientRound``) that speak typed messages; it owns the
-delta arithmetic (``as_delta`` / ``from_delta``), the weight and DP rules (``member_weight``) and
-the id mapping (``protocol_ids``). Three drivers run the same halves: the server's round
+delta arithmetic (``as_delta`` / ``from_delta``), the weight and DP rules and the id mapping
+(``protocol_ids``). Three drivers run the same halves: the server's round
 manager and the member's runner over REST (``server_app``, ``client_app``), and
 ``run_in_memory`` in one process. A round's description, what crosses the wire, stays in
 ``sdk.wire`` (``RoundSpec``, ``RoundInfo``, ``StagePayload``).
 """
 
-from sdk.rounds._fedavg_kind import FedAvgParams, FedAvgUpdate, encode_update
+from sdk.rounds._fedavg_kind import FedAvgParams, FedAvgUpdate
 from sdk.rounds._kinds import ROUND_KINDS
 from sdk.rounds._memory import MemoryRound, memory_spec, run_in_memory
 from sdk.rounds._protocols import (
@@ -24,7 +24,7 @@ from sdk.rounds._protocols import (
     from_delta,
     ready_update,
 )
-from sdk.rounds._secagg_kind import SecAggRoundParams, member_weight, protocol_ids
+from sdk.rounds._secagg_kind import SecAggRoundParams, protocol_ids
 
 __all__ = [
     "ROUND_KINDS",
@@ -40,9 +40,7 @@ __all__ = [
     "UpdateRejected",
     "UpdateSource",
     "as_delta",
-    "encode_update",
     "from_delta",
-    "member_weight",
     "memory_spec",
     "protocol_ids",
     "ready_update",

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 from fastapi.testclient import TestClient
 
-from sdk.rounds import ClientRound, encode_update
+from sdk.rounds import ClientRound
+from sdk.rounds._fedavg_kind import encode_update
 from sdk.secagg import MaskedInput, QuantizationConfig
 from sdk.wire import RoundInfo
 from server_app import (
