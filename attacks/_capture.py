@@ -2,8 +2,9 @@
 
 :func:`capture_round` trains each client's router with ``sdk.router.train_router_locally`` (the
 client app's code path) or takes one FedSGD gradient, and keeps what the server would see:
-one client's phi_k without secure aggregation, or the weighted mean that ``sdk.secagg``'s
-``simulate_round`` reveals. :func:`capture_run_dir` replays round 1 of a demo run from its
+one client's phi_k without secure aggregation (an ``rm_fedavg`` round), or the weighted mean a
+``router_secagg`` round reveals, both run by the consortium's own round kinds in memory
+(``sdk.rounds.run_in_memory``: the same delta arithmetic, weight rule and DP rule). :func:`capture_run_dir` replays round 1 of a demo run from its
 ``router/spec.json`` and the clients' data, so an audit of a run directory needs no change to
 how the demo runs.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -25,7 +26,54 @@ if TYPE_CHECKING:  # sdk.router imports transformers: only when a capture runs
     from sdk.router import EncodedBatch, LocalTrainingConfig, Router
     from sdk.secagg import ClientMessage, DPConfig
 
-__all__ = ["capture_round", "capture_run_dir", "pooled_embeddings"]
+__all__ = ["capture_round", "capture_run_dir", "pooled_embeddings", "round_mean"]
+
+
+def round_mean(
+    deltas: Sequence[np.ndarray],
+    sizes: Sequence[int],
+    *,
+    kind: Literal["rm_fedavg", "router_secagg"],
+    rng: np.random.Generator,
+    dp: DPConfig | None = None,
+    client_ids: Sequence[str] | None = None,
+    on_message: Callable[[Any], None] | None = None,
+) -> np.ndarray:
+    """The weighted mean (P,) float32 of the members' ``deltas`` (P,) that a round of ``kind``
+    shows the server, run in memory by the consortium's round kind itself
+    (``sdk.rounds.run_in_memory``): member k weighs ``sizes[k]``, or 1 under ``dp`` (the
+    kind's DP rule, which also clips and noises each delta). ``client_ids`` name the members
+    in protocol order (default ``client-0``...); ``on_message`` sees each message the server
+    receives."""
+    from sdk.rounds import ROUND_KINDS, UpdateRejected, memory_spec, run_in_memory
+    from sdk.secagg import dp_clip_range
+    from sdk.wire import generate_key
+
+    ids = list(client_ids or [f"client-{k}" for k in range(len(deltas))])
+    if len(ids) != len(deltas) or len(set(ids)) != len(ids) or len(sizes) != len(deltas):
+        raise AttackInputError("give one distinct client id and one size per update")
+    params: dict[str, object] = {}
+    if kind == "router_secagg":
+        params["graph_seed"] = rng.bytes(32).hex()
+        if dp is not None:  # a clip range that holds every member's noised coordinates
+            params |= {"dp": dp.model_dump(mode="json"),
+                       "clip_range": max(1.0, dp_clip_range(dp, min_survivors=1))}
+    elif dp is not None:
+        raise AttackInputError("an rm_fedavg round has no DP: noise the delta before")
+    keys = {c: generate_key() for c in ids}
+    spec = memory_spec(kind, keys, int(deltas[0].shape[0]), params)
+    try:
+        res = run_in_memory(
+            ROUND_KINDS[kind], spec, keys,
+            {c: (d, n) for c, d, n in zip(ids, deltas, sizes, strict=True)}, None,
+            rngs={c: np.random.default_rng(rng.integers(2**63)) for c in ids},
+            on_message=None if on_message is None else lambda _cid, msg: on_message(msg),
+        )
+    except UpdateRejected as exc:
+        raise AttackInputError(f"the {kind} round refused an update: {exc}") from exc
+    if res.params is None:
+        raise AttackInputError(f"the {kind} round failed: {res.failed}")
+    return res.params
 
 
 def pooled_embeddings(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -66,11 +114,14 @@ def capture_round(
     """One round as the server sees it. ``client_batches`` are sdk.router ``EncodedBatch``es
     (one per client, rows = encoded responses); ``local`` a ``LocalTrainingConfig`` (or one
     per client) for ``update="parameters"``. ``plaintext`` needs exactly one client. With
-    ``dp`` each client clips its delta and adds its share of the noise (sdk.secagg
-    ``clip_and_noise``, calibrated to all clients surviving) before sending. ``on_message`` sees
-    every SecAgg message the server receives (attacks._capture_dir records them)."""
+    ``dp`` each client clips its delta and adds its share of the noise: in an aggregate as the
+    ``router_secagg`` kind's DP rule does (uniform weights, noise for the threshold's
+    survivors), in plaintext as its only survivor. ``on_message`` sees every SecAgg message the
+    server receives (attacks._capture_dir records them); its members are the router's
+    ``client_ids`` at ``client_indices``, protocol ids 1..N in that order."""
+    from sdk.rounds import as_delta, from_delta
     from sdk.router import LocalTrainingConfig, train_router_locally
-    from sdk.secagg import clip_and_noise, simulate_round
+    from sdk.secagg import clip_and_noise
 
     if len(client_batches) != len(client_indices) or not client_batches:
         raise AttackInputError("give one batch per client index, at least one")
@@ -92,18 +143,16 @@ def capture_round(
             phis.append(before - _gradient(router, hidden, mask, k))
     sizes = [int(h.shape[0]) for h, _ in padded]
     rng = np.random.default_rng(seed)
-    # Deltas, not parameters, go through the masks: they stay inside the clip range
-    # (sdk.router's FederatedRouterTrainer does the same).
-    deltas = [(p - before).astype(np.float64) for p in phis]
-    if dp is not None:
-        deltas = [
-            clip_and_noise(d, dp, min_survivors=len(deltas), max_weight=1, rng=rng) for d in deltas
-        ]
+    deltas = [as_delta(p, before) for p in phis]
     if setting == "plaintext":
-        after = before + deltas[0].astype(np.float32)
+        if dp is not None:  # the member's own clip and noise, as the only survivor
+            deltas = [clip_and_noise(deltas[0], dp, min_survivors=1, max_weight=1, rng=rng)]
+        mean = round_mean(deltas, sizes, kind="rm_fedavg", rng=rng)
     else:
-        mean = simulate_round(deltas, sizes, rng=rng, on_message=on_message).mean
-        after = before + mean.astype(np.float32)
+        names = [router.client_ids[k] for k in client_indices]
+        mean = round_mean(deltas, sizes, kind="router_secagg", rng=rng, dp=dp,
+                          client_ids=names, on_message=on_message)
+    after = from_delta(mean, before)
     truth = torch.cat([pooled_embeddings(h, m) for h, m in padded])
     steps = 1 if update == "gradient" else cfg.epochs * -(-max(sizes) // cfg.batch_size)
     meta = CaptureMeta(

@@ -6,7 +6,8 @@ recovers wherever the encoder IS differentiable, :class:`PatchImageRouter` puts 
 patch encoder in front of a real ``sdk.router.Router``; the update covers the router only, as in
 fedmor. :func:`smooth_images` draws the images it is tested on.
 
-:func:`secure_mean` gives what a server learns from a secure-aggregation round of such updates.
+:func:`secure_mean` gives what a server learns from a secure-aggregation round of such updates
+(the consortium's ``router_secagg`` round kind, run in memory).
 
 For membership inference, :func:`overfit_reward_model_scores` returns the raw scores of n members
 then n non-members of a deliberately over-fitted real ``sdk.reward.RewardModel`` (the small MLP
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from attacks._capture import round_mean
 from attacks._errors import AttackInputError
 from attacks._inversion import CapturedUpdate
 
@@ -95,9 +97,9 @@ def secure_mean(
     updates: Sequence[CapturedUpdate], sizes: Sequence[int], *, rng: np.random.Generator
 ) -> CapturedUpdate:
     """What the server learns from a secure-aggregation round of ``updates`` (client k trained
-    on ``sizes[k]`` samples): their weighted mean, through sdk.secagg's ``simulate_round``
-    (masked, fixed-point), as one update of the same kind, keyed like the inputs."""
-    from sdk.secagg import simulate_round
+    on ``sizes[k]`` samples): their weighted mean, through a ``router_secagg`` round in memory
+    (masked, fixed-point; ``round_mean``), as one update of the same kind, keyed like the
+    inputs."""
 
     if not updates or len(updates) != len(sizes):
         raise AttackInputError("give one size per update, at least one update")
@@ -106,8 +108,8 @@ def secure_mean(
            for u in updates):
         raise AttackInputError("the updates of one round must share kind, steps and lr")
     names = list(first.tensors)
-    flat = [torch.cat([u.tensors[n].reshape(-1) for n in names]).double().numpy() for u in updates]
-    mean = torch.from_numpy(simulate_round(flat, list(sizes), rng=rng).mean).float()  # (P,)
+    flat = [torch.cat([u.tensors[n].reshape(-1) for n in names]).numpy() for u in updates]
+    mean = torch.from_numpy(round_mean(flat, sizes, kind="router_secagg", rng=rng))  # (P,)
     out, offset = {}, 0
     for n in names:
         t = first.tensors[n]

@@ -12,8 +12,9 @@ from collections import Counter
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sdk.rounds import ROUND_KINDS, RoundFailed, RoundPrivacy
 from sdk.secagg import composed_epsilon
-from sdk.wire import ROUND_KINDS, DPTerms, RoundFailed, RoundInfo, RoundPrivacy, RoundSpec
+from sdk.wire import DPTerms, RoundInfo
 
 __all__ = ["PolicyDenied", "PolicyRefused", "SitePolicy", "check_epsilon", "check_request",
            "check_round", "check_update", "describe_policy"]
@@ -88,7 +89,7 @@ class PolicyDenied(PermissionError):
 
 
 def _privacy(info: RoundInfo) -> RoundPrivacy:
-    return ROUND_KINDS[info.kind].privacy(RoundSpec.of(info))
+    return ROUND_KINDS[info.kind].privacy(info)
 
 
 def check_round(policy: SitePolicy, info: RoundInfo) -> RoundPrivacy:

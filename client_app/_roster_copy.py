@@ -18,9 +18,9 @@ from typing import Any
 
 from client_app._store import ClientStore
 from sdk.membership import RosterFile, RotationChain, follow_rotations
+from sdk.rounds import RoundFailed
 from sdk.wire import (
     RotationRecord,
-    RoundFailed,
     RoundInfo,
     key_fingerprint,
 )

@@ -39,22 +39,18 @@ from client_app._scorer import load_object
 from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
+from sdk.rounds import ROUND_KINDS, RoundFailed, UpdateSource, as_delta
 from sdk.wire import (
-    ROUND_KINDS,
     EnrollResponse,
     MissingImages,
     PayloadError,
     PendingQuery,
     RewardRequest,
-    RoundFailed,
     RoundInfo,
-    RoundSpec,
     SignedClient,
     StageAck,
     StageBroadcast,
-    UpdateSource,
     Work,
-    as_delta,
     check_private_files,
     key_passphrase,
     load_or_create_key,
@@ -286,13 +282,12 @@ class ClientRunner:
             return self._refuse(round_id, exc)
         except (ValueError, KeyError) as exc:
             return self._end(round_id, "abandoned", f"cannot read the round's terms: {exc}")
-        spec = RoundSpec.of(info)
         sent = self.store.sent(round_id)
         try:
             self._check_roster(info)
             update = self._local_update(info)
             # A restart mid-round continues from the state saved with the last sent message.
-            half = ROUND_KINDS[info.kind].client(spec, client_id=me, key=self.key,
+            half = ROUND_KINDS[info.kind].client(info, client_id=me, key=self.key,
                                                  update=update,
                                                  state=self.store.round_state(round_id))
         except (RoundFailed, ValueError, KeyError) as exc:

@@ -1,20 +1,15 @@
 """fedmor server_app: the consortium server (REST, enrollment, rounds, reward broker)."""
 
 from sdk.membership import RosterEntry, RosterFile, add_to_roster
+from sdk.rounds import ROUND_KINDS, ClientRound, RoundKind, ServerRound, UpdateSource, ready_update
 from sdk.wire import (
-    ROUND_KINDS,
     AuthError,
-    ClientRound,
-    RoundKind,
     RoundSpec,
-    ServerRound,
-    UpdateSource,
     generate_key,
     load_or_create_key,
     load_private_key,
     parse_public_key,
     public_key_b64,
-    ready_update,
     sign_headers,
 )
 from server_app._app import create_app, create_app_from_env

@@ -47,7 +47,8 @@ from sdk.capture import (
     prune_capture,
     write_capture,
 )
-from sdk.wire import ROUND_KINDS, RoundSpec, from_delta
+from sdk.rounds import ROUND_KINDS, FedAvgUpdate, from_delta, protocol_ids
+from sdk.wire import RoundSpec
 from server_app._audit_settings import CaptureSettings
 from server_app._store import Store
 
@@ -227,15 +228,17 @@ class ServerCapture:
         weights: dict[str, float] = dict.fromkeys(members, 1.0)
         messages: list[Any] = []
         kind = ROUND_KINDS[spec.kind]
-        for stage in kind.server(spec).stages:
+        server = kind.server(spec)  # parses each stored message as the live round did
+        for stage in server.stages:
             for client_id, payload in self.store.messages(round_id, stage).items():
-                member = self._name(client_id)
-                if spec.kind == "rm_fedavg":
-                    delta, weights[member] = _fedavg_update(payload, spec.vector_length)
-                    plain[member] = _named(from_delta(delta, None if base_version is None
+                msg = server.parse(stage, client_id, payload)
+                if isinstance(msg, FedAvgUpdate):
+                    member = self._name(client_id)
+                    weights[member] = msg.weight
+                    plain[member] = _named(from_delta(msg.vector, None if base_version is None
                                                       else before), shapes)
                 else:
-                    messages.append(_secagg_message(payload))
+                    messages.append(msg)
         secagg = spec.kind != "rm_fedavg"
         meta = CaptureMeta(
             setting="aggregate", router=dict(self._router_cfg), client_ids=names,
@@ -253,10 +256,10 @@ class ServerCapture:
             status="failed" if failed else "finished",
             failure=str(row["error"] or "unknown") if failed else None, round_kind=spec.kind,
             threshold=kind.privacy(spec).min_survivors if secagg else None,
-            secagg_ids={m: i + 1 for i, m in enumerate(members)} if secagg else {})
+            secagg_ids={self._name(c): i for c, i in protocol_ids(spec).items()} if secagg
+            else {})
         for msg in messages:
-            if msg is not None:
-                rc.record(msg)
+            rc.record(msg)  # keeps the masked inputs and unmasking shares
         with self._lock:
             write_capture(self.cfg.dir, rounds=[rc],
                           description="captured by the fedmor consortium server")
@@ -265,23 +268,3 @@ class ServerCapture:
         _log.info("round %d captured in %s%s", round_id, self.cfg.dir,
                   f" (retention dropped rounds {dropped})" if dropped else "")
 
-
-def _fedavg_update(payload: Any, length: int) -> tuple[np.ndarray, float]:
-    """(delta (P,), weight n_k) of a stored ``rm_fedavg`` message (binary or JSON)."""
-    from sdk.wire import decode_vector
-
-    if isinstance(payload, bytes):
-        weight = float(np.frombuffer(payload[:8], dtype="<f8")[0])
-        return np.frombuffer(payload, dtype="<f4", offset=8).copy(), weight
-    return decode_vector(payload["vector"], length), float(payload["weight"])
-
-
-def _secagg_message(payload: Any) -> Any:
-    """A stored SecAgg client message parsed again (masked input or unmasking response; the
-    key stages' messages give None: they hold keys and signatures only)."""
-    from sdk.secagg import MaskedInput, parse_client_message
-
-    if isinstance(payload, bytes):
-        return MaskedInput.from_bytes(payload)
-    msg = parse_client_message(payload)
-    return msg if getattr(msg, "kind", None) == "unmasking_response" else None

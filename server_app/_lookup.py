@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sdk.wire import ROUND_KINDS, NotFoundError, RoundSpec, ServerRound
+from sdk.rounds import ROUND_KINDS, ServerRound
+from sdk.wire import NotFoundError, RoundSpec
 from server_app._store import Store
 
 __all__ = ["RoundLookup", "started"]

@@ -3,10 +3,9 @@ accounted cost, and the members whose site policy refused it."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from sdk.rounds import RoundKind
 from sdk.secagg import composed_epsilon
-from sdk.wire import DPAccount, DPTerms, Refusal, RoundCreate, RoundKind, RoundSpec
+from sdk.wire import DPAccount, DPTerms, Refusal, RoundSpec
 from server_app._store import Store
 
 __all__ = ["RoundRecords"]
@@ -22,14 +21,10 @@ class RoundRecords:
         self._refusers: dict[int, set[str]] = {}
 
     @staticmethod
-    def dp_terms(kind: RoundKind, req: RoundCreate, length: int, participants: list[str],
-                 keys: list[str], params: dict[str, Any]) -> tuple[DPTerms, float] | None:
+    def dp_terms(kind: RoundKind, spec: RoundSpec) -> tuple[DPTerms, float] | None:
         """A new round's DP terms and its own epsilon (None without DP, or with params its
         kind refuses: creating its server half then fails the round with the reason). Slow
         the first time (opacus): call it outside the round lock."""
-        spec = RoundSpec(round_id=0, kind=req.kind, participants=participants, public_keys=keys,
-                         vector_length=length, min_clients=req.min_clients,
-                         stage_deadline_s=1.0, params=params)
         try:
             dp = kind.privacy(spec).dp
         except (ValueError, KeyError, RuntimeError):

@@ -11,19 +11,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from sdk.rounds import ROUND_KINDS, RoundFailed, ServerRound, from_delta
 from sdk.wire import (
-    ROUND_KINDS,
     NotFoundError,
     PayloadError,
     RoundCreate,
-    RoundFailed,
     RoundInfo,
     RoundSpec,
-    ServerRound,
     StageAck,
     StageBroadcast,
     StagePayload,
-    from_delta,
 )
 from server_app._lookup import RoundLookup, started
 from server_app._records import RoundRecords
@@ -97,22 +94,21 @@ class RoundManager:
             raise PayloadError(f"{len(participants)} participant(s) < min_clients "
                                f"{req.min_clients}")
         length, router_config, base = self.lineages.round_terms(req.vector_length)
-        params = kind.prepare(req.params)
-        keys = [clients[p]["public_key"] for p in participants]
-        dp = self.records.dp_terms(kind, req, length, participants, keys,
-                                   params)  # outside the lock
+        # The round as it will be announced; its id comes from the store, under the lock.
+        draft = RoundSpec(
+            round_id=0, kind=req.kind, participants=participants,
+            public_keys=[clients[p]["public_key"] for p in participants],
+            vector_length=length, min_clients=req.min_clients,
+            stage_deadline_s=req.stage_deadline_s or self.default_deadline_s,
+            base_version=None if base is None else int(base["version"]),
+            params=kind.prepare(req.params), router_config=router_config)
+        dp = self.records.dp_terms(kind, draft)  # outside the lock
         with self._lock:
             # One commit (one fsync) for the new round; a refused one rolls back: no row.
             with self.store.transaction():
                 round_id = self.store.create_round(req.kind, {},
                                                    captured=self.capture is not None)
-                spec = RoundSpec(
-                    round_id=round_id, kind=req.kind, participants=participants,
-                    public_keys=keys,
-                    vector_length=length, min_clients=req.min_clients,
-                    stage_deadline_s=req.stage_deadline_s or self.default_deadline_s,
-                    base_version=None if base is None else int(base["version"]),
-                    params=params, router_config=router_config)
+                spec = draft.model_copy(update={"round_id": round_id})
                 try:
                     server = kind.server(spec)
                 except (ValueError, RoundFailed) as exc:
@@ -472,8 +468,8 @@ class RoundManager:
             sent = self.store.submitted(round_id, stage)
             dropouts |= expected - sent
             expected &= sent
-        return RoundInfo(
-            **spec.model_dump(), status=row["status"],
+        return RoundInfo.of(
+            spec, status=row["status"],
             stage=stages[int(row["stage_index"])] if row["status"] == "open" else None,
             stages=stages, dropouts=sorted(dropouts), router_version=row["router_version"],
             error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],

@@ -21,8 +21,9 @@ from fedmor_local._demo_stage_b import (
 )
 from sdk.cli import build_parser
 from sdk.data import SynthConfig, load_pairs, synthesize
+from sdk.rounds import ROUND_KINDS
 from sdk.secagg import DPConfig
-from sdk.wire import ROUND_KINDS, RoundInfo, RoundSpec
+from sdk.wire import RoundInfo, RoundSpec
 
 
 def _config(*argv: str, **fields: object) -> DemoConfig:

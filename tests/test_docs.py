@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("sdk.data", "sdk.models", "sdk.reward", "sdk.router", "sdk.secagg", "sdk.alignment",
             "sdk.wire", "sdk.storage", "sdk.serving", "sdk.membership", "sdk.ops", "sdk.capture",
             "sdk.progress", "sdk.runtime_options", "sdk.curves",
-            "server_app", "client_app", "attacks", "fedmor_local")
+            "server_app", "client_app", "attacks", "fedmor_local", "sdk.rounds")
 
 griffe = pytest.importorskip("griffe", reason="the docs extra (mkdocstrings) is not installed")
 

@@ -8,7 +8,8 @@ import itertools
 PACKAGES = ("sdk.alignment", "sdk.capture", "sdk.data", "sdk.models", "sdk.ops",
             "sdk.reward", "sdk.router", "sdk.secagg", "sdk.wire", "sdk.storage", "sdk.serving",
             "sdk.membership", "server_app", "client_app",
-            "sdk.progress", "sdk.runtime_options", "sdk.curves", "attacks", "fedmor_local")
+            "sdk.progress", "sdk.runtime_options", "sdk.curves", "attacks", "fedmor_local",
+            "sdk.rounds")
 
 
 def test_no_two_packages_export_different_things_under_one_name() -> None:

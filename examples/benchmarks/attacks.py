@@ -4,7 +4,7 @@
 Gradient inversion (Table 5) runs on REAL router updates (sdk.router ``Router``, ``HashingEncoder``
 tokens, ``train_router_locally``) captured in the audit's file format (attacks.capture_round) and
 attacked as ``fedmor audit`` does: unprotected (one sample), SecAgg (3 clients x 16 samples, the
-library's minimum, 3 local steps; sdk.secagg ``simulate_round``: the server sees the mean) and DP
+library's minimum, 3 local steps; a ``router_secagg`` round in memory: the server sees the mean) and DP
 (``clip_and_noise``). A SecAgg round of 3 single-sample clients is refused by default
 (``LocalTrainingConfig.min_samples``); its rows lower the minimum to 1. Images go through a small
 differentiable patch encoder in front of the same Router (attacks.PatchImageRouter; the update

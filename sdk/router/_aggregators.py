@@ -1,7 +1,7 @@
 """Aggregation strategies for federated router training, behind one interface.
 
 ``SecureAggregator`` runs the consortium's ``router_secagg`` round kind in memory
-(``sdk.wire.run_in_memory``) and counts the bytes of every message in its wire form;
+(``sdk.rounds.run_in_memory``) and counts the bytes of every message in its wire form;
 ``PlainAggregator`` is the unprotected ``fedavg_plain`` baseline. Both produce
 ``phi(t+1) = sum_k n_k phi_k / sum_k n_k`` over the clients that delivered their update.
 
@@ -22,22 +22,20 @@ from dataclasses import dataclass
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from sdk.rounds import (
+    ROUND_KINDS,
+    SecAggRoundParams,
+    UpdateRejected,
+    memory_spec,
+    run_in_memory,
+)
 from sdk.router._errors import RouterError
 from sdk.router._local import (
     LocalRouterUpdate,
     fedavg_plain,
 )
 from sdk.secagg import DPConfig, SecAggConfig, Stage
-from sdk.wire import (
-    ROUND_KINDS,
-    RoundSpec,
-    SecAggKind,
-    SecAggRoundParams,
-    UpdateRejected,
-    generate_key,
-    public_key_b64,
-    run_in_memory,
-)
+from sdk.wire import generate_key
 
 __all__ = ["AGGREGATORS", "Aggregator", "PlainAggregator", "RoundAggregate", "SecureAggregator"]
 
@@ -119,7 +117,7 @@ class PlainAggregator(Aggregator):
 
 class SecureAggregator(Aggregator):
     """SecAgg+ over the router deltas: each round is a ``router_secagg`` round of the
-    consortium's round kind, run by ``sdk.wire.run_in_memory`` (the same halves, delta
+    consortium's round kind, run by ``sdk.rounds.run_in_memory`` (the same halves, delta
     arithmetic, weight rule and id mapping as a REST round).
 
     ``config.clip_range`` bounds each delta coordinate, ``config.max_weight`` each n_k. With
@@ -173,15 +171,13 @@ class SecureAggregator(Aggregator):
         clients = [c for c in self.client_ids if c in updates]  # protocol order: bind's order
         rng = np.random.default_rng([self.seed, round_index, 0x5EC])
         rng.integers(2**62)  # the draw that named the round: the graph seed stays the same
-        spec = RoundSpec(
-            round_id=round_index, kind=SecAggKind.name, participants=clients,
-            public_keys=[public_key_b64(self._keys[c]) for c in clients],
-            vector_length=int(global_params.shape[0]), min_clients=1, stage_deadline_s=0.0,
-            params={**self.config.model_dump(mode="json"), "graph_seed": rng.bytes(32).hex()},
-        )
+        spec = memory_spec(
+            "router_secagg", {c: self._keys[c] for c in clients}, int(global_params.shape[0]),
+            {**self.config.model_dump(mode="json"), "graph_seed": rng.bytes(32).hex()},
+            round_id=round_index)
         try:
             res = run_in_memory(
-                ROUND_KINDS[SecAggKind.name], spec, self._keys,
+                ROUND_KINDS["router_secagg"], spec, self._keys,
                 {c: (updates[c].params, updates[c].num_samples) for c in clients}, global_params,
                 dropouts={Stage(s).value: cs for s, cs in dropouts.items()},
                 rngs={c: np.random.default_rng([self.seed, round_index, self._index[c]])

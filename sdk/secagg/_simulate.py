@@ -56,7 +56,7 @@ def _drive_round(
     """Deliver every message between ``server`` and ``clients`` in memory until the result.
 
     The protocol's own in-memory transport (a consortium's rounds run in memory through
-    ``sdk.wire.run_in_memory`` instead). ``dropouts[stage]``: clients whose reply at ``stage``
+    ``sdk.rounds.run_in_memory`` instead). ``dropouts[stage]``: clients whose reply at ``stage``
     is never delivered; they are gone from then on. A client that refuses to go on (too few
     live neighbours) is gone too. Raises ``RoundAborted`` when too few survive.
     ``on_message`` sees each delivered client message.

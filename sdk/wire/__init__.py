@@ -1,12 +1,13 @@
 """The wire contract both apps share: what crosses the network and how it is checked.
 
 Request/response schemas, request signing and verification, identity keys and roles, the one
-signed HTTP client (``SignedClient``, ``AsyncSignedClient``) and the TLS trust it uses, round
-kinds (both halves of every aggregation protocol, registered in ``ROUND_KINDS``), and the
-FastAPI pieces that check a request as it arrives (size limit, error handlers, signature
-check). The store lives in ``sdk.storage``, app start-up and settings in ``sdk.serving``, the
-roster file and key-rotation chain in ``sdk.membership``. ``server_app`` and ``client_app``
-import these packages and never each other.
+signed HTTP client (``SignedClient``, ``AsyncSignedClient``) and the TLS trust it uses, a
+round's description and stage messages (``RoundSpec``, ``StagePayload``; the round kinds that
+read them live in ``sdk.rounds``), and the FastAPI pieces that check a request as it arrives
+(size limit, error handlers, signature check). The store lives in ``sdk.storage``, app
+start-up and settings in ``sdk.serving``, the roster file and key-rotation chain in
+``sdk.membership``. ``server_app`` and ``client_app`` import these packages and never each
+other.
 """
 
 from sdk.wire._aligner import (
@@ -65,40 +66,14 @@ from sdk.wire._identity import (
     sign_rotation,
 )
 from sdk.wire._images import ImageCache, image_bytes
-from sdk.wire._kinds import (
-    ROUND_KINDS,
-)
-from sdk.wire._memory import (
-    MemoryRound,
-    run_in_memory,
-)
 from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel
-from sdk.wire._protocols import (
+from sdk.wire._payload import PayloadError, StagePayload, decode_vector, encode_vector
+from sdk.wire._router_config import ConsortiumRouterConfig
+from sdk.wire._schemas import (
     DEMO_SAMPLES_PARAM,
     DEMO_TRAIN_PARAM,
     ROUTER_ROUND_PARAM,
     UPDATE_PARAMS,
-    ClientRound,
-    FedAvgKind,
-    FedAvgParams,
-    PayloadError,
-    RoundFailed,
-    RoundKind,
-    RoundPrivacy,
-    RoundSpec,
-    ServerRound,
-    StagePayload,
-    UpdateRejected,
-    UpdateSource,
-    as_delta,
-    decode_vector,
-    encode_update,
-    encode_vector,
-    from_delta,
-    ready_update,
-)
-from sdk.wire._router_config import ConsortiumRouterConfig
-from sdk.wire._schemas import (
     AuditBudget,
     ClipBoundAck,
     ClipBoundAnnouncement,
@@ -117,6 +92,7 @@ from sdk.wire._schemas import (
     RoundCreate,
     RoundInfo,
     RoundRefusal,
+    RoundSpec,
     RouterConfigInfo,
     RouterConfigRef,
     RouterRollback,
@@ -125,10 +101,6 @@ from sdk.wire._schemas import (
     StageBroadcast,
     StageSubmit,
     Work,
-)
-from sdk.wire._secagg_kind import (
-    SecAggKind,
-    SecAggRoundParams,
 )
 from sdk.wire._tls import tls_verify
 
@@ -139,7 +111,6 @@ __all__ = [
     "HEADER_SIGNATURE",
     "KEY_PASSPHRASE_ENV",
     "ROLES",
-    "ROUND_KINDS",
     "ROUTER_ROUND_PARAM",
     "SERVER_SENDER",
     "UPDATE_PARAMS",
@@ -153,7 +124,6 @@ __all__ = [
     "AsyncSignedClient",
     "AuditBudget",
     "AuthError",
-    "ClientRound",
     "ClipBoundAck",
     "ClipBoundAnnouncement",
     "ConflictError",
@@ -163,8 +133,6 @@ __all__ = [
     "DPTerms",
     "EnrollRequest",
     "EnrollResponse",
-    "FedAvgKind",
-    "FedAvgParams",
     "HeaderAuth",
     "Health",
     "ImageCache",
@@ -172,7 +140,6 @@ __all__ = [
     "MemberInfo",
     "MemberRefusal",
     "MemberReport",
-    "MemoryRound",
     "MissingImages",
     "NotFoundError",
     "PayloadError",
@@ -192,19 +159,13 @@ __all__ = [
     "RotationRecord",
     "RoundCancel",
     "RoundCreate",
-    "RoundFailed",
     "RoundInfo",
-    "RoundKind",
-    "RoundPrivacy",
     "RoundRefusal",
     "RoundSpec",
     "RouterConfigInfo",
     "RouterConfigRef",
     "RouterRollback",
     "RouterVersionInfo",
-    "SecAggKind",
-    "SecAggRoundParams",
-    "ServerRound",
     "SignatureCheck",
     "SignedAuth",
     "SignedClient",
@@ -214,19 +175,14 @@ __all__ = [
     "StageBroadcast",
     "StagePayload",
     "StageSubmit",
-    "UpdateRejected",
-    "UpdateSource",
     "Work",
-    "as_delta",
     "authenticate",
     "check_private_files",
     "check_reward_url",
     "decode_vector",
     "docs_ui",
-    "encode_update",
     "encode_vector",
     "endorsement_message",
-    "from_delta",
     "generate_key",
     "image_bytes",
     "install_errors",
@@ -236,10 +192,8 @@ __all__ = [
     "load_private_key",
     "parse_public_key",
     "public_key_b64",
-    "ready_update",
     "record_nonce",
     "rotation_message",
-    "run_in_memory",
     "sign_headers",
     "sign_rotation",
     "signature_check",

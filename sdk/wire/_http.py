@@ -31,7 +31,7 @@ from sdk.wire._auth import (
     signed_by,
     verify_signed,
 )
-from sdk.wire._protocols import PayloadError, StagePayload
+from sdk.wire._payload import PayloadError, StagePayload
 from sdk.wire._schemas import StageSubmit
 
 __all__ = ["ERROR_RESPONSES", "ConflictError", "HeaderAuth", "NotFoundError", "SignatureCheck", "SizeLimit",

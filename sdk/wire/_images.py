@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from sdk.wire._protocols import PayloadError
+from sdk.wire._payload import PayloadError
 
 __all__ = ["ImageCache", "image_bytes"]
 

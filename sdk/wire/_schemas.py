@@ -10,6 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sdk.wire._router_config import ConsortiumRouterConfig
 
 __all__ = [
+    "DEMO_SAMPLES_PARAM",
+    "DEMO_TRAIN_PARAM",
+    "ROUTER_ROUND_PARAM",
+    "UPDATE_PARAMS",
     "AuditBudget",
     "ClipBoundAck",
     "ClipBoundAnnouncement",
@@ -29,6 +33,7 @@ __all__ = [
     "RoundCreate",
     "RoundInfo",
     "RoundRefusal",
+    "RoundSpec",
     "RouterConfigInfo",
     "RouterConfigRef",
     "RouterVersionInfo",
@@ -111,9 +116,17 @@ class EnrollResponse(_Reply):
     role: str = Field(default="member", description="what this identity may do (roster role)")
 
 
+ROUTER_ROUND_PARAM = "router_round"
+"""The federation's round index (the router lr schedule's clock), read by the router update."""
+DEMO_TRAIN_PARAM = "demo_train_s"
+"""Seconds the demo update waits, standing in for local training elsewhere (0-60)."""
+DEMO_SAMPLES_PARAM = "demo_samples"
+"""The sample count n_k the demo update reports (1-1000; default: 1-10 from the name)."""
+
+
 class _UpdateParams(BaseModel):
-    """The bounds of the round ``params`` addressed to the members' update sources
-    (``sdk.wire.UPDATE_PARAMS``), checked when the round is created: a value no member can
+    """The bounds of the round ``params`` addressed to the members' update sources, not to a
+    round kind (``UPDATE_PARAMS``), checked when the round is created: a value no member can
     use would only fail the round at its deadline."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
@@ -121,6 +134,11 @@ class _UpdateParams(BaseModel):
     router_round: int = Field(default=0, ge=0, le=2**31 - 1)
     demo_train_s: float = Field(default=0.0, ge=0, le=60)
     demo_samples: int = Field(default=1, ge=1, le=1000)
+
+
+UPDATE_PARAMS = frozenset(_UpdateParams.model_fields)
+"""Round ``params`` addressed to the members' update sources, not to a round kind (a kind passes
+them through)."""
 
 
 class RoundCreate(_Wire):
@@ -223,22 +241,38 @@ class RouterConfigInfo(RouterConfigRef):
     current: bool = Field(description="whether rounds open on this lineage now")
 
 
-class RoundInfo(_Reply):
-    """Status of one round."""
+class RoundSpec(BaseModel):
+    """A round as the server announces it when it opens it, fixed for the round's life: the
+    input of both halves of its kind (``sdk.rounds``), persisted so the round can be rebuilt,
+    and the first fields of every ``RoundInfo`` (which extends it, so a member hands the
+    round's status to its kind as it is, never copying fields)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     round_id: int
     kind: str
+    participants: list[str] = Field(description="client ids, in protocol order (index + 1 is "
+                                    "the SecAgg+ protocol id)")
+    public_keys: list[str] = Field(description="participants' Ed25519 identity keys, same order")
+    vector_length: int
+    min_clients: int
+    stage_deadline_s: float
+    base_version: int | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    router_config: RouterConfigRef | None = Field(
+        default=None, description="the router configuration the round trains (None: the "
+        "server declares none)")
+
+
+class RoundInfo(RoundSpec):
+    """Status of one round: its ``RoundSpec`` and how far it got."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")  # a response (see ``_Reply``)
+
     status: Literal["open", "finished", "failed"]
     stage: str | None
     stages: list[str]
-    participants: list[str]
-    public_keys: list[str] = Field(description="participants' Ed25519 identity keys")
     dropouts: list[str]
-    vector_length: int
-    stage_deadline_s: float
-    params: dict[str, Any]
-    min_clients: int
-    base_version: int | None
     router_version: int | None
     error: str | None
     created_at: float
@@ -250,9 +284,11 @@ class RoundInfo(_Reply):
     captured: bool = Field(default=False, description="the server keeps every message of this "
                            "round as received, and what it published, in its capture directory "
                            "(for the consortium's auditor); fixed when the round opens")
-    router_config: RouterConfigRef | None = Field(
-        default=None, description="the router configuration the round trains (None: the "
-        "server declares none)")
+
+    @classmethod
+    def of(cls, spec: RoundSpec, **status: Any) -> RoundInfo:
+        """The status of the round ``spec`` describes (``status``: this class's own fields)."""
+        return cls(**dict(spec), **status)
 
 
 class StageSubmit(_Wire):

@@ -24,7 +24,6 @@ from server_app import (
     ROUND_KINDS,
     ClientRound,
     RoundManager,
-    RoundSpec,
     ServerSettings,
     Store,
     UpdateSource,
@@ -79,21 +78,28 @@ class Member:
         return self.tc.post(path, content=body, headers=headers | {"content-type": media})
 
 
-def enrolled_team(tmp_path: Path, role_of: dict[str, str]) -> dict[str, Member]:
-    """An in-process server (admin token ``adm``) whose roster file holds one identity per
-    name of ``role_of``, each enrolled with its role."""
+def enrolled_team(tmp_path: Path, role_of: dict[str, str], *,
+                  base_url: str = "http://testserver", clip_bound: float | None = None,
+                  **settings: Any) -> dict[str, Member]:
+    """An in-process server (admin token ``adm``, ``settings`` on top) whose roster file holds
+    one identity per name of ``role_of``, each enrolled with its role; every member announces
+    ``clip_bound`` when it enrolls, if given."""
     roster = tmp_path / "roster.json"
     keys = {name: generate_key() for name in role_of}
     tokens = {n: add_to_roster(roster, name=n, public_key=public_key_b64(k),
                                role=role_of[n])  # type: ignore[arg-type]
               for n, k in keys.items()}
     cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
-                         roster_file=roster, admin_token="adm")  # type: ignore[arg-type]
-    tc = TestClient(create_app(cfg))
+                         roster_file=roster, admin_token="adm",  # type: ignore[arg-type]
+                         **settings)
+    tc = TestClient(create_app(cfg), base_url=base_url)
     out = {}
     for name, key in keys.items():
-        resp = tc.post("/v1/enroll", json={"name": name, "token": tokens[name],
-                                           "public_key": public_key_b64(key)})
+        body: dict[str, Any] = {"name": name, "token": tokens[name],
+                                "public_key": public_key_b64(key)}
+        if role_of[name] == "member" and clip_bound is not None:
+            body["clip_bound"] = clip_bound
+        resp = tc.post("/v1/enroll", json=body)
         assert resp.status_code == 200, resp.text
         assert resp.json()["role"] == role_of[name]
         out[name] = Member(tc, key, resp.json()["client_id"])
@@ -140,8 +146,7 @@ def in_process_secure_round(tmp_path: Path, length: int, update: Callable[[str],
                           capture=None if capture is None else capture(store))
     info = rounds.create(RoundCreate(kind="router_secagg", vector_length=length,
                                      min_clients=2, params={"threshold": 2, "degree": 2}))
-    spec = RoundSpec.of(info)
-    halves = {c: ROUND_KINDS[info.kind].client(spec, client_id=c, key=keys[c[2:]],
+    halves = {c: ROUND_KINDS[info.kind].client(info, client_id=c, key=keys[c[2:]],
                                                 update=update(c), state=None)
               for c in info.participants}
     return rounds, store, info.round_id, halves

@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 from fastapi.testclient import TestClient
 
+from sdk.rounds import ClientRound
+from sdk.rounds._fedavg_kind import encode_update
 from sdk.secagg import MaskedInput, QuantizationConfig
-from sdk.wire import ClientRound, RoundInfo, encode_update
+from sdk.wire import RoundInfo
 from server_app import (
     ROUND_KINDS,
-    RoundSpec,
     ServerSettings,
     create_app,
     generate_key,
@@ -56,12 +57,8 @@ def test_binary_update_malformed_bodies_are_4xx(server: tuple[TestClient, list[M
 
 
 def _halves(members: list[Member], info: RoundInfo) -> dict[str, ClientRound]:
-    spec = RoundSpec(round_id=info.round_id, kind=info.kind, participants=info.participants,
-                     public_keys=info.public_keys, vector_length=info.vector_length,
-                     min_clients=info.min_clients, stage_deadline_s=info.stage_deadline_s,
-                     params=info.params)
     return {m.client_id: ROUND_KINDS[info.kind].client(
-        spec, client_id=m.client_id, key=m.key, update=ready_update(np.full(4, 0.25 * (i + 1)), i + 1),
+        info, client_id=m.client_id, key=m.key, update=ready_update(np.full(4, 0.25 * (i + 1)), i + 1),
         state=None) for i, m in enumerate(members)}
 
 

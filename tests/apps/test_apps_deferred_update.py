@@ -17,8 +17,9 @@ from fastapi.testclient import TestClient
 from client_app import ClientRunner, ClientSettings, ClientStore, demo_update
 from client_app._demo import TRAIN_PARAM
 from fedmor_local import OPEN_POLICY
+from sdk.rounds import RoundFailed
 from sdk.secagg import QuantizationConfig
-from sdk.wire import RoundFailed, RoundInfo, SignedClient
+from sdk.wire import RoundInfo, SignedClient
 from server_app import ROUND_KINDS, ClientRound, RoundManager, RoundSpec, UpdateSource, ready_update
 
 from .conftest import Member, in_process_secure_round

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import server_app._rounds as rounds_module
-from sdk.wire import RoundCreate, encode_update
+from sdk.rounds._fedavg_kind import encode_update
+from sdk.wire import RoundCreate
 from server_app import Store, generate_key, public_key_b64
 from server_app._rounds import RoundManager
 

@@ -11,8 +11,9 @@ import pytest
 
 from client_app import demo_update
 from fedmor_local import OPEN_POLICY, LocalConsortium
+from sdk.rounds import as_delta, from_delta
 from sdk.secagg import QuantizationConfig
-from sdk.wire import RoundInfo, as_delta, from_delta
+from sdk.wire import RoundInfo
 
 LENGTH = 48
 

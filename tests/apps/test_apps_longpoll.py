@@ -14,7 +14,6 @@ from sdk.wire import RoundCreate, StageBroadcast
 from server_app import (
     ROUND_KINDS,
     RoundManager,
-    RoundSpec,
     Store,
     generate_key,
     public_key_b64,
@@ -33,11 +32,8 @@ def test_waiting_request_wakes_on_close_and_acks_carry_next(tmp_path: Path) -> N
     rounds = RoundManager(store, default_deadline_s=60.0)
     info = rounds.create(RoundCreate(kind="router_secagg", vector_length=4, min_clients=2,
                                      params={"threshold": 2, "degree": 1}))
-    spec = RoundSpec(round_id=info.round_id, kind=info.kind, participants=info.participants,
-                     public_keys=info.public_keys, vector_length=4, min_clients=2,
-                     stage_deadline_s=info.stage_deadline_s, params=info.params)
     rid, (a, b) = info.round_id, info.participants
-    halves = {c: ROUND_KINDS[info.kind].client(spec, client_id=c, key=keys[c[2:]],
+    halves = {c: ROUND_KINDS[info.kind].client(info, client_id=c, key=keys[c[2:]],
                                                 update=ready_update(np.zeros(4), 1), state=None)
               for c in (a, b)}
 

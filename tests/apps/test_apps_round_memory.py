@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fedmor_local import OPEN_POLICY, LocalConsortium
-from sdk.wire import ROUND_KINDS, RoundSpec, generate_key, public_key_b64, run_in_memory
+from sdk.rounds import ROUND_KINDS, memory_spec, run_in_memory
+from sdk.wire import generate_key
 from tests.apps._grid_update import QUANTIZATION, STEP, grid_delta
 
 from .conftest import running
@@ -40,10 +41,8 @@ def test_in_memory_round_equals_the_rest_round(consortium: LocalConsortium) -> N
     rest = np.frombuffer(blob.content, dtype="<f4")
 
     keys = {name: generate_key() for name in NAMES}
-    spec = RoundSpec(round_id=1, kind="router_secagg", participants=NAMES,
-                     public_keys=[public_key_b64(keys[n]) for n in NAMES], vector_length=LENGTH,
-                     min_clients=3, stage_deadline_s=20.0,
-                     params={**params, "graph_seed": "00" * 32})
+    spec = memory_spec("router_secagg", keys, LENGTH, {**params, "graph_seed": "00" * 32},
+                       round_id=1, min_clients=3)
     updates = {}
     for name in NAMES:
         delta, weight = grid_delta(name, LENGTH)

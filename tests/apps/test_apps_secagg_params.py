@@ -12,8 +12,9 @@ from fastapi.testclient import TestClient
 
 from client_app._demo import TRAIN_PARAM
 from client_app._router_update import ROUND_PARAM
-from sdk.wire import UPDATE_PARAMS, RoundFailed
-from sdk.wire._secagg_kind import _round_params
+from sdk.rounds import RoundFailed, memory_spec
+from sdk.rounds._secagg_kind import _round_params
+from sdk.wire import UPDATE_PARAMS
 from server_app import ROUND_KINDS, RoundSpec, generate_key, public_key_b64, ready_update
 
 from .conftest import Member
@@ -23,10 +24,8 @@ KIND = ROUND_KINDS["router_secagg"]
 
 
 def _spec(n: int, min_clients: int, **params: Any) -> RoundSpec:
-    return RoundSpec(round_id=1, kind=KIND.name, participants=[f"c{i}" for i in range(n)],
-                     public_keys=[public_key_b64(generate_key()) for _ in range(n)],
-                     vector_length=4, min_clients=min_clients, stage_deadline_s=5.0,
-                     params=KIND.prepare(params))
+    return memory_spec(KIND.name, {f"c{i}": generate_key() for i in range(n)}, 4, params,
+                       round_id=1, min_clients=min_clients)
 
 
 @pytest.mark.parametrize(("params", "needle"), [

@@ -13,14 +13,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from server_app import (
-    ServerSettings,
-    add_to_roster,
-    create_app,
-    generate_key,
-    public_key_b64,
-)
-from tests.apps.conftest import Member
+from server_app import generate_key, public_key_b64
+from tests.apps.conftest import Member, enrolled_team
 
 ROLES = {"m0": "member", "m1": "member", "ops": "operator", "job": "aligner",
          "audit": "auditor"}
@@ -39,26 +33,12 @@ class Clock:
 
 def _consortium(tmp_path: Path, base_url: str = "http://testserver",
                 **settings: Any) -> tuple[TestClient, dict[str, Member], Clock]:
-    roster = tmp_path / "roster.json"
-    keys = {name: generate_key() for name in ROLES}
-    tokens = {n: add_to_roster(roster, name=n, public_key=public_key_b64(k),
-                               role=ROLES[n])  # type: ignore[arg-type]
-              for n, k in keys.items()}
-    cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
-                         roster_file=roster, admin_token="adm",  # type: ignore[arg-type]
-                         **settings)
-    tc = TestClient(create_app(cfg), base_url=base_url)
-    who = {}
-    for name, key in keys.items():
-        body = {"name": name, "token": tokens[name], "public_key": public_key_b64(key)}
-        if ROLES[name] == "member":
-            body["clip_bound"] = 2.5
-        resp = tc.post("/v1/enroll", json=body)
-        assert resp.status_code == 200, resp.text
-        who[name] = Member(tc, key, resp.json()["client_id"])
+    who = enrolled_team(tmp_path, ROLES, base_url=base_url, clip_bound=2.5, **settings)
+    tc = who["ops"].tc
     clock = Clock(1_000_000.0)
-    if cfg.console.enabled:
-        tc.app.state.console.clock = clock  # type: ignore[attr-defined]
+    logins = getattr(tc.app.state, "console", None)  # type: ignore[attr-defined]
+    if logins is not None:  # the console is enabled
+        logins.clock = clock
     return tc, who, clock
 
 

@@ -235,7 +235,7 @@ def build_capture(root: Path, data: Path) -> tuple[Path, dict[str, Any]]:
         aggregate=agg.after,
         router_version=2,
         threshold=SecAggConfig().round_params([0, 1, 2], n_params).threshold,
-        secagg_ids={m: i for i, m in enumerate(MEMBERS)},
+        secagg_ids={m: i + 1 for i, m in enumerate(MEMBERS)},  # protocol_ids: 1..N in order
     )
     for msg in wire:
         r2.record(msg)

@@ -1,6 +1,7 @@
 """``fedmor audit --capture DIR``: the capture directory format (manifest, safetensors, JSON
-lines) built from real in-process rounds (sdk.router local training, sdk.secagg's
-simulate_round with every wire message recorded), attacked with and without ground truth."""
+lines) built from real in-process rounds (sdk.router local training, the router_secagg round
+kind run in memory with every wire message recorded), attacked with and without ground
+truth."""
 
 from __future__ import annotations
 

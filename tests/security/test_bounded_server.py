@@ -23,13 +23,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedmor_local import ADMIN_TOKEN, LocalConsortium
+from sdk.rounds import ROUND_KINDS, UpdateSource
 from sdk.wire import (
-    ROUND_KINDS,
     RoundInfo,
-    RoundSpec,
     StageAck,
     StageBroadcast,
-    UpdateSource,
     load_or_create_key,
     public_key_b64,
     sign_headers,
@@ -241,13 +239,9 @@ def test_a_member_at_its_long_poll_cap_still_gets_its_stage_message_acked(
             "participants": [member.client_id, other.client_id]})
         assert created.status_code == 200, created.text
     info = RoundInfo.model_validate(created.json())
-    spec = RoundSpec(round_id=info.round_id, kind=info.kind, participants=info.participants,
-                     public_keys=info.public_keys, vector_length=info.vector_length,
-                     min_clients=info.min_clients, stage_deadline_s=info.stage_deadline_s,
-                     params=info.params)
     update: UpdateSource = Future()
     update.set_result((np.zeros(4, np.float32), 1))
-    half = ROUND_KINDS[info.kind].client(spec, client_id=member.client_id, key=member.key,
+    half = ROUND_KINDS[info.kind].client(info, client_id=member.client_id, key=member.key,
                                          update=update, state=None)
     stage = info.stages[0]
     path = f"/v1/rounds/{info.round_id}/stages/{stage}"

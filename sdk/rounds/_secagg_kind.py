@@ -19,6 +19,15 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from sdk.rounds._protocols import (
+    ClientRound,
+    RoundFailed,
+    RoundKind,
+    RoundPrivacy,
+    ServerRound,
+    UpdateRejected,
+    UpdateSource,
+)
 from sdk.secagg import (
     ClientState,
     DPConfig,
@@ -36,22 +45,9 @@ from sdk.secagg import (
     parse_client_message,
     parse_server_message,
 )
-from sdk.wire._protocols import (
-    UPDATE_PARAMS,
-    ClientRound,
-    PayloadError,
-    RoundFailed,
-    RoundKind,
-    RoundPrivacy,
-    RoundSpec,
-    ServerRound,
-    StagePayload,
-    UpdateRejected,
-    UpdateSource,
-)
-from sdk.wire._schemas import DPTerms
+from sdk.wire import UPDATE_PARAMS, DPTerms, PayloadError, RoundSpec, StagePayload
 
-__all__ = ["SecAggKind", "SecAggRoundParams"]
+__all__ = ["SecAggKind", "SecAggRoundParams", "member_weight", "protocol_ids"]
 
 _STAGES = tuple(s.value for s in Stage if s not in (Stage.DONE, Stage.ABORTED, Stage.ERROR))
 
@@ -112,9 +108,11 @@ def protocol_ids(spec: RoundSpec) -> dict[str, int]:
 
 
 def _round_params(spec: RoundSpec) -> tuple[RoundParams, Roster]:
+    """The SecAgg+ parameters and roster of the round ``spec`` describes (the one conversion
+    from the round's description to the protocol's); ``ValueError`` on params it refuses."""
     cfg = SecAggRoundParams.parse(spec.params)
-    n = len(spec.participants)
-    params = cfg.round_params(list(range(1, n + 1)), spec.vector_length,
+    ids = list(protocol_ids(spec).values())
+    params = cfg.round_params(ids, spec.vector_length,
                               round_id=f"round-{spec.round_id}",
                               graph_seed=bytes.fromhex(cfg.graph_seed))
     # Every stage needs ``threshold`` answers, so a threshold >= min_clients also keeps any
@@ -129,7 +127,6 @@ def _round_params(spec: RoundSpec) -> tuple[RoundParams, Roster]:
                          f"raise threshold (at most degree + 1 = {params.degree + 1}) or omit it")
     if params.dp is not None:
         _check_dp_range(params)
-    ids = protocol_ids(spec).values()
     roster = Roster.from_raw({i: base64.b64decode(k)
                               for i, k in zip(ids, spec.public_keys, strict=True)})
     return params, roster

@@ -1,28 +1,20 @@
-"""``sdk.wire.run_in_memory`` drives any round kind's two halves: typed messages, the same
+"""``sdk.rounds.run_in_memory`` drives any round kind's two halves: typed messages, the same
 delta arithmetic as the REST drivers, dropouts as lost replies."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from sdk.wire import (
-    ROUND_KINDS,
-    RoundSpec,
-    generate_key,
-    public_key_b64,
-    ready_update,
-    run_in_memory,
-)
+from sdk.rounds import ROUND_KINDS, memory_spec, protocol_ids, ready_update, run_in_memory
+from sdk.secagg import MaskedInput
+from sdk.wire import RoundSpec, generate_key
 
 IDS = ["m0", "m1", "m2"]
 
 
 def _spec(kind: str, **params: object) -> tuple[RoundSpec, dict]:
     keys = {c: generate_key() for c in IDS}
-    spec = RoundSpec(round_id=4, kind=kind, participants=IDS,
-                     public_keys=[public_key_b64(keys[c]) for c in IDS], vector_length=5,
-                     min_clients=2, stage_deadline_s=1.0, params=params)
-    return spec, keys
+    return memory_spec(kind, keys, 5, params, round_id=4, min_clients=2), keys
 
 
 def test_fedavg_in_memory_is_base_plus_the_weighted_mean_delta() -> None:
@@ -76,3 +68,22 @@ def test_every_stage_message_survives_its_wire_form_unchanged() -> None:
         outbox = server.close_stage(stage)
     assert checked == 5 * len(IDS)
     np.testing.assert_allclose(server.result(), 0.25, atol=1e-5)
+
+
+def test_on_message_sees_what_the_server_half_receives_under_the_protocol_ids() -> None:
+    """An auditor's view of an in-memory round: each message the server half accepted, typed,
+    from the client whose protocol id (``protocol_ids``: 1..N in participant order) it carries;
+    a reply lost as a dropout is not among them."""
+    spec, keys = _spec("router_secagg", graph_seed="33" * 32, threshold=2)
+    updates = {c: (np.full(5, 0.125, np.float32), 1.0) for c in IDS}
+    seen: list[tuple[str, object]] = []
+    out = run_in_memory(ROUND_KINDS["router_secagg"], spec, keys, updates, None,
+                        dropouts={"masked_input_collection": {"m2"}},
+                        on_message=lambda cid, msg: seen.append((cid, msg)))
+    assert out.survivors == ["m0", "m1"]
+    ids = protocol_ids(spec)
+    assert ids == {"m0": 1, "m1": 2, "m2": 3}
+    assert all(msg.sender == ids[cid] for cid, msg in seen)  # type: ignore[attr-defined]
+    masked = sorted(cid for cid, msg in seen if isinstance(msg, MaskedInput))
+    assert masked == ["m0", "m1"]
+    assert len(seen) == 3 + 3 + 2 + 2 + 2  # keys, shares, then the two survivors' stages

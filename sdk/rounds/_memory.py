@@ -9,24 +9,26 @@ round computed in memory is the round a consortium computes over REST.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sdk.wire._protocols import (
+from sdk.rounds._kinds import ROUND_KINDS
+from sdk.rounds._protocols import (
     ClientRound,
     RoundFailed,
     RoundKind,
-    RoundSpec,
     UpdateRejected,
     as_delta,
     from_delta,
     ready_update,
 )
+from sdk.wire import RoundSpec, public_key_b64
 
-__all__ = ["MemoryRound", "run_in_memory"]
+__all__ = ["MemoryRound", "memory_spec", "run_in_memory"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,18 @@ class MemoryRound:
     failed: str | None = None
 
 
+def memory_spec(kind: str, keys: Mapping[str, Ed25519PrivateKey], vector_length: int,
+                params: Mapping[str, Any] | None = None, *, round_id: int = 0,
+                min_clients: int = 1) -> RoundSpec:
+    """The spec of an in-memory round of ``kind`` among the holders of ``keys`` (client id ->
+    identity key, in protocol order), as a server would announce it: the kind's creation-time
+    params (``prepare``: SecAgg+'s graph seed unless ``params`` fixes it) filled in."""
+    return RoundSpec(round_id=round_id, kind=kind, participants=list(keys),
+                     public_keys=[public_key_b64(k) for k in keys.values()],
+                     vector_length=vector_length, min_clients=min_clients, stage_deadline_s=0.0,
+                     params=ROUND_KINDS[kind].prepare(dict(params or {})))
+
+
 def run_in_memory(
     kind: RoundKind,
     spec: RoundSpec,
@@ -50,6 +64,7 @@ def run_in_memory(
     *,
     dropouts: Mapping[str, Collection[str]] | None = None,
     rngs: Mapping[str, np.random.Generator] | None = None,
+    on_message: Callable[[str, object], None] | None = None,
 ) -> MemoryRound:
     """Run round ``spec`` of ``kind`` between its participants' client halves and its server
     half; ``updates[client_id]`` is (phi_k (P,), n_k) trained from ``base`` (P,).
@@ -57,6 +72,8 @@ def run_in_memory(
     ``dropouts[stage]``: the clients whose reply at ``stage`` never arrives (they are gone
     from then on); a client half that refuses to go on (``RoundFailed``) is gone too. A local
     update the kind rejects raises ``UpdateRejected``: in memory the caller owns every update.
+    ``on_message(client_id, message)`` sees each typed message the server half receives (an
+    auditor's view of the wire).
     """
     server = kind.server(spec)
     clients: dict[str, ClientRound] = {
@@ -83,6 +100,8 @@ def run_in_memory(
                     gone.add(cid)
                     continue
                 up += kind.wire_size(reply)
+                if on_message is not None:
+                    on_message(cid, reply)
                 server.accept(stage, cid, reply)
             outbox = server.close_stage(stage)
     except UpdateRejected:
