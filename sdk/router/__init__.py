@@ -16,6 +16,8 @@ from sdk.router._encoder import (
     ImageFeatureCache,
     concat_batches,
     image_digest,
+    image_ref,
+    open_image,
 )
 from sdk.router._errors import RouterError, RouterMismatchError, RouterShapeError
 from sdk.router._evaluation import (
@@ -128,9 +130,11 @@ __all__ = [
     "encode_pairs",
     "fedavg_plain",
     "image_digest",
+    "image_ref",
     "load_router_clients",
     "load_router_update",
     "local_router_update",
+    "open_image",
     "reward_scores",
     "route",
     "route_pairs",

@@ -72,7 +72,7 @@ from sdk.wire._identity import (
     rotation_message,
     sign_rotation,
 )
-from sdk.wire._images import ImageCache, image_bytes
+from sdk.wire._images import ImageCache, ImageRef, image_bytes
 from sdk.wire._kinds import (
     ROUND_KINDS,
 )
@@ -221,6 +221,7 @@ __all__ = [
     "HeaderAuth",
     "Health",
     "ImageCache",
+    "ImageRef",
     "KeyRotation",
     "MemberInfo",
     "MemberRefusal",

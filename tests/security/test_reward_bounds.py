@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from server_app import QueryItem
+from sdk.wire import ImageRef
 from server_app._broker import BrokerError
 from tests.apps.conftest import Member
 from tests.security.conftest import enroll_new
@@ -34,9 +34,10 @@ def _answer_in_pull_mode(tc: TestClient, member: Member,
     out: list[Exception | list[float]] = []
 
     def ask() -> None:
-        items = [QueryItem(image=_png(), prompt="p", response=f"r{i}") for i in range(2)]
+        image = ImageRef.of(_png())
         try:
-            out.append(asyncio.run(broker.query(member.client_id, items)))
+            out.append(asyncio.run(broker.query(member.client_id, [image, image], ["p", "p"],
+                                                ["r0", "r1"])))
         except BrokerError as exc:
             out.append(exc)
 
