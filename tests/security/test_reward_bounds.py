@@ -68,6 +68,16 @@ def test_scores_outside_the_announced_bound_are_refused(
     assert tc.get("/v1/health").status_code == 200
 
 
+def test_an_answer_with_the_wrong_count_is_refused(
+        server: tuple[TestClient, list[Member]]) -> None:
+    tc, _ = server
+    resp, key = enroll_new(tc, "short", 2.0)
+    assert resp.status_code == 200, resp.text
+    short = Member(tc, key, resp.json()["client_id"])
+    refused = _answer_in_pull_mode(tc, short, [1.0])  # one score for two items
+    assert isinstance(refused, BrokerError) and "instead of 2 scores" in str(refused)
+
+
 def test_a_member_without_a_bound_is_not_trusted_and_bad_bounds_are_422(
         server: tuple[TestClient, list[Member]]) -> None:
     tc, _ = server
