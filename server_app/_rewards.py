@@ -2,10 +2,11 @@
 
 A batch from the aligner is rewarded as ``sdk.alignment`` does in one process: the selection
 (MoR routes each completion to one member with the online router, or a baseline), the broker
-asks the chosen members, each image passed on as the :class:`~sdk.wire.ImageRef` the aligner
-sent (checked against its hash here, never decoded or encoded again by the server; only the
-router's encoder decodes one, once per sha256, when a routed selection needs its features), empty completions and off-format multiple-choice answers are scored
+asks the chosen members, empty completions and off-format multiple-choice answers are scored
 without a query, and a member that times out or refuses gives the failure value for its items.
+Each image is the :class:`~sdk.wire.ImageRef` the aligner sent, checked against its hash here
+and passed on unchanged: the server never decodes or encodes one (only the router's encoder
+decodes an image, once per sha256, when a routed selection needs its features).
 The aligner's per-step loss is the Neural TS feedback; the online state is saved after each
 update and loaded again at start, so a restarted server continues the same bandit.
 """

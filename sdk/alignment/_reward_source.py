@@ -42,6 +42,20 @@ def check_client_index(client_index: int, num_clients: int) -> None:
         raise IndexError(f"client index {client_index} out of range 0..{num_clients - 1}")
 
 
+def _pixels(images: Sequence[Image.Image | ImageRef | None]) -> list[Image.Image | None]:
+    """The images as a local scorer takes them: each distinct reference decoded once."""
+    opened: dict[str, Image.Image] = {}
+    out: list[Image.Image | None] = []
+    for image in images:
+        if isinstance(image, ImageRef):
+            if image.sha256 not in opened:
+                opened[image.sha256] = open_image(image)
+            out.append(opened[image.sha256])
+        else:
+            out.append(image)
+    return out
+
+
 @runtime_checkable
 class RewardSource(Protocol):
     """Scores triples with one client's reward model."""
@@ -97,8 +111,7 @@ class InProcessRewardSource:
         if n == 0:
             return []
         scorer = self._scorers[client_index]
-        pixels = [None if i is None else open_image(i) for i in images]
-        scores = await asyncio.to_thread(scorer, pixels, list(prompts), list(responses))
+        scores = await asyncio.to_thread(scorer, _pixels(images), list(prompts), list(responses))
         out = [float(s) for s in scores]
         if len(out) != n:
             raise RewardShapeError(f"client {client_index} returned {len(out)} scores for {n} triples")
