@@ -14,7 +14,7 @@ from sdk.wire import (
 )
 from server_app._app import create_app, create_app_from_env
 from server_app._audit_settings import AuditSettings, CaptureSettings
-from server_app._broker import BrokerError, QueryItem, RewardBroker
+from server_app._broker import BrokerError, BrokerRewardSource, RewardBroker
 from server_app._rewards import AlignmentService
 from server_app._rounds import RoundManager
 from server_app._settings import AlignmentSettings, ServerSettings, load_settings
@@ -27,9 +27,9 @@ __all__ = [
     "AuditSettings",
     "AuthError",
     "BrokerError",
+    "BrokerRewardSource",
     "CaptureSettings",
     "ClientRound",
-    "QueryItem",
     "RewardBroker",
     "RosterEntry",
     "RosterFile",

@@ -28,15 +28,15 @@ from fastapi.responses import FileResponse
 from sdk.capture import CaptureManifest
 from sdk.serving import RateLimited
 from sdk.wire import (
+    ImageRef,
     NotFoundError,
     PayloadError,
     RewardRequest,
     RewardResponse,
-    image_bytes,
 )
 from server_app._access import ADMIN, Access
 from server_app._audit_settings import AuditSettings
-from server_app._broker import BrokerError, QueryItem, RewardBroker
+from server_app._broker import BrokerError, RewardBroker
 from server_app._capture import ServerCapture
 from server_app._settings import ServerSettings
 from server_app._store import Store
@@ -62,22 +62,20 @@ class _Budget:
             self.store.charge_auditor(auditor, n)
 
 
-def _items(store: Store, req: RewardRequest) -> list[QueryItem]:
-    """The query's items with their image bytes (sent now, or kept from an earlier query)."""
-    out, missing = [], []
-    sent: dict[str, bytes] = {}  # an image travels once per request, then by hash
-    for item in req.items:
-        if item.image_b64 is not None:
-            data = sent[item.image_sha256] = image_bytes(item.image_sha256, item.image_b64)
-        else:
-            data = sent.get(item.image_sha256) or store.image(item.image_sha256) or b""
-            if not data:
-                missing.append(item.image_sha256)
-        out.append(QueryItem(data, item.prompt, item.response))
+def _images(store: Store, req: RewardRequest) -> list[ImageRef]:
+    """The query's images (sent now and checked against their hash, or kept from an earlier
+    query)."""
+    sent = {i.image_sha256: ImageRef.sent(i.image_sha256, i.image_b64)
+            for i in req.items if i.image_b64 is not None}
+    for digest in {i.image_sha256 for i in req.items} - set(sent):
+        data = store.image(digest)
+        if data is not None:  # the store keeps only bytes the broker checked
+            sent[digest] = ImageRef(digest, data)
+    missing = sorted({i.image_sha256 for i in req.items} - set(sent))
     if missing:
-        raise PayloadError(f"the server does not hold image(s) {sorted(set(missing))}: send "
-                           "their bytes in image_b64")
-    return out
+        raise PayloadError(f"the server does not hold image(s) {missing}: send their bytes in "
+                           "image_b64")
+    return [sent[i.image_sha256] for i in req.items]
 
 
 def audit_router(store: Store, capture: ServerCapture | None, broker: RewardBroker,
@@ -132,13 +130,15 @@ def audit_router(store: Store, capture: ServerCapture | None, broker: RewardBrok
         member = next((m for m in store.clients("member") if m["name"] == name), None)
         if member is None:
             raise NotFoundError(f"no enrolled member is named {name!r}")
-        items = _items(store, req)
-        budget.charge(who, len(items))
+        images = _images(store, req)
+        budget.charge(who, len(images))
         try:
-            scores = await broker.query(str(member["client_id"]), items)
+            scores = await broker.query(str(member["client_id"]), images,
+                                        [i.prompt for i in req.items],
+                                        [i.response for i in req.items])
         except BrokerError as exc:
             raise HTTPException(502, f"member {name} did not score the query: {exc}") from exc
-        store.audit(who, "audit_query", member=name, items=len(items))
+        store.audit(who, "audit_query", member=name, items=len(images))
         digest = hashlib.sha256(req.model_dump_json().encode()).hexdigest()
         return RewardResponse(scores=scores, query_sha256=digest)
 

@@ -1,52 +1,48 @@
-"""The reward-query broker (stage C): ask client k to score a batch, by push or pull.
+"""The reward-query broker (stage C): ask a member to score a batch, by push or pull.
 
 Push: the server POSTs ``/v1/reward`` to the client app, signed with the server's identity.
 Pull: the query waits in the store until the client fetches ``/v1/reward/pending`` and answers.
-Images are content-addressed: bytes travel once per client, then only their sha256; a client
-that lacks an image says so (409 / ``missing``) and the broker resends it.
+Each item goes as one :class:`~sdk.wire.RewardItem` made from its :class:`~sdk.wire.ImageRef`:
+the image's bytes exactly as the aligner sent them, once per member, then only their sha256; a
+member that lacks an image says so (409 / ``missing``) and the broker resends it. The member's
+answer is checked here, once (count, finite, its announced bound).
+
+:class:`BrokerRewardSource` is the broker as the selection layer's ``RewardSource``: the one
+place a selection's client index becomes a member's client id.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import functools
-import hashlib
 import json
+import logging
 import math
+import ssl
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sdk.wire import SERVER_SENDER, AsyncSignedClient, SignedAuth
+from sdk.wire import SERVER_SENDER, AsyncSignedClient, ImageRef, RewardItem, SignedAuth
 from server_app._store import Store
 
-__all__ = ["BrokerError", "QueryItem", "RewardBroker"]
+if TYPE_CHECKING:
+    from PIL import Image
+
+__all__ = ["BrokerError", "BrokerRewardSource", "OnScored", "RewardBroker"]
 
 _REVOKED = "withdrawn: the member was revoked"
+_log = logging.getLogger("fedmor.server.rewards")
+
+OnScored = Callable[[str, list[RewardItem], list[float]], None]
+"""Told of every answered query: (member client id, its items, their checked scores)."""
 
 
 class BrokerError(RuntimeError):
     """A reward query could not be answered (client unreachable, refused, timed out)."""
-
-
-@dataclass(frozen=True)
-class QueryItem:
-    """One (image, prompt, response) to score; ``image`` is the encoded file (PNG, JPEG)."""
-
-    image: bytes
-    prompt: str
-    response: str
-
-    @functools.cached_property
-    def image_sha256(self) -> str:
-        """Content address of the image (hashed once: a query reads it four times)."""
-        return hashlib.sha256(self.image).hexdigest()
 
 
 def server_timing(header: str) -> dict[str, float]:
@@ -72,10 +68,9 @@ class RewardBroker:
     the client enrolled with a reward URL)."""
 
     def __init__(self, store: Store, key: Ed25519PrivateKey, *, timeout_s: float = 60.0,
-                 poll_s: float = 0.05, verify: Any = True, mode: str = "auto",
+                 poll_s: float = 0.05, verify: ssl.SSLContext | bool = True, mode: str = "auto",
                  on_queue: Callable[[str], None] | None = None,
-                 on_scored: Callable[[str, list[QueryItem], list[float]], None] | None = None
-                 ) -> None:
+                 on_scored: OnScored | None = None) -> None:
         if mode not in ("push", "pull", "auto"):
             raise ValueError(f"broker mode must be push, pull or auto, not {mode!r}")
         self.store = store
@@ -116,14 +111,17 @@ class RewardBroker:
         await self._http.aclose()
 
     @staticmethod
-    def _items(items: list[QueryItem], cached: set[str],
-               force: set[str] | None = None) -> list[dict[str, Any]]:
-        out = []
+    def _items(items: list[RewardItem], images: dict[str, ImageRef], cached: set[str],
+               force: set[str]) -> list[dict[str, Any]]:
+        """The items as sent: the bytes of each image the member does not hold yet (or said it
+        lacked), once per query."""
+        out, sent = [], set()
         for item in items:
             digest = item.image_sha256
-            send = digest not in cached or (force is not None and digest in force)
-            out.append({"image_sha256": digest, "prompt": item.prompt, "response": item.response,
-                        "image_b64": base64.b64encode(item.image).decode() if send else None})
+            if (digest not in cached or digest in force) and digest not in sent:
+                sent.add(digest)
+                item = item.model_copy(update={"image_b64": images[digest].b64()})
+            out.append(item.model_dump())
         return out
 
     def _check(self, scores: object, n: int, client_id: str) -> list[float]:
@@ -154,23 +152,27 @@ class RewardBroker:
                               f"bound [-{bound:g}, {bound:g}]")
         return out
 
-    async def query(self, client_id: str, items: list[QueryItem]) -> list[float]:
-        """Scores of ``items`` from ``client_id`` (normalized and clipped by the client)."""
+    async def query(self, client_id: str, images: Sequence[ImageRef], prompts: Sequence[str],
+                    responses: Sequence[str]) -> list[float]:
+        """Scores of the (image, prompt, response) triples from member ``client_id``
+        (normalized and clipped by the member; checked here)."""
         client = self._clients.get(client_id) or self.store.client(client_id)
         if client is None or client_id in self._revoked:
             raise BrokerError(f"unknown client {client_id}")
         if client["role"] != "member":  # an aligner or auditor never answers reward queries
             raise BrokerError(f"{client_id} is not a member (role {client['role']})")
         self._clients[client_id] = client
-        if not items:
+        if not prompts:
             return []
+        items = [RewardItem(image_sha256=ref.sha256, prompt=p, response=r)
+                 for ref, p, r in zip(images, prompts, responses, strict=True)]
+        by_hash = {ref.sha256: ref for ref in images}
         # The fsync'ed bookkeeping (images kept for resends, the audit record) runs beside the
         # request, not before it: the client's scoring hides it, and it is durable before
         # ``query`` returns or raises.
-        cached = await asyncio.to_thread(self.store.cached, client_id,
-                                         [item.image_sha256 for item in items])
+        cached = await asyncio.to_thread(self.store.cached, client_id, list(by_hash))
         # An image the client holds was stored here before it was marked: only new ones go in.
-        new = [item for item in items if item.image_sha256 not in cached]
+        new = {h: ref.data for h, ref in by_hash.items() if h not in cached}
         record = asyncio.create_task(asyncio.to_thread(self._record, client_id, len(items), new))
         try:
             push = self.mode == "push" or (self.mode == "auto" and client["reward_url"])
@@ -179,31 +181,31 @@ class RewardBroker:
                     raise BrokerError(f"client {client_id} enrolled without a reward URL "
                                       "(push mode)")
                 scores = await self._push(client_id, str(client["reward_url"]), items,
-                                           cached)
+                                           by_hash, cached)
             else:
-                scores = await self._pull(client_id, items, cached)
+                scores = await self._pull(client_id, items, by_hash, cached)
         finally:
             await record
         # The new images, and any the client said it lacked (``_push``/``_pull`` took those
         # out of ``cached``): no write (and no lock) when it held every image already.
-        sent = sorted({item.image_sha256 for item in items} - cached)
+        sent = sorted(set(by_hash) - cached)
         if sent:  # off the event loop: a durable write waits for its fsync
             await asyncio.to_thread(self.store.mark_cached, client_id, sent)
         if self.on_scored is not None:
             self.on_scored(client_id, items, scores)
         return scores
 
-    def _record(self, client_id: str, n_items: int, new: list[QueryItem]) -> None:
+    def _record(self, client_id: str, n_items: int, new: dict[str, bytes]) -> None:
         with self.store.transaction():  # one commit, one fsync
             if new:
-                self.store.put_images({item.image_sha256: item.image for item in new})
+                self.store.put_images(new)
             self.store.audit("server", "reward_query", client_id=client_id, items=n_items)
 
-    async def _push(self, client_id: str, base_url: str, items: list[QueryItem],
-                    cached: set[str]) -> list[float]:
+    async def _push(self, client_id: str, base_url: str, items: list[RewardItem],
+                    images: dict[str, ImageRef], cached: set[str]) -> list[float]:
         force: set[str] = set()
         for _ in range(2):  # at most one resend of the images the client lacks
-            body = json.dumps({"items": self._items(items, cached, force)}).encode()
+            body = json.dumps({"items": self._items(items, images, cached, force)}).encode()
             # Signed for the member, without its reward URL's path: the app sees the paths
             # below it.
             auth = SignedAuth(self.key, SERVER_SENDER, recipient=client_id,
@@ -226,12 +228,12 @@ class RewardBroker:
             return self._check(resp.json().get("scores"), len(items), client_id)
         raise BrokerError(f"client {client_id} still lacks images after a resend")
 
-    async def _pull(self, client_id: str, items: list[QueryItem],
-                    cached: set[str]) -> list[float]:
+    async def _pull(self, client_id: str, items: list[RewardItem],
+                    images: dict[str, ImageRef], cached: set[str]) -> list[float]:
         force: set[str] = set()
         for _ in range(2):
             query_id = await asyncio.to_thread(self.store.queue_query, client_id,
-                                               self._items(items, cached, force))
+                                               self._items(items, images, cached, force))
             if self.on_queue is not None:
                 self.on_queue(client_id)
             deadline = time.monotonic() + self.timeout_s
@@ -258,3 +260,57 @@ class RewardBroker:
                 continue
             return self._check(answer, len(items), client_id)
         raise BrokerError(f"client {client_id} still lacks images after a resend")
+
+
+class BrokerRewardSource:
+    """The broker as a :class:`~sdk.alignment.RewardSource`: client index k is member
+    ``client_ids[k]`` (the one mapping from a selection's arm to a member). Images must be
+    :class:`~sdk.wire.ImageRef` (passed on unchanged). With ``failure`` set, a member that
+    times out or refuses gives that value for its items (counted in ``failed``) instead of
+    failing the batch; ``judges`` keeps who scored each (sha256, prompt, response)."""
+
+    def __init__(self, broker: RewardBroker, client_ids: Sequence[str], *,
+                 failure: float | None = None) -> None:
+        if not client_ids:
+            raise ValueError("BrokerRewardSource needs at least one member")
+        self.broker, self.client_ids, self.failure = broker, list(client_ids), failure
+        self.failed = 0
+        self.judges: dict[tuple[str, str, str], list[str]] = {}
+
+    @property
+    def num_clients(self) -> int:
+        """Number of members K."""
+        return len(self.client_ids)
+
+    def reset(self) -> None:
+        """Forget the failures and judges counted so far (one aligner batch at a time)."""
+        self.failed, self.judges = 0, {}
+
+    def judge(self, image: ImageRef, prompt: str, response: str) -> str:
+        """The member that scored this item (the next one for a repeated item); ``""`` when no
+        member was asked or it failed."""
+        found = self.judges.get((image.sha256, prompt, response))
+        return found.pop(0) if found else ""
+
+    async def score(self, client_index: int, images: Sequence[Image.Image | ImageRef | None],
+                    prompts: Sequence[str], responses: Sequence[str]) -> list[float]:
+        """Member ``client_ids[client_index]``'s checked scores (or the failure value)."""
+        if not 0 <= client_index < len(self.client_ids):
+            raise IndexError(f"client index {client_index} out of range "
+                             f"0..{len(self.client_ids) - 1}")
+        refs = [i for i in images if isinstance(i, ImageRef)]
+        if len(refs) != len(images):
+            raise TypeError("the broker sends image references (sdk.wire.ImageRef, or "
+                            "sdk.router.image_ref of a PIL image) for every item")
+        client_id = self.client_ids[client_index]
+        try:
+            scores = await self.broker.query(client_id, refs, prompts, responses)
+        except BrokerError as exc:
+            if self.failure is None:
+                raise
+            _log.warning("reward query to member %s failed: %s", client_id, exc)
+            self.failed += len(prompts)
+            scores, client_id = [self.failure] * len(prompts), ""
+        for ref, prompt, response in zip(refs, prompts, responses, strict=True):
+            self.judges.setdefault((ref.sha256, prompt, response), []).append(client_id)
+        return scores

@@ -48,7 +48,7 @@ from sdk.capture import (
     write_capture,
 )
 from sdk.rounds import ROUND_KINDS, FedAvgUpdate, from_delta, protocol_ids
-from sdk.wire import RoundSpec
+from sdk.wire import RewardItem, RoundSpec
 from server_app._audit_settings import CaptureSettings
 from server_app._store import Store
 
@@ -139,9 +139,9 @@ class ServerCapture:
             self._busy += 1
         self._jobs.put(round_id)
 
-    def reward_query(self, client_id: str, items: Sequence[Any], scores: Sequence[float]) -> None:
-        """Log one answered query (called by the broker; items carry image_sha256, prompt,
-        response)."""
+    def reward_query(self, client_id: str, items: Sequence[RewardItem],
+                     scores: Sequence[float]) -> None:
+        """Log one answered query (the broker's ``on_scored``, passed to it at construction)."""
         if not self.cfg.reward_queries or not items:
             return
         member = self._name(client_id)

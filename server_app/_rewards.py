@@ -4,6 +4,9 @@ A batch from the aligner is rewarded as ``sdk.alignment`` does in one process: t
 (MoR routes each completion to one member with the online router, or a baseline), the broker
 asks the chosen members, empty completions and off-format multiple-choice answers are scored
 without a query, and a member that times out or refuses gives the failure value for its items.
+Each image is the :class:`~sdk.wire.ImageRef` the aligner sent, checked against its hash here
+and passed on unchanged: the server never decodes or encodes one (only the router's encoder
+decodes an image, once per sha256, when a routed selection needs its features).
 The aligner's per-step loss is the Neural TS feedback; the online state is saved after each
 update and loaded again at start, so a restarted server continues the same bandit.
 """
@@ -16,11 +19,8 @@ import io
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-
-from PIL import Image, UnidentifiedImageError
 
 from sdk.serving import RateLimited
 from sdk.wire import (
@@ -34,22 +34,17 @@ from sdk.wire import (
     ConflictError,
     ConsortiumRouterConfig,
     ImageCache,
+    ImageRef,
     PayloadError,
-    image_bytes,
 )
-from server_app._broker import BrokerError, QueryItem, RewardBroker
+from server_app._broker import BrokerRewardSource, RewardBroker
 from server_app._settings import AlignmentSettings
 from server_app._store import Store
 
 if TYPE_CHECKING:  # torch: the service imports sdk.alignment when it first builds a pipeline
     from torch import Tensor
 
-    from sdk.alignment import (
-        EmptyIsWorst,
-        NeuralTSChooser,
-        RewardSource,
-        SelectionRewardFunction,
-    )
+    from sdk.alignment import EmptyIsWorst, NeuralTSChooser, SelectionRewardFunction
 
 __all__ = ["AlignmentService"]
 
@@ -58,39 +53,12 @@ _ROUTED = ("mor", "mor_no_online")  # the selections that take the router
 _ONLINE = "mor"  # the one whose router learns from the aligner's feedback
 
 
-class _Tolerant:
-    """A reward source over the broker's that gives ``failure`` to the items of a member that
-    timed out or refused, and records who judged what (for ``judges``)."""
-
-    def __init__(self, inner: RewardSource, member_ids: list[str], failure: float) -> None:
-        self.inner, self.member_ids, self.failure = inner, member_ids, failure
-        self.failed = 0
-        self.judged: dict[tuple[int, str, str], list[str]] = {}
-
-    @property
-    def num_clients(self) -> int:
-        return int(self.inner.num_clients)
-
-    async def score(self, client_index: int, images: Sequence[Image.Image | None],
-                    prompts: Sequence[str], responses: Sequence[str]) -> list[float]:
-        try:
-            scores = list(await self.inner.score(client_index, images, prompts, responses))
-            judge = self.member_ids[client_index]
-        except BrokerError as exc:
-            _log.warning("reward query to member %s failed: %s", client_index, exc)
-            self.failed += len(prompts)
-            scores, judge = [self.failure] * len(prompts), ""
-        for image, prompt, response in zip(images, prompts, responses, strict=True):
-            self.judged.setdefault((id(image), prompt, response), []).append(judge)
-        return scores
-
-
 @dataclass
 class _Pipeline:
     """One selection method's reward function, its sources and (MoR) its online router."""
 
     reward_fn: SelectionRewardFunction
-    tolerant: _Tolerant
+    members: BrokerRewardSource
     empty_source: EmptyIsWorst
     router_version: int | None
     # (batch step, contexts (n, d), arms) routed since the last applied feedback
@@ -153,7 +121,7 @@ class AlignmentService:
                                 f"enrolled (yet): {', '.join(absent)}")
         return [by_name[n] for n in names]
 
-    def _chooser(self, method: str, n_members: int) -> tuple[NeuralTSChooser, int]:
+    def _chooser(self, method: str, members: list[str]) -> tuple[NeuralTSChooser, int]:
         """The router of the latest published version, as an arm chooser; and that version."""
         import numpy as np
 
@@ -172,8 +140,7 @@ class AlignmentService:
             raise ConflictError(f"selection {method!r} needs a router: none is published yet")
         encoder_cfg, router_cfg, _ = self._router_settings()
         encoder = HashingEncoder(HashingEncoderConfig.model_validate(encoder_cfg))
-        router = Router(RouterConfig.model_validate(router_cfg),
-                        [f"member-{k}" for k in range(n_members)], encoder.encoder_id)
+        router = Router(RouterConfig.model_validate(router_cfg), members, encoder.encoder_id)
         if router.num_params() != int(row["length"]):
             raise ConflictError(f"router version {row['version']} has {row['length']} "
                                 f"parameters; alignment.router and alignment.members give "
@@ -183,33 +150,26 @@ class AlignmentService:
         return NeuralTSChooser(encoder, NeuralThompsonRouter(router, online)), int(row["version"])
 
     def _build(self, method: str) -> _Pipeline:
-        from sdk.alignment import (
-            SELECTIONS,
-            BrokerRewardSource,
-            EmptyIsWorst,
-            SelectionRewardFunction,
-            make_selection,
-        )
+        from sdk.alignment import SELECTIONS, EmptyIsWorst, SelectionRewardFunction, make_selection
 
         if method not in SELECTIONS:
             raise PayloadError(f"unknown selection method {method!r}; registered: "
                                f"{sorted(SELECTIONS)}")
-        members = self._members()
-        ids = [str(m["client_id"]) for m in members]
+        ids = [str(m["client_id"]) for m in self._members()]
         kwargs = dict(self.cfg.selection_options.get(method, {}))
         version = None
         if method in _ROUTED:
-            kwargs["chooser"], version = self._chooser(method, len(ids))
+            kwargs["chooser"], version = self._chooser(method, ids)
         try:
             selection = make_selection(method, **kwargs)
         except TypeError as exc:
             raise PayloadError(f"selection {method!r} cannot run on the server: {exc}") from None
-        tolerant = _Tolerant(BrokerRewardSource(self.broker, ids, make_item=QueryItem), ids,
-                             self.cfg.failure_reward)
-        empty = EmptyIsWorst(tolerant, worst=self.cfg.empty_reward)
+        # The router's arm k, the selection's client index k: member ids[k], mapped in the source.
+        source = BrokerRewardSource(self.broker, ids, failure=self.cfg.failure_reward)
+        empty = EmptyIsWorst(source, worst=self.cfg.empty_reward)
         fn = SelectionRewardFunction(selection, empty,
                                      invalid_choice_reward=self.cfg.invalid_choice_reward)
-        pipeline = _Pipeline(fn, tolerant, empty, version)
+        pipeline = _Pipeline(fn, source, empty, version)
         if method == _ONLINE:
             self._restore(pipeline)
         return pipeline
@@ -224,27 +184,23 @@ class AlignmentService:
         return pipe
 
     # -- rewards -------------------------------------------------------------------------------
-    def _images(self, items: list[AlignerItem]) -> tuple[list[Image.Image], list[str]]:
-        """Decoded images per item, or (when some are neither sent nor cached) their hashes."""
-        sent = {i.image_sha256: image_bytes(i.image_sha256, i.image_b64)
+    def _images(self, items: list[AlignerItem]) -> tuple[list[ImageRef], list[str]]:
+        """One reference per item, or (when some are neither sent nor cached) their hashes.
+        Sent bytes are checked against their hash here, once (the trust boundary), and then
+        passed on as they are: the server neither decodes nor re-encodes an image."""
+        refs = {i.image_sha256: ImageRef.sent(i.image_sha256, i.image_b64)
                 for i in items if i.image_b64 is not None}
-        for digest, data in sent.items():
-            self.images.put(digest, data)
+        for ref in refs.values():
+            self.images.put(ref.sha256, ref.data)
         # What arrived is used as sent: the cache may not keep it (over its byte bound).
-        found = {h: sent[h] if h in sent else self.images.get(h)
-                 for h in (i.image_sha256 for i in items)}
-        missing = sorted(h for h, d in found.items() if d is None)
+        for digest in {i.image_sha256 for i in items} - set(refs):
+            data = self.images.get(digest)  # cached bytes were checked when they arrived
+            if data is not None:
+                refs[digest] = ImageRef(digest, data)
+        missing = sorted({i.image_sha256 for i in items} - set(refs))
         if missing:
             return [], missing
-        decoded: dict[str, Image.Image] = {}
-        for digest, blob in found.items():
-            if blob is None:
-                continue
-            try:
-                decoded[digest] = Image.open(io.BytesIO(blob)).convert("RGB")
-            except (UnidentifiedImageError, OSError, ValueError):
-                raise PayloadError(f"image {digest[:12]} is not a readable image") from None
-        return [decoded[i.image_sha256] for i in items], []
+        return [refs[i.image_sha256] for i in items], []
 
     async def score(self, req: AlignerRequest) -> AlignerResponse:
         """One clipped reward per item (or the image hashes the server lacks)."""
@@ -254,7 +210,7 @@ class AlignmentService:
         async with self._lock:
             # Off the event loop: the first build imports torch, later ones read the store.
             pipe = await asyncio.to_thread(self._pipeline, req.method)
-            pipe.tolerant.failed, pipe.tolerant.judged = 0, {}
+            pipe.members.reset()
             empty_before = pipe.empty_source.empty
             invalid_before = pipe.reward_fn.invalid_choices
             rewards = await pipe.reward_fn(
@@ -265,17 +221,16 @@ class AlignmentService:
                 pipe.pending.append((req.step, contexts, arms))
             c = self.counts
             c.batches, c.items = c.batches + 1, c.items + len(req.items)
-            c.failed += pipe.tolerant.failed
+            c.failed += pipe.members.failed
             c.empty += pipe.empty_source.empty - empty_before
             c.invalid_choices += pipe.reward_fn.invalid_choices - invalid_before
             judges = None
             if self.cfg.reveal_judges:
-                judged = pipe.tolerant.judged
-                judges = [(judged.get((id(im), i.prompt, i.response)) or [""]).pop(0)
+                judges = [pipe.members.judge(im, i.prompt, i.response)
                           for im, i in zip(images, req.items, strict=True)]
-        bound = self.cfg.clip
+        bound = self.cfg.clip  # the one clip of the rewards the aligner receives
         return AlignerResponse(rewards=[min(max(float(r), -bound), bound) for r in rewards],
-                               failed=pipe.tolerant.failed, judges=judges,
+                               failed=pipe.members.failed, judges=judges,
                                router_version=pipe.router_version)
 
     # -- online feedback -----------------------------------------------------------------------

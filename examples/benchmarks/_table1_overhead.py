@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from PIL import Image
+
 from sdk.alignment import (
-    BrokerRewardSource,
     EmptyIsWorst,
     GRPOSettings,
     InProcessRewardSource,
@@ -31,6 +32,8 @@ from sdk.alignment import (
 from sdk.data import Query
 from sdk.models import build_tiny_vlm
 from sdk.reward import DEFAULT_CLIP, ClientScorer, RewardModel, ScoreNormalizer
+from sdk.router import image_digest, image_ref
+from sdk.wire import ImageRef
 
 __all__ = ["routed_step_overhead"]
 
@@ -57,12 +60,41 @@ def tiny_reward_models(out: Path, queries: Sequence[Query], count: int) -> list[
     return dirs
 
 
+class _AsAligner:
+    """The aligner's half of the REST path, in this process: each PIL image becomes the
+    reference an aligner would send (encoded once per distinct image), then ``inner`` (the
+    server's broker source) asks the member processes."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self._refs: dict[str, ImageRef] = {}
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.inner.num_clients)
+
+    def _ref(self, image: Image.Image | ImageRef | None) -> ImageRef:
+        if image is None:
+            raise ValueError("the REST reward path needs an image for every query")
+        if isinstance(image, ImageRef):
+            return image
+        key = image_digest(image)
+        if key not in self._refs:
+            self._refs[key] = image_ref(image)
+        return self._refs[key]
+
+    async def score(self, client_index: int, images: Sequence[Image.Image | ImageRef | None],
+                    prompts: Sequence[str], responses: Sequence[str]) -> list[float]:
+        refs: list[Image.Image | ImageRef | None] = [self._ref(i) for i in images]
+        return list(await self.inner.score(client_index, refs, prompts, responses))
+
+
 def routed_step_overhead(policy: Path, queries: Sequence[Query], grpo: GRPOSettings,
                          chooser: Callable[[int], NeuralTSChooser], out: Path,
                          steps: int) -> dict[str, Any]:
     """Median GRPO step time with MoR rewards over REST vs in-process, same reward models."""
     from fedmor_local import LocalConsortium
-    from server_app import QueryItem, RewardBroker, Store, load_private_key
+    from server_app import BrokerRewardSource, RewardBroker, Store, load_private_key
 
     # One reward model and, over REST, one client process per arm of the router.
     rm_dirs = tiny_reward_models(out / "overhead", queries, chooser(0).num_arms)
@@ -93,7 +125,7 @@ def routed_step_overhead(policy: Path, queries: Sequence[Query], grpo: GRPOSetti
             broker = RewardBroker(Store(consortium.server_cfg["db_path"]),
                                   load_private_key(Path(consortium.server_cfg["identity_key"])),
                                   verify=consortium.verify, timeout_s=120)
-            rest = step_times(BrokerRewardSource(broker, ids, make_item=QueryItem), "rest")
+            rest = step_times(_AsAligner(BrokerRewardSource(broker, ids)), "rest")
             with contextlib.suppress(RuntimeError):  # trl's loop owns the broker's connections
                 asyncio.run(broker.aclose())
     finally:

@@ -43,7 +43,8 @@ from _scratch import scratch_dir
 
 from client_app._demo import TRAIN_PARAM
 from fedmor_local import OPEN_POLICY, LocalConsortium
-from server_app import QueryItem, RewardBroker, Store, load_private_key
+from sdk.wire import ImageRef
+from server_app import RewardBroker, Store, load_private_key
 
 
 def log(msg: str) -> None:
@@ -202,32 +203,31 @@ def main() -> None:
         store = Store(c.server_cfg["db_path"])
         broker = RewardBroker(store, load_private_key(Path(c.server_cfg["identity_key"])),
                               mode="push", timeout_s=120)
-        images = [png(i) for i in range(batches * batch)]
-        queries = [[QueryItem(image=images[b * batch + i], prompt="What color is the square?",
-                              response=f"The square is red {i}.") for i in range(batch)]
-                   for b in range(batches)]
+        images = [ImageRef.of(png(i)) for i in range(batches * batch)]
+        queries = [images[b * batch:(b + 1) * batch] for b in range(batches)]
+        prompts = ["What color is the square?"] * batch
+        responses = [f"The square is red {i}." for i in range(batch)]
 
-        decoded = [[Image.open(io.BytesIO(i.image)).convert("RGB") for i in q] for q in queries]
+        decoded = [[Image.open(io.BytesIO(i.data)).convert("RGB") for i in q] for q in queries]
 
         def in_process(b: int) -> list[float]:
-            q = queries[b]
-            return scorer.score(decoded[b], [i.prompt for i in q], [i.response for i in q])
+            return scorer.score(decoded[b], prompts, responses)
 
         timings: list[dict[str, float]] = []  # the client app's Server-Timing per query
 
         async def run() -> tuple[list[float], list[float], int, int, list[list[float]],
                                  list[list[float]]]:
             before = broker.bytes_sent
-            await broker.query(client_id, queries[0])  # images travel (uncached)
+            await broker.query(client_id, queries[0], prompts, responses)  # images travel
             uncached = broker.bytes_sent - before
             for q in queries[1:]:  # warm the cache for every batch
-                await broker.query(client_id, q)
+                await broker.query(client_id, q, prompts, responses)
             in_process(0)  # warm-up
             http_lat, mem_lat, outs, mem = [], [], [], []
             for b, q in enumerate(queries):  # interleaved, so both see the same machine load
                 before = broker.bytes_sent
                 t = time.perf_counter()
-                outs.append(await broker.query(client_id, q))
+                outs.append(await broker.query(client_id, q, prompts, responses))
                 http_lat.append(time.perf_counter() - t)
                 timings.append(broker.last_server_timing)
                 cached = broker.bytes_sent - before

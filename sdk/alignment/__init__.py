@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from sdk.alignment._broker_source import BrokerRewardSource, PngCache, RewardQueryBroker
 from sdk.alignment._chooser import ONLINE_ROUTER_CONFIG, NeuralTSChooser, loss_feedback
 from sdk.alignment._empty_source import EmptyIsWorst
 from sdk.alignment._errors import (
@@ -128,7 +127,6 @@ __all__ = [
     "ArmChooser",
     "AvgRM",
     "BestSingle",
-    "BrokerRewardSource",
     "CategoryScore",
     "CommunicationSetting",
     "CompletionBatch",
@@ -145,13 +143,11 @@ __all__ = [
     "NeuralTSChooser",
     "PendingFeedback",
     "PluralLLMAlpha",
-    "PngCache",
     "PolicyEvaluation",
     "RandomSelection",
     "RestFeedbackCallback",
     "RestRewardError",
     "RestRewardFunction",
-    "RewardQueryBroker",
     "RewardSelection",
     "RewardShapeError",
     "RewardSource",

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from sdk.alignment._selection import Routing
 from sdk.router import Encoder, NeuralThompsonRouter, NeuralTSConfig, route
+from sdk.wire import ImageRef
 
 __all__ = ["ONLINE_ROUTER_CONFIG", "NeuralTSChooser", "loss_feedback"]
 
@@ -41,13 +42,14 @@ class NeuralTSChooser:
 
     def choose(
         self,
-        images: Sequence[Image.Image | None],
+        images: Sequence[Image.Image | ImageRef | None],
         prompts: Sequence[str],
         responses: Sequence[str],
         *,
         explore: bool,
     ) -> Routing:
-        """Arms (B,) and contexts z (B, d)."""
+        """Arms (B,) and contexts z (B, d); the encoder decodes a reference only when its
+        features are not cached."""
         encoded = self.encoder.encode(images, prompts, responses)
         z = self.bandit.context(encoded.hidden, encoded.mask)  # (B, d)
         if explore:

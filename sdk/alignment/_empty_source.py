@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from PIL import Image
 
-from sdk.alignment._errors import RewardShapeError
-from sdk.alignment._reward_source import RewardSource, check_client_index, check_lengths
+from sdk.alignment._reward_source import RewardSource
+from sdk.wire import ImageRef
 
 __all__ = ["EmptyIsWorst"]
 
@@ -38,13 +38,14 @@ class EmptyIsWorst:
     async def score(
         self,
         client_index: int,
-        images: Sequence[Image.Image | None],
+        images: Sequence[Image.Image | ImageRef | None],
         prompts: Sequence[str],
         responses: Sequence[str],
     ) -> list[float]:
-        """``worst`` for empty responses, ``source``'s scores (in order) for the others."""
-        n = check_lengths(images, prompts, responses)
-        check_client_index(client_index, self.num_clients)  # also when nothing is forwarded
+        """``worst`` for empty responses, ``source``'s scores (in order) for the others (the
+        batch's lengths and the answer's count are checked where they enter: the
+        :class:`~sdk.alignment.CompletionBatch` and ``source``)."""
+        n = len(responses)
         keep = [i for i, r in enumerate(responses) if r.strip()]
         self.empty += n - len(keep)
         out = [self.worst] * n
@@ -56,9 +57,6 @@ class EmptyIsWorst:
             [prompts[i] for i in keep],
             [responses[i] for i in keep],
         )
-        if len(scores) != len(keep):
-            raise RewardShapeError(f"client {client_index} returned {len(scores)} scores for "
-                                   f"{len(keep)} non-empty responses")
         for i, s in zip(keep, scores, strict=True):
             out[i] = float(s)
         return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ class AlignJob(BaseModel):
                              "follow it) and gradient checkpointing of the policy")
 
 
-def _verify(job: AlignJob) -> Any:
+def _verify(job: AlignJob) -> ssl.SSLContext | bool:
     from sdk.wire import tls_verify
 
     return tls_verify(job.server_ca)

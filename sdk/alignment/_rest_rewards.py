@@ -11,9 +11,9 @@ feedback.
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import math
+import ssl
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,9 +22,9 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from sdk.alignment._broker_source import PngCache
 from sdk.alignment._errors import AlignmentError, RewardShapeError
-from sdk.alignment._reward_function import _images, message_text
+from sdk.alignment._reward_function import completion_batch
+from sdk.router import image_ref
 from sdk.wire import (
     AlignerFeedback,
     AlignerFeedbackAck,
@@ -34,6 +34,7 @@ from sdk.wire import (
     AsyncSignedClient,
     EnrollRequest,
     EnrollResponse,
+    ImageRef,
     RequestRefused,
     SignedClient,
     load_private_key,
@@ -48,7 +49,8 @@ class RestRewardError(AlignmentError):
 
 
 def enroll_identity(server_url: str, key: Ed25519PrivateKey, *, name: str, token: str,
-                    verify: Any = True, timeout_s: float = 30.0) -> EnrollResponse:
+                    verify: ssl.SSLContext | bool = True, timeout_s: float = 30.0
+                    ) -> EnrollResponse:
     """Enroll ``name`` with its one-time token (a retry after success returns the same id)."""
     body = EnrollRequest(name=name, token=token, public_key=public_key_b64(key))
     with SignedClient(server_url, verify=verify, timeout_s=timeout_s) as client:
@@ -66,15 +68,17 @@ def _refused(what: str, exc: RequestRefused) -> RestRewardError:
 class RestRewardFunction:
     """``await f(prompts=, completions=, **columns) -> list[float]`` from ``POST /v1/rewards``.
 
-    Images go by content hash; their PNG bytes only when the server says it lacks them (one
-    resend). Batches over ``max_items`` are split. ``history`` keeps the mean reward per call,
+    Images go by content hash; their bytes only when the server says it lacks them (one
+    resend). An image of the dataset column that is an :class:`~sdk.wire.ImageRef` travels
+    as it is, byte for byte, to the member; a PIL image is encoded once per call as PNG. Batches over ``max_items`` are split. ``history`` keeps the mean reward per call,
     ``failed`` the completions the server scored with its failure value (a member timed out
     or refused), ``judge_counts`` the completions per judging member when the server's
     settings reveal judges.
     """
 
     def __init__(self, server_url: str, key: Ed25519PrivateKey | Path, sender: str, *,
-                 method: str = "mor", verify: Any = True, timeout_s: float = 300.0,
+                 method: str = "mor", verify: ssl.SSLContext | bool = True,
+                 timeout_s: float = 300.0,
                  max_items: int = 256) -> None:
         self.url = server_url.rstrip("/")
         self.key = key if isinstance(key, Ed25519PrivateKey) else load_private_key(key)
@@ -85,7 +89,6 @@ class RestRewardFunction:
         self.judge_counts: dict[str, int] = {}  # per member id, when the server reveals judges
         self.requests = 0
         self._earlier_bytes = 0  # sent by the clients of earlier event loops
-        self._png = PngCache()
         self._http: AsyncSignedClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.__name__ = f"reward_{method}"  # trl logs the reward column under this name
@@ -118,19 +121,18 @@ class RestRewardFunction:
             raise _refused("reward request", exc) from None
 
     async def _batch(self, items: list[AlignerItem], step: int,
-                     png: dict[str, bytes]) -> list[float]:
+                     refs: dict[str, ImageRef]) -> list[float]:
         request = AlignerRequest(items=items, method=self.method, step=step)
         out = await self._post(request.model_dump(exclude_none=True))
         if out.missing:  # the server's image cache lacks these: send their bytes once
             lacking = set(out.missing)
-            resend = [i.model_copy(update={"image_b64": base64.b64encode(
-                png[i.image_sha256]).decode()}) if i.image_sha256 in lacking else i
-                for i in items]
+            resend = [i.model_copy(update={"image_b64": refs[i.image_sha256].b64()})
+                      if i.image_sha256 in lacking else i for i in items]
             out = await self._post(AlignerRequest(items=resend, method=self.method,
                                                   step=step).model_dump(exclude_none=True))
             if out.missing:
                 raise RestRewardError(f"the server still lacks images {out.missing[:3]}")
-        if len(out.rewards) != len(items):
+        if len(out.rewards) != len(items):  # the aligner's one check of the server's answer
             raise RewardShapeError(f"the server returned {len(out.rewards)} rewards for "
                                    f"{len(items)} completions")
         self.failed += out.failed
@@ -144,27 +146,25 @@ class RestRewardFunction:
                        trainer_state: TrainerState | None = None,
                        **columns: Any) -> list[float]:
         """One reward per completion, from the server."""
-        n = len(completions)
-        if len(prompts) != n:
-            raise RewardShapeError(f"{len(prompts)} prompts for {n} completions")
-        images = _images(columns, n)
+        batch = completion_batch(prompts, completions, columns)
+        n = len(batch)
         options = columns.get("options") or [[] for _ in range(n)]
-        png: dict[str, bytes] = {}
+        refs: dict[int, ImageRef] = {}  # by the image object: GRPO repeats one per completion
         items = []
-        for image, prompt, completion, opts in zip(images, prompts, completions, options,
-                                                   strict=True):
-            data = self._png.encode(image)
-            digest = hashlib.sha256(data).hexdigest()
-            png[digest] = data
-            text = message_text(prompt)
+        for image, text, response, opts in zip(batch.images, batch.prompts, batch.responses,
+                                               options, strict=True):
+            if image is None:
+                raise RewardShapeError("the REST reward path needs an image for every query")
+            ref = refs.get(id(image)) or refs.setdefault(id(image), image_ref(image))
             items.append(AlignerItem(
-                image_sha256=digest, prompt=text, response=message_text(completion),
-                group=hashlib.sha256(f"{digest}\n{text}".encode()).hexdigest()[:16],
+                image_sha256=ref.sha256, prompt=text, response=response,
+                group=hashlib.sha256(f"{ref.sha256}\n{text}".encode()).hexdigest()[:16],
                 options=[str(o) for o in opts or []]))
+        by_hash = {ref.sha256: ref for ref in refs.values()}
         step = trainer_state.global_step if trainer_state is not None else 0
         rewards: list[float] = []
         for start in range(0, n, self.max_items):
-            rewards += await self._batch(items[start:start + self.max_items], step, png)
+            rewards += await self._batch(items[start:start + self.max_items], step, by_hash)
         if rewards:
             self.history.append(sum(rewards) / len(rewards))
         return rewards

@@ -11,8 +11,9 @@ from sdk.alignment._errors import RewardShapeError
 from sdk.alignment._parsing import parse_choice
 from sdk.alignment._reward_source import RewardSource
 from sdk.alignment._selection import CompletionBatch, RewardSelection
+from sdk.wire import ImageRef
 
-__all__ = ["SelectionRewardFunction", "message_text"]
+__all__ = ["SelectionRewardFunction", "completion_batch", "message_text"]
 
 
 def message_text(item: Any) -> str:
@@ -30,17 +31,20 @@ def message_text(item: Any) -> str:
     raise TypeError(f"cannot read text from a {type(item).__name__}")
 
 
-def _images(columns: dict[str, Any], n: int) -> list[Image.Image | None]:
-    """One image per completion from trl's ``image`` or ``images`` dataset column."""
+def completion_batch(prompts: Sequence[Any], completions: Sequence[Any],
+                     columns: dict[str, Any]) -> CompletionBatch:
+    """The batch of a reward call: one image per completion from trl's ``image`` or
+    ``images`` dataset column (PIL images or :class:`~sdk.wire.ImageRef`), the prompts' and
+    completions' text; :class:`CompletionBatch` checks the lengths."""
+    images: list[Image.Image | ImageRef | None]
     if "image" in columns:
-        images: list[Image.Image | None] = list(columns["image"])
+        images = list(columns["image"])
     elif "images" in columns:
         images = [imgs[0] if imgs else None for imgs in columns["images"]]
     else:
-        images = [None] * n
-    if len(images) != n:
-        raise RewardShapeError(f"{len(images)} images for {n} completions")
-    return images
+        images = [None] * len(completions)
+    return CompletionBatch(images=images, prompts=[message_text(p) for p in prompts],
+                           responses=[message_text(c) for c in completions])
 
 
 class SelectionRewardFunction:
@@ -87,23 +91,13 @@ class SelectionRewardFunction:
         **columns: Any,
     ) -> list[float]:
         """One reward per completion."""
-        n = len(completions)
-        if len(prompts) != n:
-            raise RewardShapeError(f"{len(prompts)} prompts for {n} completions")
-        images = _images(columns, n)
-        texts = [message_text(p) for p in prompts]
-        responses = [message_text(c) for c in completions]
-        invalid = self._invalid_choices(responses, columns.get("options"), n)
+        batch = completion_batch(prompts, completions, columns)
+        n = len(batch)
+        invalid = self._invalid_choices(batch.responses, columns.get("options"), n)
         keep = [i for i in range(n) if i not in invalid]
         rewards = [self.invalid_choice_reward or 0.0] * n
         if keep:
-            batch = CompletionBatch(images=[images[i] for i in keep],
-                                    prompts=[texts[i] for i in keep],
-                                    responses=[responses[i] for i in keep])
-            scored = await self.selection.rewards(batch, self.source)
-            if len(scored) != len(keep):
-                raise RewardShapeError(f"selection {self.selection.name!r} returned "
-                                       f"{len(scored)} rewards for {len(keep)} completions")
+            scored = await self.selection.rewards(batch.subset(keep), self.source)
             for i, r in zip(keep, scored, strict=True):
                 rewards[i] = r
         if rewards:

@@ -1,9 +1,10 @@
 """Where rewards come from: one interface, an in-process implementation.
 
 A :class:`RewardSource` answers "client k, score these (image, prompt, response) triples". The
-in-process source calls local scorer callables (tests, benchmarks, single-machine runs); the REST
-source (:class:`~sdk.alignment.BrokerRewardSource`, over the server's reward-query broker) moves
-the same question over the wire. Strategies only ever see this interface.
+in-process source calls local scorer callables (tests, benchmarks, single-machine runs); the
+server's ``BrokerRewardSource`` (``server_app``, over its reward-query broker) moves the same
+question over the wire. Strategies only ever see this interface. An image is a PIL image (in one
+process) or an :class:`~sdk.wire.ImageRef` (its bytes and sha256, as the aligner sent them).
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from typing import Protocol, runtime_checkable
 from PIL import Image
 
 from sdk.alignment._errors import RewardShapeError
+from sdk.router import open_image
+from sdk.wire import ImageRef
 
 __all__ = ["InProcessRewardSource", "RewardSource", "ScoreFn", "check_lengths"]
 
 ScoreFn = Callable[[Sequence[Image.Image | None], Sequence[str], Sequence[str]], Sequence[float]]
-"""A client's scorer: ``(images, prompts, responses) -> one score per triple``."""
+"""A client's scorer: ``(images, prompts, responses) -> one score per triple`` (PIL images:
+an :class:`~sdk.wire.ImageRef` is decoded for it)."""
 
 
 def check_lengths(images: Sequence[object], prompts: Sequence[str], responses: Sequence[str]) -> int:
@@ -38,6 +42,20 @@ def check_client_index(client_index: int, num_clients: int) -> None:
         raise IndexError(f"client index {client_index} out of range 0..{num_clients - 1}")
 
 
+def _pixels(images: Sequence[Image.Image | ImageRef | None]) -> list[Image.Image | None]:
+    """The images as a local scorer takes them: each distinct reference decoded once."""
+    opened: dict[str, Image.Image] = {}
+    out: list[Image.Image | None] = []
+    for image in images:
+        if isinstance(image, ImageRef):
+            if image.sha256 not in opened:
+                opened[image.sha256] = open_image(image)
+            out.append(opened[image.sha256])
+        else:
+            out.append(image)
+    return out
+
+
 @runtime_checkable
 class RewardSource(Protocol):
     """Scores triples with one client's reward model."""
@@ -50,7 +68,7 @@ class RewardSource(Protocol):
     async def score(
         self,
         client_index: int,
-        images: Sequence[Image.Image | None],
+        images: Sequence[Image.Image | ImageRef | None],
         prompts: Sequence[str],
         responses: Sequence[str],
     ) -> list[float]:
@@ -80,19 +98,20 @@ class InProcessRewardSource:
     async def score(
         self,
         client_index: int,
-        images: Sequence[Image.Image | None],
+        images: Sequence[Image.Image | ImageRef | None],
         prompts: Sequence[str],
         responses: Sequence[str],
     ) -> list[float]:
-        """Run scorer ``client_index`` on the triples in a worker thread."""
-        n = check_lengths(images, prompts, responses)
+        """Run scorer ``client_index`` on the triples in a worker thread; its answer is checked
+        here, once (one score per triple)."""
+        n = len(prompts)
         check_client_index(client_index, len(self._scorers))
         self.calls[client_index] += 1
         self.triples[client_index] += n
         if n == 0:
             return []
         scorer = self._scorers[client_index]
-        scores = await asyncio.to_thread(scorer, list(images), list(prompts), list(responses))
+        scores = await asyncio.to_thread(scorer, _pixels(images), list(prompts), list(responses))
         out = [float(s) for s in scores]
         if len(out) != n:
             raise RewardShapeError(f"client {client_index} returned {len(out)} scores for {n} triples")

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from sdk.alignment._errors import RewardShapeError, UnknownSelectionError
 from sdk.alignment._reward_source import RewardSource, check_lengths
+from sdk.wire import ImageRef
 
 __all__ = [
     "SELECTIONS",
@@ -44,9 +45,11 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CompletionBatch:
-    """B completions to reward: ``images[i]``, ``prompts[i]`` (text), ``responses[i]``."""
+    """B completions to reward: ``images[i]`` (a PIL image or an :class:`~sdk.wire.ImageRef`,
+    passed on as it is), ``prompts[i]`` (text), ``responses[i]``. Its lengths are checked here,
+    once: the selections and sources below take them as given."""
 
-    images: list[Image.Image | None]
+    images: list[Image.Image | ImageRef | None]
     prompts: list[str]
     responses: list[str]
 
@@ -84,7 +87,7 @@ class ArmChooser(Protocol):
 
     def choose(
         self,
-        images: Sequence[Image.Image | None],
+        images: Sequence[Image.Image | ImageRef | None],
         prompts: Sequence[str],
         responses: Sequence[str],
         *,

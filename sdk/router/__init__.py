@@ -1,5 +1,8 @@
 """Stage B: the frozen public encoder, the router, local router training and online routing."""
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from sdk.router._aggregators import (
     AGGREGATORS,
     Aggregator,
@@ -13,11 +16,12 @@ from sdk.router._encoder import (
     ImageFeatureCache,
     concat_batches,
     image_digest,
+    image_ref,
+    open_image,
 )
 from sdk.router._errors import RouterError, RouterMismatchError, RouterShapeError
 from sdk.router._evaluation import (
     AverageRM,
-    PairLike,
     PairScores,
     RandomRM,
     RewardScores,
@@ -63,7 +67,21 @@ from sdk.router._site_update import (
     local_router_update,
     router_update,
 )
-from sdk.router._vlm_encoder import VLMEncoder, VLMEncoderConfig
+
+if TYPE_CHECKING:
+    from sdk.reward import PairLike
+    from sdk.router._vlm_encoder import VLMEncoder, VLMEncoderConfig
+
+# transformers and peft load on first use of these names: a server that only routes rewards
+# (the hashing encoder, the router head, Neural TS) never needs them.
+_LAZY = {"PairLike": "sdk.reward", "VLMEncoder": "sdk.router._vlm_encoder",
+         "VLMEncoderConfig": "sdk.router._vlm_encoder"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "AGGREGATORS",
@@ -112,9 +130,11 @@ __all__ = [
     "encode_pairs",
     "fedavg_plain",
     "image_digest",
+    "image_ref",
     "load_router_clients",
     "load_router_update",
     "local_router_update",
+    "open_image",
     "reward_scores",
     "route",
     "route_pairs",

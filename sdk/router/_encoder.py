@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,7 +13,9 @@ import torch
 from PIL import Image
 from torch import Tensor
 
+from sdk.data import open_bounded_image
 from sdk.router._errors import RouterShapeError
+from sdk.wire import ImageRef, PayloadError
 
 __all__ = [
     "EncodedBatch",
@@ -20,6 +23,8 @@ __all__ = [
     "ImageFeatureCache",
     "concat_batches",
     "image_digest",
+    "image_ref",
+    "open_image",
 ]
 
 
@@ -67,16 +72,17 @@ class Encoder(Protocol):
 
     def encode(
         self,
-        images: Sequence[Image.Image | None],
+        images: Sequence[Image.Image | ImageRef | None],
         prompts: Sequence[str],
         responses: Sequence[str],
     ) -> EncodedBatch:
-        """Encode B triples into an :class:`EncodedBatch`."""
+        """Encode B triples into an :class:`EncodedBatch`; a reference is decoded (by
+        :func:`open_image`) only when its features are not cached under its sha256."""
         ...
 
 
 def check_triples(
-    images: Sequence[Image.Image | None], prompts: Sequence[str], responses: Sequence[str]
+    images: Sequence[object], prompts: Sequence[str], responses: Sequence[str]
 ) -> None:
     """Refuse (image, prompt, response) columns of different lengths."""
     if not len(images) == len(prompts) == len(responses):
@@ -92,6 +98,34 @@ def image_digest(image: Image.Image) -> str:
     h.update(f"{image.mode}:{image.size[0]}x{image.size[1]}:".encode())
     h.update(image.tobytes())
     return h.hexdigest()
+
+
+def image_key(image: Image.Image | ImageRef) -> str:
+    """The feature-cache key: a reference's sha256 (nothing decoded), a PIL image's
+    :func:`image_digest`."""
+    return image.sha256 if isinstance(image, ImageRef) else image_digest(image)
+
+
+def open_image(image: Image.Image | ImageRef) -> Image.Image:
+    """The pixels of ``image``: a PIL image as it is, a reference's bytes decoded as RGB under
+    :func:`~sdk.data.open_bounded_image`'s size bound; bytes that are no image are the
+    sender's error (``PayloadError``, a 422 on the server)."""
+    if not isinstance(image, ImageRef):
+        return image
+    try:
+        return open_bounded_image(io.BytesIO(image.data))
+    except ValueError as exc:
+        raise PayloadError(f"image {image.sha256[:12]} {exc}") from None
+
+
+def image_ref(image: Image.Image | ImageRef) -> ImageRef:
+    """A reference to ``image``: itself, or a PIL image encoded once as RGB PNG (what an
+    aligner holding decoded images sends)."""
+    if isinstance(image, ImageRef):
+        return image
+    buf = io.BytesIO()
+    image.convert("RGB").save(buf, format="PNG")
+    return ImageRef.of(buf.getvalue())
 
 
 class ImageFeatureCache:

@@ -11,21 +11,22 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from sdk.reward import PairLike  # the one definition of a preference pair's shape
 from sdk.router._encoder import EncodedBatch, Encoder, concat_batches
 from sdk.router._errors import RouterMismatchError, RouterShapeError
 from sdk.router._model import Router
 from sdk.router._policy import route
 
+if TYPE_CHECKING:  # sdk.reward loads transformers: a server that only routes must not
+    from sdk.reward import PairLike  # the one definition of a preference pair's shape
+
 __all__ = [
     "AverageRM",
-    "PairLike",
     "PairScores",
     "RandomRM",
     "RewardScores",

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sdk.router._aggregators import FLOAT_BYTES, Aggregator, SecureAggregator
 from sdk.router._encoder import EncodedBatch, Encoder
 from sdk.router._errors import RouterError, RouterMismatchError, RouterShapeError
-from sdk.router._evaluation import PairLike, encode_pairs
+from sdk.router._evaluation import encode_pairs
 from sdk.router._local import LocalRouterUpdate, LocalTrainingConfig, train_router_locally
 from sdk.router._model import Router
 from sdk.secagg import Stage
 from sdk.wire._router_config import FederatedConfig
+
+if TYPE_CHECKING:
+    from sdk.reward import PairLike
 
 __all__ = [
     "DropoutSchedule",

@@ -16,7 +16,14 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from sdk.router._encoder import EncodedBatch, ImageFeatureCache, check_triples, image_digest
+from sdk.router._encoder import (
+    EncodedBatch,
+    ImageFeatureCache,
+    check_triples,
+    image_key,
+    open_image,
+)
+from sdk.wire import ImageRef
 from sdk.wire._router_config import HashingEncoderConfig
 
 __all__ = ["HashingEncoder", "HashingEncoderConfig"]
@@ -62,14 +69,14 @@ class HashingEncoder:
         idx = torch.tensor([self._bucket(w) for w in words])
         return self._words[idx] + self._segments[segment]  # (n, D)
 
-    def _image_tokens(self, image: Image.Image) -> Tensor:
-        key = image_digest(image)
+    def _image_tokens(self, image: Image.Image | ImageRef) -> Tensor:
+        key = image_key(image)
         cached = self.image_cache.get(key)
         if cached is not None:
             return cached
         g, p = self.config.image_grid, self.config.patch_size
         side = g * p
-        pixels = np.asarray(image.convert("RGB").resize((side, side), Image.Resampling.BILINEAR))
+        pixels = np.asarray(open_image(image).convert("RGB").resize((side, side), Image.Resampling.BILINEAR))
         x = torch.from_numpy(pixels.astype(np.float32) / 255.0 - 0.5)  # (side, side, 3)
         # (g, p, g, p, 3) -> (g, g, p, p, 3) -> (g*g, p*p*3)
         patches = x.reshape(g, p, g, p, 3).permute(0, 2, 1, 3, 4).reshape(g * g, p * p * 3)
@@ -79,11 +86,12 @@ class HashingEncoder:
 
     def encode(
         self,
-        images: Sequence[Image.Image | None],
+        images: Sequence[Image.Image | ImageRef | None],
         prompts: Sequence[str],
         responses: Sequence[str],
     ) -> EncodedBatch:
-        """Encode B triples; sequences are [image tokens, first prompt words, last response words]."""
+        """Encode B triples; sequences are [image tokens, first prompt words, last response words].
+        A reference is decoded once, when its sha256 is not in ``image_cache``."""
         check_triples(images, prompts, responses)
         c = self.config
         rows = []

@@ -21,8 +21,15 @@ from transformers import PreTrainedModel, ProcessorMixin
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from sdk.models import encode_batch, to_rgb
-from sdk.router._encoder import EncodedBatch, ImageFeatureCache, check_triples, image_digest
+from sdk.router._encoder import (
+    EncodedBatch,
+    ImageFeatureCache,
+    check_triples,
+    image_key,
+    open_image,
+)
 from sdk.router._errors import RouterShapeError
+from sdk.wire import ImageRef
 
 __all__ = ["VLMEncoder", "VLMEncoderConfig"]
 
@@ -97,9 +104,8 @@ class VLMEncoder:
         """Model type and weights fingerprint."""
         return self._encoder_id
 
-    def _image_features(self, image: Image.Image) -> Tensor:
+    def _image_features(self, image: Image.Image, key: str) -> Tensor:
         """Vision-tower output for one image (n_image_tokens, H), from the cache when possible."""
-        key = image_digest(image)
         cached = self.image_cache.get(key)
         if cached is not None:
             return cached
@@ -132,7 +138,8 @@ class VLMEncoder:
 
     @torch.no_grad()
     def _encode_chunk(
-        self, images: Sequence[Image.Image], prompts: Sequence[str], responses: Sequence[str]
+        self, images: Sequence[Image.Image], keys: Sequence[str], prompts: Sequence[str],
+        responses: Sequence[str],
     ) -> EncodedBatch:
         batch = encode_batch(
             self.processor, images, prompts, responses, max_length=self._max_length
@@ -141,7 +148,8 @@ class VLMEncoder:
             k: v.to(self._device) for k, v in batch.items()
             if k not in ("pixel_values", "pixel_values_videos")
         }
-        features = tuple(self._image_features(img) for img in images)
+        features = tuple(self._image_features(img, key)
+                         for img, key in zip(images, keys, strict=True))
         out = self.model.model(
             **inputs,
             # transformers takes one (n_tokens, H) tensor per image in pooler_output
@@ -154,22 +162,25 @@ class VLMEncoder:
 
     def encode(
         self,
-        images: Sequence[Image.Image | None],
+        images: Sequence[Image.Image | ImageRef | None],
         prompts: Sequence[str],
         responses: Sequence[str],
     ) -> EncodedBatch:
-        """Encode B triples (every triple needs an image) in chunks of ``config.batch_size``."""
+        """Encode B triples (every triple needs an image) in chunks of ``config.batch_size``;
+        the processor needs every image's pixels, so references are decoded here."""
         check_triples(images, prompts, responses)
         if not images:
             raise RouterShapeError("VLMEncoder.encode needs at least one triple")
-        rgb = []
+        rgb, keys = [], []
         for i, image in enumerate(images):
             if image is None:
                 raise RouterShapeError(f"image {i} is None: VLMEncoder needs an image per triple")
-            rgb.append(to_rgb(image, i))
+            rgb.append(to_rgb(open_image(image), i))
+            keys.append(image_key(image))
         step = self.config.batch_size
         chunks = [
-            self._encode_chunk(rgb[s : s + step], prompts[s : s + step], responses[s : s + step])
+            self._encode_chunk(rgb[s : s + step], keys[s : s + step], prompts[s : s + step],
+                               responses[s : s + step])
             for s in range(0, len(rgb), step)
         ]
         return EncodedBatch(

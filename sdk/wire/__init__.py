@@ -65,7 +65,7 @@ from sdk.wire._identity import (
     rotation_message,
     sign_rotation,
 )
-from sdk.wire._images import ImageCache, image_bytes
+from sdk.wire._images import ImageCache, ImageRef, image_bytes
 from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel
 from sdk.wire._payload import PayloadError, StagePayload, decode_vector, encode_vector
 from sdk.wire._router_config import ConsortiumRouterConfig
@@ -136,6 +136,7 @@ __all__ = [
     "HeaderAuth",
     "Health",
     "ImageCache",
+    "ImageRef",
     "KeyRotation",
     "MemberInfo",
     "MemberRefusal",

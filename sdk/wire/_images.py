@@ -1,6 +1,7 @@
 """Images on the wire are content-addressed: the bytes travel once with their sha256, then the
-hash alone. One check of sent bytes against their hash (:func:`image_bytes`) and one bounded
-cache by hash (:class:`ImageCache`) serve the aligner, the server and the member."""
+hash alone. One reference type (:class:`ImageRef`), one check of sent bytes against their hash
+(:func:`image_bytes`) and one bounded cache by hash (:class:`ImageCache`) serve the aligner, the
+server and the member."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from sdk.wire._payload import PayloadError
 
-__all__ = ["ImageCache", "image_bytes"]
+__all__ = ["ImageCache", "ImageRef", "image_bytes"]
 
 V = TypeVar("V")
 
@@ -31,6 +33,32 @@ def image_bytes(image_sha256: str, image_b64: str) -> bytes:
         raise PayloadError(f"image {image_sha256[:12]}: the bytes do not hash to "
                            "image_sha256")
     return data
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """One image as it travels from the aligner to the member: its encoded file's bytes (PNG,
+    JPEG, whatever the aligner made) and their sha256. Made once from bytes (:meth:`of`) or
+    from sent bytes checked against their hash (:meth:`sent`), then passed on unchanged, so
+    the member scores exactly the file the aligner sent."""
+
+    sha256: str
+    data: bytes = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, data: bytes) -> ImageRef:
+        """The reference to ``data``, hashed here once."""
+        return cls(hashlib.sha256(data).hexdigest(), data)
+
+    @classmethod
+    def sent(cls, image_sha256: str, image_b64: str) -> ImageRef:
+        """The reference to bytes that arrived as base64 under ``image_sha256``, checked by
+        :func:`image_bytes` (``PayloadError`` when they do not match)."""
+        return cls(image_sha256, image_bytes(image_sha256, image_b64))
+
+    def b64(self) -> str:
+        """The bytes as base64, for an item's ``image_b64``."""
+        return base64.b64encode(self.data).decode()
 
 
 class ImageCache(Generic[V]):

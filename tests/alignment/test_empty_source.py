@@ -8,7 +8,6 @@ from sdk.alignment import (
     CompletionBatch,
     EmptyIsWorst,
     InProcessRewardSource,
-    RewardShapeError,
     make_selection,
 )
 from sdk.models import build_tiny_vlm
@@ -44,15 +43,11 @@ def test_empty_responses_get_worst_and_the_rest_keep_their_order(scorer: ClientS
     assert source.num_clients == 2
 
 
-def test_all_empty_asks_no_client_but_checks_the_index(scorer: ClientScorer) -> None:
+def test_all_empty_asks_no_client(scorer: ClientScorer) -> None:
     inner = InProcessRewardSource([scorer.score])
     source = EmptyIsWorst(inner, worst=-3.0)
     assert asyncio.run(source.score(0, [grey(), grey()], ["p", "p"], ["", ""])) == [-3.0, -3.0]
     assert inner.calls == [0]
-    with pytest.raises(IndexError, match="out of range"):
-        asyncio.run(source.score(5, [grey()], ["p"], [""]))
-    with pytest.raises(RewardShapeError):
-        asyncio.run(source.score(0, [grey()], ["p", "q"], ["", ""]))
 
 
 def test_a_strategy_over_the_wrapper_survives_empty_samples(scorer: ClientScorer) -> None:

@@ -1,15 +1,19 @@
 import asyncio
 import inspect
 
+import pytest
 import torch
+from PIL import Image
 
 from sdk.alignment import (
     BestSingle,
     InProcessRewardSource,
     MoRSelection,
+    RewardShapeError,
     SelectionRewardFunction,
     message_text,
 )
+from sdk.router import image_ref
 from tests.alignment.conftest import grey, make_chooser
 
 
@@ -80,3 +84,27 @@ def test_invalid_choices_get_the_format_reward_and_reach_no_client() -> None:
     # Off by default: every completion goes to the selection.
     plain = SelectionRewardFunction(BestSingle(0), InProcessRewardSource([client(0.0)]))
     assert asyncio.run(plain(**kwargs))[1] == 0.15
+
+
+def test_the_columns_are_checked_once_where_they_enter() -> None:
+    fn = SelectionRewardFunction(BestSingle(0), InProcessRewardSource([client(0.0)]),
+                                 invalid_choice_reward=-3.0)
+    kwargs = trl_kwargs(4)
+    with pytest.raises(RewardShapeError, match="same length"):  # the CompletionBatch
+        asyncio.run(fn(**(kwargs | {"prompts": kwargs["prompts"][:3]})))
+    with pytest.raises(RewardShapeError, match="3 option lists for 4 completions"):
+        asyncio.run(fn(**(kwargs | {"options": [["A. red"]] * 3})))
+
+
+def test_image_references_reach_a_local_scorer_as_their_pixels() -> None:
+    seen: list[bytes] = []
+
+    def scorer(images: list[Image.Image], prompts: list[str], responses: list[str]) -> list[float]:
+        seen.extend(i.convert("RGB").tobytes() for i in images)
+        return [0.0] * len(images)
+
+    fn = SelectionRewardFunction(BestSingle(0), InProcessRewardSource([scorer]))
+    kwargs = trl_kwargs(2)
+    pixels = [i.tobytes() for i in kwargs["image"]]
+    rewards = asyncio.run(fn(**(kwargs | {"image": [image_ref(i) for i in kwargs["image"]]})))
+    assert rewards == [0.0, 0.0] and seen == pixels

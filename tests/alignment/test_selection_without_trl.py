@@ -1,5 +1,6 @@
-"""The server's reward service (routing, Neural TS, the reward rules) runs without trl: a server
-with an ``[alignment]`` section never imports the GRPO trainer, which only the aligner needs."""
+"""The server's reward service (routing, Neural TS, the reward rules) runs without trl,
+transformers or peft: a server with an ``[alignment]`` section never imports the GRPO trainer or
+a model library, which only the aligner and the members need."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ _SCRIPT = textwrap.dedent("""
         service.store.add_version(None, params.tobytes(), params.size)
         built = {m: type(service._pipeline(m).reward_fn.selection).__name__
                  for m in ("mor", "mor_no_online", "avg_rm", "random")}
-        before = "trl" in sys.modules
+        before = sorted(m for m in ("trl", "transformers", "peft") if m in sys.modules)
         import sdk.alignment
         sdk.alignment.GRPOSettings  # the training side: this one must load trl
         print(json.dumps({"built": built, "trl_before": before,
@@ -55,6 +56,6 @@ def test_server_alignment_service_does_not_import_trl(tmp_path: Path) -> None:
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["built"] == {"mor": "MoRSelection", "mor_no_online": "MoRNoOnline",
                                "avg_rm": "AvgRM", "random": "RandomSelection"}
-    assert result["trl_before"] is False, "building the server's reward pipelines imported trl"
+    assert result["trl_before"] == [], "building the server's reward pipelines imported these"
     # the check can see trl: the GRPO settings, one attribute away, do import it
     assert result["trl_after_grpo"] is True

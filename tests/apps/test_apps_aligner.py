@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import io
 import json
 import os
 import signal
@@ -20,14 +21,17 @@ import httpx
 import numpy as np
 import pytest
 from PIL import Image
+from PIL.PngImagePlugin import PngInfo
 
 from client_app import HashScorer
 from fedmor_local import OPEN_POLICY, LocalConsortium
-from sdk.alignment import PngCache, RestRewardFunction, enroll_identity
-from sdk.wire import load_private_key, sign_headers
+from sdk.alignment import RestRewardFunction, enroll_identity
+from sdk.router import image_ref
+from sdk.wire import ImageRef, load_private_key, sign_headers
 
 ROUTER = {"d_model": 16, "num_layers": 1, "num_heads": 2, "dim_feedforward": 32}
 FAILURE = -2.5
+MAX_ITEMS, CLIP = 8, 3.0
 
 
 def _image(seed: int) -> Image.Image:
@@ -70,7 +74,8 @@ class Aligner:
 @pytest.fixture(scope="module")
 def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
     alignment = {"router": ROUTER, "reveal_judges": True, "failure_reward": FAILURE,
-                 "selection_options": {"best_single": {"client": 1}}}
+                 "selection_options": {"best_single": {"client": 1}},
+                 "max_items": MAX_ITEMS, "clip": CLIP, "empty_reward": -9.0}
     with LocalConsortium(tmp_path_factory.mktemp("aligner"), 2, demo=True, policy=OPEN_POLICY,
                          identities={"trainer": "aligner"},
                          server={"alignment": alignment, "reward_timeout_s": 3.0}) as c:
@@ -86,7 +91,7 @@ def aligner(consortium: LocalConsortium) -> Aligner:
 
 
 def _items(with_bytes: bool) -> tuple[list[dict[str, Any]], list[str]]:
-    pngs = [PngCache().encode(IMAGES[i % 2]) for i in range(6)]
+    pngs = [image_ref(IMAGES[i % 2]).data for i in range(6)]
     digests = [hashlib.sha256(p).hexdigest() for p in pngs]
     items = [{"image_sha256": d, "prompt": p, "response": r}
              | ({"image_b64": base64.b64encode(png).decode()} if with_bytes
@@ -167,6 +172,58 @@ def test_rest_reward_function_resends_images_only_when_asked(consortium: LocalCo
     assert len(rewards) == 4 and fn.requests == 2  # the new image: asked for, then sent
     again = asyncio.run(fn(prompts=prompts, completions=RESPONSES[:4], image=images))
     assert fn.requests == 3 and len(again) == 4
+
+
+def test_the_batch_is_checked_and_the_rewards_clipped_once(consortium: LocalConsortium,
+                                                          aligner: Aligner) -> None:
+    items, _ = _items(with_bytes=True)
+    over = aligner.post("/v1/rewards", {"items": (items * 2)[:MAX_ITEMS + 1]})
+    assert over.status_code == 422 and f"limit of {MAX_ITEMS}" in over.json()["detail"]
+    # An empty completion's reward (-9, asking no member) leaves [-clip, clip]: clipped.
+    empty = aligner.post("/v1/rewards", {"items": [items[0] | {"response": " "}],
+                                         "method": "random"})
+    assert empty.status_code == 200 and empty.json()["rewards"] == [-CLIP]
+
+
+def _member_image(c: LocalConsortium, name: str, digest: str) -> bytes | None:
+    with sqlite3.connect(c.client_cfg[name]["db_path"]) as db:
+        row = db.execute("SELECT data FROM images WHERE sha256=?", (digest,)).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def test_the_member_receives_exactly_the_bytes_the_aligner_sent(consortium: LocalConsortium,
+                                                                aligner: Aligner) -> None:
+    # A PNG with a text chunk: a decode and re-encode anywhere on the way would drop the chunk
+    # and change the hash the member stores it under.
+    info = PngInfo()
+    info.add_text("Comment", "made by the aligner, kept byte for byte")
+    buf = io.BytesIO()
+    _image(11).save(buf, format="PNG", pnginfo=info, compress_level=1)
+    ref = ImageRef.of(buf.getvalue())
+    fn = RestRewardFunction(consortium.server_url, aligner.key, aligner.sender,
+                            method="best_single", verify=consortium.verify)
+    rewards = asyncio.run(fn(prompts=PROMPTS[:2], completions=RESPONSES[:2], image=[ref] * 2))
+    assert len(rewards) == 2 and fn.failed == 0
+    # best_single asks one member (the fixture's client 1): it holds the image under the
+    # aligner's hash, byte for byte.
+    held = [_member_image(consortium, name, ref.sha256) for name in consortium.names]
+    assert [data for data in held if data is not None] == [ref.data]
+
+
+def test_the_server_decodes_no_image_for_a_selection_without_a_router(
+        consortium: LocalConsortium, aligner: Aligner) -> None:
+    # Bytes that are no image: only a decode can tell. Without a router the server passes
+    # them on and the member, which decodes, refuses them (the failure value); MoR's encoder
+    # decodes them, and the server answers 422.
+    junk = ImageRef.of(b"\x89PNG\r\n\x1a\n no pixels follow " + bytes(range(32)))
+    items = [{"image_sha256": junk.sha256, "image_b64": junk.b64(), "prompt": "p",
+              "response": f"r{i}"} for i in range(2)]
+    for method in ("random", "best_single"):
+        resp = aligner.post("/v1/rewards", {"items": items, "method": method})
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["rewards"] == [FAILURE, FAILURE] and resp.json()["failed"] == 2
+    resp = aligner.post("/v1/rewards", {"items": items, "method": "mor_no_online"})
+    assert resp.status_code == 422 and junk.sha256[:12] in resp.json()["detail"]
 
 
 def test_feedback_applies_once_per_step_and_survives_a_restart(consortium: LocalConsortium,

@@ -46,10 +46,10 @@ def test_admin_actions_are_audited_with_who_did_them(tmp_path: Path) -> None:
     add_to_roster(roster, name="m3", public_key=public_key_b64(generate_key()))
     assert ops.call("POST", "/v1/roster/reload").json()["entries"] == 5
     broker = app.state.broker
-    assert asyncio.run(broker.query(who["m2"].client_id, [])) == []  # known, row cached
+    assert asyncio.run(broker.query(who["m2"].client_id, [], [], [])) == []  # known, row cached
     assert ops.call("POST", "/v1/members/m2/revoke", {"reason": "left"}).status_code == 200
     with pytest.raises(BrokerError, match="unknown client"):  # no data goes to it any more
-        asyncio.run(broker.query(who["m2"].client_id, []))
+        asyncio.run(broker.query(who["m2"].client_id, [], [], []))
     rotation = sign_rotation(who["m0"].client_id, who["m0"].key, generate_key())
     rotated = who["m0"].call("POST", "/v1/identity/rotate", rotation.model_dump())
     assert rotated.status_code == 200, rotated.text

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import server_app._broker as broker_module
+from sdk.wire import ImageRef
 from server_app import (
-    QueryItem,
     RoundManager,
     RoundSpec,
     Store,
@@ -29,19 +29,41 @@ from server_app import (
 from .conftest import in_process_secure_round
 
 
-def test_a_query_item_hashes_its_image_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_image_is_hashed_once_when_its_reference_is_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    _, broker = _enrolled_broker(tmp_path)
+    image = b"png bytes"
     calls: list[bytes] = []
     sha256 = hashlib.sha256
 
-    def counting(data: bytes) -> Any:
-        calls.append(data)
+    def counting(data: bytes = b"") -> Any:
+        calls.append(bytes(data))
         return sha256(data)
 
-    monkeypatch.setattr(broker_module.hashlib, "sha256", counting)
-    item = QueryItem(image=b"png bytes", prompt="p", response="r")
-    digests = {item.image_sha256 for _ in range(4)}  # cached, cache, push body, mark cached
-    assert digests == {sha256(b"png bytes").hexdigest()} and len(calls) == 1
-    assert item == QueryItem(image=b"png bytes", prompt="p", response="r")  # eq ignores it
+    monkeypatch.setattr(hashlib, "sha256", counting)
+    bodies: list[bytes] = []
+
+    async def request(method: str, url: str, content: bytes, **_: Any) -> Any:
+        import httpx
+        bodies.append(content)
+        return httpx.Response(200, json={"scores": [0.5, 0.5], "query_sha256": "0" * 64})
+
+    monkeypatch.setattr(broker._http, "request", request)
+    ref = ImageRef.of(image)
+
+    async def run() -> list[float]:
+        try:  # the reference's hash serves the cache lookup, the body and the bookkeeping
+            return await broker.query("c-m0", [ref, ref], ["p", "q"], ["r", "r"])
+        finally:
+            await broker.aclose()
+
+    assert asyncio.run(run()) == [0.5, 0.5]
+    assert calls.count(image) == 1 and ref.sha256 == sha256(image).hexdigest()
+    sent = json.loads(bodies[0])["items"]  # the bytes once per query, then by hash
+    assert [i["image_b64"] is not None for i in sent] == [True, False]
+    assert ref == ImageRef(ref.sha256, b"")  # a reference is its hash: eq ignores the bytes
 
 
 def test_async_http_client_finds_sniffio() -> None:
@@ -169,27 +191,26 @@ def test_broker_stores_and_marks_only_new_images(tmp_path: Path,
 
         monkeypatch.setattr(store, name, spy)
 
-    async def push(client_id: str, url: str, items: list[QueryItem],
+    async def push(client_id: str, url: str, items: list[Any], images: Any,
                    cached: set[str]) -> list[float]:
         return [0.0] * len(items)
 
     monkeypatch.setattr(broker, "_push", push)
-    a, b = (QueryItem(image=bytes([i]) * 10, prompt="p", response="r") for i in range(2))
+    a, b = (ImageRef.of(bytes([i]) * 10) for i in range(2))
 
     async def run() -> None:
-        await broker.query("c-m0", [a])
-        await broker.query("c-m0", [a, b])
-        await broker.query("c-m0", [b, a])
+        await broker.query("c-m0", [a], ["p"], ["r"])
+        await broker.query("c-m0", [a, b], ["p"] * 2, ["r"] * 2)
+        await broker.query("c-m0", [b, a], ["p"] * 2, ["r"] * 2)
         await broker.aclose()
 
     asyncio.run(run())
-    assert [sorted(imgs) for (imgs,) in calls["put_images"]] == [[a.image_sha256],
-                                                                  [b.image_sha256]]
-    assert [h for _, h in calls["mark_cached"]] == [[a.image_sha256], [b.image_sha256]]
+    assert [sorted(imgs) for (imgs,) in calls["put_images"]] == [[a.sha256], [b.sha256]]
+    assert [h for _, h in calls["mark_cached"]] == [[a.sha256], [b.sha256]]
     assert len(calls["client"]) == 1  # an enrolled client's row never changes
     # Every query is still audited, cached images or not; and both images are kept.
     assert [r["action"] for r in store.audit_log()].count("reward_query") == 3
-    assert store.image(a.image_sha256) == a.image and store.image(b.image_sha256) == b.image
+    assert store.image(a.sha256) == a.data and store.image(b.sha256) == b.data
 
 
 def test_client_app_reads_the_learned_server_key_once(tmp_path: Path,
@@ -232,23 +253,23 @@ def test_broker_marks_an_image_the_client_lost_again_after_the_resend(
     import httpx
 
     store, broker = _enrolled_broker(tmp_path)
-    item = QueryItem(image=b"image bytes", prompt="p", response="r")
+    item = ImageRef.of(b"image bytes")
     bodies: list[dict[str, Any]] = []
 
     async def request(method: str, url: str, content: bytes, **_: Any) -> httpx.Response:
         bodies.append(json.loads(content))
         if len(bodies) == 2:  # the client lost its cache: it asks for the image again
-            return httpx.Response(409, json={"detail": "resend", "missing": [item.image_sha256]})
+            return httpx.Response(409, json={"detail": "resend", "missing": [item.sha256]})
         return httpx.Response(200, json={"scores": [0.5], "query_sha256": "0" * 64})
 
     monkeypatch.setattr(broker._http, "request", request)
 
     async def run() -> list[list[float]]:
-        out = [await broker.query("c-m0", [item]) for _ in range(3)]
+        out = [await broker.query("c-m0", [item], ["p"], ["r"]) for _ in range(3)]
         await broker.aclose()
         return out
 
     assert asyncio.run(run()) == [[0.5]] * 3
     sent = [b["items"][0]["image_b64"] is not None for b in bodies]
     assert sent == [True, False, True, False]  # sent, cached, resent on request, cached again
-    assert store.cached("c-m0") == {item.image_sha256}
+    assert store.cached("c-m0") == {item.sha256}

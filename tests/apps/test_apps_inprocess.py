@@ -234,7 +234,7 @@ def test_cli_keys_and_roster(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 def test_public_api_is_pinned() -> None:
     assert sorted(server_app.__all__) == sorted([
-        "ROUND_KINDS", "AuthError", "BrokerError", "ClientRound", "QueryItem", "RewardBroker",
+        "ROUND_KINDS", "AuthError", "BrokerError", "BrokerRewardSource", "ClientRound", "RewardBroker",
         "RosterEntry", "RosterFile", "RoundKind", "RoundManager", "RoundSpec", "ServerRound",
         "ServerSettings", "Store", "UpdateSource", "add_to_roster", "create_app", "create_app_from_env",
         "generate_key", "load_or_create_key", "load_private_key", "load_settings",

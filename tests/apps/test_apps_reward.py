@@ -13,7 +13,8 @@ from PIL import Image
 
 from client_app import HashScorer
 from fedmor_local import LocalConsortium
-from server_app import QueryItem, RewardBroker, Store, load_private_key
+from sdk.wire import ImageRef
+from server_app import RewardBroker, Store, load_private_key
 from server_app._broker import server_timing
 
 
@@ -25,13 +26,14 @@ def _png(seed: int) -> bytes:
     return buf.getvalue()
 
 
-ITEMS = [QueryItem(image=_png(i % 2), prompt=f"what is shown? {i}", response=f"answer {i}")
-         for i in range(4)]
+Item = tuple[ImageRef, str, str]
+ITEMS: list[Item] = [(ImageRef.of(_png(i % 2)), f"what is shown? {i}", f"answer {i}")
+                     for i in range(4)]
 
 
-def _reference(items: list[QueryItem]) -> list[float]:
-    images = [Image.open(io.BytesIO(i.image)).convert("RGB") for i in items]
-    return HashScorer().score(images, [i.prompt for i in items], [i.response for i in items])
+def _reference(items: list[Item]) -> list[float]:
+    images = [Image.open(io.BytesIO(i.data)).convert("RGB") for i, _, _ in items]
+    return HashScorer().score(images, [p for _, p, _ in items], [r for _, _, r in items])
 
 
 def _broker(c: LocalConsortium, mode: str) -> RewardBroker:
@@ -41,10 +43,11 @@ def _broker(c: LocalConsortium, mode: str) -> RewardBroker:
     return RewardBroker(store, key, verify=c.verify, mode=mode, timeout_s=60)
 
 
-def _query(broker: RewardBroker, client_id: str, items: list[QueryItem]) -> list[float]:
+def _query(broker: RewardBroker, client_id: str, items: list[Item]) -> list[float]:
     async def go() -> list[float]:
         try:
-            return await broker.query(client_id, items)
+            return await broker.query(client_id, [i for i, _, _ in items],
+                                      [p for _, p, _ in items], [r for _, _, r in items])
         finally:
             await broker.aclose()
     return asyncio.run(go())
@@ -83,7 +86,7 @@ def test_push_resends_images_the_client_lost(consortium: LocalConsortium) -> Non
 def test_pull_mode_round_trip(consortium: LocalConsortium) -> None:
     client_id = consortium.enrolled()[1]
     broker = _broker(consortium, "pull")
-    items = [QueryItem(image=_png(7), prompt="pull?", response="yes")]
+    items: list[Item] = [(ImageRef.of(_png(7)), "pull?", "yes")]
     assert _query(broker, client_id, items) == pytest.approx(_reference(items))
     broker = _broker(consortium, "pull")
     assert _query(broker, client_id, items) == pytest.approx(_reference(items))

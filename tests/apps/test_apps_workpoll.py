@@ -12,8 +12,7 @@ from typing import Any
 import numpy as np
 from fastapi.testclient import TestClient
 
-from sdk.wire import SignedClient, encode_vector
-from server_app import QueryItem
+from sdk.wire import ImageRef, SignedClient, encode_vector
 from tests.apps.conftest import Member
 
 ADMIN = {"authorization": "Bearer adm"}
@@ -71,8 +70,8 @@ def test_pull_query_is_delivered_by_the_long_poll(
     thread.start()
     time.sleep(0.3)
     t0 = time.monotonic()
-    items = [QueryItem(image=b"\x89PNG-not-decoded-here", prompt="p", response="r")] * 2
-    scores = asyncio.run(broker.query(b.client_id, items))
+    image = ImageRef.of(b"\x89PNG-not-decoded-here")
+    scores = asyncio.run(broker.query(b.client_id, [image] * 2, ["p"] * 2, ["r"] * 2))
     thread.join(timeout=30)
     assert scores == [0.25, 0.25]
     assert time.monotonic() - t0 < 10  # answered once queued, not after the 20 s hold

@@ -11,7 +11,9 @@ from sdk.router import (
     RouterShapeError,
     concat_batches,
     image_digest,
+    image_ref,
 )
+from sdk.wire import ImageRef, PayloadError
 
 
 def _img(color: tuple[int, int, int]) -> Image.Image:
@@ -51,6 +53,25 @@ def test_image_shared_by_m_responses_is_encoded_once() -> None:
     enc.encode([_img((10, 20, 30))], ["q"], ["x"])
     assert enc.image_cache.misses == 1
     assert image_digest(shared) != image_digest(_img((10, 20, 31)))
+
+
+def test_a_reference_is_decoded_only_when_its_sha256_is_not_cached() -> None:
+    enc = HashingEncoder()
+    image = _img((10, 20, 30))
+    ref = image_ref(image)  # PNG: lossless, so the same pixels as the PIL image
+    m = 4
+    out = enc.encode([ref] * m, ["q"] * m, ["a"] * m)
+    assert (enc.image_cache.misses, enc.image_cache.hits) == (1, m - 1)
+    assert enc.image_cache.get(ref.sha256) is not None  # keyed by the bytes' sha256
+    assert torch.equal(out.hidden, HashingEncoder().encode([image] * m, ["q"] * m,
+                                                           ["a"] * m).hidden)
+    # Bytes that are no image: decoding them is the sender's error; once their sha256 is
+    # cached they are never decoded, so no error.
+    junk = ImageRef.of(b"no image here")
+    with pytest.raises(PayloadError, match=junk.sha256[:12]):
+        enc.encode([junk], ["q"], ["a"])
+    enc.image_cache.put(junk.sha256, enc.image_cache.get(ref.sha256))  # type: ignore[arg-type]
+    assert torch.equal(enc.encode([junk], ["q"], ["a"]).hidden, out.hidden[:1])
 
 
 def test_cache_evicts_least_recently_used() -> None:

@@ -21,9 +21,8 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from fedmor_local import OPEN_POLICY, LocalConsortium, wait_healthy
-from sdk.wire import SERVER_SENDER
+from sdk.wire import SERVER_SENDER, ImageRef
 from server_app import (
-    QueryItem,
     RewardBroker,
     Store,
     generate_key,
@@ -77,10 +76,12 @@ def broker(c: LocalConsortium, mode: str = "auto", timeout_s: float = 30) -> Rew
         Path(c.server_cfg["identity_key"])), verify=c.verify, mode=mode, timeout_s=timeout_s)
 
 
-def query(b: RewardBroker, cid: str, items: list[QueryItem]) -> list[float]:
+def query(b: RewardBroker, cid: str, items: list[tuple[bytes, str, str]]) -> list[float]:
+    """Ask member ``cid`` to score (image bytes, prompt, response) triples."""
     async def go() -> list[float]:
         try:
-            return await b.query(cid, items)
+            return await b.query(cid, [ImageRef.of(d) for d, _, _ in items],
+                                 [p for _, p, _ in items], [r for _, _, r in items])
         finally:
             await b.aclose()
     return asyncio.run(go())

@@ -16,7 +16,6 @@ from fastapi.testclient import TestClient
 from client_app import ClientSettings, HashScorer, create_client_app
 from client_app._runner import ClientRunner
 from fedmor_local import LocalConsortium
-from server_app import QueryItem
 from server_app._broker import BrokerError
 from tests.security.conftest import (
     PULL,
@@ -56,17 +55,17 @@ def test_push_member_refuses_a_bomb_with_422_and_stores_nothing(
     assert client_db(hostile, PUSH, "SELECT sha256 FROM images WHERE sha256=?", (digest,)) == []
     assert client_db(hostile, PUSH, "SELECT COALESCE(SUM(items), 0) FROM query_audit") == used
     # The app still scores a good batch.
-    good = [QueryItem(image=png(seed=1), prompt="p", response="r")]
+    good = [(png(seed=1), "p", "r")]
     assert len(query(broker(hostile, "push"), client_id(hostile, PUSH), good)) == 1
 
 
 def test_pull_member_answers_an_error_and_keeps_serving(hostile: LocalConsortium) -> None:
     cid = client_id(hostile, PULL)
     with pytest.raises(BrokerError, match="over the limit"):
-        query(broker(hostile, "pull"), cid, [QueryItem(image=bomb(), prompt="p", response="r")])
+        query(broker(hostile, "pull"), cid, [(bomb(), "p", "r")])
     assert client_db(hostile, PULL, "SELECT sha256 FROM images WHERE sha256=?",
                      (hashlib.sha256(bomb()).hexdigest(),)) == []
-    good = [QueryItem(image=png(seed=2), prompt="p", response="r")]
+    good = [(png(seed=2), "p", "r")]
     assert len(query(broker(hostile, "pull"), cid, good)) == 1  # the worker still runs
     info = hostile.create_round(kind="rm_fedavg", vector_length=8, min_clients=3,
                                 stage_deadline_s=30)

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from server_app import QueryItem
+from sdk.wire import ImageRef
 from server_app._broker import BrokerError
 from tests.apps.conftest import Member
 from tests.security.conftest import enroll_new
@@ -34,9 +34,10 @@ def _answer_in_pull_mode(tc: TestClient, member: Member,
     out: list[Exception | list[float]] = []
 
     def ask() -> None:
-        items = [QueryItem(image=_png(), prompt="p", response=f"r{i}") for i in range(2)]
+        image = ImageRef.of(_png())
         try:
-            out.append(asyncio.run(broker.query(member.client_id, items)))
+            out.append(asyncio.run(broker.query(member.client_id, [image, image], ["p", "p"],
+                                                ["r0", "r1"])))
         except BrokerError as exc:
             out.append(exc)
 
@@ -65,6 +66,16 @@ def test_scores_outside_the_announced_bound_are_refused(
     assert "outside its announced clip bound [-2, 2]" in str(refused)
     assert _answer_in_pull_mode(tc, evil, [1.5, -2.0]) == [1.5, -2.0]  # in range: accepted
     assert tc.get("/v1/health").status_code == 200
+
+
+def test_an_answer_with_the_wrong_count_is_refused(
+        server: tuple[TestClient, list[Member]]) -> None:
+    tc, _ = server
+    resp, key = enroll_new(tc, "short", 2.0)
+    assert resp.status_code == 200, resp.text
+    short = Member(tc, key, resp.json()["client_id"])
+    refused = _answer_in_pull_mode(tc, short, [1.0])  # one score for two items
+    assert isinstance(refused, BrokerError) and "instead of 2 scores" in str(refused)
 
 
 def test_a_member_without_a_bound_is_not_trusted_and_bad_bounds_are_422(
