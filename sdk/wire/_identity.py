@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import Field
 
 from sdk.wire._auth import public_key_b64
-from sdk.wire._schemas import _Reply, _Wire
+from sdk.wire._schemas import _PublicKey, _Reply, _Wire
 
 __all__ = ["ROLES", "KeyRotation", "MemberInfo", "MemberState", "Revocation", "Role",
            "RosterSync", "RotationRecord", "endorsement_message", "key_fingerprint",
@@ -56,7 +56,7 @@ class KeyRotation(_Wire):
     endorsement of it (its signature of :func:`endorsement_message`, which the server
     publishes for members that keep their own roster copy)."""
 
-    public_key: str = Field(max_length=64, description="the new raw Ed25519 key, base64")
+    public_key: _PublicKey  # the new key
     proof: str = Field(max_length=128, description="base64 signature by the new key of "
                        "'fedmor key rotation\\n{client_id}\\n{public_key}'")
     endorsement: str = Field(max_length=128, description="base64 signature by the current "

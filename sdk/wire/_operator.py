@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from sdk.wire._identity import MemberInfo, Role
-from sdk.wire._schemas import _NAME, _Reply, _Wire
+from sdk.wire._schemas import _NAME, _PublicKey, _Reply, _Wire
 
 __all__ = ["MemberRefusal", "MemberReport", "RosterAdd", "RosterAdded", "RoundCancel"]
 
@@ -15,7 +15,7 @@ class RosterAdd(_Wire):
     """``POST /v1/roster``: add an identity to the running server's roster."""
 
     name: str = Field(pattern=_NAME)
-    public_key: str = Field(min_length=40, max_length=64, description="raw Ed25519, base64")
+    public_key: _PublicKey
     role: Role = "member"
     replace: bool = Field(default=False, description="a name that exists is refused unless "
                           "set: then its identity is revoked and the new key added under the "

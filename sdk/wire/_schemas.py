@@ -5,8 +5,16 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
+from sdk.wire._auth import parse_public_key
 from sdk.wire._router_config import ConsortiumRouterConfig
 
 __all__ = [
@@ -44,6 +52,18 @@ __all__ = [
 ]
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+
+
+def _a_public_key(text: str) -> str:
+    parse_public_key(text)  # its ValueError is the caller's 422, never a 500 further in
+    return text
+
+
+_PublicKey = Annotated[str, Field(min_length=40, max_length=64,
+                                  description="raw Ed25519 public key, base64"),
+                       AfterValidator(_a_public_key)]
+"""A public key as it arrives: checked to be one where the request is parsed."""
+
 _SHA256 = r"^[0-9a-f]{64}$"
 MAX_BATCH = 256
 
@@ -81,7 +101,7 @@ class EnrollRequest(_Wire):
 
     name: str = Field(pattern=_NAME)
     token: str = Field(min_length=8, max_length=128)
-    public_key: str = Field(min_length=40, max_length=64, description="raw Ed25519, base64")
+    public_key: _PublicKey
     reward_url: str | None = Field(default=None, max_length=512,
                                    description="push-mode base URL of the client app")
     clip_bound: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False,
