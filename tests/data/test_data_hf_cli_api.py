@@ -90,36 +90,11 @@ def test_cli_errors_are_reported(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_public_api_is_pinned() -> None:
     assert sorted(sdk.data.__all__) == sorted(
         [
-            "ALL_CATEGORIES",
-            "DEFAULT_MAX_IMAGE_SIDE",
-            "CATEGORIES",
-            "DEFAULT_CLIENTS",
-            "HELDOUT_CATEGORIES",
-            "MULTIPLE_CHOICE_CATEGORIES",
-            "PREFERENCE_CLIENTS",
-            "STYLE_CATEGORIES",
-            "TASK_CLIENTS",
-            "UNRELATED_CATEGORIES",
-            "VARIANT_CATEGORIES",
-            "Category",
-            "CategoryKind",
-            "ImportConfig",
-            "ImportSummary",
-            "Item",
-            "PreferenceDataError",
-            "PreferencePair",
-            "Query",
-            "SourceKind",
-            "SynthConfig",
-            "SynthManifest",
-            "fit_to_pixels",
-            "get_category",
-            "import_data",
-            "load_pairs",
-            "load_queries",
-            "open_bounded_image",
-            "synthesize",
-            "to_hf_dataset",
+            "DEFAULT_MAX_IMAGE_SIDE", "HELDOUT_CATEGORIES", "MULTIPLE_CHOICE_CATEGORIES",
+            "PREFERENCE_CLIENTS", "TASK_CLIENTS", "CategoryKind", "ImportConfig", "ImportSummary",
+            "PreferenceDataError", "PreferencePair", "Query", "SourceKind", "SynthConfig",
+            "SynthManifest", "fit_to_pixels", "import_data", "load_pairs", "load_queries",
+            "open_bounded_image", "synthesize", "to_hf_dataset"
         ]
     )
     assert all(hasattr(sdk.data, name) for name in sdk.data.__all__)

@@ -11,9 +11,6 @@ from _datakit import SMALL
 from pydantic import ValidationError
 
 from sdk.data import (
-    ALL_CATEGORIES,
-    CATEGORIES,
-    DEFAULT_CLIENTS,
     HELDOUT_CATEGORIES,
     MULTIPLE_CHOICE_CATEGORIES,
     CategoryKind,
@@ -23,6 +20,7 @@ from sdk.data import (
     load_queries,
     synthesize,
 )
+from sdk.data._catalog import ALL_CATEGORIES, CATEGORIES, DEFAULT_CLIENTS
 
 
 def _jsonl(path: Path) -> list[dict[str, object]]:
