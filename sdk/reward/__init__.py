@@ -9,20 +9,10 @@ from sdk.reward._clients import (
 )
 from sdk.reward._config import DPSettings, LoraSettings, RewardTrainingConfig
 from sdk.reward._dp import PairDPSGD
-from sdk.reward._model import (
-    PairLike,
-    RewardCheckpointError,
-    RewardInputError,
-    RewardModel,
-)
+from sdk.reward._model import PairLike, RewardCheckpointError, RewardModel
 from sdk.reward._normalizer import DEFAULT_CLIP, ScoreNormalizer
 from sdk.reward._scorer import ClientScorer
-from sdk.reward._training import (
-    RewardTrainingResult,
-    bradley_terry_loss,
-    pairwise_accuracy,
-    train_reward_model,
-)
+from sdk.reward._training import RewardTrainingResult, pairwise_accuracy, train_reward_model
 
 __all__ = [
     "DEFAULT_CLIP",
@@ -33,12 +23,10 @@ __all__ = [
     "PairDPSGD",
     "PairLike",
     "RewardCheckpointError",
-    "RewardInputError",
     "RewardModel",
     "RewardTrainingConfig",
     "RewardTrainingResult",
     "ScoreNormalizer",
-    "bradley_terry_loss",
     "cross_accuracy",
     "format_accuracy_matrix",
     "pair_texts",

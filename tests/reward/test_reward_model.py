@@ -12,7 +12,8 @@ from PIL import Image
 
 import sdk.reward as reward
 from sdk.models import ARCHITECTURES
-from sdk.reward import RewardCheckpointError, RewardInputError, RewardModel
+from sdk.reward import RewardCheckpointError, RewardModel
+from sdk.reward._model import RewardInputError
 
 ARCHS = sorted(ARCHITECTURES)
 IMAGES = [Image.new("RGB", (84, 84), c) for c in ((200, 0, 0), (0, 0, 200), (0, 200, 0))]
@@ -23,11 +24,9 @@ RESPONSES = ["red", "It is a blue square, drawn in the middle of a white picture
 def test_public_api_is_pinned() -> None:
     assert sorted(reward.__all__) == sorted([
         "DEFAULT_CLIP", "ClientRewardModel", "ClientScorer", "DPSettings", "LoraSettings",
-        "PairDPSGD", "PairLike",
-        "RewardCheckpointError", "RewardInputError", "RewardModel", "RewardTrainingConfig",
-        "RewardTrainingResult", "ScoreNormalizer", "bradley_terry_loss", "cross_accuracy",
-        "format_accuracy_matrix",
-        "pair_texts", "pairwise_accuracy", "train_client_reward_models", "train_reward_model",
+        "PairDPSGD", "PairLike", "RewardCheckpointError", "RewardModel", "RewardTrainingConfig",
+        "RewardTrainingResult", "ScoreNormalizer", "cross_accuracy", "format_accuracy_matrix",
+        "pair_texts", "pairwise_accuracy", "train_client_reward_models", "train_reward_model"
     ])
     for name in reward.__all__:
         assert hasattr(reward, name)
