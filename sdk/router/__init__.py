@@ -1,20 +1,8 @@
 """Stage B: the frozen public encoder, the router, local router training and online routing."""
 
-from sdk.router._aggregators import (
-    AGGREGATORS,
-    Aggregator,
-    PlainAggregator,
-    RoundAggregate,
-    SecureAggregator,
-)
-from sdk.router._encoder import (
-    EncodedBatch,
-    Encoder,
-    ImageFeatureCache,
-    concat_batches,
-    image_digest,
-)
-from sdk.router._errors import RouterError, RouterMismatchError, RouterShapeError
+from sdk.router._aggregators import Aggregator, PlainAggregator, RoundAggregate, SecureAggregator
+from sdk.router._encoder import EncodedBatch, Encoder, concat_batches, image_digest
+from sdk.router._errors import RouterError, RouterMismatchError
 from sdk.router._evaluation import (
     AverageRM,
     PairLike,
@@ -53,9 +41,6 @@ from sdk.router._recipe import (
     train_federated_router,
 )
 from sdk.router._site_update import (
-    ROUTER_SPEC_ENV,
-    ROUTER_UPDATES_GROUP,
-    RouterUpdateError,
     RouterUpdateSpec,
     SiteData,
     SiteRound,
@@ -66,9 +51,6 @@ from sdk.router._site_update import (
 from sdk.router._vlm_encoder import VLMEncoder, VLMEncoderConfig
 
 __all__ = [
-    "AGGREGATORS",
-    "ROUTER_SPEC_ENV",
-    "ROUTER_UPDATES_GROUP",
     "Aggregator",
     "AverageRM",
     "DropoutSchedule",
@@ -78,7 +60,6 @@ __all__ = [
     "FederatedRouterTrainer",
     "HashingEncoder",
     "HashingEncoderConfig",
-    "ImageFeatureCache",
     "LocalRouterUpdate",
     "LocalTrainingConfig",
     "NeuralTSConfig",
@@ -96,8 +77,6 @@ __all__ = [
     "RouterError",
     "RouterMismatchError",
     "RouterSelection",
-    "RouterShapeError",
-    "RouterUpdateError",
     "RouterUpdateSpec",
     "SecureAggregator",
     "SelectionMethod",

@@ -7,11 +7,11 @@ from sdk.router import (
     Encoder,
     HashingEncoder,
     HashingEncoderConfig,
-    ImageFeatureCache,
-    RouterShapeError,
     concat_batches,
     image_digest,
 )
+from sdk.router._encoder import ImageFeatureCache
+from sdk.router._errors import RouterShapeError
 
 
 def _img(color: tuple[int, int, int]) -> Image.Image:

@@ -10,11 +10,11 @@ from sdk.router import (
     LocalTrainingConfig,
     Router,
     RouterConfig,
-    RouterShapeError,
     fedavg_plain,
     route,
     train_router_locally,
 )
+from sdk.router._errors import RouterShapeError
 
 from ._helpers import client_responses, tiny_router
 

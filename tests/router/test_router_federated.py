@@ -21,11 +21,11 @@ from sdk.router import (
     RouterConfig,
     RouterError,
     RouterMismatchError,
-    RouterShapeError,
     SecureAggregator,
     fedavg_plain,
     route,
 )
+from sdk.router._errors import RouterShapeError
 from sdk.secagg import DPConfig, QuantizationConfig, SecAggConfig, Stage, client_noise_std
 from tests.router._helpers import client_responses
 
@@ -306,7 +306,6 @@ def test_federated_names_are_exported() -> None:
     import sdk.router
 
     new = {
-        "AGGREGATORS",
         "Aggregator",
         "AverageRM",
         "DropoutSchedule",
