@@ -7,7 +7,9 @@ from dataclasses import dataclass
 import pytest
 from PIL import Image
 
-from sdk.alignment import BestSingle, BrokerRewardSource, CompletionBatch, RewardShapeError
+from sdk.alignment import BrokerRewardSource, CompletionBatch
+from sdk.alignment._errors import RewardShapeError
+from sdk.alignment._selection import BestSingle
 from tests.alignment.conftest import grey
 
 

@@ -3,13 +3,9 @@ import inspect
 
 import torch
 
-from sdk.alignment import (
-    BestSingle,
-    InProcessRewardSource,
-    MoRSelection,
-    SelectionRewardFunction,
-    message_text,
-)
+from sdk.alignment import InProcessRewardSource, SelectionRewardFunction
+from sdk.alignment._reward_function import message_text
+from sdk.alignment._selection import BestSingle, MoRSelection
 from tests.alignment.conftest import grey, make_chooser
 
 

@@ -23,7 +23,8 @@ from PIL import Image
 
 from client_app import HashScorer
 from fedmor_local import OPEN_POLICY, LocalConsortium
-from sdk.alignment import PngCache, RestRewardFunction, enroll_identity
+from sdk.alignment import RestRewardFunction, enroll_identity
+from sdk.alignment._broker_source import PngCache
 from sdk.wire import load_private_key, sign_headers
 
 ROUTER = {"d_model": 16, "num_layers": 1, "num_heads": 2, "dim_feedforward": 32}
