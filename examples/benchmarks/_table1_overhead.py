@@ -62,7 +62,8 @@ def routed_step_overhead(policy: Path, queries: Sequence[Query], grpo: GRPOSetti
                          steps: int) -> dict[str, Any]:
     """Median GRPO step time with MoR rewards over REST vs in-process, same reward models."""
     from fedmor_local import LocalConsortium
-    from server_app import QueryItem, RewardBroker, Store, load_private_key
+    from sdk.wire import load_private_key
+    from server_app import QueryItem, RewardBroker, Store
 
     # One reward model and, over REST, one client process per arm of the router.
     rm_dirs = tiny_reward_models(out / "overhead", queries, chooser(0).num_arms)

@@ -43,7 +43,8 @@ from _scratch import scratch_dir
 
 from client_app._demo import TRAIN_PARAM
 from fedmor_local import OPEN_POLICY, LocalConsortium
-from server_app import QueryItem, RewardBroker, Store, load_private_key
+from sdk.wire import load_private_key
+from server_app import QueryItem, RewardBroker, Store
 
 
 def log(msg: str) -> None:

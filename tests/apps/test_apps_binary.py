@@ -11,15 +11,17 @@ import numpy as np
 from fastapi.testclient import TestClient
 
 from sdk.secagg import MaskedInput, QuantizationConfig
-from sdk.wire import ClientRound, RoundInfo, encode_update
-from server_app import (
+from sdk.wire import (
     ROUND_KINDS,
+    ClientRound,
+    RoundInfo,
     RoundSpec,
-    ServerSettings,
-    create_app,
+    encode_update,
     generate_key,
     ready_update,
 )
+from server_app import ServerSettings
+from server_app._app import create_app
 
 from .conftest import Member
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import server_app._rounds as rounds_module
-from sdk.wire import RoundCreate, encode_update
-from server_app import Store, generate_key, public_key_b64
+from sdk.wire import RoundCreate, encode_update, generate_key, public_key_b64
+from server_app import Store
 from server_app._rounds import RoundManager
 
 

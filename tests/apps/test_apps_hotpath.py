@@ -16,15 +16,9 @@ import numpy as np
 import pytest
 
 import server_app._broker as broker_module
-from server_app import (
-    QueryItem,
-    RoundManager,
-    RoundSpec,
-    Store,
-    generate_key,
-    public_key_b64,
-    ready_update,
-)
+from sdk.wire import RoundSpec, generate_key, public_key_b64, ready_update
+from server_app import QueryItem, Store
+from server_app._rounds import RoundManager
 
 from .conftest import in_process_secure_round
 
@@ -196,9 +190,10 @@ def test_client_app_reads_the_learned_server_key_once(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     from fastapi.testclient import TestClient
 
-    from client_app import ClientSettings, HashScorer, create_client_app
+    from client_app import ClientSettings, HashScorer
+    from client_app._app import create_client_app
     from client_app._store import ClientStore
-    from server_app import sign_headers
+    from sdk.wire import sign_headers
 
     key = generate_key()
     first = ClientStore(tmp_path / "c.db")  # as enrollment leaves it: the key is in the store

@@ -10,16 +10,17 @@ from pathlib import Path
 
 import numpy as np
 
-from sdk.wire import RoundCreate, StageBroadcast
-from server_app import (
+from sdk.wire import (
     ROUND_KINDS,
-    RoundManager,
+    RoundCreate,
     RoundSpec,
-    Store,
+    StageBroadcast,
     generate_key,
     public_key_b64,
     ready_update,
 )
+from server_app import Store
+from server_app._rounds import RoundManager
 
 
 def test_waiting_request_wakes_on_close_and_acks_carry_next(tmp_path: Path) -> None:

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from sdk.wire import DPAccount, Refusal, RoundInfo
-from server_app import (
+from sdk.wire import (
+    DPAccount,
+    Refusal,
     RosterFile,
+    RoundInfo,
     add_to_roster,
     generate_key,
     public_key_b64,

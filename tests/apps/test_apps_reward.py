@@ -13,7 +13,8 @@ from PIL import Image
 
 from client_app import HashScorer
 from fedmor_local import LocalConsortium
-from server_app import QueryItem, RewardBroker, Store, load_private_key
+from sdk.wire import load_private_key
+from server_app import QueryItem, RewardBroker, Store
 from server_app._broker import server_timing
 
 

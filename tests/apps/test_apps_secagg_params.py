@@ -12,9 +12,16 @@ from fastapi.testclient import TestClient
 
 from client_app._demo import TRAIN_PARAM
 from client_app._router_update import ROUND_PARAM
-from sdk.wire import UPDATE_PARAMS, RoundFailed
+from sdk.wire import (
+    ROUND_KINDS,
+    UPDATE_PARAMS,
+    RoundFailed,
+    RoundSpec,
+    generate_key,
+    public_key_b64,
+    ready_update,
+)
 from sdk.wire._secagg_kind import _round_params
-from server_app import ROUND_KINDS, RoundSpec, generate_key, public_key_b64, ready_update
 
 from .conftest import Member
 

@@ -13,13 +13,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from server_app import (
-    ServerSettings,
-    add_to_roster,
-    create_app,
-    generate_key,
-    public_key_b64,
-)
+from sdk.wire import add_to_roster, generate_key, public_key_b64
+from server_app import ServerSettings
+from server_app._app import create_app
 from tests.apps.conftest import Member
 
 ROLES = {"m0": "member", "m1": "member", "ops": "operator", "job": "aligner",

@@ -29,7 +29,8 @@ from attacks import (
     verdict_level,
 )
 from attacks._cli import register
-from client_app import ClientSettings, create_client_app
+from client_app import ClientSettings
+from client_app._app import create_client_app
 from sdk.data import load_pairs
 from sdk.models import build_tiny_vlm
 from sdk.reward import (
@@ -51,7 +52,7 @@ from sdk.router import (
     fedavg_plain,
     train_router_locally,
 )
-from server_app import generate_key, public_key_b64
+from sdk.wire import generate_key, public_key_b64
 
 
 @pytest.fixture(scope="module")
