@@ -15,20 +15,19 @@ from _attack_kit import CLIENT, synth_client_data
 from fastapi.testclient import TestClient
 
 from attacks import (
-    NO_LEAK,
     AttackError,
-    AttackInputError,
     AuditConfig,
     AuditReport,
     CapturedRouterUpdate,
     RemoteRewardScorer,
     audit_run_dir,
     capture_round,
-    capture_run_dir,
-    pooled_embeddings,
-    verdict_level,
 )
+from attacks._capture import capture_run_dir, pooled_embeddings
 from attacks._cli import register
+from attacks._errors import AttackInputError
+from attacks._report import NO_LEAK
+from attacks._summary import verdict_level
 from client_app import ClientSettings
 from client_app._app import create_client_app
 from sdk.data import load_pairs

@@ -12,15 +12,15 @@ from __future__ import annotations
 import pytest
 
 from attacks import (
-    AttackInputError,
     MlpMembership,
     MlpPairs,
     MlpRewardConfig,
     mlp_membership,
     normalization_reports,
     protection_summary,
-    train_mlp_reward,
 )
+from attacks._errors import AttackInputError
+from attacks._mlp_reward import train_mlp_reward
 
 N, PAIR_SEED = 40, 2
 RECIPE = MlpRewardConfig(epochs=100)  # ~6 s of per-pair DP-SGD per model on one core
