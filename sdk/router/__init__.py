@@ -2,10 +2,9 @@
 
 from sdk.router._aggregators import Aggregator, PlainAggregator, RoundAggregate, SecureAggregator
 from sdk.router._encoder import EncodedBatch, Encoder, concat_batches, image_digest
-from sdk.router._errors import RouterError, RouterMismatchError
+from sdk.router._errors import RouterError
 from sdk.router._evaluation import (
     AverageRM,
-    PairLike,
     PairScores,
     RandomRM,
     RewardScores,
@@ -64,7 +63,6 @@ __all__ = [
     "LocalTrainingConfig",
     "NeuralTSConfig",
     "NeuralThompsonRouter",
-    "PairLike",
     "PairScores",
     "PlainAggregator",
     "RandomRM",
@@ -75,7 +73,6 @@ __all__ = [
     "RouterClient",
     "RouterConfig",
     "RouterError",
-    "RouterMismatchError",
     "RouterSelection",
     "RouterUpdateSpec",
     "SecureAggregator",

@@ -5,9 +5,9 @@ def test_public_api_is_pinned() -> None:
     assert sorted(sdk.router.__all__) == [
         "Aggregator", "AverageRM", "DropoutSchedule", "EncodedBatch", "Encoder", "FederatedConfig",
         "FederatedRouterTrainer", "HashingEncoder", "HashingEncoderConfig", "LocalRouterUpdate",
-        "LocalTrainingConfig", "NeuralTSConfig", "NeuralThompsonRouter", "PairLike", "PairScores",
+        "LocalTrainingConfig", "NeuralTSConfig", "NeuralThompsonRouter", "PairScores",
         "PlainAggregator", "RandomRM", "RewardScores", "RoundAggregate", "RoundStats", "Router",
-        "RouterClient", "RouterConfig", "RouterError", "RouterMismatchError", "RouterSelection",
+        "RouterClient", "RouterConfig", "RouterError", "RouterSelection",
         "RouterUpdateSpec", "SecureAggregator", "SelectionMethod", "SingleRM", "SiteData",
         "SiteRound", "Table4", "VLMEncoder", "VLMEncoderConfig", "concat_batches",
         "default_federated_config", "encode_pairs", "fedavg_plain", "image_digest",

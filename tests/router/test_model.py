@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from sdk.router import Router, RouterConfig, RouterMismatchError
-from sdk.router._errors import RouterShapeError
+from sdk.router import Router, RouterConfig
+from sdk.router._errors import RouterMismatchError, RouterShapeError
 
 from ._helpers import tiny_router
 

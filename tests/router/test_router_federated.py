@@ -20,12 +20,11 @@ from sdk.router import (
     RouterClient,
     RouterConfig,
     RouterError,
-    RouterMismatchError,
     SecureAggregator,
     fedavg_plain,
     route,
 )
-from sdk.router._errors import RouterShapeError
+from sdk.router._errors import RouterMismatchError, RouterShapeError
 from sdk.secagg import DPConfig, QuantizationConfig, SecAggConfig, Stage, client_noise_std
 from tests.router._helpers import client_responses
 
@@ -311,7 +310,6 @@ def test_federated_names_are_exported() -> None:
         "DropoutSchedule",
         "FederatedConfig",
         "FederatedRouterTrainer",
-        "PairLike",
         "PairScores",
         "PlainAggregator",
         "RandomRM",

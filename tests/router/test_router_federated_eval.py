@@ -26,13 +26,13 @@ from sdk.router import (
     Router,
     RouterClient,
     RouterConfig,
-    RouterMismatchError,
     RouterSelection,
     SingleRM,
     image_digest,
     reward_scores,
     table4,
 )
+from sdk.router._errors import RouterMismatchError
 from tests.router._helpers import _chart_item, _color_item
 
 
