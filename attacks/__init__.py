@@ -1,102 +1,31 @@
 """fedmor attacks: membership inference and gradient inversion against what crosses the wire,
 with the metrics, trivial baselines and the audit report that make their figures readable."""
 
-from attacks._analytic import (
-    analytic_attack_on_update,
-    analytic_linear_candidates,
-    analytic_linear_inversion,
-    first_linear_layer,
-)
 from attacks._audit import AuditConfig, audit_run_dir
-from attacks._baselines import (
-    BASELINE_NAMES,
-    align_to_originals,
-    as_batch,
-    baseline_guesses,
-    reconstruction_baselines,
-    score_reconstruction,
-)
-from attacks._capture import capture_round, capture_run_dir, pooled_embeddings
-from attacks._capture_audit import CaptureAuditConfig, MemberTruth, audit_capture_dir
-from attacks._capture_dir import CaptureDir
-from attacks._captured import CapturedRouterUpdate
+from attacks._baselines import align_to_originals, baseline_guesses
+from attacks._capture import capture_round
+from attacks._capture_audit import MemberTruth, audit_capture_dir
 from attacks._captured_attacks import CapturedAttackConfig, attack_captured_update
-from attacks._errors import AttackError, AttackInputError
-from attacks._html import VERDICT_CLASSES, render_html, write_report
+from attacks._errors import AttackError
+from attacks._html import write_report
 from attacks._inversion import (
     CapturedUpdate,
-    InversionCheckpoint,
     InversionConfig,
-    InversionResult,
-    LossFn,
     UpdateKind,
     compute_update,
-    infer_label,
     invert_update,
-    total_variation,
 )
-from attacks._lpips import LPIPS_MIN_SIZE, lpips_available, lpips_distance
-from attacks._membership import (
-    AttackScores,
-    LiraConfig,
-    PairScorer,
-    ShadowTrainer,
-    balance,
-    lira_attack,
-    threshold_attack,
-)
-from attacks._metrics import (
-    PSNR_CAP_DB,
-    MetricSummary,
-    SSIMParams,
-    cosine_per_row,
-    cosine_similarity,
-    mean_ci,
-    psnr,
-    psnr_per_image,
-    ssim,
-    ssim_per_image,
-)
+from attacks._metrics import SSIMParams
 from attacks._mlp_membership import MlpMembership, mlp_membership, protection_summary
-from attacks._mlp_reward import (
-    MlpPairs,
-    MlpRewardConfig,
-    TrainedMlpReward,
-    mlp_shadow_trainer,
-    overfit_mlp_scores,
-    train_mlp_reward,
-)
-from attacks._normalization import NORMALIZATION_SETTINGS, normalization_reports
-from attacks._plots import plot_reconstruction_grid, plot_roc, roc_figure
+from attacks._mlp_reward import overfit_mlp_scores
+from attacks._normalization import normalization_reports
+from attacks._plots import plot_reconstruction_grid
 from attacks._remote import RemoteRewardScorer
 from attacks._report import (
-    NO_LEAK,
     AuditReport,
-    CaptureCheck,
     MembershipReport,
     ReconstructionReport,
-    membership_report,
-    membership_verdict,
     reconstruction_report,
-    reconstruction_verdict,
-)
-from attacks._roc import (
-    DEFAULT_FPRS,
-    RocCurve,
-    auc,
-    bootstrap_auc_ci,
-    null_auc_band,
-    roc_curve,
-    tpr_at_fpr,
-)
-from attacks._summary import (
-    ARTEFACT_KINDS,
-    ArtefactVerdict,
-    AuditSummary,
-    MemberSummary,
-    VerdictLevel,
-    summarize,
-    verdict_level,
 )
 from attacks._testbed import (
     PatchImageRouter,
@@ -104,127 +33,38 @@ from attacks._testbed import (
     secure_mean,
     smooth_images,
 )
-from sdk.capture import (
-    CAPTURE_DIR_FORMAT,
-    CAPTURE_FORMAT,
-    CapturedArtefact,
-    CapturedRound,
-    CaptureError,
-    CaptureManifest,
-    CaptureMeta,
-    RewardQuery,
-    RoundCapture,
-    write_capture,
-)
 
 __all__ = [
-    "ARTEFACT_KINDS",
-    "BASELINE_NAMES",
-    "CAPTURE_DIR_FORMAT",
-    "CAPTURE_FORMAT",
-    "DEFAULT_FPRS",
-    "LPIPS_MIN_SIZE",
-    "NORMALIZATION_SETTINGS",
-    "NO_LEAK",
-    "PSNR_CAP_DB",
-    "VERDICT_CLASSES",
-    "ArtefactVerdict",
     "AttackError",
-    "AttackInputError",
-    "AttackScores",
     "AuditConfig",
     "AuditReport",
-    "AuditSummary",
-    "CaptureAuditConfig",
-    "CaptureCheck",
-    "CaptureDir",
-    "CaptureError",
-    "CaptureManifest",
-    "CaptureMeta",
-    "CapturedArtefact",
     "CapturedAttackConfig",
-    "CapturedRound",
-    "CapturedRouterUpdate",
     "CapturedUpdate",
-    "InversionCheckpoint",
     "InversionConfig",
-    "InversionResult",
-    "LiraConfig",
-    "LossFn",
-    "MemberSummary",
     "MemberTruth",
     "MembershipReport",
-    "MetricSummary",
     "MlpMembership",
-    "MlpPairs",
-    "MlpRewardConfig",
-    "PairScorer",
     "PatchImageRouter",
     "ReconstructionReport",
     "RemoteRewardScorer",
-    "RewardQuery",
-    "RocCurve",
-    "RoundCapture",
     "SSIMParams",
-    "ShadowTrainer",
-    "TrainedMlpReward",
     "UpdateKind",
-    "VerdictLevel",
     "align_to_originals",
-    "analytic_attack_on_update",
-    "analytic_linear_candidates",
-    "analytic_linear_inversion",
-    "as_batch",
     "attack_captured_update",
-    "auc",
     "audit_capture_dir",
     "audit_run_dir",
-    "balance",
     "baseline_guesses",
-    "bootstrap_auc_ci",
     "capture_round",
-    "capture_run_dir",
     "compute_update",
-    "cosine_per_row",
-    "cosine_similarity",
-    "first_linear_layer",
-    "infer_label",
     "invert_update",
-    "lira_attack",
-    "lpips_available",
-    "lpips_distance",
-    "mean_ci",
-    "membership_report",
-    "membership_verdict",
     "mlp_membership",
-    "mlp_shadow_trainer",
     "normalization_reports",
-    "null_auc_band",
     "overfit_mlp_scores",
     "overfit_reward_model_scores",
     "plot_reconstruction_grid",
-    "plot_roc",
-    "pooled_embeddings",
     "protection_summary",
-    "psnr",
-    "psnr_per_image",
-    "reconstruction_baselines",
     "reconstruction_report",
-    "reconstruction_verdict",
-    "render_html",
-    "roc_curve",
-    "roc_figure",
-    "score_reconstruction",
     "secure_mean",
     "smooth_images",
-    "ssim",
-    "ssim_per_image",
-    "summarize",
-    "threshold_attack",
-    "total_variation",
-    "tpr_at_fpr",
-    "train_mlp_reward",
-    "verdict_level",
-    "write_capture",
     "write_report",
 ]

@@ -12,7 +12,7 @@ import numpy as np
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-__all__ = ["default_window", "moving_average", "plot_trace"]
+__all__ = ["moving_average", "plot_trace"]
 
 
 def default_window(n: int) -> int:

@@ -17,7 +17,7 @@ from typing import TextIO, TypeVar
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-__all__ = ["QUIET_ENV", "Steps", "is_quiet", "say", "set_quiet", "track"]
+__all__ = ["Steps", "say", "set_quiet"]
 
 QUIET_ENV = "FEDMOR_QUIET"
 """The environment variable of quiet mode (1, true or yes: on)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from attacks import verdict_level
+from attacks._summary import verdict_level
 
 __all__ = ["COLOURS", "FLAGS", "INTERVAL", "capture_sections", "dump_dom", "ensure_chromium"]
 

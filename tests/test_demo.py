@@ -245,7 +245,8 @@ def test_demo_capture_holds_every_round_and_query_and_audits(
     """``fedmor demo --capture``: the server kept each secure round as received and every reward
     query of stage C, and ``fedmor audit capture`` reports on them with one summary card per
     member and captured artefact kind."""
-    from attacks import AuditReport, CaptureDir
+    from attacks import AuditReport
+    from attacks._capture_dir import CaptureDir
 
     run_dir, _ = run
     cap = CaptureDir.open(run_dir / "capture")  # every file matches its sha256

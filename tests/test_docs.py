@@ -44,7 +44,7 @@ def test_site_builds_strict(tmp_path: Path) -> None:
 @pytest.mark.parametrize("package", PACKAGES)
 def test_every_public_name_has_a_docstring(package: str) -> None:
     module = griffe.load(package, search_paths=[str(ROOT)], resolve_aliases=True,
-                         resolve_external=True)  # the apps re-export sdk.wire's names
+                         resolve_external=True)  # a package may re-export another's names
     undocumented = [name for name in module.exports
                     if not (module[name].docstring and module[name].docstring.value.strip())]
     assert not undocumented, f"{package}.__all__ names without a docstring: {undocumented}"

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from attacks import AuditReport, verdict_level
+from attacks import AuditReport
+from attacks._summary import verdict_level
 from tests._checkout import checkout_env
 
 ROOT = Path(__file__).resolve().parents[1]

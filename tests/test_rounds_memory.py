@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sdk.rounds import ROUND_KINDS, memory_spec, protocol_ids, ready_update, run_in_memory
+from sdk.rounds import ROUND_KINDS, memory_spec, protocol_ids, run_in_memory
+from sdk.rounds._protocols import ready_update
 from sdk.secagg import MaskedInput
 from sdk.wire import RoundSpec, generate_key
 

@@ -34,6 +34,7 @@ from sdk.models import build_tiny_vlm
 from sdk.reward import DEFAULT_CLIP, ClientScorer, RewardModel, ScoreNormalizer
 from sdk.router import image_digest, image_ref
 from sdk.wire import ImageRef
+from server_app import BrokerRewardSource
 
 __all__ = ["routed_step_overhead"]
 
@@ -94,7 +95,8 @@ def routed_step_overhead(policy: Path, queries: Sequence[Query], grpo: GRPOSetti
                          steps: int) -> dict[str, Any]:
     """Median GRPO step time with MoR rewards over REST vs in-process, same reward models."""
     from fedmor_local import LocalConsortium
-    from server_app import BrokerRewardSource, RewardBroker, Store, load_private_key
+    from sdk.wire import load_private_key
+    from server_app import RewardBroker, Store
 
     # One reward model and, over REST, one client process per arm of the router.
     rm_dirs = tiny_reward_models(out / "overhead", queries, chooser(0).num_arms)

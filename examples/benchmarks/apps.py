@@ -43,8 +43,8 @@ from _scratch import scratch_dir
 
 from client_app._demo import TRAIN_PARAM
 from fedmor_local import OPEN_POLICY, LocalConsortium
-from sdk.wire import ImageRef
-from server_app import RewardBroker, Store, load_private_key
+from sdk.wire import ImageRef, load_private_key
+from server_app import RewardBroker, Store
 
 
 def log(msg: str) -> None:

@@ -6,15 +6,6 @@ by module name and talks to them over REST. Its folder is ``examples/fedmor_loca
 repository's top level is fixed); ``pip install`` installs it beside ``sdk``.
 """
 
-from fedmor_local._local import (
-    ADMIN_TOKEN,
-    OPEN_POLICY,
-    LocalConsortium,
-    client_cert_paths,
-    free_port,
-    make_pki,
-    wait_healthy,
-)
+from fedmor_local._local import OPEN_POLICY, LocalConsortium, free_port
 
-__all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "client_cert_paths", "free_port",
-           "make_pki", "wait_healthy"]
+__all__ = ["OPEN_POLICY", "LocalConsortium", "free_port"]

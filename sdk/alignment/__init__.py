@@ -13,28 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from sdk.alignment._chooser import ONLINE_ROUTER_CONFIG, NeuralTSChooser, loss_feedback
 from sdk.alignment._empty_source import EmptyIsWorst
-from sdk.alignment._errors import (
-    AlignmentError,
-    ArchitectureMismatchError,
-    RewardShapeError,
-    UnknownSelectionError,
-)
-from sdk.alignment._llm_judge import JUDGE_DIMENSIONS, JudgeError, LLMJudge, load_judge_prompt
-from sdk.alignment._parsing import is_correct, normalize_answer, parse_choice
-from sdk.alignment._reward_function import SelectionRewardFunction, message_text
-from sdk.alignment._reward_source import InProcessRewardSource, RewardSource, ScoreFn, check_lengths
+from sdk.alignment._errors import AlignmentError
+from sdk.alignment._llm_judge import LLMJudge
+from sdk.alignment._parsing import parse_choice
+from sdk.alignment._reward_function import SelectionRewardFunction
+from sdk.alignment._reward_source import InProcessRewardSource, RewardSource
 from sdk.alignment._selection import (
     SELECTIONS,
     ArmChooser,
-    AvgRM,
-    BestSingle,
     CompletionBatch,
-    FedAvgRM,
-    MoRNoOnline,
-    MoRSelection,
-    PendingFeedback,
-    PluralLLMAlpha,
-    RandomSelection,
     RewardSelection,
     Routing,
     make_selection,
@@ -54,31 +41,15 @@ if TYPE_CHECKING:
         EvalSettings,
         PolicyEvaluation,
         StyleScore,
-        best_of_n_accuracy,
         evaluate_policy,
         generate_responses,
-        option_probabilities,
-        right_option_probabilities,
         style_scores,
     )
-    from sdk.alignment._export import export_policy
-    from sdk.alignment._fedavg import fedavg_state_dicts, train_fedavg_reward_model
-    from sdk.alignment._feedback import RouterFeedbackCallback, sync_router_update
-    from sdk.alignment._grpo import (
-        GRPORewardFunction,
-        GRPOSettings,
-        StepTimer,
-        align,
-        query_dataset,
-    )
-    from sdk.alignment._job import AlignJob, run_align_job
-    from sdk.alignment._rest_rewards import (
-        RestFeedbackCallback,
-        RestRewardError,
-        RestRewardFunction,
-        enroll_identity,
-    )
-    from sdk.alignment._warmup import WarmupConfig, warmup_cache_key, warmup_policy
+    from sdk.alignment._fedavg import train_fedavg_reward_model
+    from sdk.alignment._grpo import GRPORewardFunction, GRPOSettings, StepTimer, align
+    from sdk.alignment._job import AlignJob
+    from sdk.alignment._rest_rewards import RestRewardFunction, enroll_identity
+    from sdk.alignment._warmup import WarmupConfig, warmup_policy
 
 # name -> the private module that defines it, imported on first access (PEP 562)
 _LAZY = {
@@ -90,103 +61,60 @@ _LAZY = {
     "EvalSettings": "sdk.alignment._evaluation",
     "PolicyEvaluation": "sdk.alignment._evaluation",
     "StyleScore": "sdk.alignment._evaluation",
-    "best_of_n_accuracy": "sdk.alignment._evaluation",
     "evaluate_policy": "sdk.alignment._evaluation",
     "generate_responses": "sdk.alignment._evaluation",
-    "option_probabilities": "sdk.alignment._evaluation",
-    "right_option_probabilities": "sdk.alignment._evaluation",
     "style_scores": "sdk.alignment._evaluation",
-    "export_policy": "sdk.alignment._export",
-    "fedavg_state_dicts": "sdk.alignment._fedavg",
     "train_fedavg_reward_model": "sdk.alignment._fedavg",
-    "RouterFeedbackCallback": "sdk.alignment._feedback",
-    "sync_router_update": "sdk.alignment._feedback",
     "GRPORewardFunction": "sdk.alignment._grpo",
     "GRPOSettings": "sdk.alignment._grpo",
     "StepTimer": "sdk.alignment._grpo",
     "align": "sdk.alignment._grpo",
-    "query_dataset": "sdk.alignment._grpo",
     "AlignJob": "sdk.alignment._job",
-    "run_align_job": "sdk.alignment._job",
-    "RestFeedbackCallback": "sdk.alignment._rest_rewards",
-    "RestRewardError": "sdk.alignment._rest_rewards",
     "RestRewardFunction": "sdk.alignment._rest_rewards",
     "enroll_identity": "sdk.alignment._rest_rewards",
     "WarmupConfig": "sdk.alignment._warmup",
-    "warmup_cache_key": "sdk.alignment._warmup",
     "warmup_policy": "sdk.alignment._warmup",
 }
 
 __all__ = [
-    "JUDGE_DIMENSIONS",
     "ONLINE_ROUTER_CONFIG",
     "SELECTIONS",
     "AlignJob",
     "AlignmentError",
-    "ArchitectureMismatchError",
     "ArmChooser",
-    "AvgRM",
-    "BestSingle",
     "CategoryScore",
     "CommunicationSetting",
     "CompletionBatch",
     "EmptyIsWorst",
     "EvalSettings",
-    "FedAvgRM",
     "GRPORewardFunction",
     "GRPOSettings",
     "InProcessRewardSource",
-    "JudgeError",
     "LLMJudge",
-    "MoRNoOnline",
-    "MoRSelection",
     "NeuralTSChooser",
-    "PendingFeedback",
-    "PluralLLMAlpha",
     "PolicyEvaluation",
-    "RandomSelection",
-    "RestFeedbackCallback",
-    "RestRewardError",
     "RestRewardFunction",
     "RewardSelection",
-    "RewardShapeError",
     "RewardSource",
-    "RouterFeedbackCallback",
     "Routing",
-    "ScoreFn",
     "SelectionRewardFunction",
     "StepTimer",
     "StyleScore",
-    "UnknownSelectionError",
     "WarmupConfig",
     "align",
-    "best_of_n_accuracy",
-    "check_lengths",
     "communication_bytes",
     "enroll_identity",
     "evaluate_policy",
-    "export_policy",
-    "fedavg_state_dicts",
     "generate_responses",
-    "is_correct",
-    "load_judge_prompt",
     "lora_parameter_count",
     "loss_feedback",
     "make_selection",
-    "message_text",
-    "normalize_answer",
-    "option_probabilities",
     "parameter_count",
     "parse_choice",
-    "query_dataset",
     "register_selection",
-    "right_option_probabilities",
     "routed_scores",
-    "run_align_job",
     "style_scores",
-    "sync_router_update",
     "train_fedavg_reward_model",
-    "warmup_cache_key",
     "warmup_policy",
 ]
 

@@ -5,23 +5,15 @@ See ``docs/data.md`` for the format and the benchmark's layout.
 """
 
 from sdk.data._catalog import (
-    ALL_CATEGORIES,
-    CATEGORIES,
-    DEFAULT_CLIENTS,
     HELDOUT_CATEGORIES,
     MULTIPLE_CHOICE_CATEGORIES,
     PREFERENCE_CLIENTS,
-    STYLE_CATEGORIES,
     TASK_CLIENTS,
-    UNRELATED_CATEGORIES,
-    VARIANT_CATEGORIES,
-    get_category,
 )
-from sdk.data._category import Category, CategoryKind, Item
 from sdk.data._errors import PreferenceDataError
 from sdk.data._hf import to_hf_dataset
 from sdk.data._import import import_data
-from sdk.data._import_config import ImportConfig, ImportSummary, SourceKind
+from sdk.data._import_config import ImportConfig, ImportSummary
 from sdk.data._loading import (
     DEFAULT_MAX_IMAGE_SIDE,
     fit_to_pixels,
@@ -33,30 +25,19 @@ from sdk.data._records import PreferencePair, Query
 from sdk.data._synth import SynthConfig, SynthManifest, synthesize
 
 __all__ = [
-    "ALL_CATEGORIES",
-    "CATEGORIES",
-    "DEFAULT_CLIENTS",
     "DEFAULT_MAX_IMAGE_SIDE",
     "HELDOUT_CATEGORIES",
     "MULTIPLE_CHOICE_CATEGORIES",
     "PREFERENCE_CLIENTS",
-    "STYLE_CATEGORIES",
     "TASK_CLIENTS",
-    "UNRELATED_CATEGORIES",
-    "VARIANT_CATEGORIES",
-    "Category",
-    "CategoryKind",
     "ImportConfig",
     "ImportSummary",
-    "Item",
     "PreferenceDataError",
     "PreferencePair",
     "Query",
-    "SourceKind",
     "SynthConfig",
     "SynthManifest",
     "fit_to_pixels",
-    "get_category",
     "import_data",
     "load_pairs",
     "load_queries",

@@ -98,7 +98,7 @@ def load_vlm(path: str | Path, *, runtime: Runtime | None = None) -> VLMBundle:
     safetensors, no float32 copy first); the default runtime is float32 on the CPU when no GPU
     is present. The processor is the checkpoint's own (``preprocessor_config.json``). A frozen
     vision tower runs without an autograd graph; on a CPU, freed tensors go back to the OS
-    (``sdk.models.return_freed_host_memory``).
+    (``return_freed_host_memory`` in ``sdk/models/_memory.py``).
     """
     spec = get_architecture(read_model_type(path))
     device, dtype = (runtime or Runtime()).resolve()

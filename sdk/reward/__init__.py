@@ -1,7 +1,6 @@
 """Client reward models (stage A): Bradley-Terry training, normalization, the client scorer."""
 
 from sdk.reward._clients import (
-    ClientRewardModel,
     cross_accuracy,
     format_accuracy_matrix,
     pair_texts,
@@ -9,36 +8,23 @@ from sdk.reward._clients import (
 )
 from sdk.reward._config import DPSettings, LoraSettings, RewardTrainingConfig
 from sdk.reward._dp import PairDPSGD
-from sdk.reward._model import (
-    PairLike,
-    RewardCheckpointError,
-    RewardInputError,
-    RewardModel,
-)
+from sdk.reward._model import PairLike, RewardCheckpointError, RewardModel
 from sdk.reward._normalizer import DEFAULT_CLIP, ScoreNormalizer
 from sdk.reward._scorer import ClientScorer
-from sdk.reward._training import (
-    RewardTrainingResult,
-    bradley_terry_loss,
-    pairwise_accuracy,
-    train_reward_model,
-)
+from sdk.reward._training import RewardTrainingResult, pairwise_accuracy, train_reward_model
 
 __all__ = [
     "DEFAULT_CLIP",
-    "ClientRewardModel",
     "ClientScorer",
     "DPSettings",
     "LoraSettings",
     "PairDPSGD",
     "PairLike",
     "RewardCheckpointError",
-    "RewardInputError",
     "RewardModel",
     "RewardTrainingConfig",
     "RewardTrainingResult",
     "ScoreNormalizer",
-    "bradley_terry_loss",
     "cross_accuracy",
     "format_accuracy_matrix",
     "pair_texts",

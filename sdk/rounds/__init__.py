@@ -11,7 +11,7 @@ manager and the member's runner over REST (``server_app``, ``client_app``), and
 
 from sdk.rounds._fedavg_kind import FedAvgParams, FedAvgUpdate
 from sdk.rounds._kinds import ROUND_KINDS
-from sdk.rounds._memory import MemoryRound, memory_spec, run_in_memory
+from sdk.rounds._memory import memory_spec, run_in_memory
 from sdk.rounds._protocols import (
     ClientRound,
     RoundFailed,
@@ -22,7 +22,6 @@ from sdk.rounds._protocols import (
     UpdateSource,
     as_delta,
     from_delta,
-    ready_update,
 )
 from sdk.rounds._secagg_kind import SecAggRoundParams, protocol_ids
 
@@ -31,7 +30,6 @@ __all__ = [
     "ClientRound",
     "FedAvgParams",
     "FedAvgUpdate",
-    "MemoryRound",
     "RoundFailed",
     "RoundKind",
     "RoundPrivacy",
@@ -43,6 +41,5 @@ __all__ = [
     "from_delta",
     "memory_spec",
     "protocol_ids",
-    "ready_update",
     "run_in_memory",
 ]

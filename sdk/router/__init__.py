@@ -3,28 +3,19 @@
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from sdk.router._aggregators import (
-    AGGREGATORS,
-    Aggregator,
-    PlainAggregator,
-    RoundAggregate,
-    SecureAggregator,
-)
+from sdk.router._aggregators import Aggregator, PlainAggregator, SecureAggregator
 from sdk.router._encoder import (
     EncodedBatch,
     Encoder,
-    ImageFeatureCache,
     concat_batches,
     image_digest,
     image_ref,
     open_image,
 )
-from sdk.router._errors import RouterError, RouterMismatchError, RouterShapeError
+from sdk.router._errors import RouterError
 from sdk.router._evaluation import (
     AverageRM,
-    PairScores,
     RandomRM,
-    RewardScores,
     RouterSelection,
     SelectionMethod,
     SingleRM,
@@ -34,20 +25,9 @@ from sdk.router._evaluation import (
     route_pairs,
     table4,
 )
-from sdk.router._federated import (
-    DropoutSchedule,
-    FederatedConfig,
-    FederatedRouterTrainer,
-    RoundStats,
-    RouterClient,
-)
+from sdk.router._federated import FederatedConfig, FederatedRouterTrainer, RouterClient
 from sdk.router._hashing_encoder import HashingEncoder, HashingEncoderConfig
-from sdk.router._local import (
-    LocalRouterUpdate,
-    LocalTrainingConfig,
-    fedavg_plain,
-    train_router_locally,
-)
+from sdk.router._local import LocalTrainingConfig, fedavg_plain, train_router_locally
 from sdk.router._model import Router, RouterConfig
 from sdk.router._neural_ts import NeuralThompsonRouter, NeuralTSConfig
 from sdk.router._policy import route, soft_weights
@@ -57,9 +37,6 @@ from sdk.router._recipe import (
     train_federated_router,
 )
 from sdk.router._site_update import (
-    ROUTER_SPEC_ENV,
-    ROUTER_UPDATES_GROUP,
-    RouterUpdateError,
     RouterUpdateSpec,
     SiteData,
     SiteRound,
@@ -69,13 +46,11 @@ from sdk.router._site_update import (
 )
 
 if TYPE_CHECKING:
-    from sdk.reward import PairLike
     from sdk.router._vlm_encoder import VLMEncoder, VLMEncoderConfig
 
 # transformers and peft load on first use of these names: a server that only routes rewards
 # (the hashing encoder, the router head, Neural TS) never needs them.
-_LAZY = {"PairLike": "sdk.reward", "VLMEncoder": "sdk.router._vlm_encoder",
-         "VLMEncoderConfig": "sdk.router._vlm_encoder"}
+_LAZY = {"VLMEncoder": "sdk.router._vlm_encoder", "VLMEncoderConfig": "sdk.router._vlm_encoder"}
 
 
 def __getattr__(name: str) -> Any:
@@ -84,38 +59,24 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
-    "AGGREGATORS",
-    "ROUTER_SPEC_ENV",
-    "ROUTER_UPDATES_GROUP",
     "Aggregator",
     "AverageRM",
-    "DropoutSchedule",
     "EncodedBatch",
     "Encoder",
     "FederatedConfig",
     "FederatedRouterTrainer",
     "HashingEncoder",
     "HashingEncoderConfig",
-    "ImageFeatureCache",
-    "LocalRouterUpdate",
     "LocalTrainingConfig",
     "NeuralTSConfig",
     "NeuralThompsonRouter",
-    "PairLike",
-    "PairScores",
     "PlainAggregator",
     "RandomRM",
-    "RewardScores",
-    "RoundAggregate",
-    "RoundStats",
     "Router",
     "RouterClient",
     "RouterConfig",
     "RouterError",
-    "RouterMismatchError",
     "RouterSelection",
-    "RouterShapeError",
-    "RouterUpdateError",
     "RouterUpdateSpec",
     "SecureAggregator",
     "SelectionMethod",

@@ -4,7 +4,7 @@
 or ``simulate_round`` in memory) moves them and calls ``SecAggServer.close_stage`` at deadlines.
 """
 
-from sdk.secagg._ckks import CKKSAggregator, CKKSConfig, CKKSContext, CKKSUpdate
+from sdk.secagg._ckks import CKKSAggregator, CKKSContext, CKKSUpdate
 from sdk.secagg._client import SecAggClient
 from sdk.secagg._client_state import ClientState
 from sdk.secagg._config import SecAggConfig
@@ -17,63 +17,30 @@ from sdk.secagg._dp import (
     dp_clip_range,
     preload_accountant,
 )
-from sdk.secagg._errors import (
-    Attack,
-    ConfigError,
-    InvalidUpdateError,
-    MaliciousServerError,
-    ProtocolViolation,
-    QuantizationOverflowError,
-    RoundAborted,
-    SecAggError,
-)
-from sdk.secagg._graph import default_degree, neighbour_graph
+from sdk.secagg._errors import Attack, ProtocolViolation, RoundAborted, SecAggError
 from sdk.secagg._quantize import QuantizationConfig
 from sdk.secagg._schema import (
-    AdvertisedKeys,
-    AdvertiseKeysRequest,
     ClientMessage,
-    ConsistencyCheckRequest,
-    ConsistencySignature,
-    EncryptedShare,
     MaskedInput,
-    MaskedInputRequest,
     RoundParams,
-    ServerMessage,
-    ShareKeysRequest,
-    ShareKeysResponse,
-    UnmaskingRequest,
-    UnmaskingResponse,
     parse_client_message,
     parse_server_message,
 )
-from sdk.secagg._server import AggregateResult, SecAggServer
+from sdk.secagg._server import SecAggServer
 from sdk.secagg._simulate import simulate_round
 from sdk.secagg._stages import Stage
 
 __all__ = [
-    "AdvertiseKeysRequest",
-    "AdvertisedKeys",
-    "AggregateResult",
     "Attack",
     "CKKSAggregator",
-    "CKKSConfig",
     "CKKSContext",
     "CKKSUpdate",
     "ClientMessage",
     "ClientState",
-    "ConfigError",
-    "ConsistencyCheckRequest",
-    "ConsistencySignature",
     "DPConfig",
-    "EncryptedShare",
-    "InvalidUpdateError",
-    "MaliciousServerError",
     "MaskedInput",
-    "MaskedInputRequest",
     "ProtocolViolation",
     "QuantizationConfig",
-    "QuantizationOverflowError",
     "Roster",
     "RoundAborted",
     "RoundParams",
@@ -81,19 +48,12 @@ __all__ = [
     "SecAggConfig",
     "SecAggError",
     "SecAggServer",
-    "ServerMessage",
-    "ShareKeysRequest",
-    "ShareKeysResponse",
     "Stage",
-    "UnmaskingRequest",
-    "UnmaskingResponse",
     "client_noise_std",
     "clip_and_noise",
     "composed_epsilon",
-    "default_degree",
     "dp_clip_range",
     "generate_identities",
-    "neighbour_graph",
     "parse_client_message",
     "parse_server_message",
     "preload_accountant",

@@ -67,7 +67,7 @@ from sdk.wire._identity import (
 )
 from sdk.wire._images import ImageCache, ImageRef, image_bytes
 from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel
-from sdk.wire._payload import PayloadError, StagePayload, decode_vector, encode_vector
+from sdk.wire._payload import PayloadError, StagePayload, decode_vector
 from sdk.wire._router_config import ConsortiumRouterConfig
 from sdk.wire._schemas import (
     DEMO_SAMPLES_PARAM,
@@ -182,7 +182,6 @@ __all__ = [
     "check_reward_url",
     "decode_vector",
     "docs_ui",
-    "encode_vector",
     "endorsement_message",
     "generate_key",
     "image_bytes",

@@ -11,12 +11,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from sdk.alignment import (
-    InProcessRewardSource,
-    MoRSelection,
-    SelectionRewardFunction,
-    sync_router_update,
-)
+from sdk.alignment import InProcessRewardSource, SelectionRewardFunction
+from sdk.alignment._feedback import sync_router_update
+from sdk.alignment._selection import MoRSelection
 from tests.alignment.conftest import grey, make_chooser
 
 

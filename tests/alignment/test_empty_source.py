@@ -4,12 +4,7 @@ import asyncio
 
 import pytest
 
-from sdk.alignment import (
-    CompletionBatch,
-    EmptyIsWorst,
-    InProcessRewardSource,
-    make_selection,
-)
+from sdk.alignment import CompletionBatch, EmptyIsWorst, InProcessRewardSource, make_selection
 from sdk.models import build_tiny_vlm
 from sdk.reward import ClientScorer, RewardModel, ScoreNormalizer
 from tests.alignment.conftest import grey

@@ -9,11 +9,10 @@ from sdk.alignment import (
     CategoryScore,
     EvalSettings,
     PolicyEvaluation,
-    best_of_n_accuracy,
     evaluate_policy,
-    option_probabilities,
     style_scores,
 )
+from sdk.alignment._evaluation import best_of_n_accuracy, option_probabilities
 from sdk.data import PreferencePair, Query, load_queries
 from sdk.models import encode_batch, load_vlm
 from tests.alignment.conftest import grey

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sdk.alignment import fedavg_state_dicts, train_fedavg_reward_model
+from sdk.alignment import train_fedavg_reward_model
+from sdk.alignment._fedavg import fedavg_state_dicts
 from sdk.data import load_pairs
 from sdk.models import build_tiny_vlm
 from sdk.reward import LoraSettings, RewardModel, RewardTrainingConfig, train_reward_model

@@ -3,13 +3,9 @@ import asyncio
 import torch
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from sdk.alignment import (
-    InProcessRewardSource,
-    MoRSelection,
-    RouterFeedbackCallback,
-    SelectionRewardFunction,
-    loss_feedback,
-)
+from sdk.alignment import InProcessRewardSource, SelectionRewardFunction, loss_feedback
+from sdk.alignment._feedback import RouterFeedbackCallback
+from sdk.alignment._selection import MoRSelection
 from tests.alignment.conftest import make_chooser
 from tests.alignment.test_reward_function import client, trl_kwargs
 

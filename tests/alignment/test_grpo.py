@@ -14,18 +14,16 @@ from sdk.alignment import (
     AlignmentError,
     GRPOSettings,
     InProcessRewardSource,
-    MoRSelection,
     SelectionRewardFunction,
     WarmupConfig,
     align,
-    export_policy,
     lora_parameter_count,
-    query_dataset,
-    warmup_cache_key,
     warmup_policy,
 )
-from sdk.alignment._grpo import _freeze_vision_encoder
-from sdk.alignment._warmup import _noisy_answers
+from sdk.alignment._export import export_policy
+from sdk.alignment._grpo import _freeze_vision_encoder, query_dataset
+from sdk.alignment._selection import MoRSelection
+from sdk.alignment._warmup import _noisy_answers, warmup_cache_key
 from sdk.data import load_queries
 from sdk.models import ARCHITECTURES, Runtime, build_tiny_vlm, load_vlm
 from sdk.reward import LoraSettings

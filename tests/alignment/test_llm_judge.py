@@ -6,7 +6,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from sdk.alignment import JUDGE_DIMENSIONS, JudgeError, LLMJudge, load_judge_prompt
+from sdk.alignment import LLMJudge
+from sdk.alignment._llm_judge import JUDGE_DIMENSIONS, JudgeError, load_judge_prompt
 from tests.alignment.conftest import grey
 
 

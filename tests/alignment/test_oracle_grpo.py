@@ -19,11 +19,11 @@ from sdk.alignment import (
     SelectionRewardFunction,
     WarmupConfig,
     align,
-    is_correct,
     make_selection,
-    option_probabilities,
     warmup_policy,
 )
+from sdk.alignment._evaluation import option_probabilities
+from sdk.alignment._parsing import is_correct
 from sdk.data import Query
 from sdk.models import build_tiny_vlm, load_vlm
 from sdk.router import image_digest

@@ -1,4 +1,5 @@
-from sdk.alignment import is_correct, normalize_answer, parse_choice
+from sdk.alignment import parse_choice
+from sdk.alignment._parsing import is_correct, normalize_answer
 
 OPTIONS = ("A. red", "B. green", "C. blue", "D. yellow")
 

@@ -12,8 +12,10 @@ import uvicorn
 from fastapi import FastAPI
 from PIL import Image
 
-from fedmor_local import free_port, wait_healthy
-from sdk.alignment import RestRewardFunction, RewardShapeError
+from fedmor_local import free_port
+from fedmor_local._local import wait_healthy
+from sdk.alignment import RestRewardFunction
+from sdk.alignment._errors import RewardShapeError
 from sdk.router import image_ref
 from sdk.wire import AlignerRequest, AlignerResponse, generate_key
 

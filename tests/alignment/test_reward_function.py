@@ -5,14 +5,10 @@ import pytest
 import torch
 from PIL import Image
 
-from sdk.alignment import (
-    BestSingle,
-    InProcessRewardSource,
-    MoRSelection,
-    RewardShapeError,
-    SelectionRewardFunction,
-    message_text,
-)
+from sdk.alignment import InProcessRewardSource, SelectionRewardFunction
+from sdk.alignment._errors import RewardShapeError
+from sdk.alignment._reward_function import message_text
+from sdk.alignment._selection import BestSingle, MoRSelection
 from sdk.router import image_ref
 from tests.alignment.conftest import grey, make_chooser
 

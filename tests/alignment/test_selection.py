@@ -5,22 +5,22 @@ import torch
 
 from sdk.alignment import (
     SELECTIONS,
-    ArchitectureMismatchError,
-    AvgRM,
-    BestSingle,
     CompletionBatch,
-    FedAvgRM,
     InProcessRewardSource,
-    MoRNoOnline,
-    PluralLLMAlpha,
-    RandomSelection,
     RewardSelection,
-    RewardShapeError,
-    UnknownSelectionError,
-    fedavg_state_dicts,
     make_selection,
     register_selection,
     routed_scores,
+)
+from sdk.alignment._errors import ArchitectureMismatchError, RewardShapeError, UnknownSelectionError
+from sdk.alignment._fedavg import fedavg_state_dicts
+from sdk.alignment._selection import (
+    AvgRM,
+    BestSingle,
+    FedAvgRM,
+    MoRNoOnline,
+    PluralLLMAlpha,
+    RandomSelection,
 )
 from tests.alignment.conftest import grey, make_chooser
 

@@ -19,7 +19,9 @@ _SCRIPT = textwrap.dedent("""
     from fastapi.testclient import TestClient
 
     from sdk.router import HashingEncoder, HashingEncoderConfig, Router, RouterConfig
-    from server_app import ServerSettings, add_to_roster, create_app, generate_key, public_key_b64
+    from sdk.wire import add_to_roster, generate_key, public_key_b64
+    from server_app import ServerSettings
+    from server_app._app import create_app
 
     tmp = Path(sys.argv[1])
     router_cfg = {"d_model": 16, "num_layers": 1, "num_heads": 2, "dim_feedforward": 32}

@@ -19,21 +19,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 
 from fedmor_local import OPEN_POLICY, LocalConsortium
-from sdk.wire import RoundCreate
-from server_app import (
-    ROUND_KINDS,
-    ClientRound,
-    RoundManager,
-    ServerSettings,
-    Store,
-    UpdateSource,
-    add_to_roster,
-    create_app,
-    generate_key,
-    public_key_b64,
-    sign_headers,
-)
+from sdk.membership import add_to_roster
+from sdk.rounds import ROUND_KINDS, ClientRound, UpdateSource
+from sdk.wire import RoundCreate, generate_key, public_key_b64, sign_headers
+from server_app import ServerSettings, Store
+from server_app._app import create_app
 from server_app._capture import ServerCapture
+from server_app._rounds import RoundManager
 
 N_CLIENTS = 5
 

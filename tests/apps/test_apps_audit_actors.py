@@ -10,15 +10,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from sdk.wire import sign_rotation
-from server_app import (
-    BrokerError,
-    ServerSettings,
-    add_to_roster,
-    create_app,
-    generate_key,
-    public_key_b64,
-)
+from sdk.membership import add_to_roster
+from sdk.wire import generate_key, public_key_b64, sign_rotation
+from server_app import BrokerError, ServerSettings
+from server_app._app import create_app
 from tests.apps.conftest import Member
 
 _ADMIN = {"authorization": "Bearer adm"}

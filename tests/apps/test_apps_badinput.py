@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from fedmor_local import LocalConsortium
-from server_app import generate_key, load_private_key, sign_headers
+from sdk.wire import generate_key, load_private_key, sign_headers
 
 
 def _signed(c: LocalConsortium, index: int, method: str, path: str, body: bytes = b"",
@@ -114,7 +114,7 @@ def test_bad_message_in_open_round_is_422(consortium: LocalConsortium,
 
 def test_enrollment_refusals(consortium: LocalConsortium, http: httpx.Client) -> None:
     name = consortium.names[0]
-    from server_app import public_key_b64
+    from sdk.wire import public_key_b64
 
     body = {"name": name, "token": "wrong-token-123", "public_key": public_key_b64(generate_key())}
     _detail(http.post("/v1/enroll", json=body), 403, "enrollment refused")

@@ -10,17 +10,13 @@ from typing import Any
 import numpy as np
 from fastapi.testclient import TestClient
 
-from sdk.rounds import ClientRound
+from sdk.rounds import ROUND_KINDS, ClientRound
 from sdk.rounds._fedavg_kind import encode_update
+from sdk.rounds._protocols import ready_update
 from sdk.secagg import MaskedInput, QuantizationConfig
-from sdk.wire import RoundInfo
-from server_app import (
-    ROUND_KINDS,
-    ServerSettings,
-    create_app,
-    generate_key,
-    ready_update,
-)
+from sdk.wire import RoundInfo, generate_key
+from server_app import ServerSettings
+from server_app._app import create_app
 
 from .conftest import Member
 

@@ -11,15 +11,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from sdk.wire import ImageRef
-from server_app import (
-    BrokerError,
-    BrokerRewardSource,
-    RewardBroker,
-    Store,
-    generate_key,
-    public_key_b64,
-)
+from sdk.wire import ImageRef, generate_key, public_key_b64
+from server_app import BrokerError, BrokerRewardSource, RewardBroker, Store
 
 
 def _broker(tmp_path: Path, db: str = "s.db") -> RewardBroker:

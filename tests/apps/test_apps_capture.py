@@ -21,8 +21,10 @@ from attacks import AuditReport
 from attacks._cli import register
 from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.capture import CaptureFiles
-from sdk.wire import load_private_key, public_key_b64, sign_headers
-from server_app import ServerSettings, add_to_roster, create_app, generate_key
+from sdk.membership import add_to_roster
+from sdk.wire import generate_key, load_private_key, public_key_b64, sign_headers
+from server_app import ServerSettings
+from server_app._app import create_app
 from tests.apps._capture_update import MEMBERS, ROUTER
 
 AUDITOR = "privacy-officer"

@@ -10,8 +10,9 @@ import numpy as np
 
 from attacks import audit_capture_dir
 from sdk.capture import CaptureFiles
+from sdk.rounds._protocols import ready_update
 from sdk.secagg._schema import MaskedInput
-from server_app import Store, ready_update
+from server_app import Store
 from server_app._audit_settings import CaptureSettings
 from server_app._capture import ServerCapture
 from tests.apps.conftest import in_process_secure_round

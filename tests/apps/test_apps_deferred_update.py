@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from client_app import ClientRunner, ClientSettings, ClientStore, demo_update
-from client_app._demo import TRAIN_PARAM
+from client_app import ClientRunner, ClientSettings, ClientStore
+from client_app._demo import TRAIN_PARAM, demo_update
 from fedmor_local import OPEN_POLICY
-from sdk.rounds import RoundFailed
+from sdk.rounds import ROUND_KINDS, ClientRound, RoundFailed, UpdateSource
+from sdk.rounds._protocols import ready_update
 from sdk.secagg import QuantizationConfig
-from sdk.wire import RoundInfo, SignedClient
-from server_app import ROUND_KINDS, ClientRound, RoundManager, RoundSpec, UpdateSource, ready_update
+from sdk.wire import RoundInfo, RoundSpec, SignedClient
+from server_app._rounds import RoundManager
 
 from .conftest import Member, in_process_secure_round
 

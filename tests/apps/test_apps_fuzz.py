@@ -23,16 +23,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from client_app import ClientSettings, ClientStore, HashScorer, create_client_app
-from sdk.wire import SERVER_SENDER
-from server_app import (
-    ServerSettings,
-    add_to_roster,
-    create_app,
-    generate_key,
-    public_key_b64,
-    sign_headers,
-)
+from client_app import ClientSettings, ClientStore, HashScorer
+from client_app._app import create_client_app
+from sdk.membership import add_to_roster
+from sdk.wire import SERVER_SENDER, generate_key, public_key_b64, sign_headers
+from server_app import ServerSettings
+from server_app._app import create_app
 
 # The apps are built at import (schemathesis reads their schemas at collection), before any
 # fixture could give them a folder: this one is removed when the test process exits.

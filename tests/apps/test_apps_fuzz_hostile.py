@@ -24,16 +24,12 @@ import pytest
 import schemathesis
 from fastapi.testclient import TestClient
 
-from client_app import ClientSettings, ClientStore, HashScorer, create_client_app
-from sdk.wire import SERVER_SENDER
-from server_app import (
-    ServerSettings,
-    add_to_roster,
-    create_app,
-    generate_key,
-    public_key_b64,
-    sign_headers,
-)
+from client_app import ClientSettings, ClientStore, HashScorer
+from client_app._app import create_client_app
+from sdk.membership import add_to_roster
+from sdk.wire import SERVER_SENDER, generate_key, public_key_b64, sign_headers
+from server_app import ServerSettings
+from server_app._app import create_app
 
 _ROOT = Path(tempfile.mkdtemp(prefix="fedmor-hostile-fuzz-"))
 atexit.register(shutil.rmtree, _ROOT, ignore_errors=True)

@@ -12,8 +12,8 @@ import pytest
 
 import server_app._rounds as rounds_module
 from sdk.rounds._fedavg_kind import encode_update
-from sdk.wire import RoundCreate
-from server_app import Store, generate_key, public_key_b64
+from sdk.wire import RoundCreate, generate_key, public_key_b64
+from server_app import Store
 from server_app._rounds import RoundManager
 
 

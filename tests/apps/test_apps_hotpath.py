@@ -16,15 +16,10 @@ import numpy as np
 import pytest
 
 import server_app._broker as broker_module
-from sdk.wire import ImageRef
-from server_app import (
-    RoundManager,
-    RoundSpec,
-    Store,
-    generate_key,
-    public_key_b64,
-    ready_update,
-)
+from sdk.rounds._protocols import ready_update
+from sdk.wire import ImageRef, RoundSpec, generate_key, public_key_b64
+from server_app import Store
+from server_app._rounds import RoundManager
 
 from .conftest import in_process_secure_round
 
@@ -217,9 +212,10 @@ def test_client_app_reads_the_learned_server_key_once(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     from fastapi.testclient import TestClient
 
-    from client_app import ClientSettings, HashScorer, create_client_app
+    from client_app import ClientSettings, HashScorer
+    from client_app._app import create_client_app
     from client_app._store import ClientStore
-    from server_app import sign_headers
+    from sdk.wire import sign_headers
 
     key = generate_key()
     first = ClientStore(tmp_path / "c.db")  # as enrollment leaves it: the key is in the store

@@ -16,7 +16,8 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from fedmor_local import ADMIN_TOKEN, OPEN_POLICY, LocalConsortium
+from fedmor_local import OPEN_POLICY, LocalConsortium
+from fedmor_local._local import ADMIN_TOKEN
 from sdk.membership import add_to_roster
 from sdk.wire import (
     generate_key,

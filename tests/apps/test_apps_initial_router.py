@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_app import demo_update
+from client_app._demo import demo_update
 from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.rounds import as_delta, from_delta
 from sdk.secagg import QuantizationConfig

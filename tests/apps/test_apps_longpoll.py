@@ -10,15 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from sdk.wire import RoundCreate, StageBroadcast
-from server_app import (
-    ROUND_KINDS,
-    RoundManager,
-    Store,
-    generate_key,
-    public_key_b64,
-    ready_update,
-)
+from sdk.rounds import ROUND_KINDS
+from sdk.rounds._protocols import ready_update
+from sdk.wire import RoundCreate, StageBroadcast, generate_key, public_key_b64
+from server_app import Store
+from server_app._rounds import RoundManager
 
 
 def test_waiting_request_wakes_on_close_and_acks_carry_next(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from fedmor_local import ADMIN_TOKEN, OPEN_POLICY, client_cert_paths, make_pki
+from fedmor_local import OPEN_POLICY
+from fedmor_local._local import ADMIN_TOKEN, client_cert_paths, make_pki
 from server_app import ServerSettings
 from tests.apps.conftest import running
 

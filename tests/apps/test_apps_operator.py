@@ -11,13 +11,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from sdk.wire import DPAccount, Refusal, RoundInfo
-from server_app import (
-    RosterFile,
-    add_to_roster,
-    generate_key,
-    public_key_b64,
-)
+from sdk.membership import RosterFile, add_to_roster
+from sdk.wire import DPAccount, Refusal, RoundInfo, generate_key, public_key_b64
 from server_app._ops_api import member_reports
 from tests.apps.conftest import Member, enrolled_team
 

@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_app import SitePolicy, demo_update, describe_policy
+from client_app import SitePolicy
+from client_app._demo import demo_update
+from client_app._policy import describe_policy
 from fedmor_local import LocalConsortium
 from sdk.wire import DEMO_SAMPLES_PARAM, RoundInfo
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import httpx
 
-from fedmor_local import OPEN_POLICY, LocalConsortium, wait_healthy
+from fedmor_local import OPEN_POLICY, LocalConsortium
+from fedmor_local._local import wait_healthy
 from sdk.router import HashingEncoder, HashingEncoderConfig, Router, RouterConfig
 
 from .test_apps_aligner import FAILURE, ROUTER, Aligner, _items

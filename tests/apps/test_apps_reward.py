@@ -13,8 +13,8 @@ from PIL import Image
 
 from client_app import HashScorer
 from fedmor_local import LocalConsortium
-from sdk.wire import ImageRef
-from server_app import RewardBroker, Store, load_private_key
+from sdk.wire import ImageRef, load_private_key
+from server_app import RewardBroker, Store
 from server_app._broker import server_timing
 
 

@@ -7,14 +7,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from server_app import (
-    ServerSettings,
-    Store,
-    add_to_roster,
-    create_app,
-    generate_key,
-    public_key_b64,
-)
+from sdk.membership import add_to_roster
+from sdk.wire import generate_key, public_key_b64
+from server_app import ServerSettings, Store
+from server_app._app import create_app
 from tests.apps.conftest import Member, enrolled_team
 
 

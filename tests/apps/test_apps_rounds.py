@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from client_app import demo_update
+from client_app._demo import demo_update
 from fedmor_local import LocalConsortium
 from sdk.secagg import (
     QuantizationConfig,

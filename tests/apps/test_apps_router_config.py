@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from sdk.wire import ConsortiumRouterConfig, RouterConfigInfo
-from server_app import ServerSettings, add_to_roster, create_app, generate_key, public_key_b64
+from sdk.membership import add_to_roster
+from sdk.wire import ConsortiumRouterConfig, RouterConfigInfo, generate_key, public_key_b64
+from server_app import ServerSettings
+from server_app._app import create_app
 from tests.apps.conftest import Member
 
 ADMIN = {"authorization": "Bearer adm"}

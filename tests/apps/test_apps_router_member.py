@@ -22,14 +22,8 @@ from client_app._router_update import ConfiguredRouterUpdate
 from client_app._settings import RouterTrainingSettings
 from fedmor_local import LocalConsortium
 from sdk.data import SynthConfig, synthesize
-from sdk.router import (
-    ROUTER_SPEC_ENV,
-    HashingEncoder,
-    Router,
-    RouterUpdateError,
-    load_router_update,
-    local_router_update,
-)
+from sdk.router import HashingEncoder, Router, load_router_update, local_router_update
+from sdk.router._site_update import ROUTER_SPEC_ENV, RouterUpdateError
 from sdk.wire import (
     ROUTER_ROUND_PARAM,
     ConsortiumRouterConfig,

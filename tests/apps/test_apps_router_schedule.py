@@ -7,15 +7,15 @@ import pytest
 
 from client_app._router_update import ROUND_PARAM, router_update
 from sdk.data import SynthConfig, synthesize
-from sdk.router import ROUTER_SPEC_ENV as SPEC_ENV
 from sdk.router import (
     LocalTrainingConfig,
     RouterConfig,
-    RouterUpdateError,
     RouterUpdateSpec,
     SiteData,
     default_federated_config,
 )
+from sdk.router._site_update import ROUTER_SPEC_ENV as SPEC_ENV
+from sdk.router._site_update import RouterUpdateError
 from sdk.wire import RoundInfo
 
 

@@ -12,10 +12,10 @@ from fastapi.testclient import TestClient
 
 from client_app._demo import TRAIN_PARAM
 from client_app._router_update import ROUND_PARAM
-from sdk.rounds import RoundFailed, memory_spec
+from sdk.rounds import ROUND_KINDS, RoundFailed, memory_spec
+from sdk.rounds._protocols import ready_update
 from sdk.rounds._secagg_kind import _round_params
-from sdk.wire import UPDATE_PARAMS
-from server_app import ROUND_KINDS, RoundSpec, generate_key, public_key_b64, ready_update
+from sdk.wire import UPDATE_PARAMS, RoundSpec, generate_key, public_key_b64
 
 from .conftest import Member
 

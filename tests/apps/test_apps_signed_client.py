@@ -17,7 +17,8 @@ import pytest
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from fedmor_local import free_port, wait_healthy
+from fedmor_local import free_port
+from fedmor_local._local import wait_healthy
 from sdk.membership import add_to_roster
 from sdk.wire import (
     AsyncSignedClient,
@@ -31,7 +32,8 @@ from sdk.wire import (
     public_key_b64,
 )
 from sdk.wire._auth import BAD_SIGNATURE, HEADER_CONTENT_SHA256
-from server_app import ServerSettings, create_app
+from server_app import ServerSettings
+from server_app._app import create_app
 
 ADMIN = "admin-token-for-the-test"
 Members = dict[str, tuple[Ed25519PrivateKey, str]]

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 from fastapi.testclient import TestClient
 
-from sdk.wire import ImageRef, SignedClient, encode_vector
+from sdk.wire import ImageRef, SignedClient
+from sdk.wire._payload import encode_vector
 from tests.apps.conftest import Member
 
 ADMIN = {"authorization": "Bearer adm"}

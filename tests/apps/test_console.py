@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from server_app import generate_key, public_key_b64
+from sdk.wire import generate_key, public_key_b64
 from tests.apps.conftest import Member, enrolled_team
 
 ROLES = {"m0": "member", "m1": "member", "ops": "operator", "job": "aligner",

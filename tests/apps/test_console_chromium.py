@@ -28,14 +28,10 @@ from PIL import Image
 
 from fedmor_local import free_port
 from sdk.curves import moving_average
-from server_app import (
-    ServerSettings,
-    add_to_roster,
-    create_app,
-    generate_key,
-    public_key_b64,
-    sign_headers,
-)
+from sdk.membership import add_to_roster
+from sdk.wire import generate_key, public_key_b64, sign_headers
+from server_app import ServerSettings
+from server_app._app import create_app
 from tests._checkout import checkout_env
 from tests._chromium import FLAGS, ensure_chromium
 

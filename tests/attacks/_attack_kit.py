@@ -10,7 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from attacks import PairScorer, smooth_images
+from attacks import smooth_images
+from attacks._membership import PairScorer
 from sdk.reward import RewardTrainingConfig
 
 __all__ = [
@@ -176,14 +177,9 @@ def build_capture(root: Path, data: Path) -> tuple[Path, dict[str, Any]]:
     Round 2: the SecAgg round of a, b, c (16 responses each, 3 local AdamW epochs), every
     masked input and unmasking share as the server received it. Then the reward queries of
     a's pairs. Returns the directory and each member's ground truth (``MemberTruth``)."""
-    from attacks import (
-        MemberTruth,
-        RewardQuery,
-        RoundCapture,
-        capture_round,
-        pooled_embeddings,
-        write_capture,
-    )
+    from attacks import MemberTruth, capture_round
+    from attacks._capture import pooled_embeddings
+    from sdk.capture import RewardQuery, RoundCapture, write_capture
     from sdk.data import load_pairs
     from sdk.router import (
         EncodedBatch,

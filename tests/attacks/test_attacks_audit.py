@@ -15,21 +15,21 @@ from _attack_kit import CLIENT, synth_client_data
 from fastapi.testclient import TestClient
 
 from attacks import (
-    NO_LEAK,
     AttackError,
-    AttackInputError,
     AuditConfig,
     AuditReport,
-    CapturedRouterUpdate,
     RemoteRewardScorer,
     audit_run_dir,
     capture_round,
-    capture_run_dir,
-    pooled_embeddings,
-    verdict_level,
 )
+from attacks._audit import CapturedRouterUpdate
+from attacks._capture import capture_run_dir, pooled_embeddings
 from attacks._cli import register
-from client_app import ClientSettings, create_client_app
+from attacks._errors import AttackInputError
+from attacks._report import NO_LEAK
+from attacks._summary import verdict_level
+from client_app import ClientSettings
+from client_app._app import create_client_app
 from sdk.data import load_pairs
 from sdk.models import build_tiny_vlm
 from sdk.reward import (
@@ -51,7 +51,7 @@ from sdk.router import (
     fedavg_plain,
     train_router_locally,
 )
-from server_app import generate_key, public_key_b64
+from sdk.wire import generate_key, public_key_b64
 
 
 @pytest.fixture(scope="module")

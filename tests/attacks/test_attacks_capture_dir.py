@@ -14,18 +14,12 @@ import pytest
 from _attack_kit import MEMBERS, build_capture, synth_client_data
 from safetensors.torch import save_file
 
-from attacks import (
-    NO_LEAK,
-    AttackInputError,
-    AuditReport,
-    CaptureDir,
-    CaptureError,
-    MemberTruth,
-    RoundCapture,
-    audit_capture_dir,
-    write_capture,
-)
+from attacks import AuditReport, MemberTruth, audit_capture_dir
+from attacks._capture_dir import CaptureDir
 from attacks._cli import register
+from attacks._errors import AttackInputError
+from attacks._report import NO_LEAK
+from sdk.capture import CaptureError, RoundCapture, write_capture
 
 PLAIN = "router update, plaintext (no secure aggregation)"
 AGG = "router aggregate (published)"

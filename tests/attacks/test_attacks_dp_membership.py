@@ -11,16 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from attacks import (
-    AttackInputError,
-    MlpMembership,
-    MlpPairs,
-    MlpRewardConfig,
-    mlp_membership,
-    normalization_reports,
-    protection_summary,
-    train_mlp_reward,
-)
+from attacks import MlpMembership, mlp_membership, normalization_reports, protection_summary
+from attacks._errors import AttackInputError
+from attacks._mlp_membership import MlpPairs
+from attacks._mlp_reward import MlpRewardConfig, train_mlp_reward
 
 N, PAIR_SEED = 40, 2
 RECIPE = MlpRewardConfig(epochs=100)  # ~6 s of per-pair DP-SGD per model on one core

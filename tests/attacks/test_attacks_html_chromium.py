@@ -15,14 +15,14 @@ import pytest
 from PIL import Image
 
 from attacks import (
-    AttackScores,
     AuditReport,
     baseline_guesses,
-    membership_report,
     plot_reconstruction_grid,
     reconstruction_report,
     write_report,
 )
+from attacks._membership import AttackScores
+from attacks._report import membership_report
 from sdk.data import load_pairs
 from tests._chromium import (
     COLOURS,

@@ -8,21 +8,23 @@ from _attack_kit import Router, embeddings, image_model, router_loss, smooth_ima
 from torch import nn
 
 from attacks import (
-    NO_LEAK,
-    AttackInputError,
     CapturedUpdate,
     InversionConfig,
     ReconstructionReport,
     UpdateKind,
-    analytic_attack_on_update,
-    analytic_linear_candidates,
     compute_update,
-    cosine_similarity,
-    first_linear_layer,
-    infer_label,
     invert_update,
     reconstruction_report,
 )
+from attacks._analytic import (
+    analytic_attack_on_update,
+    analytic_linear_candidates,
+    first_linear_layer,
+)
+from attacks._errors import AttackInputError
+from attacks._inversion import infer_label
+from attacks._metrics import cosine_similarity
+from attacks._report import NO_LEAK
 
 CE = nn.functional.cross_entropy
 IMAGE_CFG = InversionConfig(checkpoints=(50, 200), lr=0.1, tv_weight=1e-4)

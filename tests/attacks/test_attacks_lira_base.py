@@ -12,8 +12,10 @@ import pytest
 import torch
 from _attack_kit import CLIENT, reward_run_dir
 
-from attacks import AttackInputError, AuditConfig, audit_run_dir, verdict_level
+from attacks import AuditConfig, audit_run_dir
+from attacks._errors import AttackInputError
 from attacks._shadow_base import resolve_shadow_base
+from attacks._summary import verdict_level
 from sdk.models import ARCHITECTURES, build_tiny_vlm, get_architecture
 from sdk.reward import (
     LoraSettings,

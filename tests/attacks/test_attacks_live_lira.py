@@ -16,8 +16,9 @@ import httpx
 import pytest
 from _attack_kit import CLIENT, reward_run_dir
 
-from attacks import AttackInputError, AuditReport
+from attacks import AuditReport
 from attacks._cli import register
+from attacks._errors import AttackInputError
 from fedmor_local import LocalConsortium
 from sdk.models import build_tiny_vlm
 from sdk.reward import LoraSettings, RewardTrainingConfig

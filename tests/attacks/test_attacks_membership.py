@@ -7,16 +7,10 @@ import numpy as np
 import pytest
 from _attack_kit import Pair, PairData, train_reward_scorer
 
-from attacks import (
-    AttackInputError,
-    LiraConfig,
-    MembershipReport,
-    PairScorer,
-    balance,
-    lira_attack,
-    membership_report,
-    threshold_attack,
-)
+from attacks import MembershipReport
+from attacks._errors import AttackInputError
+from attacks._membership import LiraConfig, PairScorer, balance, lira_attack, threshold_attack
+from attacks._report import membership_report
 
 DATA = PairData(400)
 MEMBERS = list(range(0, 100))
@@ -94,7 +88,8 @@ def test_normalizing_and_clipping_scores_keeps_the_membership_leak() -> None:
     extremes, so the normalized, clipped margins of an over-fitted model still leak."""
     import torch
 
-    from attacks import AttackInputError, normalization_reports, overfit_mlp_scores
+    from attacks import normalization_reports, overfit_mlp_scores
+    from attacks._errors import AttackInputError
 
     pos, neg = overfit_mlp_scores(100, epochs=300)  # (200,) each, first 100 members
     raw, norm, clip15, clip20 = normalization_reports(pos, neg)

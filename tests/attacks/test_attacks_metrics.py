@@ -6,23 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from attacks import (
-    PSNR_CAP_DB,
-    AttackInputError,
-    SSIMParams,
-    auc,
-    bootstrap_auc_ci,
-    cosine_similarity,
-    lpips_available,
-    lpips_distance,
-    mean_ci,
-    null_auc_band,
-    psnr,
-    reconstruction_baselines,
-    roc_curve,
-    ssim,
-    tpr_at_fpr,
-)
+from attacks import SSIMParams
+from attacks._baselines import reconstruction_baselines
+from attacks._errors import AttackInputError
+from attacks._lpips import lpips_available, lpips_distance
+from attacks._metrics import PSNR_CAP_DB, cosine_similarity, mean_ci, psnr, ssim
+from attacks._roc import auc, bootstrap_auc_ci, null_auc_band, roc_curve, tpr_at_fpr
 
 RNG = np.random.default_rng(0)
 

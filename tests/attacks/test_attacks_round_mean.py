@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attacks import AttackInputError
+from attacks._analytic import AttackInputError
 from attacks._capture import round_mean
 from sdk.secagg import DPConfig
 

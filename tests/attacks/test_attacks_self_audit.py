@@ -14,7 +14,8 @@ import pytest
 import torch
 from _attack_kit import CLIENT, reward_run_dir
 
-from attacks import AttackInputError, AuditReport
+from attacks import AuditReport
+from attacks._errors import AttackInputError
 from attacks._self_audit import audit_own_scorer
 from sdk.data import load_pairs
 from sdk.models import build_tiny_vlm

@@ -9,16 +9,14 @@ import numpy as np
 import pytest
 
 from sdk.data import (
-    DEFAULT_CLIENTS,
     HELDOUT_CATEGORIES,
     MULTIPLE_CHOICE_CATEGORIES,
-    CategoryKind,
-    Item,
     SynthManifest,
-    get_category,
     load_pairs,
     load_queries,
 )
+from sdk.data._catalog import DEFAULT_CLIENTS, get_category
+from sdk.data._category import CategoryKind, Item
 from sdk.data._draw import COLORS
 from sdk.data._mc import BAR_COLORS, bar_layout
 

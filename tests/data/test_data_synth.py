@@ -11,18 +11,16 @@ from _datakit import SMALL
 from pydantic import ValidationError
 
 from sdk.data import (
-    ALL_CATEGORIES,
-    CATEGORIES,
-    DEFAULT_CLIENTS,
     HELDOUT_CATEGORIES,
     MULTIPLE_CHOICE_CATEGORIES,
-    CategoryKind,
     SynthConfig,
     SynthManifest,
     load_pairs,
     load_queries,
     synthesize,
 )
+from sdk.data._catalog import ALL_CATEGORIES, CATEGORIES, DEFAULT_CLIENTS
+from sdk.data._category import CategoryKind
 
 
 def _jsonl(path: Path) -> list[dict[str, object]]:

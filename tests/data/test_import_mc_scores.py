@@ -11,7 +11,8 @@ import pytest
 from _importkit import color_image, write_mc_jsonl
 
 import sdk.cli
-from sdk.data import ImportConfig, get_category, import_data, load_pairs, load_queries
+from sdk.data import ImportConfig, import_data, load_pairs, load_queries
+from sdk.data._catalog import get_category
 
 
 def test_mc_prefers_the_right_option_in_the_benchmark_template(tmp_path: Path) -> None:

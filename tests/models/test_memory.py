@@ -77,7 +77,7 @@ def test_tensors_freed_on_the_cpu_go_back_to_the_os() -> None:
     them all (its threshold rose to 16 MiB on the first free); after the call they leave."""
     script = (
         "import sys, psutil, torch\n"
-        "from sdk.models import return_freed_host_memory\n"
+        "from sdk.models._memory import return_freed_host_memory\n"
         "if sys.argv[1] == 'on': assert return_freed_host_memory()\n"
         "x = torch.empty(16 << 20, dtype=torch.uint8); x.fill_(1); del x\n"
         "big, small = [], []\n"

@@ -10,9 +10,9 @@ import pytest
 import torch
 from PIL import Image
 
-import sdk.reward as reward
 from sdk.models import ARCHITECTURES
-from sdk.reward import RewardCheckpointError, RewardInputError, RewardModel
+from sdk.reward import RewardCheckpointError, RewardModel
+from sdk.reward._model import RewardInputError
 
 ARCHS = sorted(ARCHITECTURES)
 IMAGES = [Image.new("RGB", (84, 84), c) for c in ((200, 0, 0), (0, 0, 200), (0, 200, 0))]
@@ -20,17 +20,6 @@ PROMPTS = ["What color?", "What color is the big square in the middle?", "Color?
 RESPONSES = ["red", "It is a blue square, drawn in the middle of a white picture.", "green"]
 
 
-def test_public_api_is_pinned() -> None:
-    assert sorted(reward.__all__) == sorted([
-        "DEFAULT_CLIP", "ClientRewardModel", "ClientScorer", "DPSettings", "LoraSettings",
-        "PairDPSGD", "PairLike",
-        "RewardCheckpointError", "RewardInputError", "RewardModel", "RewardTrainingConfig",
-        "RewardTrainingResult", "ScoreNormalizer", "bradley_terry_loss", "cross_accuracy",
-        "format_accuracy_matrix",
-        "pair_texts", "pairwise_accuracy", "train_client_reward_models", "train_reward_model",
-    ])
-    for name in reward.__all__:
-        assert hasattr(reward, name)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

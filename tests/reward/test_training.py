@@ -15,10 +15,10 @@ from sdk.reward import (
     LoraSettings,
     RewardModel,
     RewardTrainingConfig,
-    bradley_terry_loss,
     pairwise_accuracy,
     train_reward_model,
 )
+from sdk.reward._training import bradley_terry_loss
 from tests.reward.conftest import ToyPair
 
 

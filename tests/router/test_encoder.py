@@ -7,12 +7,12 @@ from sdk.router import (
     Encoder,
     HashingEncoder,
     HashingEncoderConfig,
-    ImageFeatureCache,
-    RouterShapeError,
     concat_batches,
     image_digest,
     image_ref,
 )
+from sdk.router._encoder import ImageFeatureCache
+from sdk.router._errors import RouterShapeError
 from sdk.wire import ImageRef, PayloadError
 
 

@@ -6,15 +6,15 @@ from sdk.router import (
     EncodedBatch,
     HashingEncoder,
     HashingEncoderConfig,
-    LocalRouterUpdate,
     LocalTrainingConfig,
     Router,
     RouterConfig,
-    RouterShapeError,
     fedavg_plain,
     route,
     train_router_locally,
 )
+from sdk.router._aggregators import LocalRouterUpdate
+from sdk.router._errors import RouterShapeError
 
 from ._helpers import client_responses, tiny_router
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from sdk.router import Router, RouterConfig, RouterMismatchError, RouterShapeError
+from sdk.router import Router, RouterConfig
+from sdk.router._errors import RouterMismatchError, RouterShapeError
 
 from ._helpers import tiny_router
 

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from sdk.router import NeuralThompsonRouter, NeuralTSConfig, Router, RouterConfig, RouterShapeError
+from sdk.router import NeuralThompsonRouter, NeuralTSConfig, Router, RouterConfig
+from sdk.router._errors import RouterShapeError
 
 from ._helpers import tiny_router
 

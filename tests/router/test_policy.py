@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from sdk.router import RouterShapeError, route, soft_weights
+from sdk.router import route, soft_weights
+from sdk.router._errors import RouterShapeError
 
 
 def test_route_is_argmax_and_soft_weights_are_a_softmax() -> None:

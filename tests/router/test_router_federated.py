@@ -13,19 +13,18 @@ from sdk.router import (
     FederatedRouterTrainer,
     HashingEncoder,
     HashingEncoderConfig,
-    LocalRouterUpdate,
     LocalTrainingConfig,
     PlainAggregator,
     Router,
     RouterClient,
     RouterConfig,
     RouterError,
-    RouterMismatchError,
-    RouterShapeError,
     SecureAggregator,
     fedavg_plain,
     route,
 )
+from sdk.router._aggregators import LocalRouterUpdate
+from sdk.router._errors import RouterMismatchError, RouterShapeError
 from sdk.secagg import DPConfig, QuantizationConfig, SecAggConfig, Stage, client_noise_std
 from tests.router._helpers import client_responses
 
@@ -306,13 +305,11 @@ def test_federated_names_are_exported() -> None:
     import sdk.router
 
     new = {
-        "AGGREGATORS",
         "Aggregator",
         "AverageRM",
         "DropoutSchedule",
         "FederatedConfig",
         "FederatedRouterTrainer",
-        "PairLike",
         "PairScores",
         "PlainAggregator",
         "RandomRM",

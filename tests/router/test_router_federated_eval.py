@@ -21,18 +21,18 @@ from sdk.router import (
     HashingEncoder,
     HashingEncoderConfig,
     LocalTrainingConfig,
-    PairScores,
     RandomRM,
     Router,
     RouterClient,
     RouterConfig,
-    RouterMismatchError,
     RouterSelection,
     SingleRM,
     image_digest,
     reward_scores,
     table4,
 )
+from sdk.router._errors import RouterMismatchError
+from sdk.router._evaluation import PairScores
 from tests.router._helpers import _chart_item, _color_item
 
 

@@ -5,7 +5,8 @@ import torch
 from PIL import Image
 
 from sdk.models import build_tiny_vlm, encode_batch, load_vlm
-from sdk.router import Encoder, Router, RouterConfig, RouterShapeError, VLMEncoder, VLMEncoderConfig
+from sdk.router import Encoder, Router, RouterConfig, VLMEncoder, VLMEncoderConfig
+from sdk.router._errors import RouterShapeError
 
 PROMPTS = ["what color is the shape", "which bar is the tallest"]
 RESPONSES = ["the shape is red", "the left bar"]

@@ -11,9 +11,9 @@ from sdk.secagg import (
     SecAggClient,
     SecAggConfig,
     SecAggServer,
-    ServerMessage,
     generate_identities,
 )
+from sdk.secagg._schema import ServerMessage
 
 
 class Harness:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sdk.secagg import ClientState, MaliciousServerError, SecAggClient, Stage
+from sdk.secagg import ClientState, SecAggClient, Stage
+from sdk.secagg._errors import MaliciousServerError
 
 from .conftest import Harness
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sdk.secagg import InvalidUpdateError, SecAggClient, Stage
+from sdk.secagg import SecAggClient, Stage
+from sdk.secagg._errors import InvalidUpdateError
 
 from .conftest import Harness
 

@@ -11,7 +11,6 @@ from sdk.secagg import (
     CKKSAggregator,
     CKKSContext,
     DPConfig,
-    InvalidUpdateError,
     SecAggConfig,
     SecAggError,
     Stage,
@@ -19,6 +18,7 @@ from sdk.secagg import (
     clip_and_noise,
     simulate_round,
 )
+from sdk.secagg._errors import InvalidUpdateError
 
 
 def test_clipping_and_per_client_noise_scale() -> None:

@@ -6,16 +6,15 @@ import numpy as np
 import pytest
 
 from sdk.secagg import (
-    InvalidUpdateError,
     MaskedInput,
     QuantizationConfig,
-    QuantizationOverflowError,
     SecAggClient,
     SecAggConfig,
     generate_identities,
     parse_client_message,
     parse_server_message,
 )
+from sdk.secagg._errors import InvalidUpdateError, QuantizationOverflowError
 from sdk.secagg._quantize import decode_sum, encode_weighted
 
 from .conftest import Harness

@@ -7,22 +7,19 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from sdk.secagg import (
+from sdk.secagg import Attack, ProtocolViolation, SecAggConfig, Stage, generate_identities
+from sdk.secagg._crypto import raw_public
+from sdk.secagg._errors import MaliciousServerError
+from sdk.secagg._schema import (
+    AdvertisedKeys,
     AdvertiseKeysRequest,
-    Attack,
     ConsistencyCheckRequest,
     EncryptedShare,
-    MaliciousServerError,
     MaskedInputRequest,
-    ProtocolViolation,
-    SecAggConfig,
     ShareKeysRequest,
-    Stage,
     UnmaskingRequest,
-    generate_identities,
+    keys_payload,
 )
-from sdk.secagg._crypto import raw_public
-from sdk.secagg._schema import AdvertisedKeys, keys_payload
 
 from .conftest import Harness
 

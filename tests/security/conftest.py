@@ -20,16 +20,17 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from fedmor_local import OPEN_POLICY, LocalConsortium, wait_healthy
-from sdk.wire import SERVER_SENDER, ImageRef
-from server_app import (
-    RewardBroker,
-    Store,
+from fedmor_local import OPEN_POLICY, LocalConsortium
+from fedmor_local._local import wait_healthy
+from sdk.wire import (
+    SERVER_SENDER,
+    ImageRef,
     generate_key,
     load_private_key,
     public_key_b64,
     sign_headers,
 )
+from server_app import RewardBroker, Store
 from tests.apps.conftest import server  # noqa: F401  (an in-process server, two members)
 
 PUSH, PULL, PUSH2 = "site-0", "site-1", "site-2"

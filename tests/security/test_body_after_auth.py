@@ -24,9 +24,10 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from client_app import ClientSettings, HashScorer, create_client_app
+from client_app import ClientSettings, HashScorer
+from client_app._app import create_client_app
 from fedmor_local import LocalConsortium
-from server_app import generate_key, load_private_key, sign_headers
+from sdk.wire import generate_key, load_private_key, sign_headers
 from tests.apps.conftest import Member
 from tests.security.conftest import PUSH, client_id
 

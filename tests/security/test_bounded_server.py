@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from fedmor_local import ADMIN_TOKEN, LocalConsortium
+from fedmor_local import LocalConsortium
+from fedmor_local._local import ADMIN_TOKEN
 from sdk.rounds import ROUND_KINDS, UpdateSource
 from sdk.wire import (
     RoundInfo,

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fedmor_local import free_port, wait_healthy
+from fedmor_local import free_port
+from fedmor_local._local import wait_healthy
 from sdk.wire import KEY_PASSPHRASE_ENV, load_or_create_key, load_private_key, public_key_b64
 from tests._checkout import checkout_env
 

@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from client_app import ClientSettings, create_client_app
+from client_app import ClientSettings
+from client_app._app import create_client_app
 from fedmor_local import LocalConsortium
-from server_app import ServerSettings, create_app, load_or_create_key
+from sdk.wire import load_or_create_key
+from server_app import ServerSettings
+from server_app._app import create_app
 from tests.security.conftest import PULL, PUSH
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from client_app import ClientSettings, HashScorer, create_client_app
+from client_app import ClientSettings, HashScorer
+from client_app._app import create_client_app
 from client_app._runner import ClientRunner
 from fedmor_local import LocalConsortium
 from server_app._broker import BrokerError

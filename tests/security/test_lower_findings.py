@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from client_app import ClientSettings, HashScorer, create_client_app
-from sdk.wire import ConflictError
-from server_app import add_to_roster, generate_key, public_key_b64, sign_headers
+from client_app import ClientSettings, HashScorer
+from client_app._app import create_client_app
+from sdk.membership import add_to_roster
+from sdk.wire import ConflictError, generate_key, public_key_b64, sign_headers
 from tests.apps.conftest import Member
 from tests.security.conftest import enroll_new
 
@@ -127,7 +128,8 @@ def test_a_push_url_into_the_servers_network_is_refused(
 
 
 def test_the_setting_allows_a_private_push_url(tmp_path: Path) -> None:
-    from server_app import ServerSettings, create_app
+    from server_app import ServerSettings
+    from server_app._app import create_app
 
     cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
                          allow_private_reward_urls=True)

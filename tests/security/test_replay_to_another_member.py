@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 
 from fedmor_local import LocalConsortium
+from sdk.wire import load_private_key, sign_headers
 from sdk.wire._auth import HEADER_RECIPIENT
-from server_app import load_private_key, sign_headers
 from tests.security.conftest import PUSH, PUSH2, client_db, client_id, png
 
 

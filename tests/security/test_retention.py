@@ -13,9 +13,11 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from client_app import ClientSettings, ClientStore, HashScorer, create_client_app
+from client_app import ClientSettings, ClientStore, HashScorer
+from client_app._app import create_client_app
 from sdk.storage import DAY_S, Retention
-from server_app import ServerSettings, Store, create_app
+from server_app import ServerSettings, Store
+from server_app._app import create_app
 
 
 def _sql(db: Path, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:

@@ -11,8 +11,7 @@ from typing import Any
 import httpx
 
 from fedmor_local import LocalConsortium
-from sdk.wire import Refusal, RoundInfo
-from server_app import load_private_key, sign_headers
+from sdk.wire import Refusal, RoundInfo, load_private_key, sign_headers
 from server_app._visibility import member_view
 from tests.security.conftest import PULL, PUSH, PUSH2, client_id
 

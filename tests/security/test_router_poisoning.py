@@ -13,9 +13,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 import sdk.cli
-from fedmor_local import ADMIN_TOKEN, LocalConsortium
+from fedmor_local import LocalConsortium
+from fedmor_local._local import ADMIN_TOKEN
+from sdk.rounds._protocols import ready_update
 from sdk.secagg._schema import MaskedInput
-from server_app import ready_update
 from tests.apps.conftest import Member, in_process_secure_round
 
 ADMIN = {"authorization": "Bearer adm"}
