@@ -15,7 +15,6 @@ its own pairs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from attacks._captured import CapturedRouterUpdate
 from attacks._captured_attacks import CapturedAttackConfig, attack_captured_update
 from attacks._errors import AttackInputError
 from attacks._html import write_report
+from attacks._member_truth import MemberTruth, logged_as
 from attacks._membership import threshold_attack
 from attacks._report import (
     NO_LEAK,
@@ -55,53 +55,6 @@ class CaptureAuditConfig(BaseModel):
     inversion: CapturedAttackConfig = CapturedAttackConfig()
     n_boot: int = Field(default=1000, ge=10)
     seed: int = 0
-
-
-@dataclass(frozen=True)
-class MemberTruth:
-    """What the audited member knows about itself: ``rounds[r]`` (N_r, D), the embeddings of
-    the samples behind its update of round r in its order (``embeddings``: of every round not
-    named), ``pool`` (M, D) other samples of its data (the baselines), and its train
-    (``members``) and eval (``non_members``) pairs."""
-
-    embeddings: torch.Tensor | None = None
-    pool: torch.Tensor | None = None
-    members: Sequence[Any] = ()
-    non_members: Sequence[Any] = ()
-    rounds: Mapping[int, torch.Tensor] = field(default_factory=dict)
-
-    def for_round(self, round_id: int) -> torch.Tensor | None:
-        """The embeddings of the samples behind this member's update of ``round_id``."""
-        return self.rounds.get(round_id, self.embeddings)
-
-    @classmethod
-    def load(cls, embeddings: Path | None = None, pairs: Path | None = None) -> MemberTruth:
-        """From a safetensors file (``round-<r>`` and/or ``embeddings``, and ``pool``) and a
-        data directory with ``train/`` and ``eval/`` pairs (sdk.data layout); either may be
-        None."""
-        emb = pool = None
-        per_round: dict[int, torch.Tensor] = {}
-        if embeddings is not None:
-            from safetensors.torch import load_file
-
-            if not embeddings.is_file():
-                raise AttackInputError(f"no ground-truth embeddings file at {embeddings}")
-            tensors = load_file(str(embeddings))
-            per_round = {
-                int(k.split("-", 1)[1]): v
-                for k, v in tensors.items()
-                if k.startswith("round-") and k.split("-", 1)[1].isdigit()
-            }
-            emb, pool = tensors.get("embeddings"), tensors.get("pool")
-            if emb is None and not per_round:
-                raise AttackInputError(f"{embeddings} has no 'embeddings' or 'round-<r>' tensor")
-        train: list[Any] = []
-        held: list[Any] = []
-        if pairs is not None:
-            from sdk.data import load_pairs
-
-            train, held = load_pairs(pairs / "train"), load_pairs(pairs / "eval")
-        return cls(emb, pool, train, held, per_round)
 
 
 def _row_agreement(upd: CapturedRouterUpdate) -> tuple[torch.Tensor, float, float]:
@@ -279,8 +232,6 @@ def _queries_reports(
         members=by_member,
         artefact="reward-query log (captured)",
     )
-    from sdk.router import image_digest  # transformers-heavy: only when queries are scored
-
     index = {(q.image_sha256, q.prompt, q.response): q.score for q in queries}
     reports = []
     for member, t in sorted(truth.items()):
@@ -289,10 +240,11 @@ def _queries_reports(
         margins: list[list[float]] = [[], []]
         for side, pairs in ((0, t.members), (1, t.non_members)):
             for p in pairs:
-                h = image_digest(p.image)
-                a, b = index.get((h, p.prompt, p.chosen)), index.get((h, p.prompt, p.rejected))
-                if a is not None and b is not None:
-                    margins[side].append(a - b)
+                for h in logged_as(p.image, t.image_files):
+                    a, b = index.get((h, p.prompt, p.chosen)), index.get((h, p.prompt, p.rejected))
+                    if a is not None and b is not None:
+                        margins[side].append(a - b)
+                        break
         if min(len(m) for m in margins) < 2:
             continue
         values = np.array(margins[0] + margins[1])

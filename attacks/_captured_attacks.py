@@ -62,7 +62,7 @@ def _bce(logits: Tensor, target: Tensor) -> Tensor:
 
 
 def _router(captured: CapturedRouterUpdate) -> nn.Module:
-    from sdk.router import Router, RouterConfig  # transformers-heavy: only when attacking
+    from sdk.router import Router, RouterConfig
 
     meta = captured.meta
     router = Router(RouterConfig.model_validate(meta.router), meta.client_ids, meta.encoder_id)

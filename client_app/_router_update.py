@@ -4,6 +4,8 @@ and the built-in local training (or a ``fedmor.router_updates`` plug-in).
 
 ``update_source = "client_app._router_update:router_update"`` (the older form, with a spec
 file in ``$FEDMOR_ROUTER_SPEC``) still works: :func:`router_update` is ``sdk.router``'s.
+``sdk.router`` (torch) is imported only by a member that trains: a client app that only
+answers reward queries, or runs the demo's stand-in, starts without it.
 """
 
 from __future__ import annotations
@@ -16,13 +18,10 @@ import numpy as np
 
 from client_app._policy import PolicyRefused
 from client_app._settings import RouterTrainingSettings
-from sdk.wire import ROUTER_ROUND_PARAM, ConsortiumRouterConfig, RoundInfo, RouterConfigInfo
+from sdk.wire import ConsortiumRouterConfig, RoundInfo, RouterConfigInfo
 
-__all__ = ["ROUND_PARAM", "ConfiguredRouterUpdate", "check_update_name", "router_update"]
+__all__ = ["ConfiguredRouterUpdate", "check_update_name", "router_update"]
 
-# sdk.router (torch) is imported only by a member that trains: a client app that only answers
-# reward queries, or runs the demo's stand-in, starts without it.
-ROUND_PARAM = ROUTER_ROUND_PARAM
 REFUSAL = "router_config"
 """The refusal reason of a round whose router configuration this member cannot confirm."""
 

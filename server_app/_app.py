@@ -49,7 +49,7 @@ from server_app._router_api import router_versions_router
 from server_app._router_config import RouterLineages
 from server_app._settings import ServerSettings
 from server_app._store import Store
-from server_app._work import Signal, watch_store
+from server_app._work import Signal, executor_gone, watch_store
 from server_app._work_api import install_work_routes
 
 __all__ = ["create_app", "create_app_from_env"]
@@ -75,6 +75,10 @@ def _lifespan(cfg: ServerSettings, store: Store, rounds: RoundManager, broker: R
                 try:
                     await asyncio.to_thread(rounds.tick)
                     await asyncio.to_thread(identities.tick)
+                except RuntimeError as exc:
+                    if executor_gone(exc):
+                        return
+                    _log.exception("deadline tick failed")
                 except Exception:  # a failing tick must not stop all future deadlines
                     _log.exception("deadline tick failed")
 

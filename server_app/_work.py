@@ -22,7 +22,7 @@ from sdk.wire import PendingQuery, StageBroadcast, Work
 from server_app._rounds import RoundManager
 from server_app._store import Store
 
-__all__ = ["Signal", "find_work", "wait_broadcast", "watch_store"]
+__all__ = ["Signal", "executor_gone", "find_work", "wait_broadcast", "watch_store"]
 
 _T = TypeVar("_T")
 _log = logging.getLogger("fedmor.server")
@@ -109,6 +109,13 @@ class Signal:
         return out
 
 
+def executor_gone(exc: RuntimeError) -> bool:
+    """Whether ``asyncio.to_thread`` failed because the loop's executor is shut down (the
+    loop or the interpreter is ending): no later call can run, so a periodic task ends
+    quietly instead of logging the same failure each period."""
+    return "shutdown" in str(exc)
+
+
 async def watch_store(store: Store, signal: Signal, interval_s: float) -> None:
     """Bump ``signal`` whenever another connection committed to ``store`` (a broker in another
     process queued a query): one cheap read per ``interval_s`` for the whole server, not one
@@ -117,6 +124,10 @@ async def watch_store(store: Store, signal: Signal, interval_s: float) -> None:
     while True:
         try:
             now = await asyncio.to_thread(store.data_version)
+        except RuntimeError as exc:
+            if executor_gone(exc):
+                return
+            _log.exception("reading the store's data version failed")
         except Exception:  # a failing read must not stop the watch (held requests time out)
             _log.exception("reading the store's data version failed")
         else:

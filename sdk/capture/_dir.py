@@ -117,7 +117,8 @@ class RewardQuery(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    image_sha256: str = Field(description="sha256 of the image bytes (sdk.router.image_digest)")
+    image_sha256: str = Field(description="sha256 of the image file's bytes as the aligner sent "
+                              "them (sdk.wire.ImageRef)")
     prompt: str
     response: str
     score: float

@@ -62,7 +62,12 @@ async def purging(purge: Callable[[], dict[str, int]], interval_s: float) -> Asy
     async def again() -> None:
         while True:
             await asyncio.sleep(interval_s)
-            await asyncio.to_thread(_run, purge)
+            try:
+                await asyncio.to_thread(_run, purge)
+            except RuntimeError as exc:  # _run logs purge's own failures
+                if "shutdown" in str(exc):  # the loop's executor is gone: no later purge runs
+                    return
+                raise
 
     task = asyncio.create_task(again())
     try:

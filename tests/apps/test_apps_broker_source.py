@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +19,16 @@ from sdk.wire import ImageRef, generate_key, public_key_b64
 from server_app import BrokerError, BrokerRewardSource, RewardBroker, Store
 
 
-def _broker(tmp_path: Path, db: str = "s.db") -> RewardBroker:
-    """Two enrolled push members, ``c-m0`` and ``c-m1``, at an address nobody listens on."""
+def _broker(tmp_path: Path, db: str = "s.db", url: str = "http://127.0.0.1:9"
+            ) -> RewardBroker:
+    """Two enrolled push members, ``c-m0`` and ``c-m1``, at ``url`` (by default an address
+    nobody listens on)."""
     store = Store(tmp_path / db)
     for name in ("m0", "m1"):
         key = public_key_b64(generate_key())
         store.upsert_roster(name, key, hashlib.sha256(f"token-{name}".encode()).hexdigest())
         store.enroll(name=name, token=f"token-{name}", public_key=key,
-                     reward_url="http://127.0.0.1:9", new_id=f"c-{name}", clip_bound=1.0)
+                     reward_url=url, new_id=f"c-{name}", clip_bound=1.0)
     return RewardBroker(store, generate_key(), mode="push", timeout_s=5)
 
 
@@ -71,3 +77,50 @@ def test_a_pil_image_or_a_bad_index_is_refused(tmp_path: Path) -> None:
         _score(source, 0, [Image.new("RGB", (4, 4))])
     with pytest.raises(IndexError, match="out of range"):
         _score(source, 1, [ImageRef.of(b"image")])
+
+
+@contextmanager
+def _member_answering(text: str) -> Iterator[tuple[str, list[bytes]]]:
+    """A member's reward app on 127.0.0.1 (a free port) that answers every POST with ``text``
+    as JSON, as it is: its URL and the bodies it received."""
+    received: list[bytes] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(self.rfile.read(int(self.headers["content-length"])))
+            body = text.encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", received
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.mark.parametrize("score", ["NaN", "Infinity", "-Infinity"])
+def test_a_pushed_non_finite_score_is_refused(score: str, tmp_path: Path) -> None:
+    """A member app answering a non-finite number in its JSON (Python's json reads NaN and
+    Infinity) fails the query: the aligner's item gets the failure value, never the score."""
+    ref = ImageRef.of(b"image")
+    answer = f'{{"scores": [{score}, 0.5], "query_sha256": "{"0" * 64}"}}'
+    with _member_answering(answer) as (url, received):
+        strict = BrokerRewardSource(_broker(tmp_path, url=url), ["c-m0"])
+        with pytest.raises(BrokerError, match="non-finite"):
+            _score(strict, 0, [ref, ref])
+        tolerant = BrokerRewardSource(_broker(tmp_path, "tolerant.db", url), ["c-m0"],
+                                      failure=-2.0)
+        assert _score(tolerant, 0, [ref, ref]) == [-2.0, -2.0]
+    assert len(received) == 2  # the member was asked both times: its answer was refused
+    assert tolerant.failed == 2 and tolerant.judge(ref, "p", "r") == ""

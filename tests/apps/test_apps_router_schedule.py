@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_app._router_update import ROUND_PARAM, router_update
+from client_app._router_update import router_update
 from sdk.data import SynthConfig, synthesize
 from sdk.router import (
     LocalTrainingConfig,
@@ -16,7 +16,7 @@ from sdk.router import (
 )
 from sdk.router._site_update import ROUTER_SPEC_ENV as SPEC_ENV
 from sdk.router._site_update import RouterUpdateError
-from sdk.wire import RoundInfo
+from sdk.wire import ROUTER_ROUND_PARAM, RoundInfo
 
 
 @pytest.fixture
@@ -49,8 +49,8 @@ def test_the_round_index_sets_the_local_lr_and_seed(spec_env: RouterUpdateSpec) 
     assert first.lr == pytest.approx(3e-3) and last.lr == pytest.approx(3e-4)
     assert first.seed != last.seed != spec_env.local_config(3, 1).seed
     # The same base and data: only the round's place in the schedule differs.
-    early, n = router_update("site-0", _info(spec_env, {ROUND_PARAM: 0}), None)
-    late, _ = router_update("site-0", _info(spec_env, {ROUND_PARAM: 3}), None)
+    early, n = router_update("site-0", _info(spec_env, {ROUTER_ROUND_PARAM: 0}), None)
+    late, _ = router_update("site-0", _info(spec_env, {ROUTER_ROUND_PARAM: 3}), None)
     start = spec_env.build_router().get_flat_params()
     assert n == 16
     assert np.linalg.norm(late - start) < 0.5 * np.linalg.norm(early - start)
@@ -61,5 +61,5 @@ def test_the_round_index_sets_the_local_lr_and_seed(spec_env: RouterUpdateSpec) 
 
 @pytest.mark.parametrize("bad", [-1, "2", 1.5, True])
 def test_a_malformed_round_index_is_refused(spec_env: RouterUpdateSpec, bad: object) -> None:
-    with pytest.raises(RouterUpdateError, match=ROUND_PARAM):
-        router_update("site-0", _info(spec_env, {ROUND_PARAM: bad}), None)
+    with pytest.raises(RouterUpdateError, match=ROUTER_ROUND_PARAM):
+        router_update("site-0", _info(spec_env, {ROUTER_ROUND_PARAM: bad}), None)

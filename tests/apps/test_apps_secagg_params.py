@@ -11,11 +11,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from client_app._demo import TRAIN_PARAM
-from client_app._router_update import ROUND_PARAM
 from sdk.rounds import ROUND_KINDS, RoundFailed, memory_spec
 from sdk.rounds._protocols import ready_update
 from sdk.rounds._secagg_kind import _round_params
-from sdk.wire import UPDATE_PARAMS, RoundSpec, generate_key, public_key_b64
+from sdk.wire import ROUTER_ROUND_PARAM, UPDATE_PARAMS, RoundSpec, generate_key, public_key_b64
 
 from .conftest import Member
 
@@ -46,13 +45,13 @@ def test_bad_params_make_round_creation_a_422(server: tuple[TestClient, list[Mem
 
 
 def test_update_source_params_pass_through(server: tuple[TestClient, list[Member]]) -> None:
-    assert {ROUND_PARAM, TRAIN_PARAM} <= UPDATE_PARAMS  # the keys client_app reads
+    assert {ROUTER_ROUND_PARAM, TRAIN_PARAM} <= UPDATE_PARAMS  # the keys client_app reads
     tc, _ = server
     r = tc.post("/v1/rounds", headers=ADMIN, json={
         "kind": "router_secagg", "vector_length": 4, "min_clients": 2,
-        "params": {ROUND_PARAM: 3, TRAIN_PARAM: 0}})
+        "params": {ROUTER_ROUND_PARAM: 3, TRAIN_PARAM: 0}})
     assert r.status_code == 200, r.text
-    assert r.json()["params"][ROUND_PARAM] == 3
+    assert r.json()["params"][ROUTER_ROUND_PARAM] == 3
 
 
 @pytest.mark.parametrize(("min_clients", "params", "threshold"), [

@@ -188,7 +188,7 @@ def build_capture(root: Path, data: Path) -> tuple[Path, dict[str, Any]]:
         LocalTrainingConfig,
         RouterConfig,
         encode_pairs,
-        image_digest,
+        image_ref,
     )
     from sdk.router import Router as FedmorRouter
     from sdk.secagg import SecAggConfig
@@ -240,7 +240,7 @@ def build_capture(root: Path, data: Path) -> tuple[Path, dict[str, Any]]:
     # Appending later, as a server does after each round.
     queries = [
         RewardQuery(
-            image_sha256=image_digest(p.image),
+            image_sha256=image_ref(p.image).sha256,  # the bytes an aligner sends
             prompt=p.prompt,
             response=y,
             score=s,
