@@ -17,11 +17,10 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from sdk.wire import (
-    SERVER_SENDER,
     AuthError,
     SignatureCheck,
-    SignedRequest,
     authenticate,
+    header_check,
     signature_check,
 )
 from server_app._limits import Limiter
@@ -111,20 +110,12 @@ class Access:
                 "max_skew_s": self.cfg.max_clock_skew_s, "retired_keys_of": self.retired_keys_of}
 
     async def _admit(self, request: Request) -> None:
-        """Check ``request``'s signed headers (the body plays no part) and count it against
-        its sender's caps from now on; the full check (body hash, nonce) still follows."""
-        if self.limits is None:
-            return
-        signed = SignedRequest.from_headers(dict(request.headers))
-        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        kw = self._kw() | {"method": request.method, "path": path, "recipient": SERVER_SENDER}
-        try:  # a cached key: on the event loop (one signature check, no store read)
-            if signed.sender not in self._rows:
-                raise AuthError(f"identity {signed.sender} not cached")
-            SignatureCheck(signed, **kw | {"retired_keys_of": None}).verify()
-        except AuthError:  # a store read, or the error message a failed check deserves
-            await run_in_threadpool(SignatureCheck(signed, **kw).verify)
-        self.limits.admit(request, signed.sender)
+        """Count ``request`` against its sender's caps from now on: its signed headers were
+        verified once (by the header check, before any body byte); the body hash and the
+        nonce follow."""
+        check = await header_check(request, **self._kw())
+        if self.limits is not None:
+            self.limits.admit(request, check.sender)
 
     async def identity(self, request: Request) -> Identity:
         """A signed caller and its role."""

@@ -36,7 +36,8 @@ from sdk.wire._schemas import StageSubmit
 
 __all__ = ["ERROR_RESPONSES", "ConflictError", "HeaderAuth", "NotFoundError", "SignatureCheck", "SizeLimit",
            "authenticate",
-           "check_reward_url", "docs_ui", "install_errors", "signature_check", "stage_payload"]
+           "check_reward_url", "docs_ui", "header_check", "install_errors", "signature_check",
+           "stage_payload"]
 
 
 _log = logging.getLogger("fedmor.auth")
@@ -319,6 +320,11 @@ class SignatureCheck:
                              body_sha256=self.body_sha256)
                    for old in self._retired_keys_of(self._signed.sender))
 
+    @property
+    def sender(self) -> str:
+        """The id the request's headers name (its signer, once :meth:`verify` passed)."""
+        return self._signed.sender
+
     def __call__(self) -> str:
         self.verify()
         signed = self._signed
@@ -340,29 +346,50 @@ async def _read_hashed(request: Request, declared_sha256: str) -> bytes:
     return b"".join(chunks)
 
 
+def _check_of(scope: Scope) -> SignatureCheck | None:
+    """The verified check of a request (set once its signed headers checked out)."""
+    check = scope.get(_CHECK)
+    return check if isinstance(check, SignatureCheck) else None
+
+
+async def header_check(request: Request, *, public_key_of: Callable[[str], str | None],
+                       use_nonce: Callable[[str, str, float], bool],
+                       max_skew_s: float, recipient: str = SERVER_SENDER,
+                       retired_keys_of: RetiredKeys | None = None) -> SignatureCheck:
+    """``request``'s signed headers, verified once per request: the check ``SizeLimit``
+    made (its app gives it a ``HeaderAuth``), else one made here and kept in the request's
+    scope, so every later layer reads its sender without another verification. No body byte
+    is read; ``use_nonce`` records the nonce when the check is called."""
+    check = _check_of(request.scope)
+    if check is None:
+        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        check = SignatureCheck(SignedRequest.from_headers(dict(request.headers)),
+                               method=request.method, path=path,
+                               public_key_of=public_key_of, use_nonce=use_nonce,
+                               max_skew_s=max_skew_s, recipient=recipient,
+                               retired_keys_of=retired_keys_of)
+        await run_in_threadpool(check.verify)
+        request.scope[_CHECK] = check
+    check.bind_nonces(use_nonce)
+    return check
+
+
 async def signature_check(request: Request, *, public_key_of: Callable[[str], str | None],
                           use_nonce: Callable[[str, str, float], bool],
                           max_skew_s: float, recipient: str = SERVER_SENDER,
                           retired_keys_of: RetiredKeys | None = None) -> SignatureCheck:
     """Read ``request``'s auth headers and body (``check.body``); returns the blocking check
     (``recipient``: this app's own id). The body is read only after its headers passed
-    ``SignatureCheck.verify`` (in ``SizeLimit`` when the app gives it a ``HeaderAuth``, which
-    also hashes the body as it streams in). An endpoint that does blocking work anyway runs the check
-    first in the same worker thread: one thread hop. ``retired_keys_of`` names the keys an
-    identity rotated away from: a request one of them signed gets 401 saying so."""
-    verified = request.scope.get(_CHECK)
-    if isinstance(verified, SignatureCheck):  # ``SizeLimit`` checked the headers and hashes
-        verified.bind_nonces(use_nonce)
-        verified.body = await request.body()
-        return verified
-    signed = SignedRequest.from_headers(dict(request.headers))
-    path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    check = SignatureCheck(signed, method=request.method, path=path,
-                           public_key_of=public_key_of, use_nonce=use_nonce,
-                           max_skew_s=max_skew_s, recipient=recipient,
-                           retired_keys_of=retired_keys_of)
-    await run_in_threadpool(check.verify)
-    check.body = await _read_hashed(request, signed.content_sha256)
+    :func:`header_check`; it is hashed as it streams in (by ``SizeLimit`` when the app gives
+    it a ``HeaderAuth``, else here). An endpoint that does blocking work anyway runs the
+    check first in the same worker thread: one thread hop. ``retired_keys_of`` names the keys
+    an identity rotated away from: a request one of them signed gets 401 saying so."""
+    hashed = _check_of(request.scope) is not None  # ``SizeLimit`` hashes the body it passes
+    check = await header_check(request, public_key_of=public_key_of, use_nonce=use_nonce,
+                               max_skew_s=max_skew_s, recipient=recipient,
+                               retired_keys_of=retired_keys_of)
+    check.body = (await request.body() if hashed
+                  else await _read_hashed(request, check.body_sha256))
     return check
 
 

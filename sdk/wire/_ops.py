@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sdk.wire._auth import HEADER_SIGNATURE
+from sdk.wire._auth import HEADER_SIGNATURE, signature_checks
 from sdk.wire._sqlite import SQLiteFile
 
 __all__ = ["StoredGauge", "backup_sqlite", "install_ops"]
@@ -117,7 +117,9 @@ def install_ops(app: FastAPI, *, prefix: str, store: SQLiteFile,
                        registry=registry)
     latency = Histogram(f"{prefix}_request_seconds", "HTTP request latency",
                         ["method", "route"], registry=registry)
-    gauges = list(gauges)
+    gauges = [*gauges, StoredGauge(f"{prefix}_signature_checks", "request signatures "
+                                   "verified by this process since it started, by result",
+                                   "result", signature_checks)]
     registry.register(_Collector(gauges, full=True))
     public = CollectorRegistry()
     public.register(_Collector(gauges, full=False, also=(requests, latency)))

@@ -308,3 +308,27 @@ def test_a_slow_header_client_is_disconnected(quick_header_deadline: int) -> Non
     # A client that sends its headers at once is served as before.
     resp = httpx.get(f"http://127.0.0.1:{quick_header_deadline}/v1/health", timeout=60)
     assert resp.status_code == 200 and json.loads(resp.text)["app"] == "fedmor-server"
+
+
+def _signature_checks(http: httpx.Client) -> float:
+    """The server's ``fedmor_server_signature_checks``, summed over results."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in http.get("/metrics").text.splitlines()
+               if line.startswith("fedmor_server_signature_checks{"))
+
+
+def test_each_signed_request_is_verified_once(served: tuple[str, list[Caller]]) -> None:
+    """The header check, the per-identity caps and the route share one Ed25519 verification:
+    a request's signature is checked once, whatever layers read its sender."""
+    url, callers = served
+    member = callers[19]
+    body = b'{"clip_bound": 3}'
+    with httpx.Client(base_url=url, timeout=60) as http:
+        before = _signature_checks(http)
+        for path in ("/v1/rounds", "/v1/work?wait_s=0"):
+            resp = http.get(path, headers=member.headers("GET", path))
+            assert resp.status_code == 200, resp.text
+        path = "/v1/identity/clip-bound"
+        resp = http.post(path, content=body, headers=member.headers("POST", path, body)
+                         | {"content-type": "application/json"})
+        assert resp.status_code == 200, resp.text
+        assert _signature_checks(http) - before == 3
