@@ -1,10 +1,10 @@
 """Request signing and verification with Ed25519 identity keys (shared by both apps).
 
 Every authenticated request carries five headers; the signature covers
-``METHOD \\n path?query \\n sha256(body) \\n timestamp \\n nonce \\n sender \\n recipient`` so a
-captured request cannot be moved to another path, body, time, sender or recipient (a member that
-receives a server-signed query cannot replay it to another member), and the nonce makes it
-single-use.
+``METHOD \\n path?query \\n sha256(body) \\n timestamp \\n nonce \\n sender \\n recipient``
+(path and query percent-encoded, as they travel) so a captured request cannot be moved to
+another path, body, time, sender or recipient (a member that receives a server-signed query
+cannot replay it to another member), and the nonce makes it single-use.
 """
 
 from __future__ import annotations

@@ -174,9 +174,7 @@ class SizeLimit:
         if HEADER_SIGNATURE.encode() in headers:
             signed = SignedRequest.from_headers(
                 {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()})
-            query = scope.get("query_string", b"").decode("latin-1")
-            check = SignatureCheck(signed, method=scope["method"],
-                                   path=scope["path"] + (f"?{query}" if query else ""),
+            check = SignatureCheck(signed, method=scope["method"], path=signed_target(scope),
                                    public_key_of=auth.public_key_of, use_nonce=_no_nonce,
                                    max_skew_s=auth.max_skew_s, recipient=auth.recipient(),
                                    retired_keys_of=auth.retired_keys_of)
@@ -228,6 +226,16 @@ class SizeLimit:
 
         with suppress(ClientDisconnect):  # logged as it happened; nobody is left to answer
             await self.app(scope, counted, send)
+
+
+def signed_target(scope: Scope) -> str:
+    """The path and query a request's signature covers: as they travelled, percent-encoded
+    (``raw_path``), so a signer and a verifier agree on one form and an encoded ``?``, ``#``
+    or ``/`` cannot make one signed request read as another."""
+    raw = scope.get("raw_path")
+    path = raw.decode("latin-1") if raw else urllib.parse.quote(scope["path"])
+    query = scope.get("query_string", b"").decode("latin-1")
+    return f"{path}?{query}" if query else path
 
 
 def _no_nonce(sender: str, nonce: str, ts: float) -> bool:
@@ -362,9 +370,8 @@ async def header_check(request: Request, *, public_key_of: Callable[[str], str |
     is read; ``use_nonce`` records the nonce when the check is called."""
     check = _check_of(request.scope)
     if check is None:
-        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         check = SignatureCheck(SignedRequest.from_headers(dict(request.headers)),
-                               method=request.method, path=path,
+                               method=request.method, path=signed_target(request.scope),
                                public_key_of=public_key_of, use_nonce=use_nonce,
                                max_skew_s=max_skew_s, recipient=recipient,
                                retired_keys_of=retired_keys_of)

@@ -27,6 +27,7 @@ from sdk.wire import (
     ROUND_KINDS,
     RoundInfo,
     RoundSpec,
+    SignedClient,
     StageAck,
     StageBroadcast,
     UpdateSource,
@@ -332,3 +333,23 @@ def test_each_signed_request_is_verified_once(served: tuple[str, list[Caller]]) 
                          | {"content-type": "application/json"})
         assert resp.status_code == 200, resp.text
         assert _signature_checks(http) - before == 3
+
+
+def test_a_percent_encoded_path_is_signed_as_sent(served: tuple[str, list[Caller]]) -> None:
+    """The signature covers the path as it travels (percent-encoded), on both sides: a stage
+    name with a space, a non-ASCII letter and an encoded ``?`` passes the signature check (the
+    route then refuses the name, 422), and a signature made for ``/v1/rounds?status=open``
+    does not let the same bytes travel as one path, ``/v1/rounds%3Fstatus=open``."""
+    url, callers = served
+    member = callers[19]
+    with SignedClient(url, key=member.key, sender=member.client_id) as signed:
+        resp = signed.request("GET", "/v1/rounds/1/stages/zürich st%3Fx")
+        assert resp.request.url.raw_path == b"/v1/rounds/1/stages/z%C3%BCrich%20st%3Fx"
+        assert resp.status_code == 422, resp.text
+        assert "path.stage" in resp.json()["detail"]
+    headers = member.headers("GET", "/v1/rounds?status=open")
+    with httpx.Client(base_url=url, timeout=60) as http:
+        assert http.get("/v1/rounds?status=open", headers=headers).status_code == 200
+        moved = http.get("/v1/rounds%3Fstatus=open", headers=member.headers(
+            "GET", "/v1/rounds?status=open"))
+        assert moved.status_code == 403, moved.text
