@@ -20,6 +20,7 @@ from sdk.wire import (
     StageBroadcast,
     StageSubmit,
     stage_payload,
+    upload_body,
 )
 from server_app._access import Access, Identity
 from server_app._limits import Busy, Limiter
@@ -82,7 +83,7 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
         return visible_round(rounds, caller, round_id)
 
     @router.post("/{round_id}/stages/{stage}", response_model=StageAck,
-                 openapi_extra={"requestBody": _STAGE_BODY})
+                 openapi_extra=upload_body({"requestBody": _STAGE_BODY}))
     async def submit(request: Request, check: ClientCheck, round_id: RoundId,
                      stage: Annotated[str, _STAGE],
                      wait_next_s: Annotated[float, Query(ge=0, le=30)] = 0.0) -> Response:

@@ -58,6 +58,7 @@ from sdk.wire._http import (
     install_errors,
     signature_check,
     stage_payload,
+    upload_body,
 )
 from sdk.wire._identity import (
     KeyRotation,
@@ -318,6 +319,7 @@ __all__ = [
     "signature_check",
     "stage_payload",
     "tls_verify",
+    "upload_body",
     "verify_signed",
     "write_private_key",
 ]

@@ -37,7 +37,7 @@ from sdk.wire._schemas import StageSubmit
 __all__ = ["ERROR_RESPONSES", "ConflictError", "HeaderAuth", "NotFoundError", "SignatureCheck", "SizeLimit",
            "authenticate",
            "check_reward_url", "docs_ui", "header_check", "install_errors", "signature_check",
-           "stage_payload"]
+           "stage_payload", "upload_body"]
 
 
 _log = logging.getLogger("fedmor.auth")
@@ -101,8 +101,26 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 class BodyTooLarge(HTTPException):
     """A request body grew past the size limit while it was read (HTTP 413)."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, f"request body exceeds {limit} bytes")
+    def __init__(self, limit: int, setting: str) -> None:
+        super().__init__(413, f"request body exceeds {limit} bytes ({setting})")
+
+
+_BODY_KIND = "x-fedmor-body"  # in a route's openapi_extra: "upload" lifts its body limit
+
+
+def upload_body(openapi_extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``openapi_extra`` of a route that takes bulk uploads (stage messages, router
+    blobs, image batches): its body may reach the app's ``max_request_bytes``; every other
+    route's body is held to ``max_control_bytes`` (control messages are small JSON)."""
+    return {**(openapi_extra or {}), _BODY_KIND: "upload"}
+
+
+def _route_limit(scope: Scope, upload: int, control: int) -> tuple[int, str]:
+    """The body limit the matched route declared, with the setting it comes from."""
+    extra = getattr(scope.get("route"), "openapi_extra", None) or {}
+    if extra.get(_BODY_KIND) == "upload":
+        return upload, "max_request_bytes"
+    return control, "max_control_bytes"
 
 
 class BodyNotSigned(HTTPException):
@@ -145,15 +163,17 @@ class SizeLimit:
     the headers (sender, recipient, method, path, clock, declared body hash): a request that
     carries one that does not is refused (401/403) without reading its body, and its body is
     then hashed as it streams in (403 unless it is the signed one). A valid admin bearer token
-    counts too. Only those lift the body limit from ``unsigned_limit`` to ``limit``; an
-    anonymous request may reach only ``auth.anonymous_paths``. Nothing is buffered here: a
-    declared length over the limit is refused at once, a body is counted as the endpoint reads
-    it, and a caller that hangs up mid-body costs one log line."""
+    counts too. Only those lift the body limit from ``unsigned_limit`` to the route's own:
+    ``limit`` for a route declared with :func:`upload_body`, ``control_limit`` for any other;
+    an anonymous request may reach only ``auth.anonymous_paths``. Nothing is buffered here: a
+    declared length over the limit is refused at once (413), a body is counted as the
+    endpoint reads it, and a caller that hangs up mid-body costs one log line."""
 
-    def __init__(self, app: ASGIApp, *, limit: int, unsigned_limit: int = 2**20,
-                 auth: HeaderAuth | None = None) -> None:
+    def __init__(self, app: ASGIApp, *, limit: int, control_limit: int | None = None,
+                 unsigned_limit: int = 2**20, auth: HeaderAuth | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.control_limit = limit if control_limit is None else min(control_limit, limit)
         self.unsigned_limit = min(unsigned_limit, limit)
         self.auth = auth
 
@@ -200,16 +220,26 @@ class SizeLimit:
         except AuthError as exc:
             await self._answer(send, exc.status, str(exc))
             return
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            await self._answer(send, 413, f"request body exceeds {limit} bytes")
+        setting = "max_request_bytes" if limit == self.limit else "unsigned body limit"
+        raw_length = headers.get(b"content-length")
+        declared = int(raw_length) if raw_length is not None and raw_length.isdigit() else 0
+        if declared > limit:
+            await self._answer(send, 413, f"request body exceeds {limit} bytes ({setting})")
             return
         check: SignatureCheck | None = scope.get(_CHECK)
         digest = hashlib.sha256()
         size = 0
+        routed = False
 
         async def counted() -> Message:  # chunked uploads are bounded too
-            nonlocal size
+            nonlocal size, limit, setting, routed
+            if not routed:  # the first read comes from the matched route: its own limit
+                routed = True
+                own, own_setting = _route_limit(scope, self.limit, self.control_limit)
+                if own < limit:
+                    limit, setting = own, own_setting
+                if declared > limit:
+                    raise BodyTooLarge(limit, setting)
             message = await receive()
             if message["type"] == "http.disconnect":  # one line, whoever turns it into what
                 _log.info("%s %s: the caller hung up after %d body bytes", scope["method"],
@@ -217,7 +247,7 @@ class SizeLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                raise BodyTooLarge(limit)
+                raise BodyTooLarge(limit, setting)
             if check is not None and message["type"] == "http.request":
                 digest.update(chunk)
                 if not message.get("more_body") and digest.hexdigest() != check.body_sha256:

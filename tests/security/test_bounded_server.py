@@ -353,3 +353,29 @@ def test_a_percent_encoded_path_is_signed_as_sent(served: tuple[str, list[Caller
         moved = http.get("/v1/rounds%3Fstatus=open", headers=member.headers(
             "GET", "/v1/rounds?status=open"))
         assert moved.status_code == 403, moved.text
+
+
+def test_each_route_limits_its_own_body(served: tuple[str, list[Caller]]) -> None:
+    """A JSON control route takes ``max_control_bytes`` (256 KiB), an upload route (a stage
+    message) ``max_request_bytes`` (64 MiB): 300 KB to the first is refused 413 naming its
+    limit, whether its length is declared or it streams in chunks; the second reads them."""
+    url, callers = served
+    member = callers[19]
+    body = b'{"clip_bound": 3, "pad": "' + b"x" * 300_000 + b'"}'
+    control = "/v1/identity/clip-bound"
+    upload = "/v1/rounds/999/stages/advertise"
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(body), 16_384):
+            yield body[start:start + 16_384]
+
+    with httpx.Client(base_url=url, timeout=60) as http:
+        for content in (body, chunks()):  # a declared length, then chunks of unknown total
+            resp = http.post(control, content=content, headers=member.headers(
+                "POST", control, body) | {"content-type": "application/json"})
+            assert resp.status_code == 413, resp.text
+            assert "max_control_bytes" in resp.json()["detail"]
+        resp = http.post(upload, content=chunks(), headers=member.headers(
+            "POST", upload, body) | {"content-type": "application/json"})
+        assert resp.status_code == 422, resp.text  # read whole, then parsed: no payload
+        assert "payload: Field required" in resp.json()["detail"]
