@@ -172,7 +172,8 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     RateLimited.install(app)
     ids = RewardCallers(cfg, store)
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes,
-                       control_limit=cfg.max_control_bytes, auth=HeaderAuth(
+                       control_limit=cfg.max_control_bytes,
+                       body_timeout_s=cfg.connections.body_timeout_s, auth=HeaderAuth(
         public_key_of=ids.key_of, max_skew_s=cfg.max_clock_skew_s, recipient=ids.own_id,
         anonymous_paths=HeaderAuth.PROBES))
     install_client_ops(app, store)

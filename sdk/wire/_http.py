@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import ipaddress
 import json
@@ -167,11 +168,15 @@ class SizeLimit:
     ``limit`` for a route declared with :func:`upload_body`, ``control_limit`` for any other;
     an anonymous request may reach only ``auth.anonymous_paths``. Nothing is buffered here: a
     declared length over the limit is refused at once (413), a body is counted as the
-    endpoint reads it, and a caller that hangs up mid-body costs one log line."""
+    endpoint reads it, and a caller that hangs up mid-body costs one log line. With
+    ``body_timeout_s``, a body not complete that long after the request started is refused
+    408 and its connection closed."""
 
     def __init__(self, app: ASGIApp, *, limit: int, control_limit: int | None = None,
-                 unsigned_limit: int = 2**20, auth: HeaderAuth | None = None) -> None:
+                 unsigned_limit: int = 2**20, auth: HeaderAuth | None = None,
+                 body_timeout_s: float | None = None) -> None:
         self.app = app
+        self.body_timeout_s = body_timeout_s
         self.limit = limit
         self.control_limit = limit if control_limit is None else min(control_limit, limit)
         self.unsigned_limit = min(unsigned_limit, limit)
@@ -226,36 +231,71 @@ class SizeLimit:
         if declared > limit:
             await self._answer(send, 413, f"request body exceeds {limit} bytes ({setting})")
             return
-        check: SignatureCheck | None = scope.get(_CHECK)
-        digest = hashlib.sha256()
-        size = 0
-        routed = False
-
-        async def counted() -> Message:  # chunked uploads are bounded too
-            nonlocal size, limit, setting, routed
-            if not routed:  # the first read comes from the matched route: its own limit
-                routed = True
-                own, own_setting = _route_limit(scope, self.limit, self.control_limit)
-                if own < limit:
-                    limit, setting = own, own_setting
-                if declared > limit:
-                    raise BodyTooLarge(limit, setting)
-            message = await receive()
-            if message["type"] == "http.disconnect":  # one line, whoever turns it into what
-                _log.info("%s %s: the caller hung up after %d body bytes", scope["method"],
-                          scope["path"], size)
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge(limit, setting)
-            if check is not None and message["type"] == "http.request":
-                digest.update(chunk)
-                if not message.get("more_body") and digest.hexdigest() != check.body_sha256:
-                    raise BodyNotSigned()
-            return message
-
+        body = _Body(self, scope, receive, limit=(limit, setting), declared=declared)
         with suppress(ClientDisconnect):  # logged as it happened; nobody is left to answer
-            await self.app(scope, counted, send)
+            await self.app(scope, body.receive, send)
+
+
+class BodyTimeout(HTTPException):
+    """A request's body did not arrive within the body deadline (HTTP 408; the connection is
+    closed after the answer)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(408, f"the request body did not arrive within {timeout_s:g} s "
+                              "(connections.body_timeout_s)", headers={"connection": "close"})
+
+
+class _Body:
+    """One request's body as the app reads it: bounded by the matched route's limit (known at
+    the first read), hashed against the signed digest, and due whole within the body
+    deadline from the request's start (a client that trickles it holds nothing longer)."""
+
+    def __init__(self, owner: SizeLimit, scope: Scope, receive: Receive, *,
+                 limit: tuple[int, str], declared: int) -> None:
+        self.owner, self.scope, self._receive = owner, scope, receive
+        self.limit, self.setting = limit
+        self.declared, self.size = declared, 0
+        self.check: SignatureCheck | None = scope.get(_CHECK)
+        self.digest = hashlib.sha256()
+        self.routed = self.done = False
+        self.deadline = (None if owner.body_timeout_s is None
+                         else asyncio.get_running_loop().time() + owner.body_timeout_s)
+
+    async def _next(self) -> Message:
+        if self.done or self.deadline is None:  # after the body: a disconnect, never late
+            return await self._receive()
+        left = self.deadline - asyncio.get_running_loop().time()
+        try:
+            return await asyncio.wait_for(self._receive(), max(left, 0.0))
+        except TimeoutError:
+            _log.info("%s %s: no complete body within %g s (%d bytes came)",
+                      self.scope["method"], self.scope["path"], self.owner.body_timeout_s,
+                      self.size)
+            raise BodyTimeout(self.owner.body_timeout_s or 0.0) from None
+
+    async def receive(self) -> Message:  # chunked uploads are bounded too
+        if not self.routed:  # the first read comes from the matched route: its own limit
+            self.routed = True
+            own = _route_limit(self.scope, self.owner.limit, self.owner.control_limit)
+            if own[0] < self.limit:
+                self.limit, self.setting = own
+            if self.declared > self.limit:
+                raise BodyTooLarge(self.limit, self.setting)
+        message = await self._next()
+        if message["type"] == "http.disconnect":  # one line, whoever turns it into what
+            _log.info("%s %s: the caller hung up after %d body bytes", self.scope["method"],
+                      self.scope["path"], self.size)
+            return message
+        chunk = message.get("body", b"")
+        self.size += len(chunk)
+        if self.size > self.limit:
+            raise BodyTooLarge(self.limit, self.setting)
+        self.done = not message.get("more_body")
+        if self.check is not None:
+            self.digest.update(chunk)
+            if self.done and self.digest.hexdigest() != self.check.body_sha256:
+                raise BodyNotSigned()
+        return message
 
 
 def signed_target(scope: Scope) -> str:

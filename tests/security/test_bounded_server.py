@@ -271,44 +271,80 @@ def test_a_member_at_its_long_poll_cap_still_gets_its_stage_message_acked(
     asyncio.run(submit_at_the_cap())
 
 
-@pytest.fixture
-def quick_header_deadline(tmp_path: Path) -> Iterator[int]:
-    """A server whose header deadline is 1 s; yields its port."""
-    with LocalConsortium(tmp_path, 1, server={"connections": {"header_timeout_s": 1}}) as c:
+@pytest.fixture(scope="module")
+def quick_deadlines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A server whose header and body deadlines are 1 s; yields its port."""
+    with LocalConsortium(tmp_path_factory.mktemp("deadlines"), 1, server={"connections": {
+            "header_timeout_s": 1, "body_timeout_s": 1}}) as c:
         c.start_server()
         yield c.server_port
 
 
-def test_a_slow_header_client_is_disconnected(quick_header_deadline: int) -> None:
-    sock = socket.create_connection(("127.0.0.1", quick_header_deadline))
-    sock.settimeout(30)  # a fail-safe only: the server closes after 1 s
-    closed = threading.Event()
-    request = b"GET /v1/health HTTP/1.1\r\nhost: 127.0.0.1\r\nx-slow: " + b"a" * 10_000
-
-    def trickle() -> None:  # one byte at a time, as long as the server listens
-        for byte in request:
-            if closed.wait(0.05):
+def _trickle(sock: socket.socket, data: bytes, stop: threading.Event) -> threading.Thread:
+    """Send ``data`` one byte every 50 ms from a thread, until it is sent or ``stop`` is set
+    or the connection closes."""
+    def run() -> None:
+        for byte in data:
+            if stop.wait(0.05):
                 return
             try:
                 sock.send(bytes([byte]))
             except OSError:
                 return
 
-    sender = threading.Thread(target=trickle, daemon=True)
+    sender = threading.Thread(target=run, daemon=True)
     sender.start()
-    try:
+    return sender
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    got = b""
+    while True:
         try:
-            answer = sock.recv(1024)
+            chunk = sock.recv(4096)
         except ConnectionResetError:  # closed while a byte was on its way
-            answer = b""
-        assert answer == b""  # closed by the server, no response
+            return got
+        if not chunk:
+            return got
+        got += chunk
+
+
+def test_a_slow_header_client_is_disconnected(quick_deadlines: int) -> None:
+    sock = socket.create_connection(("127.0.0.1", quick_deadlines))
+    sock.settimeout(30)  # a fail-safe only: the server closes after 1 s
+    stop = threading.Event()
+    sender = _trickle(sock, b"GET /v1/health HTTP/1.1\r\nhost: 127.0.0.1\r\nx-slow: "
+                      + b"a" * 10_000, stop)
+    try:
+        assert _read_until_closed(sock) == b""  # closed by the server, no response
     finally:
-        closed.set()
+        stop.set()
         sender.join()
         sock.close()
     # A client that sends its headers at once is served as before.
-    resp = httpx.get(f"http://127.0.0.1:{quick_header_deadline}/v1/health", timeout=60)
+    resp = httpx.get(f"http://127.0.0.1:{quick_deadlines}/v1/health", timeout=60)
     assert resp.status_code == 200 and json.loads(resp.text)["app"] == "fedmor-server"
+
+
+def test_a_slow_body_is_cut_off(quick_deadlines: int) -> None:
+    """Complete headers, then a body one byte every 50 ms (1000 bytes: 50 s): after the 1 s
+    body deadline the server answers 408 and closes the connection."""
+    sock = socket.create_connection(("127.0.0.1", quick_deadlines))
+    sock.settimeout(30)  # a fail-safe only: the server answers after 1 s
+    sock.sendall(b"POST /v1/enroll HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+                 b"content-type: application/json\r\ncontent-length: 1000\r\n\r\n")
+    stop = threading.Event()
+    sender = _trickle(sock, b"{" + b" " * 999, stop)
+    try:
+        answer = _read_until_closed(sock)
+    finally:
+        stop.set()
+        sender.join()
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert b"connections.body_timeout_s" in answer
+    assert b"connection: close" in answer.lower()
 
 
 def _signature_checks(http: httpx.Client) -> float:
