@@ -112,7 +112,7 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
                 limits.hold_wait(request, client)
             except Busy:  # the message is committed: ack it; the client GETs the next input
                 return _json_response(ack)
-            nxt = await wait_broadcast(rounds, changes, round_id, nxt.stage, client,
+            nxt = await wait_broadcast(request, rounds, changes, round_id, nxt.stage, client,
                                        wait_next_s, first=(seen, nxt))
         if nxt is not None:
             ack = ack.model_copy(update={"next": nxt})
@@ -141,7 +141,7 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
         client, out = await run_in_threadpool(run)
         if wait_s > 0 and not (out.ready or out.round_status != "open"):
             limits.hold_wait(request, client)
-            out = await wait_broadcast(rounds, changes, round_id, stage, client, wait_s,
+            out = await wait_broadcast(request, rounds, changes, round_id, stage, client, wait_s,
                                        first=(seen, out))
         return _json_response(out)
 

@@ -13,6 +13,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -53,23 +54,27 @@ class Caller:
         return await http.get(path, headers=self.headers("GET", path))
 
 
+def _enroll_all(c: LocalConsortium) -> list[Caller]:
+    """Enroll every member of ``c`` with its own key (no member apps: the test plays them)."""
+    callers = []
+    with httpx.Client(base_url=c.server_url, timeout=60) as http:
+        for name in c.names:
+            cfg = c.client_cfg[name]
+            key = load_or_create_key(Path(cfg["identity_key"]))
+            resp = http.post("/v1/enroll", json={
+                "name": name, "token": cfg["enrollment_token"],
+                "public_key": public_key_b64(key)})
+            assert resp.status_code == 200, resp.text
+            callers.append(Caller(resp.json()["client_id"], key))
+    return callers
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[Caller]]]:
-    """A server with default limits and 20 enrolled members (no member apps: the test plays
-    them)."""
+    """A server with default limits and 20 enrolled members."""
     with LocalConsortium(tmp_path_factory.mktemp("bounded"), 20) as c:
         c.start_server()
-        callers = []
-        with httpx.Client(base_url=c.server_url, timeout=60) as http:
-            for name in c.names:
-                cfg = c.client_cfg[name]
-                key = load_or_create_key(Path(cfg["identity_key"]))
-                resp = http.post("/v1/enroll", json={
-                    "name": name, "token": cfg["enrollment_token"],
-                    "public_key": public_key_b64(key)})
-                assert resp.status_code == 200, resp.text
-                callers.append(Caller(resp.json()["client_id"], key))
-        yield c.server_url, callers
+        yield c.server_url, _enroll_all(c)
 
 
 async def _first_done(tasks: list[asyncio.Task[httpx.Response]], count: int
@@ -272,12 +277,18 @@ def test_a_member_at_its_long_poll_cap_still_gets_its_stage_message_acked(
 
 
 @pytest.fixture(scope="module")
-def quick_deadlines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """A server whose header and body deadlines are 1 s; yields its port."""
+def deadlines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[Caller]]]:
+    """A server whose header and body deadlines are 1 s, with one enrolled member."""
     with LocalConsortium(tmp_path_factory.mktemp("deadlines"), 1, server={"connections": {
             "header_timeout_s": 1, "body_timeout_s": 1}}) as c:
         c.start_server()
-        yield c.server_port
+        yield c.server_url, _enroll_all(c)
+
+
+@pytest.fixture(scope="module")
+def quick_deadlines(deadlines: tuple[str, list[Caller]]) -> int:
+    """The port of the server with 1 s deadlines."""
+    return int(deadlines[0].rsplit(":", 1)[1])
 
 
 def _trickle(sock: socket.socket, data: bytes, stop: threading.Event) -> threading.Thread:
@@ -415,3 +426,32 @@ def test_each_route_limits_its_own_body(served: tuple[str, list[Caller]]) -> Non
             "POST", upload, body) | {"content-type": "application/json"})
         assert resp.status_code == 422, resp.text  # read whole, then parsed: no payload
         assert "payload: Field required" in resp.json()["detail"]
+
+
+def test_a_hung_up_long_poll_frees_its_slot(deadlines: tuple[str, list[Caller]]) -> None:
+    """A member opens its four long polls (its cap) and hangs up: the server ends them at
+    once, so its next poll is admitted, not refused 429 until their 30 s wait ran out."""
+    url, (member,) = deadlines
+    port = int(url.rsplit(":", 1)[1])
+    path = f"/v1/work?wait_s={HELD_S}"
+    polls = []
+    for _ in range(4):
+        sock = socket.create_connection(("127.0.0.1", port))
+        head = "".join(f"{k}: {v}\r\n" for k, v in member.headers("GET", path).items())
+        sock.sendall(f"GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n{head}\r\n".encode())
+        polls.append(sock)
+    with httpx.Client(base_url=url, timeout=60) as http:
+        try:
+            for _ in range(1000):  # until the server holds all four (a bounded wait)
+                if _in_progress(http, "long_polls") == 4:
+                    break
+            assert _in_progress(http, "long_polls") == 4
+        finally:
+            for sock in polls:
+                sock.close()
+        fail_safe = time.monotonic() + HELD_S / 2  # the polls would end on their own at 30 s
+        while _in_progress(http, "long_polls") > 0:
+            assert time.monotonic() < fail_safe, "hung-up long polls still held"
+        poll = "/v1/work?wait_s=0.5"
+        resp = http.get(poll, headers=member.headers("GET", poll))
+        assert resp.status_code == 200, resp.text  # admitted: its slots are free
