@@ -20,10 +20,8 @@ from sdk.wire import (
     AuthError,
     SignatureCheck,
     authenticate,
-    header_check,
     signature_check,
 )
-from server_app._limits import Limiter
 from server_app._settings import ServerSettings
 from server_app._store import Store
 
@@ -60,9 +58,6 @@ class Access:
         # The keys an identity rotated away from (set by server_app._identity): a request one
         # of them signed gets 401 "rotated out", not the 403 of a bad signature.
         self.retired_keys_of: Callable[[str], list[str]] = lambda sender: []
-        # Per-identity caps (set by create_app): a request counts against its sender from the
-        # moment its signed headers check out.
-        self.limits: Limiter | None = None
 
     def _row(self, sender: str) -> tuple[str, str] | None:
         if sender not in self._rows:
@@ -109,25 +104,15 @@ class Access:
         return {"public_key_of": self.key_of, "use_nonce": self.use_nonce,
                 "max_skew_s": self.cfg.max_clock_skew_s, "retired_keys_of": self.retired_keys_of}
 
-    async def _admit(self, request: Request) -> None:
-        """Count ``request`` against its sender's caps from now on: its signed headers were
-        verified once (by the header check, before any body byte); the body hash and the
-        nonce follow."""
-        check = await header_check(request, **self._kw())
-        if self.limits is not None:
-            self.limits.admit(request, check.sender)
-
     async def identity(self, request: Request) -> Identity:
         """A signed caller and its role."""
-        await self._admit(request)
         sender = await authenticate(request, **self._kw())
         return Identity(sender, self.role_of(sender))
 
     def admin(self, request: Request) -> None:
-        """Accept only the admin bearer token (counted against the ``admin`` caps)."""
+        """Accept only the admin bearer token (the header check counted it against the
+        ``admin`` caps)."""
         self.bearer(request.headers.get("authorization", ""))
-        if self.limits is not None:
-            self.limits.admit(request, ADMIN)
 
     def bearer(self, header: str) -> None:
         """Accept only an ``authorization`` header carrying the admin bearer token."""
@@ -157,7 +142,6 @@ class Access:
         if request.headers.get("authorization"):
             self.admin(request)
             return Identity(ADMIN, ADMIN), await request.body()
-        await self._admit(request)
         check = await signature_check(request, **self._kw())
         sender = await run_in_threadpool(check)
         found = Identity(sender, self.role_of(sender))
@@ -191,5 +175,4 @@ class Access:
     async def member_check(self, request: Request) -> SignatureCheck:
         """A signature check to run in the endpoint's own worker thread, followed there by
         :meth:`as_member` (the round endpoints then cost one thread hop, not two)."""
-        await self._admit(request)
         return await signature_check(request, **self._kw())

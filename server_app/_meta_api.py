@@ -8,8 +8,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import APIRouter, FastAPI, Request
 
 from sdk import __version__
-from sdk.wire import Health, StoredGauge, install_ops
-from server_app._limits import Limiter
+from sdk.wire import Health, Limiter, StoredGauge, install_ops
 from server_app._store import Store
 
 __all__ = ["install_server_ops", "meta_router"]

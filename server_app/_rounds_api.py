@@ -10,7 +10,9 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from sdk.wire import (
+    Busy,
     ConflictError,
+    Limiter,
     NotFoundError,
     RoundCreate,
     RoundInfo,
@@ -23,7 +25,6 @@ from sdk.wire import (
     upload_body,
 )
 from server_app._access import Access, Identity
-from server_app._limits import Busy, Limiter
 from server_app._rounds import RoundManager
 from server_app._visibility import visible_round, visible_rounds
 from server_app._work import Signal, wait_broadcast

@@ -8,10 +8,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from sdk.wire import AppHardening, ConsortiumRouterConfig, Retention, load_settings
+from sdk.wire import (
+    AppHardening,
+    ConsortiumRouterConfig,
+    RequestLimits,
+    Retention,
+    load_settings,
+)
 from server_app._audit_settings import AuditSettings, CaptureSettings
 from server_app._console_settings import ConsoleSettings
-from server_app._limits import RequestLimits
 
 __all__ = ["AlignmentSettings", "ServerSettings", "load_settings"]
 

@@ -11,9 +11,8 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, Path, Query, Request
 
-from sdk.wire import NotFoundError, PayloadError, PendingQuery, RewardAnswer, Work
+from sdk.wire import Limiter, NotFoundError, PayloadError, PendingQuery, RewardAnswer, Work
 from server_app._access import Access
-from server_app._limits import Limiter
 from server_app._rounds import RoundManager
 from server_app._store import ConflictError, Store
 from server_app._work import Signal, find_work, held

@@ -78,6 +78,7 @@ from sdk.wire._images import ImageCache, image_bytes
 from sdk.wire._kinds import (
     ROUND_KINDS,
 )
+from sdk.wire._limits import Busy, Limiter, RequestLimits, install_limits
 from sdk.wire._memory import (
     MemoryRound,
     run_in_memory,
@@ -206,6 +207,7 @@ __all__ = [
     "AsyncSignedClient",
     "AuditBudget",
     "AuthError",
+    "Busy",
     "ClientRound",
     "ClipBoundAck",
     "ClipBoundAnnouncement",
@@ -224,6 +226,7 @@ __all__ = [
     "Health",
     "ImageCache",
     "KeyRotation",
+    "Limiter",
     "MemberInfo",
     "MemberRefusal",
     "MemberReport",
@@ -236,6 +239,7 @@ __all__ = [
     "PurgeClock",
     "RateLimited",
     "Refusal",
+    "RequestLimits",
     "RequestRefused",
     "Retention",
     "Revocation",
@@ -300,6 +304,7 @@ __all__ = [
     "header_check",
     "image_bytes",
     "install_errors",
+    "install_limits",
     "install_ops",
     "key_fingerprint",
     "key_passphrase",

@@ -32,6 +32,7 @@ from sdk.wire._auth import (
     signed_by,
     verify_signed,
 )
+from sdk.wire._limits import Busy, Limiter, send_busy
 from sdk.wire._protocols import PayloadError, StagePayload
 from sdk.wire._schemas import StageSubmit
 
@@ -144,6 +145,11 @@ class HeaderAuth:
     recipient: Callable[[], str] = lambda: SERVER_SENDER
     retired_keys_of: RetiredKeys | None = None
     bearer: Callable[[str], None] | None = None
+    bearer_identity: str = "admin"
+    """Whom a valid bearer token counts against (the per-identity caps)."""
+    limiter: Limiter | None = None
+    """The per-identity caps: a request counts against its sender once its headers check out
+    (before any body byte); None: no caps."""
     anonymous_paths: frozenset[str] = frozenset()
     anonymous_prefixes: tuple[str, ...] = ()
     """Path prefixes an anonymous caller may reach too: pages that authenticate by their own
@@ -205,10 +211,14 @@ class SizeLimit:
                                    retired_keys_of=auth.retired_keys_of)
             await run_in_threadpool(check.verify)
             scope[_CHECK] = check
+            if auth.limiter is not None:
+                auth.limiter.admit(scope, signed.sender)
             return self.limit
         bearer = headers.get(b"authorization")
         if bearer is not None and auth.bearer is not None:
             auth.bearer(bearer.decode("latin-1"))
+            if auth.limiter is not None:
+                auth.limiter.admit(scope, auth.bearer_identity)
             return self.limit
         path = scope["path"]
         if path not in auth.anonymous_paths and not path.startswith(auth.anonymous_prefixes):
@@ -224,6 +234,10 @@ class SizeLimit:
             limit = await self._authenticate(scope, headers)
         except AuthError as exc:
             await self._answer(send, exc.status, str(exc))
+            return
+        except Busy as exc:  # the sender's caps are full: nothing of its body is read
+            assert self.auth is not None and self.auth.limiter is not None
+            await send_busy(send, str(exc), self.auth.limiter.cfg.retry_after_s)
             return
         setting = "max_request_bytes" if limit == self.limit else "unsigned body limit"
         raw_length = headers.get(b"content-length")
