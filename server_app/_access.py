@@ -80,6 +80,11 @@ class Access:
         seen, self._seen = self._seen, {}
         return seen
 
+    def cached_key_of(self, sender: str) -> str | None:
+        """``sender``'s key if it is cached (no store read), else None."""
+        row = self._rows.get(sender)
+        return None if row is None else row[0]
+
     def key_of(self, sender: str) -> str | None:
         """The enrolled public key of ``sender`` (None: unknown)."""
         row = self._row(sender)

@@ -145,6 +145,9 @@ class HeaderAuth:
     recipient: Callable[[], str] = lambda: SERVER_SENDER
     retired_keys_of: RetiredKeys | None = None
     bearer: Callable[[str], None] | None = None
+    cached_key_of: Callable[[str], str | None] | None = None
+    """A sender's key if it is at hand without a store read (else None): its signature is
+    then checked on the event loop, without a hop to a worker thread."""
     bearer_identity: str = "admin"
     """Whom a valid bearer token counts against (the per-identity caps)."""
     limiter: Limiter | None = None
@@ -197,6 +200,26 @@ class SizeLimit:
                                 (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
 
+    @staticmethod
+    async def _verified(auth: HeaderAuth, signed: SignedRequest, scope: Scope
+                        ) -> SignatureCheck:
+        """``signed`` verified: on the event loop when its sender's key is cached (one
+        Ed25519 check costs the loop less than a hop to a worker thread), else in a worker
+        thread (a store read), as is any failed check (its message may read the store)."""
+        kw: dict[str, Any] = {"method": scope["method"], "path": signed_target(scope),
+                              "use_nonce": _no_nonce, "max_skew_s": auth.max_skew_s,
+                              "recipient": auth.recipient()}
+        key = None if auth.cached_key_of is None else auth.cached_key_of(signed.sender)
+        if key is not None:
+            check = SignatureCheck(signed, public_key_of=lambda sender: key, **kw)
+            with suppress(AuthError):
+                check.verify()
+                return check
+        check = SignatureCheck(signed, public_key_of=auth.public_key_of,
+                               retired_keys_of=auth.retired_keys_of, **kw)
+        await run_in_threadpool(check.verify)
+        return check
+
     async def _authenticate(self, scope: Scope, headers: dict[bytes, bytes]) -> int:
         """The body limit this request earned; raises ``AuthError`` before any body byte."""
         auth = self.auth
@@ -205,11 +228,7 @@ class SizeLimit:
         if HEADER_SIGNATURE.encode() in headers:
             signed = SignedRequest.from_headers(
                 {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()})
-            check = SignatureCheck(signed, method=scope["method"], path=signed_target(scope),
-                                   public_key_of=auth.public_key_of, use_nonce=_no_nonce,
-                                   max_skew_s=auth.max_skew_s, recipient=auth.recipient(),
-                                   retired_keys_of=auth.retired_keys_of)
-            await run_in_threadpool(check.verify)
+            check = await self._verified(auth, signed, scope)
             scope[_CHECK] = check
             if auth.limiter is not None:
                 auth.limiter.admit(scope, signed.sender)
