@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, cast
 
+import anyio.to_thread
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import FastAPI
 
@@ -25,10 +26,12 @@ from sdk.storage import purging
 from sdk.wire import (
     ERROR_RESPONSES,
     HeaderAuth,
+    Limiter,
     SizeLimit,
     check_private_files,
     docs_ui,
     install_errors,
+    install_limits,
     key_passphrase,
     load_or_create_key,
 )
@@ -118,6 +121,8 @@ def _lifespan(cfg: ClientSettings, store: ClientStore, key: Ed25519PrivateKey,
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Sync endpoints run on this pool, sized above every cap (as on the server).
+        anyio.to_thread.current_default_thread_limiter().total_tokens = cfg.limits.worker_threads
         runner = ClientRunner(cfg, store=store, key=key, service=service,
                               update_fn=update_fn) if start_runner else None
         task = asyncio.create_task(asyncio.to_thread(runner.run_forever)) if runner else None
@@ -171,10 +176,14 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     install_errors(app)
     RateLimited.install(app)
     ids = RewardCallers(cfg, store)
-    app.add_middleware(SizeLimit, limit=cfg.max_request_bytes, auth=HeaderAuth(
+    limits = Limiter(cfg.limits)
+    app.add_middleware(SizeLimit, limit=cfg.max_request_bytes,
+                       control_limit=cfg.max_control_bytes,
+                       body_timeout_s=cfg.connections.body_timeout_s, auth=HeaderAuth(
         public_key_of=ids.key_of, max_skew_s=cfg.max_clock_skew_s, recipient=ids.own_id,
-        anonymous_paths=HeaderAuth.PROBES))
-    install_client_ops(app, store)
+        limiter=limits, anonymous_paths=HeaderAuth.PROBES))
+    install_client_ops(app, store, limits)
+    install_limits(app, limits)  # outside the header check: a refusal costs nothing more
     if cfg.demo:
         app.add_middleware(_DemoHeader)
     app.include_router(meta_router())

@@ -12,14 +12,17 @@ from fastapi.responses import JSONResponse
 from client_app._store import ClientStore
 from sdk import __version__
 from sdk.serving import StoredGauge, install_ops
-from sdk.wire import Health
+from sdk.wire import Health, Limiter
 
 __all__ = ["install_client_ops", "meta_router"]
 
 
-def install_client_ops(app: FastAPI, store: ClientStore) -> None:
-    """Readiness and Prometheus metrics, with rounds, refusals and scored items as gauges."""
+def install_client_ops(app: FastAPI, store: ClientStore, limits: Limiter) -> None:
+    """Readiness and Prometheus metrics, with rounds, refusals and scored items as gauges,
+    and the requests in progress by ``limits``' pool."""
     install_ops(app, prefix="fedmor_client", store=store, gauges=[
+        StoredGauge("fedmor_client_requests_in_progress", "requests in progress by pool "
+                    "(anonymous, unverified, identified)", "pool", limits.in_progress),
         StoredGauge.counting("fedmor_client_rounds", "this member's rounds by its own status "
                              "(done, refused, abandoned, ...)", "status", store,
                              "SELECT status, COUNT(*) FROM rounds GROUP BY status"),

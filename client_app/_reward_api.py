@@ -16,7 +16,14 @@ from starlette.concurrency import run_in_threadpool
 from client_app._service import RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
-from sdk.wire import SERVER_SENDER, MissingImages, RewardRequest, RewardResponse, signature_check
+from sdk.wire import (
+    SERVER_SENDER,
+    MissingImages,
+    RewardRequest,
+    RewardResponse,
+    signature_check,
+    upload_body,
+)
 
 __all__ = ["RewardCallers", "install_reward_schemas", "reward_router"]
 
@@ -85,7 +92,7 @@ def reward_router(cfg: ClientSettings, service: RewardService, ids: RewardCaller
     router = APIRouter(tags=["reward"])
 
     @router.post("/v1/reward", response_model=RewardResponse,
-                 openapi_extra={"requestBody": _REWARD_BODY}, responses=_REWARD_ERRORS)
+                 openapi_extra=upload_body({"requestBody": _REWARD_BODY}), responses=_REWARD_ERRORS)
     async def reward(request: Request) -> Any:
         """Score a batch (a JSON ``RewardRequest``): normalized, clipped floats only; every query
         audited by hash."""

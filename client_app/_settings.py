@@ -12,6 +12,7 @@ from client_app._policy import SitePolicy
 from sdk.data import DEFAULT_MAX_IMAGE_SIDE
 from sdk.serving import AppHardening
 from sdk.storage import Retention
+from sdk.wire import RequestLimits
 
 if TYPE_CHECKING:
     from sdk.models import Runtime
@@ -93,6 +94,12 @@ class ClientSettings(AppHardening):
                                "normalizer), else sdk.reward.DEFAULT_CLIP")
     rate_limit_per_minute: int = Field(default=600, ge=1)
     max_request_bytes: int = Field(default=32 * 2**20, ge=1024)
+    # The server is one caller that relays every aligner's and auditor's queries (16 each
+    # in progress at the server), so a member lets it have twice one identity's share.
+    limits: RequestLimits = Field(
+        default_factory=lambda: RequestLimits(per_identity=32), description="requests in "
+        "progress per calling identity (the server, an auditor), without credentials, and "
+        "threads; beyond: 429")
     max_image_side: int = Field(default=DEFAULT_MAX_IMAGE_SIDE, ge=16, le=16384,
                                 description="a reward-query image declaring a longer side is "
                                 "refused before decoding; one within it but larger than the "

@@ -17,14 +17,11 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from sdk.wire import (
-    SERVER_SENDER,
     AuthError,
     SignatureCheck,
-    SignedRequest,
     authenticate,
     signature_check,
 )
-from server_app._limits import Limiter
 from server_app._settings import ServerSettings
 from server_app._store import Store
 
@@ -61,9 +58,6 @@ class Access:
         # The keys an identity rotated away from (set by server_app._identity): a request one
         # of them signed gets 401 "rotated out", not the 403 of a bad signature.
         self.retired_keys_of: Callable[[str], list[str]] = lambda sender: []
-        # Per-identity caps (set by create_app): a request counts against its sender from the
-        # moment its signed headers check out.
-        self.limits: Limiter | None = None
 
     def _row(self, sender: str) -> tuple[str, str] | None:
         if sender not in self._rows:
@@ -85,6 +79,11 @@ class Access:
         """The last-request times recorded since the previous call (then forgotten)."""
         seen, self._seen = self._seen, {}
         return seen
+
+    def cached_key_of(self, sender: str) -> str | None:
+        """``sender``'s key if it is cached (no store read), else None."""
+        row = self._rows.get(sender)
+        return None if row is None else row[0]
 
     def key_of(self, sender: str) -> str | None:
         """The enrolled public key of ``sender`` (None: unknown)."""
@@ -110,33 +109,15 @@ class Access:
         return {"public_key_of": self.key_of, "use_nonce": self.use_nonce,
                 "max_skew_s": self.cfg.max_clock_skew_s, "retired_keys_of": self.retired_keys_of}
 
-    async def _admit(self, request: Request) -> None:
-        """Check ``request``'s signed headers (the body plays no part) and count it against
-        its sender's caps from now on; the full check (body hash, nonce) still follows."""
-        if self.limits is None:
-            return
-        signed = SignedRequest.from_headers(dict(request.headers))
-        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        kw = self._kw() | {"method": request.method, "path": path, "recipient": SERVER_SENDER}
-        try:  # a cached key: on the event loop (one signature check, no store read)
-            if signed.sender not in self._rows:
-                raise AuthError(f"identity {signed.sender} not cached")
-            SignatureCheck(signed, **kw | {"retired_keys_of": None}).verify()
-        except AuthError:  # a store read, or the error message a failed check deserves
-            await run_in_threadpool(SignatureCheck(signed, **kw).verify)
-        self.limits.admit(request, signed.sender)
-
     async def identity(self, request: Request) -> Identity:
         """A signed caller and its role."""
-        await self._admit(request)
         sender = await authenticate(request, **self._kw())
         return Identity(sender, self.role_of(sender))
 
     def admin(self, request: Request) -> None:
-        """Accept only the admin bearer token (counted against the ``admin`` caps)."""
+        """Accept only the admin bearer token (the header check counted it against the
+        ``admin`` caps)."""
         self.bearer(request.headers.get("authorization", ""))
-        if self.limits is not None:
-            self.limits.admit(request, ADMIN)
 
     def bearer(self, header: str) -> None:
         """Accept only an ``authorization`` header carrying the admin bearer token."""
@@ -166,7 +147,6 @@ class Access:
         if request.headers.get("authorization"):
             self.admin(request)
             return Identity(ADMIN, ADMIN), await request.body()
-        await self._admit(request)
         check = await signature_check(request, **self._kw())
         sender = await run_in_threadpool(check)
         found = Identity(sender, self.role_of(sender))
@@ -200,5 +180,4 @@ class Access:
     async def member_check(self, request: Request) -> SignatureCheck:
         """A signature check to run in the endpoint's own worker thread, followed there by
         :meth:`as_member` (the round endpoints then cost one thread hop, not two)."""
-        await self._admit(request)
         return await signature_check(request, **self._kw())

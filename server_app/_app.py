@@ -17,15 +17,17 @@ from sdk.storage import purging
 from sdk.wire import (
     ERROR_RESPONSES,
     HeaderAuth,
+    Limiter,
     SizeLimit,
     check_private_files,
     docs_ui,
     install_errors,
+    install_limits,
     key_passphrase,
     load_or_create_key,
     tls_verify,
 )
-from server_app._access import Access
+from server_app._access import ADMIN, Access
 from server_app._announce_api import clip_bound_router
 from server_app._audit_api import install_audit
 from server_app._audit_budget_api import audit_budget_router
@@ -36,7 +38,6 @@ from server_app._console_page import ConsoleSources
 from server_app._enroll_api import enrollment_router
 from server_app._identity import Identities
 from server_app._identity_api import identity_router
-from server_app._limits import Limiter, install_limits
 from server_app._meta_api import install_server_ops, meta_router
 from server_app._ops_api import operator_router
 from server_app._retention import purge_server
@@ -132,12 +133,16 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.state.store, app.state.rounds, app.state.broker = store, rounds, broker
     app.state.settings = cfg
     install_errors(app)
-    app.add_middleware(SizeLimit, limit=cfg.max_request_bytes, auth=HeaderAuth(
-        public_key_of=access.key_of, max_skew_s=cfg.max_clock_skew_s,
+    limits = Limiter(cfg.limits)
+    app.add_middleware(SizeLimit, limit=cfg.max_request_bytes,
+                       control_limit=cfg.max_control_bytes,
+                       body_timeout_s=cfg.connections.body_timeout_s, auth=HeaderAuth(
+        public_key_of=access.key_of, cached_key_of=access.cached_key_of,
+        max_skew_s=cfg.max_clock_skew_s,
         retired_keys_of=lambda sender: access.retired_keys_of(sender), bearer=access.bearer,
+        bearer_identity=ADMIN, limiter=limits,
         anonymous_paths=HeaderAuth.PROBES | {"/v1/enroll", CONSOLE_PATH},
         anonymous_prefixes=(CONSOLE_PATH + "/",)))  # the console checks its session cookie
-    limits = access.limits = Limiter(cfg.limits)
     install_server_ops(app, store, limits, access.operator)
     install_limits(app, limits)  # the outermost middleware: a refusal costs nothing more
 

@@ -33,6 +33,7 @@ from sdk.wire import (
     PayloadError,
     RewardRequest,
     RewardResponse,
+    upload_body,
 )
 from server_app._access import ADMIN, Access
 from server_app._audit_settings import AuditSettings
@@ -120,7 +121,8 @@ def audit_router(store: Store, capture: ServerCapture | None, broker: RewardBrok
 
     @router.post("/v1/audit/members/{name}/reward", response_model=RewardResponse,
                  responses={429: {"description": "this auditor's query budget is spent"},
-                            502: {"description": "the member refused or did not answer"}})
+                            502: {"description": "the member refused or did not answer"}},
+                 openapi_extra=upload_body())
     async def member_reward(who: Auditor, req: RewardRequest,
                             name: Annotated[str, PathParam(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
                             ) -> RewardResponse:

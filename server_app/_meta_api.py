@@ -9,8 +9,7 @@ from fastapi import APIRouter, FastAPI, Request
 
 from sdk import __version__
 from sdk.serving import StoredGauge, install_ops
-from sdk.wire import Health
-from server_app._limits import Limiter
+from sdk.wire import Health, Limiter
 from server_app._store import Store
 
 __all__ = ["install_server_ops", "meta_router"]

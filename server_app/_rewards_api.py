@@ -16,6 +16,7 @@ from sdk.wire import (
     AlignerResponse,
     AlignerStats,
     AlignmentStep,
+    upload_body,
 )
 from server_app._access import ADMIN, Access
 from server_app._rewards import AlignmentService
@@ -33,7 +34,8 @@ def rewards_router(service: AlignmentService, access: Access) -> APIRouter:
     router = APIRouter(prefix="/v1/rewards", tags=["alignment"])
     Aligner = Annotated[str, Depends(access.aligner)]
 
-    @router.post("", response_model=AlignerResponse, responses=_429)
+    @router.post("", response_model=AlignerResponse, responses=_429,
+                 openapi_extra=upload_body())
     async def rewards(aligner: Aligner, req: AlignerRequest) -> AlignerResponse:
         """One normalized, clipped reward per item, chosen by ``method`` (MoR by default: the
         server's router picks one member per item and asks it). When the server lacks an

@@ -10,7 +10,9 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from sdk.wire import (
+    Busy,
     ConflictError,
+    Limiter,
     NotFoundError,
     RoundCreate,
     RoundInfo,
@@ -20,9 +22,9 @@ from sdk.wire import (
     StageBroadcast,
     StageSubmit,
     stage_payload,
+    upload_body,
 )
 from server_app._access import Access, Identity
-from server_app._limits import Busy, Limiter
 from server_app._rounds import RoundManager
 from server_app._visibility import visible_round, visible_rounds
 from server_app._work import Signal, wait_broadcast
@@ -82,7 +84,7 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
         return visible_round(rounds, caller, round_id)
 
     @router.post("/{round_id}/stages/{stage}", response_model=StageAck,
-                 openapi_extra={"requestBody": _STAGE_BODY})
+                 openapi_extra=upload_body({"requestBody": _STAGE_BODY}))
     async def submit(request: Request, check: ClientCheck, round_id: RoundId,
                      stage: Annotated[str, _STAGE],
                      wait_next_s: Annotated[float, Query(ge=0, le=30)] = 0.0) -> Response:
@@ -111,7 +113,7 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
                 limits.hold_wait(request, client)
             except Busy:  # the message is committed: ack it; the client GETs the next input
                 return _json_response(ack)
-            nxt = await wait_broadcast(rounds, changes, round_id, nxt.stage, client,
+            nxt = await wait_broadcast(request, rounds, changes, round_id, nxt.stage, client,
                                        wait_next_s, first=(seen, nxt))
         if nxt is not None:
             ack = ack.model_copy(update={"next": nxt})
@@ -140,7 +142,7 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
         client, out = await run_in_threadpool(run)
         if wait_s > 0 and not (out.ready or out.round_status != "open"):
             limits.hold_wait(request, client)
-            out = await wait_broadcast(rounds, changes, round_id, stage, client, wait_s,
+            out = await wait_broadcast(request, rounds, changes, round_id, stage, client, wait_s,
                                        first=(seen, out))
         return _json_response(out)
 

@@ -16,6 +16,7 @@ from sdk.wire import (
     RouterConfigInfo,
     RouterRollback,
     RouterVersionInfo,
+    upload_body,
 )
 from server_app._access import Access, Identity
 from server_app._router_config import RouterLineages
@@ -114,7 +115,7 @@ def router_versions_router(store: Store, access: Access, lineages: RouterLineage
         """Every router version's metadata, oldest first (versions only grow)."""
         return router_versions(lineages)
 
-    @router.post("", response_model=RouterVersionInfo, openapi_extra=_BINARY_BODY)
+    @router.post("", response_model=RouterVersionInfo, openapi_extra=upload_body(_BINARY_BODY))
     async def router_initial(request: Request) -> RouterVersionInfo:
         """Publish the federation's starting router (operator or admin): little-endian
         float32 parameters, accepted only while no version exists. Rounds then sum deltas

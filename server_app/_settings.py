@@ -10,10 +10,9 @@ from pydantic_settings import SettingsConfigDict
 
 from sdk.serving import AppHardening, load_settings
 from sdk.storage import Retention
-from sdk.wire import ConsortiumRouterConfig
+from sdk.wire import ConsortiumRouterConfig, RequestLimits
 from server_app._audit_settings import AuditSettings, CaptureSettings
 from server_app._console_settings import ConsoleSettings
-from server_app._limits import RequestLimits
 
 __all__ = ["AlignmentSettings", "ServerSettings", "load_settings"]
 

@@ -13,16 +13,17 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
 
 from sdk.wire import PendingQuery, StageBroadcast, Work
 from server_app._rounds import RoundManager
 from server_app._store import Store
 
-__all__ = ["Signal", "executor_gone", "find_work", "wait_broadcast", "watch_store"]
+__all__ = ["Signal", "executor_gone", "find_work", "held", "wait_broadcast", "watch_store"]
 
 _T = TypeVar("_T")
 _log = logging.getLogger("fedmor.server")
@@ -116,6 +117,27 @@ def executor_gone(exc: RuntimeError) -> bool:
     return "shutdown" in str(exc)
 
 
+async def _hung_up(request: Request) -> None:
+    """Return once ``request``'s client has disconnected (its body is read by then)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def held(request: Request, waiting: Awaitable[_T], gone: _T) -> _T:
+    """``waiting``'s result, or ``gone`` as soon as ``request``'s client hangs up: a held
+    request then ends at once and frees its long-poll slot, instead of holding it for a
+    client that is no longer there until its wait runs out."""
+    wait = asyncio.ensure_future(waiting)
+    hangup = asyncio.ensure_future(_hung_up(request))
+    try:
+        await asyncio.wait({wait, hangup}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (wait, hangup):
+            task.cancel()
+        await asyncio.gather(wait, hangup, return_exceptions=True)
+    return wait.result() if wait.done() and not wait.cancelled() else gone
+
+
 async def watch_store(store: Store, signal: Signal, interval_s: float) -> None:
     """Bump ``signal`` whenever another connection committed to ``store`` (a broker in another
     process queued a query): one cheap read per ``interval_s`` for the whole server, not one
@@ -150,10 +172,12 @@ def _final(out: StageBroadcast) -> bool:
     return out.ready or out.round_status != "open"
 
 
-async def wait_broadcast(rounds: RoundManager, signal: Signal, round_id: int, stage: str,
-                         client_id: str, wait_s: float,
+async def wait_broadcast(request: Request, rounds: RoundManager, signal: Signal,
+                         round_id: int, stage: str, client_id: str, wait_s: float,
                          first: tuple[tuple[int, int], StageBroadcast]) -> StageBroadcast:
     """``client_id``'s input for ``stage``, waited for up to ``wait_s`` on the event loop
-    (``first``: the token taken before, and the result of, the caller's own first look)."""
-    return await signal.wait_for(lambda: rounds.broadcast(round_id, stage, client_id), _final,
-                                 wait_s, first=first)
+    (``first``: the token taken before, and the result of, the caller's own first look)
+    while ``request``'s client is still there."""
+    return await held(request, signal.wait_for(
+        lambda: rounds.broadcast(round_id, stage, client_id), _final, wait_s, first=first),
+        first[1])

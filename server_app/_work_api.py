@@ -11,12 +11,11 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, Path, Query, Request
 
-from sdk.wire import NotFoundError, PayloadError, PendingQuery, RewardAnswer, Work
+from sdk.wire import Limiter, NotFoundError, PayloadError, PendingQuery, RewardAnswer, Work
 from server_app._access import Access
-from server_app._limits import Limiter
 from server_app._rounds import RoundManager
 from server_app._store import ConflictError, Store
-from server_app._work import Signal, find_work
+from server_app._work import Signal, find_work, held
 
 
 def _out_of_bound(scores: list[float], bound: float | None) -> str | None:
@@ -50,9 +49,9 @@ def install_work_routes(app: FastAPI, store: Store, rounds: RoundManager, work: 
         until there is something or that time passed (long polling; then empty lists)."""
         if wait_s > 0:
             limits.hold_wait(request, client)
-        found = await work.wait_for(
+        found = await held(request, work.wait_for(
             lambda: find_work(rounds, store, client, include_rounds=include_rounds),
-            lambda out: out is not None, wait_s, key=client)
+            lambda out: out is not None, wait_s, key=client), None)
         return found or Work()
 
     @app.post("/v1/reward/answers/{query_id}", response_model=None, tags=["reward"],

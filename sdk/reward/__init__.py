@@ -11,7 +11,7 @@ from sdk.reward._dp import PairDPSGD
 from sdk.reward._model import PairLike, RewardCheckpointError, RewardModel
 from sdk.reward._normalizer import DEFAULT_CLIP, ScoreNormalizer
 from sdk.reward._scorer import ClientScorer
-from sdk.reward._training import RewardTrainingResult, pairwise_accuracy, train_reward_model
+from sdk.reward._training import pairwise_accuracy, train_reward_model
 
 __all__ = [
     "DEFAULT_CLIP",
@@ -23,7 +23,6 @@ __all__ = [
     "RewardCheckpointError",
     "RewardModel",
     "RewardTrainingConfig",
-    "RewardTrainingResult",
     "ScoreNormalizer",
     "cross_accuracy",
     "format_accuracy_matrix",

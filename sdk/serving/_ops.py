@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sdk.storage import SQLiteFile
-from sdk.wire import HEADER_SIGNATURE
+from sdk.wire import HEADER_SIGNATURE, signature_checks
 
 __all__ = ["StoredGauge", "install_ops"]
 
@@ -115,7 +115,9 @@ def install_ops(app: FastAPI, *, prefix: str, store: SQLiteFile,
                        registry=registry)
     latency = Histogram(f"{prefix}_request_seconds", "HTTP request latency",
                         ["method", "route"], registry=registry)
-    gauges = list(gauges)
+    gauges = [*gauges, StoredGauge(f"{prefix}_signature_checks", "request signatures "
+                                   "verified by this process since it started, by result",
+                                   "result", signature_checks)]
     registry.register(_Collector(gauges, full=True))
     public = CollectorRegistry()
     public.register(_Collector(gauges, full=False, also=(requests, latency)))

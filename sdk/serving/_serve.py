@@ -25,6 +25,11 @@ class ConnectionLimits(BaseModel):
         default=10.0, gt=0, le=600, description="a connection must send a request's complete "
         "headers within this many seconds of connecting or of the request's first byte; "
         "else it is closed (a client that sends headers byte by byte holds nothing longer)")
+    body_timeout_s: float = Field(
+        default=60.0, gt=0, le=3600, description="a request's body must have arrived whole "
+        "within this many seconds of its headers; else 408 and the connection is closed (a "
+        "client that trickles a body holds its slot no longer; keep it above the largest "
+        "upload's time on the slowest member's link)")
     keep_alive_s: int = Field(
         default=15, ge=1, le=600, description="an idle keep-alive connection is closed after "
         "this many seconds; longer than httpx's 5 s keep-alive expiry, so a member's client "

@@ -48,6 +48,11 @@ class AppHardening(EnvOverFile):
     identity_key_passphrase_file: Path | None = Field(
         default=None, description="file whose first line is the identity key's passphrase "
         "(FEDMOR_KEY_PASSPHRASE wins); with one, a new key is written encrypted (PKCS#8)")
+    max_control_bytes: int = Field(
+        default=256 * 2**10, ge=1024, description="the body limit of every route that does not "
+        "take uploads (JSON control messages: enrollment, round creation, answers, "
+        "announcements); the upload routes (stage messages, router versions, image batches) "
+        "take max_request_bytes; beyond: 413")
     connections: ConnectionLimits = Field(
         default_factory=ConnectionLimits, description="header and keep-alive timeouts and the "
         "cap on connections at once")

@@ -25,7 +25,6 @@ from sdk.wire._auth import (
     SERVER_SENDER,
     AuthError,
     PurgeClock,
-    SignedRequest,
     check_private_files,
     generate_key,
     key_passphrase,
@@ -35,6 +34,7 @@ from sdk.wire._auth import (
     public_key_b64,
     record_nonce,
     sign_headers,
+    signature_checks,
 )
 from sdk.wire._client import AsyncSignedClient, RequestRefused, SignedAuth, SignedClient
 from sdk.wire._console import ConsoleLink
@@ -51,6 +51,7 @@ from sdk.wire._http import (
     install_errors,
     signature_check,
     stage_payload,
+    upload_body,
 )
 from sdk.wire._identity import (
     ROLES,
@@ -66,6 +67,7 @@ from sdk.wire._identity import (
     sign_rotation,
 )
 from sdk.wire._images import ImageCache, ImageRef, image_bytes
+from sdk.wire._limits import Busy, Limiter, RequestLimits, install_limits
 from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel
 from sdk.wire._payload import PayloadError, StagePayload, decode_vector
 from sdk.wire._router_config import ConsortiumRouterConfig
@@ -124,6 +126,7 @@ __all__ = [
     "AsyncSignedClient",
     "AuditBudget",
     "AuthError",
+    "Busy",
     "ClipBoundAck",
     "ClipBoundAnnouncement",
     "ConflictError",
@@ -138,6 +141,7 @@ __all__ = [
     "ImageCache",
     "ImageRef",
     "KeyRotation",
+    "Limiter",
     "MemberInfo",
     "MemberRefusal",
     "MemberReport",
@@ -147,6 +151,7 @@ __all__ = [
     "PendingQuery",
     "PurgeClock",
     "Refusal",
+    "RequestLimits",
     "RequestRefused",
     "Revocation",
     "RewardAnswer",
@@ -170,7 +175,6 @@ __all__ = [
     "SignatureCheck",
     "SignedAuth",
     "SignedClient",
-    "SignedRequest",
     "SizeLimit",
     "StageAck",
     "StageBroadcast",
@@ -186,6 +190,7 @@ __all__ = [
     "generate_key",
     "image_bytes",
     "install_errors",
+    "install_limits",
     "key_fingerprint",
     "key_passphrase",
     "load_or_create_key",
@@ -197,6 +202,8 @@ __all__ = [
     "sign_headers",
     "sign_rotation",
     "signature_check",
+    "signature_checks",
     "stage_payload",
     "tls_verify",
+    "upload_body",
 ]

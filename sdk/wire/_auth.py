@@ -1,10 +1,10 @@
 """Request signing and verification with Ed25519 identity keys (shared by both apps).
 
 Every authenticated request carries five headers; the signature covers
-``METHOD \\n path?query \\n sha256(body) \\n timestamp \\n nonce \\n sender \\n recipient`` so a
-captured request cannot be moved to another path, body, time, sender or recipient (a member that
-receives a server-signed query cannot replay it to another member), and the nonce makes it
-single-use.
+``METHOD \\n path?query \\n sha256(body) \\n timestamp \\n nonce \\n sender \\n recipient``
+(path and query percent-encoded, as they travel) so a captured request cannot be moved to
+another path, body, time, sender or recipient (a member that receives a server-signed query
+cannot replay it to another member), and the nonce makes it single-use.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import logging
 import os
 import secrets
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -46,6 +47,7 @@ __all__ = [
     "public_key_b64",
     "record_nonce",
     "sign_headers",
+    "signature_checks",
     "signed_by",
     "verify_signed",
     "write_private_key",
@@ -104,6 +106,15 @@ read."""
 # One answer for an unknown sender and a bad signature: a caller cannot probe which ids exist.
 BAD_SIGNATURE = "unknown sender or bad signature"
 _log = logging.getLogger("fedmor.auth")
+_checks_lock = threading.Lock()
+_checks = {"passed": 0, "failed": 0}  # Ed25519 verifications in this process, by outcome
+
+
+def signature_checks() -> dict[str, float]:
+    """How many request signatures this process verified, by outcome (``passed``,
+    ``failed``): each is one Ed25519 verification, the costliest step of a request's auth."""
+    with _checks_lock:
+        return {k: float(v) for k, v in _checks.items()}
 
 
 class AuthError(ValueError):
@@ -214,8 +225,12 @@ def signed_by(request: SignedRequest, public_key: Ed25519PublicKey, *, method: s
     try:
         public_key.verify(request.signature, message)
     except InvalidSignature:
-        return False
-    return True
+        passed = False
+    else:
+        passed = True
+    with _checks_lock:
+        _checks["passed" if passed else "failed"] += 1
+    return passed
 
 
 def generate_key() -> Ed25519PrivateKey:

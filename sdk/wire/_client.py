@@ -71,15 +71,14 @@ class SignedAuth(httpx.Auth):
         self.root = root.rstrip("/")
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        """Add the signature headers (path and query as the receiving app reads them)."""
-        path = request.url.path
+        """Add the signature headers over the path and query as they travel
+        (percent-encoded), less the app's mount point."""
+        path = request.url.raw_path.decode("ascii")
         if self.root and path.startswith(self.root + "/"):
             path = path[len(self.root):]
-        query = request.url.query.decode("ascii")
         request.headers.update(sign_headers(
-            self.key, sender=self.sender, method=request.method,
-            path=f"{path}?{query}" if query else path, body=request.content,
-            recipient=self.recipient))
+            self.key, sender=self.sender, method=request.method, path=path,
+            body=request.content, recipient=self.recipient))
         yield request
 
 

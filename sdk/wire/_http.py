@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import ipaddress
 import json
@@ -31,12 +32,14 @@ from sdk.wire._auth import (
     signed_by,
     verify_signed,
 )
+from sdk.wire._limits import Busy, Limiter, send_busy
 from sdk.wire._payload import PayloadError, StagePayload
 from sdk.wire._schemas import StageSubmit
 
 __all__ = ["ERROR_RESPONSES", "ConflictError", "HeaderAuth", "NotFoundError", "SignatureCheck", "SizeLimit",
            "authenticate",
-           "check_reward_url", "docs_ui", "install_errors", "signature_check", "stage_payload"]
+           "check_reward_url", "docs_ui", "header_check", "install_errors", "signature_check",
+           "stage_payload", "upload_body"]
 
 
 _log = logging.getLogger("fedmor.auth")
@@ -100,8 +103,26 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 class BodyTooLarge(HTTPException):
     """A request body grew past the size limit while it was read (HTTP 413)."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, f"request body exceeds {limit} bytes")
+    def __init__(self, limit: int, setting: str) -> None:
+        super().__init__(413, f"request body exceeds {limit} bytes ({setting})")
+
+
+_BODY_KIND = "x-fedmor-body"  # in a route's openapi_extra: "upload" lifts its body limit
+
+
+def upload_body(openapi_extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``openapi_extra`` of a route that takes bulk uploads (stage messages, router
+    blobs, image batches): its body may reach the app's ``max_request_bytes``; every other
+    route's body is held to ``max_control_bytes`` (control messages are small JSON)."""
+    return {**(openapi_extra or {}), _BODY_KIND: "upload"}
+
+
+def _route_limit(scope: Scope, upload: int, control: int) -> tuple[int, str]:
+    """The body limit the matched route declared, with the setting it comes from."""
+    extra = getattr(scope.get("route"), "openapi_extra", None) or {}
+    if extra.get(_BODY_KIND) == "upload":
+        return upload, "max_request_bytes"
+    return control, "max_control_bytes"
 
 
 class BodyNotSigned(HTTPException):
@@ -124,6 +145,14 @@ class HeaderAuth:
     recipient: Callable[[], str] = lambda: SERVER_SENDER
     retired_keys_of: RetiredKeys | None = None
     bearer: Callable[[str], None] | None = None
+    cached_key_of: Callable[[str], str | None] | None = None
+    """A sender's key if it is at hand without a store read (else None): its signature is
+    then checked on the event loop, without a hop to a worker thread."""
+    bearer_identity: str = "admin"
+    """Whom a valid bearer token counts against (the per-identity caps)."""
+    limiter: Limiter | None = None
+    """The per-identity caps: a request counts against its sender once its headers check out
+    (before any body byte); None: no caps."""
     anonymous_paths: frozenset[str] = frozenset()
     anonymous_prefixes: tuple[str, ...] = ()
     """Path prefixes an anonymous caller may reach too: pages that authenticate by their own
@@ -144,15 +173,21 @@ class SizeLimit:
     the headers (sender, recipient, method, path, clock, declared body hash): a request that
     carries one that does not is refused (401/403) without reading its body, and its body is
     then hashed as it streams in (403 unless it is the signed one). A valid admin bearer token
-    counts too. Only those lift the body limit from ``unsigned_limit`` to ``limit``; an
-    anonymous request may reach only ``auth.anonymous_paths``. Nothing is buffered here: a
-    declared length over the limit is refused at once, a body is counted as the endpoint reads
-    it, and a caller that hangs up mid-body costs one log line."""
+    counts too. Only those lift the body limit from ``unsigned_limit`` to the route's own:
+    ``limit`` for a route declared with :func:`upload_body`, ``control_limit`` for any other;
+    an anonymous request may reach only ``auth.anonymous_paths``. Nothing is buffered here: a
+    declared length over the limit is refused at once (413), a body is counted as the
+    endpoint reads it, and a caller that hangs up mid-body costs one log line. With
+    ``body_timeout_s``, a body not complete that long after the request started is refused
+    408 and its connection closed."""
 
-    def __init__(self, app: ASGIApp, *, limit: int, unsigned_limit: int = 2**20,
-                 auth: HeaderAuth | None = None) -> None:
+    def __init__(self, app: ASGIApp, *, limit: int, control_limit: int | None = None,
+                 unsigned_limit: int = 2**20, auth: HeaderAuth | None = None,
+                 body_timeout_s: float | None = None) -> None:
         self.app = app
+        self.body_timeout_s = body_timeout_s
         self.limit = limit
+        self.control_limit = limit if control_limit is None else min(control_limit, limit)
         self.unsigned_limit = min(unsigned_limit, limit)
         self.auth = auth
 
@@ -165,6 +200,26 @@ class SizeLimit:
                                 (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
 
+    @staticmethod
+    async def _verified(auth: HeaderAuth, signed: SignedRequest, scope: Scope
+                        ) -> SignatureCheck:
+        """``signed`` verified: on the event loop when its sender's key is cached (one
+        Ed25519 check costs the loop less than a hop to a worker thread), else in a worker
+        thread (a store read), as is any failed check (its message may read the store)."""
+        kw: dict[str, Any] = {"method": scope["method"], "path": signed_target(scope),
+                              "use_nonce": _no_nonce, "max_skew_s": auth.max_skew_s,
+                              "recipient": auth.recipient()}
+        key = None if auth.cached_key_of is None else auth.cached_key_of(signed.sender)
+        if key is not None:
+            check = SignatureCheck(signed, public_key_of=lambda sender: key, **kw)
+            with suppress(AuthError):
+                check.verify()
+                return check
+        check = SignatureCheck(signed, public_key_of=auth.public_key_of,
+                               retired_keys_of=auth.retired_keys_of, **kw)
+        await run_in_threadpool(check.verify)
+        return check
+
     async def _authenticate(self, scope: Scope, headers: dict[bytes, bytes]) -> int:
         """The body limit this request earned; raises ``AuthError`` before any body byte."""
         auth = self.auth
@@ -173,18 +228,16 @@ class SizeLimit:
         if HEADER_SIGNATURE.encode() in headers:
             signed = SignedRequest.from_headers(
                 {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()})
-            query = scope.get("query_string", b"").decode("latin-1")
-            check = SignatureCheck(signed, method=scope["method"],
-                                   path=scope["path"] + (f"?{query}" if query else ""),
-                                   public_key_of=auth.public_key_of, use_nonce=_no_nonce,
-                                   max_skew_s=auth.max_skew_s, recipient=auth.recipient(),
-                                   retired_keys_of=auth.retired_keys_of)
-            await run_in_threadpool(check.verify)
+            check = await self._verified(auth, signed, scope)
             scope[_CHECK] = check
+            if auth.limiter is not None:
+                auth.limiter.admit(scope, signed.sender)
             return self.limit
         bearer = headers.get(b"authorization")
         if bearer is not None and auth.bearer is not None:
             auth.bearer(bearer.decode("latin-1"))
+            if auth.limiter is not None:
+                auth.limiter.admit(scope, auth.bearer_identity)
             return self.limit
         path = scope["path"]
         if path not in auth.anonymous_paths and not path.startswith(auth.anonymous_prefixes):
@@ -201,32 +254,91 @@ class SizeLimit:
         except AuthError as exc:
             await self._answer(send, exc.status, str(exc))
             return
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            await self._answer(send, 413, f"request body exceeds {limit} bytes")
+        except Busy as exc:  # the sender's caps are full: nothing of its body is read
+            assert self.auth is not None and self.auth.limiter is not None
+            await send_busy(send, str(exc), self.auth.limiter.cfg.retry_after_s)
             return
-        check: SignatureCheck | None = scope.get(_CHECK)
-        digest = hashlib.sha256()
-        size = 0
-
-        async def counted() -> Message:  # chunked uploads are bounded too
-            nonlocal size
-            message = await receive()
-            if message["type"] == "http.disconnect":  # one line, whoever turns it into what
-                _log.info("%s %s: the caller hung up after %d body bytes", scope["method"],
-                          scope["path"], size)
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge(limit)
-            if check is not None and message["type"] == "http.request":
-                digest.update(chunk)
-                if not message.get("more_body") and digest.hexdigest() != check.body_sha256:
-                    raise BodyNotSigned()
-            return message
-
+        setting = "max_request_bytes" if limit == self.limit else "unsigned body limit"
+        raw_length = headers.get(b"content-length")
+        declared = int(raw_length) if raw_length is not None and raw_length.isdigit() else 0
+        if declared > limit:
+            await self._answer(send, 413, f"request body exceeds {limit} bytes ({setting})")
+            return
+        body = _Body(self, scope, receive, limit=(limit, setting), declared=declared)
         with suppress(ClientDisconnect):  # logged as it happened; nobody is left to answer
-            await self.app(scope, counted, send)
+            await self.app(scope, body.receive, send)
+
+
+class BodyTimeout(HTTPException):
+    """A request's body did not arrive within the body deadline (HTTP 408; the connection is
+    closed after the answer)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(408, f"the request body did not arrive within {timeout_s:g} s "
+                              "(connections.body_timeout_s)", headers={"connection": "close"})
+
+
+class _Body:
+    """One request's body as the app reads it: bounded by the matched route's limit (known at
+    the first read), hashed against the signed digest, and due whole within the body
+    deadline from the request's start (a client that trickles it holds nothing longer)."""
+
+    def __init__(self, owner: SizeLimit, scope: Scope, receive: Receive, *,
+                 limit: tuple[int, str], declared: int) -> None:
+        self.owner, self.scope, self._receive = owner, scope, receive
+        self.limit, self.setting = limit
+        self.declared, self.size = declared, 0
+        self.check: SignatureCheck | None = scope.get(_CHECK)
+        self.digest = hashlib.sha256()
+        self.routed = self.done = False
+        self.deadline = (None if owner.body_timeout_s is None
+                         else asyncio.get_running_loop().time() + owner.body_timeout_s)
+
+    async def _next(self) -> Message:
+        if self.done or self.deadline is None:  # after the body: a disconnect, never late
+            return await self._receive()
+        left = self.deadline - asyncio.get_running_loop().time()
+        try:
+            return await asyncio.wait_for(self._receive(), max(left, 0.0))
+        except TimeoutError:
+            _log.info("%s %s: no complete body within %g s (%d bytes came)",
+                      self.scope["method"], self.scope["path"], self.owner.body_timeout_s,
+                      self.size)
+            raise BodyTimeout(self.owner.body_timeout_s or 0.0) from None
+
+    async def receive(self) -> Message:  # chunked uploads are bounded too
+        if not self.routed:  # the first read comes from the matched route: its own limit
+            self.routed = True
+            own = _route_limit(self.scope, self.owner.limit, self.owner.control_limit)
+            if own[0] < self.limit:
+                self.limit, self.setting = own
+            if self.declared > self.limit:
+                raise BodyTooLarge(self.limit, self.setting)
+        message = await self._next()
+        if message["type"] == "http.disconnect":  # one line, whoever turns it into what
+            _log.info("%s %s: the caller hung up after %d body bytes", self.scope["method"],
+                      self.scope["path"], self.size)
+            return message
+        chunk = message.get("body", b"")
+        self.size += len(chunk)
+        if self.size > self.limit:
+            raise BodyTooLarge(self.limit, self.setting)
+        self.done = not message.get("more_body")
+        if self.check is not None:
+            self.digest.update(chunk)
+            if self.done and self.digest.hexdigest() != self.check.body_sha256:
+                raise BodyNotSigned()
+        return message
+
+
+def signed_target(scope: Scope) -> str:
+    """The path and query a request's signature covers: as they travelled, percent-encoded
+    (``raw_path``), so a signer and a verifier agree on one form and an encoded ``?``, ``#``
+    or ``/`` cannot make one signed request read as another."""
+    raw = scope.get("raw_path")
+    path = raw.decode("latin-1") if raw else urllib.parse.quote(scope["path"])
+    query = scope.get("query_string", b"").decode("latin-1")
+    return f"{path}?{query}" if query else path
 
 
 def _no_nonce(sender: str, nonce: str, ts: float) -> bool:
@@ -319,6 +431,11 @@ class SignatureCheck:
                              body_sha256=self.body_sha256)
                    for old in self._retired_keys_of(self._signed.sender))
 
+    @property
+    def sender(self) -> str:
+        """The id the request's headers name (its signer, once :meth:`verify` passed)."""
+        return self._signed.sender
+
     def __call__(self) -> str:
         self.verify()
         signed = self._signed
@@ -340,29 +457,49 @@ async def _read_hashed(request: Request, declared_sha256: str) -> bytes:
     return b"".join(chunks)
 
 
+def _check_of(scope: Scope) -> SignatureCheck | None:
+    """The verified check of a request (set once its signed headers checked out)."""
+    check = scope.get(_CHECK)
+    return check if isinstance(check, SignatureCheck) else None
+
+
+async def header_check(request: Request, *, public_key_of: Callable[[str], str | None],
+                       use_nonce: Callable[[str, str, float], bool],
+                       max_skew_s: float, recipient: str = SERVER_SENDER,
+                       retired_keys_of: RetiredKeys | None = None) -> SignatureCheck:
+    """``request``'s signed headers, verified once per request: the check ``SizeLimit``
+    made (its app gives it a ``HeaderAuth``), else one made here and kept in the request's
+    scope, so every later layer reads its sender without another verification. No body byte
+    is read; ``use_nonce`` records the nonce when the check is called."""
+    check = _check_of(request.scope)
+    if check is None:
+        check = SignatureCheck(SignedRequest.from_headers(dict(request.headers)),
+                               method=request.method, path=signed_target(request.scope),
+                               public_key_of=public_key_of, use_nonce=use_nonce,
+                               max_skew_s=max_skew_s, recipient=recipient,
+                               retired_keys_of=retired_keys_of)
+        await run_in_threadpool(check.verify)
+        request.scope[_CHECK] = check
+    check.bind_nonces(use_nonce)
+    return check
+
+
 async def signature_check(request: Request, *, public_key_of: Callable[[str], str | None],
                           use_nonce: Callable[[str, str, float], bool],
                           max_skew_s: float, recipient: str = SERVER_SENDER,
                           retired_keys_of: RetiredKeys | None = None) -> SignatureCheck:
     """Read ``request``'s auth headers and body (``check.body``); returns the blocking check
     (``recipient``: this app's own id). The body is read only after its headers passed
-    ``SignatureCheck.verify`` (in ``SizeLimit`` when the app gives it a ``HeaderAuth``, which
-    also hashes the body as it streams in). An endpoint that does blocking work anyway runs the check
-    first in the same worker thread: one thread hop. ``retired_keys_of`` names the keys an
-    identity rotated away from: a request one of them signed gets 401 saying so."""
-    verified = request.scope.get(_CHECK)
-    if isinstance(verified, SignatureCheck):  # ``SizeLimit`` checked the headers and hashes
-        verified.bind_nonces(use_nonce)
-        verified.body = await request.body()
-        return verified
-    signed = SignedRequest.from_headers(dict(request.headers))
-    path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    check = SignatureCheck(signed, method=request.method, path=path,
-                           public_key_of=public_key_of, use_nonce=use_nonce,
-                           max_skew_s=max_skew_s, recipient=recipient,
-                           retired_keys_of=retired_keys_of)
-    await run_in_threadpool(check.verify)
-    check.body = await _read_hashed(request, signed.content_sha256)
+    :func:`header_check`; it is hashed as it streams in (by ``SizeLimit`` when the app gives
+    it a ``HeaderAuth``, else here). An endpoint that does blocking work anyway runs the
+    check first in the same worker thread: one thread hop. ``retired_keys_of`` names the keys
+    an identity rotated away from: a request one of them signed gets 401 saying so."""
+    hashed = _check_of(request.scope) is not None  # ``SizeLimit`` hashes the body it passes
+    check = await header_check(request, public_key_of=public_key_of, use_nonce=use_nonce,
+                               max_skew_s=max_skew_s, recipient=recipient,
+                               retired_keys_of=retired_keys_of)
+    check.body = (await request.body() if hashed
+                  else await _read_hashed(request, check.body_sha256))
     return check
 
 

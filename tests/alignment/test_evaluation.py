@@ -6,13 +6,16 @@ import pytest
 import torch
 
 from sdk.alignment import (
-    CategoryScore,
     EvalSettings,
-    PolicyEvaluation,
     evaluate_policy,
     style_scores,
 )
-from sdk.alignment._evaluation import best_of_n_accuracy, option_probabilities
+from sdk.alignment._evaluation import (
+    CategoryScore,
+    PolicyEvaluation,
+    best_of_n_accuracy,
+    option_probabilities,
+)
 from sdk.data import PreferencePair, Query, load_queries
 from sdk.models import encode_batch, load_vlm
 from tests.alignment.conftest import grey

@@ -13,6 +13,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -27,6 +28,7 @@ from fedmor_local._local import ADMIN_TOKEN
 from sdk.rounds import ROUND_KINDS, UpdateSource
 from sdk.wire import (
     RoundInfo,
+    SignedClient,
     StageAck,
     StageBroadcast,
     load_or_create_key,
@@ -51,23 +53,27 @@ class Caller:
         return await http.get(path, headers=self.headers("GET", path))
 
 
+def _enroll_all(c: LocalConsortium) -> list[Caller]:
+    """Enroll every member of ``c`` with its own key (no member apps: the test plays them)."""
+    callers = []
+    with httpx.Client(base_url=c.server_url, timeout=60) as http:
+        for name in c.names:
+            cfg = c.client_cfg[name]
+            key = load_or_create_key(Path(cfg["identity_key"]))
+            resp = http.post("/v1/enroll", json={
+                "name": name, "token": cfg["enrollment_token"],
+                "public_key": public_key_b64(key)})
+            assert resp.status_code == 200, resp.text
+            callers.append(Caller(resp.json()["client_id"], key))
+    return callers
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[Caller]]]:
-    """A server with default limits and 20 enrolled members (no member apps: the test plays
-    them)."""
+    """A server with default limits and 20 enrolled members."""
     with LocalConsortium(tmp_path_factory.mktemp("bounded"), 20) as c:
         c.start_server()
-        callers = []
-        with httpx.Client(base_url=c.server_url, timeout=60) as http:
-            for name in c.names:
-                cfg = c.client_cfg[name]
-                key = load_or_create_key(Path(cfg["identity_key"]))
-                resp = http.post("/v1/enroll", json={
-                    "name": name, "token": cfg["enrollment_token"],
-                    "public_key": public_key_b64(key)})
-                assert resp.status_code == 200, resp.text
-                callers.append(Caller(resp.json()["client_id"], key))
-        yield c.server_url, callers
+        yield c.server_url, _enroll_all(c)
 
 
 async def _first_done(tasks: list[asyncio.Task[httpx.Response]], count: int
@@ -265,41 +271,182 @@ def test_a_member_at_its_long_poll_cap_still_gets_its_stage_message_acked(
     asyncio.run(submit_at_the_cap())
 
 
-@pytest.fixture
-def quick_header_deadline(tmp_path: Path) -> Iterator[int]:
-    """A server whose header deadline is 1 s; yields its port."""
-    with LocalConsortium(tmp_path, 1, server={"connections": {"header_timeout_s": 1}}) as c:
+@pytest.fixture(scope="module")
+def deadlines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[Caller]]]:
+    """A server whose header and body deadlines are 1 s, with one enrolled member."""
+    with LocalConsortium(tmp_path_factory.mktemp("deadlines"), 1, server={"connections": {
+            "header_timeout_s": 1, "body_timeout_s": 1}}) as c:
         c.start_server()
-        yield c.server_port
+        yield c.server_url, _enroll_all(c)
 
 
-def test_a_slow_header_client_is_disconnected(quick_header_deadline: int) -> None:
-    sock = socket.create_connection(("127.0.0.1", quick_header_deadline))
-    sock.settimeout(30)  # a fail-safe only: the server closes after 1 s
-    closed = threading.Event()
-    request = b"GET /v1/health HTTP/1.1\r\nhost: 127.0.0.1\r\nx-slow: " + b"a" * 10_000
+@pytest.fixture(scope="module")
+def quick_deadlines(deadlines: tuple[str, list[Caller]]) -> int:
+    """The port of the server with 1 s deadlines."""
+    return int(deadlines[0].rsplit(":", 1)[1])
 
-    def trickle() -> None:  # one byte at a time, as long as the server listens
-        for byte in request:
-            if closed.wait(0.05):
+
+def _trickle(sock: socket.socket, data: bytes, stop: threading.Event) -> threading.Thread:
+    """Send ``data`` one byte every 50 ms from a thread, until it is sent or ``stop`` is set
+    or the connection closes."""
+    def run() -> None:
+        for byte in data:
+            if stop.wait(0.05):
                 return
             try:
                 sock.send(bytes([byte]))
             except OSError:
                 return
 
-    sender = threading.Thread(target=trickle, daemon=True)
+    sender = threading.Thread(target=run, daemon=True)
     sender.start()
-    try:
+    return sender
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    got = b""
+    while True:
         try:
-            answer = sock.recv(1024)
+            chunk = sock.recv(4096)
         except ConnectionResetError:  # closed while a byte was on its way
-            answer = b""
-        assert answer == b""  # closed by the server, no response
+            return got
+        if not chunk:
+            return got
+        got += chunk
+
+
+def test_a_slow_header_client_is_disconnected(quick_deadlines: int) -> None:
+    sock = socket.create_connection(("127.0.0.1", quick_deadlines))
+    sock.settimeout(30)  # a fail-safe only: the server closes after 1 s
+    stop = threading.Event()
+    sender = _trickle(sock, b"GET /v1/health HTTP/1.1\r\nhost: 127.0.0.1\r\nx-slow: "
+                      + b"a" * 10_000, stop)
+    try:
+        assert _read_until_closed(sock) == b""  # closed by the server, no response
     finally:
-        closed.set()
+        stop.set()
         sender.join()
         sock.close()
     # A client that sends its headers at once is served as before.
-    resp = httpx.get(f"http://127.0.0.1:{quick_header_deadline}/v1/health", timeout=60)
+    resp = httpx.get(f"http://127.0.0.1:{quick_deadlines}/v1/health", timeout=60)
     assert resp.status_code == 200 and json.loads(resp.text)["app"] == "fedmor-server"
+
+
+def test_a_slow_body_is_cut_off(quick_deadlines: int) -> None:
+    """Complete headers, then a body one byte every 50 ms (1000 bytes: 50 s): after the 1 s
+    body deadline the server answers 408 and closes the connection."""
+    sock = socket.create_connection(("127.0.0.1", quick_deadlines))
+    sock.settimeout(30)  # a fail-safe only: the server answers after 1 s
+    sock.sendall(b"POST /v1/enroll HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+                 b"content-type: application/json\r\ncontent-length: 1000\r\n\r\n")
+    stop = threading.Event()
+    sender = _trickle(sock, b"{" + b" " * 999, stop)
+    try:
+        answer = _read_until_closed(sock)
+    finally:
+        stop.set()
+        sender.join()
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert b"connections.body_timeout_s" in answer
+    assert b"connection: close" in answer.lower()
+
+
+def _signature_checks(http: httpx.Client) -> float:
+    """The server's ``fedmor_server_signature_checks``, summed over results."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in http.get("/metrics").text.splitlines()
+               if line.startswith("fedmor_server_signature_checks{"))
+
+
+def test_each_signed_request_is_verified_once(served: tuple[str, list[Caller]]) -> None:
+    """The header check, the per-identity caps and the route share one Ed25519 verification:
+    a request's signature is checked once, whatever layers read its sender."""
+    url, callers = served
+    member = callers[19]
+    body = b'{"clip_bound": 3}'
+    with httpx.Client(base_url=url, timeout=60) as http:
+        before = _signature_checks(http)
+        for path in ("/v1/rounds", "/v1/work?wait_s=0"):
+            resp = http.get(path, headers=member.headers("GET", path))
+            assert resp.status_code == 200, resp.text
+        path = "/v1/identity/clip-bound"
+        resp = http.post(path, content=body, headers=member.headers("POST", path, body)
+                         | {"content-type": "application/json"})
+        assert resp.status_code == 200, resp.text
+        assert _signature_checks(http) - before == 3
+
+
+def test_a_percent_encoded_path_is_signed_as_sent(served: tuple[str, list[Caller]]) -> None:
+    """The signature covers the path as it travels (percent-encoded), on both sides: a stage
+    name with a space, a non-ASCII letter and an encoded ``?`` passes the signature check (the
+    route then refuses the name, 422), and a signature made for ``/v1/rounds?status=open``
+    does not let the same bytes travel as one path, ``/v1/rounds%3Fstatus=open``."""
+    url, callers = served
+    member = callers[19]
+    with SignedClient(url, key=member.key, sender=member.client_id) as signed:
+        resp = signed.request("GET", "/v1/rounds/1/stages/zürich st%3Fx")
+        assert resp.request.url.raw_path == b"/v1/rounds/1/stages/z%C3%BCrich%20st%3Fx"
+        assert resp.status_code == 422, resp.text
+        assert "path.stage" in resp.json()["detail"]
+    headers = member.headers("GET", "/v1/rounds?status=open")
+    with httpx.Client(base_url=url, timeout=60) as http:
+        assert http.get("/v1/rounds?status=open", headers=headers).status_code == 200
+        moved = http.get("/v1/rounds%3Fstatus=open", headers=member.headers(
+            "GET", "/v1/rounds?status=open"))
+        assert moved.status_code == 403, moved.text
+
+
+def test_each_route_limits_its_own_body(served: tuple[str, list[Caller]]) -> None:
+    """A JSON control route takes ``max_control_bytes`` (256 KiB), an upload route (a stage
+    message) ``max_request_bytes`` (64 MiB): 300 KB to the first is refused 413 naming its
+    limit, whether its length is declared or it streams in chunks; the second reads them."""
+    url, callers = served
+    member = callers[19]
+    body = b'{"clip_bound": 3, "pad": "' + b"x" * 300_000 + b'"}'
+    control = "/v1/identity/clip-bound"
+    upload = "/v1/rounds/999/stages/advertise"
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(body), 16_384):
+            yield body[start:start + 16_384]
+
+    with httpx.Client(base_url=url, timeout=60) as http:
+        for content in (body, chunks()):  # a declared length, then chunks of unknown total
+            resp = http.post(control, content=content, headers=member.headers(
+                "POST", control, body) | {"content-type": "application/json"})
+            assert resp.status_code == 413, resp.text
+            assert "max_control_bytes" in resp.json()["detail"]
+        resp = http.post(upload, content=chunks(), headers=member.headers(
+            "POST", upload, body) | {"content-type": "application/json"})
+        assert resp.status_code == 422, resp.text  # read whole, then parsed: no payload
+        assert "payload: Field required" in resp.json()["detail"]
+
+
+def test_a_hung_up_long_poll_frees_its_slot(deadlines: tuple[str, list[Caller]]) -> None:
+    """A member opens its four long polls (its cap) and hangs up: the server ends them at
+    once, so its next poll is admitted, not refused 429 until their 30 s wait ran out."""
+    url, (member,) = deadlines
+    port = int(url.rsplit(":", 1)[1])
+    path = f"/v1/work?wait_s={HELD_S}"
+    polls = []
+    for _ in range(4):
+        sock = socket.create_connection(("127.0.0.1", port))
+        head = "".join(f"{k}: {v}\r\n" for k, v in member.headers("GET", path).items())
+        sock.sendall(f"GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n{head}\r\n".encode())
+        polls.append(sock)
+    with httpx.Client(base_url=url, timeout=60) as http:
+        try:
+            for _ in range(1000):  # until the server holds all four (a bounded wait)
+                if _in_progress(http, "long_polls") == 4:
+                    break
+            assert _in_progress(http, "long_polls") == 4
+        finally:
+            for sock in polls:
+                sock.close()
+        fail_safe = time.monotonic() + HELD_S / 2  # the polls would end on their own at 30 s
+        while _in_progress(http, "long_polls") > 0:
+            assert time.monotonic() < fail_safe, "hung-up long polls still held"
+        poll = "/v1/work?wait_s=0.5"
+        resp = http.get(poll, headers=member.headers("GET", poll))
+        assert resp.status_code == 200, resp.text  # admitted: its slots are free

@@ -1,14 +1,13 @@
-"""Bounded cost per caller: how many requests and long polls one identity may have in progress,
-how many requests without a verified identity the server holds at once, and how many threads
-run the blocking work.
+"""Bounded cost per caller, in either app: how many requests and long polls one identity may
+have in progress, how many requests without a verified identity the app holds at once, and
+how many threads run the blocking work.
 
 A request without credentials counts against one *anonymous* cap shared by every such caller;
 one with a signature or a bearer token counts against a separate *unverified* cap until
-:class:`~server_app._access.Access` has checked its headers (before the body of a round
-message; FastAPI reads a JSON-model body first), and from then on against its sender's caps:
-a member can exhaust only its own quota, nobody can spend another identity's quota without its
-key, and an anonymous flood does not lock members out. Beyond a cap the answer is 429 with
-``Retry-After``: a member's client retries it.
+``SizeLimit`` has checked its headers (before any body byte), and from then on against its
+sender's caps: a caller can exhaust only its own quota, nobody can spend another identity's
+quota without its key, and an anonymous flood does not lock the identified callers out.
+Beyond a cap the answer is 429 with ``Retry-After``: fedmor's clients retry it.
 """
 
 from __future__ import annotations
@@ -17,14 +16,15 @@ import json
 import threading
 from collections import Counter
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.requests import HTTPConnection, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sdk.wire import HEADER_SIGNATURE
+from sdk.wire._auth import HEADER_SIGNATURE
 
-__all__ = ["Busy", "Limiter", "RequestLimits", "install_limits"]
+__all__ = ["Busy", "Limiter", "RequestLimits", "install_limits", "send_busy"]
 
 _SLOTS = "fedmor.slots"  # the scope key of a request's held slots
 _UNLIMITED = frozenset({"/v1/health"})  # liveness: answered on the event loop, nothing held
@@ -32,7 +32,7 @@ _CREDENTIALS = frozenset({HEADER_SIGNATURE.encode(), b"authorization"})
 
 
 class RequestLimits(BaseModel):
-    """Per-identity and global caps on requests in progress (``[limits]`` in the server's
+    """Per-identity and global caps on requests in progress (``[limits]`` in either app's
     settings); each must stay below ``worker_threads`` so no one caller can take every thread."""
 
     model_config = ConfigDict(extra="forbid")
@@ -114,10 +114,11 @@ class Limiter:
                 for _ in range(slots.waits):
                     _drop(self._waits, slots.identity)
 
-    def admit(self, request: Request, identity: str) -> None:
-        """Count ``request`` against ``identity`` (call only once its signature or bearer
-        token checked out), freeing its unverified slot; ``Busy`` at the identity's cap."""
-        slots: _Slots | None = request.scope.get(_SLOTS)
+    def admit(self, scope: Scope, identity: str) -> None:
+        """Count the request of ``scope`` against ``identity`` (call only once its signature
+        or bearer token checked out), freeing its unverified slot; ``Busy`` at the identity's
+        cap."""
+        slots: _Slots | None = scope.get(_SLOTS)
         if slots is None or slots.identity == identity:
             return
         with self._lock:
@@ -132,7 +133,7 @@ class Limiter:
                 _drop(self._pools, slots.pool)
                 slots.pool = None
 
-    def hold_wait(self, request: Request, identity: str) -> None:
+    def hold_wait(self, request: HTTPConnection, identity: str) -> None:
         """Count a long poll of ``identity`` until ``request`` ends; ``Busy`` at its cap."""
         slots: _Slots | None = request.scope.get(_SLOTS)
         if slots is None:
@@ -177,7 +178,7 @@ class _Middleware:
         pool = "unverified" if names & _CREDENTIALS else "anonymous"
         slots = self.limiter._enter(pool)
         if slots is None:
-            await _send_busy(send, f"the server holds {getattr(self.limiter.cfg, pool)} "
+            await send_busy(send, f"the app holds {getattr(self.limiter.cfg, pool)} "
                              f"requests of this kind (limits.{pool}); retry shortly",
                              self.limiter.cfg.retry_after_s)
             return
@@ -188,7 +189,8 @@ class _Middleware:
             self.limiter._leave(slots)
 
 
-async def _send_busy(send: Send, detail: str, retry_after_s: int) -> None:
+async def send_busy(send: Send, detail: str, retry_after_s: int) -> None:
+    """Answer 429 with ``detail`` and ``Retry-After`` (from middleware, before any route)."""
     body = json.dumps({"detail": detail}).encode()
     await send({"type": "http.response.start", "status": 429,
                 "headers": [(b"content-type", b"application/json"),
