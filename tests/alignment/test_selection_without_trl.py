@@ -19,7 +19,8 @@ _SCRIPT = textwrap.dedent("""
     from fastapi.testclient import TestClient
 
     from sdk.router import HashingEncoder, HashingEncoderConfig, Router, RouterConfig
-    from sdk.wire import add_to_roster, generate_key, public_key_b64
+    from sdk.membership import add_to_roster
+    from sdk.wire import generate_key, public_key_b64
     from server_app import ServerSettings
     from server_app._app import create_app
 

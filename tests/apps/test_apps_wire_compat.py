@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel, ValidationError
 
 import sdk.wire as wire
+import sdk.wire._schemas as wire_schemas
 from tests.apps.conftest import Member
 
 RESPONSES = ["AlignerFeedbackAck", "AlignerResponse", "AlignerStats", "AuditBudget",
@@ -26,7 +27,7 @@ REQUESTS = ["AlignerFeedback", "AlignerItem", "AlignerRequest", "ClipBoundAnnoun
 
 
 def _model(name: str) -> type[BaseModel]:
-    model = getattr(wire, name)
+    model = getattr(wire, name, None) or getattr(wire_schemas, name)  # ErrorBody: private
     assert issubclass(model, BaseModel)
     return model
 
