@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import threading
 import time
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sdk._heap import freeze_heap
 
 __all__ = ["DPConfig", "client_noise_std", "clip_and_noise", "composed_epsilon", "dp_clip_range",
            "preload_accountant"]
@@ -107,10 +110,13 @@ def preload_accountant() -> threading.Thread:
     (daemon) thread; importing stays lazy for processes that never call this."""
 
     def load() -> None:
+        if "opacus.accountants" in sys.modules:
+            return
         started = time.monotonic()
         import opacus.accountants  # noqa: F401  (the import is the point)
 
         _log.info("DP accountant (opacus) loaded in %.1f s", time.monotonic() - started)
+        freeze_heap("the DP accountant loaded")  # torch's objects too: loaded once, kept
 
     thread = threading.Thread(target=load, name="fedmor-dp-preload", daemon=True)
     thread.start()

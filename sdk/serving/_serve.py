@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sdk._heap import freeze_heap_from_now_on
+
 __all__ = ["ConnectionLimits", "configure_logging", "serve"]
 
 _log = logging.getLogger("fedmor.serve")
@@ -82,6 +84,24 @@ def _header_timeout_protocol(timeout_s: float) -> type[asyncio.Protocol]:
     return HeaderDeadline
 
 
+def _freezing_heap_once_started(app: Any) -> Any:
+    """``app``, freezing the process's heap (``sdk._heap``) once its start-up is complete:
+    the modules and state loaded then stay out of the collector's full passes."""
+
+    async def served(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            return await app(scope, receive, send)
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                freeze_heap_from_now_on()
+            await send(message)
+
+        return await app(scope, receive, sending)
+
+    return served
+
+
 class _JsonLines(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out = {"ts": round(record.created, 3), "level": record.levelname,
@@ -125,7 +145,7 @@ def serve(app: Any, *, host: str, port: int, tls_cert: Path | None, tls_key: Pat
                                      host, port, " (client certificates required)"
                                      if client_ca else "")
     limits = connections or ConnectionLimits()
-    uvicorn.run(app, host=host, port=port, log_level=log_level,
+    uvicorn.run(_freezing_heap_once_started(app), host=host, port=port, log_level=log_level,
                 access_log=log_level == "debug",
                 http=_header_timeout_protocol(limits.header_timeout_s),
                 timeout_keep_alive=limits.keep_alive_s,
