@@ -22,7 +22,6 @@ from client_app._settings import ClientSettings
 from client_app._store import ClientStore
 from sdk import __version__
 from sdk.secagg import preload_accountant
-from sdk.storage import purging
 from sdk.wire import (
     ERROR_RESPONSES,
     HeaderAuth,
@@ -131,8 +130,7 @@ def _lifespan(cfg: ClientSettings, store: ClientStore, key: Ed25519PrivateKey,
         app.state.runner, app.state.runner_task = runner, task
         _log.info("fedmor client %s (%s): rounds %s; policy: %s", __version__, cfg.name,
                   "on" if runner else "off", describe_policy(cfg.policy).replace("\n", "; "))
-        async with purging(lambda: purge_client(store, cfg.retention, cfg.policy),
-                           cfg.retention.interval_s):
+        async with cfg.retention.purging(lambda: purge_client(store, cfg.retention, cfg.policy)):
             yield
         if runner is not None and task is not None:
             runner.stop.set()

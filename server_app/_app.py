@@ -3,17 +3,16 @@ module per area (enrollment, rounds, router versions, work and pull queries, ali
 health and metrics)."""
 
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import anyio.to_thread
 from fastapi import FastAPI
 
 from sdk import __version__
 from sdk.secagg import preload_accountant
-from sdk.storage import purging
+from sdk.serving import periodically
 from sdk.wire import (
     ERROR_RESPONSES,
     HeaderAuth,
@@ -50,7 +49,7 @@ from server_app._router_api import router_versions_router
 from server_app._router_config import RouterLineages
 from server_app._settings import ServerSettings
 from server_app._store import Store
-from server_app._work import Signal, executor_gone, watch_store
+from server_app._work import Signal, store_watch
 from server_app._work_api import install_work_routes
 
 __all__ = ["create_app", "create_app_from_env"]
@@ -61,8 +60,8 @@ _log = logging.getLogger("fedmor.server")
 def _lifespan(cfg: ServerSettings, store: Store, rounds: RoundManager, broker: RewardBroker,
               identities: Identities, work: Signal
               ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """Run the deadline ticker and the store watcher while the app serves; close the broker's
-    clients after."""
+    """Run the deadline ticker, the store watcher and the retention purge while the app serves;
+    close the broker's clients after."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -70,31 +69,19 @@ def _lifespan(cfg: ServerSettings, store: Store, rounds: RoundManager, broker: R
         # can hold all of its threads.
         anyio.to_thread.current_default_thread_limiter().total_tokens = cfg.limits.worker_threads
 
-        async def ticker() -> None:  # deadlines fire even when no client calls in
-            while True:
-                await asyncio.sleep(cfg.tick_interval_s)
-                try:
-                    await asyncio.to_thread(rounds.tick)
-                    await asyncio.to_thread(identities.tick)
-                except RuntimeError as exc:
-                    if executor_gone(exc):
-                        return
-                    _log.exception("deadline tick failed")
-                except Exception:  # a failing tick must not stop all future deadlines
-                    _log.exception("deadline tick failed")
+        def tick() -> None:  # deadlines fire even when no client calls in
+            rounds.tick()
+            identities.tick()
 
-        task = asyncio.create_task(ticker())
-        watcher = asyncio.create_task(watch_store(store, work, cfg.work_recheck_s))
         if cfg.preload_dp_accountant:  # any operator may open a DP round over REST
             preload_accountant()
         _log.info("fedmor server %s: store %s, %d enrolled member(s)", __version__, cfg.db_path,
                   len(store.clients()))
-        async with purging(lambda: purge_server(store, cfg.retention), cfg.retention.interval_s):
+        async with (periodically(tick, cfg.tick_interval_s, "deadline tick"),
+                    periodically(store_watch(store, work), cfg.work_recheck_s,
+                                 "reading the store's data version", at_start=True),
+                    cfg.retention.purging(lambda: purge_server(store, cfg.retention))):
             yield
-        for running in (task, watcher):
-            running.cancel()
-            with suppress(asyncio.CancelledError):
-                await running
         identities.flush_seen()
         await broker.aclose()
 

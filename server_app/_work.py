@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -23,10 +22,9 @@ from sdk.wire import PendingQuery, StageBroadcast, Work
 from server_app._rounds import RoundManager
 from server_app._store import Store
 
-__all__ = ["Signal", "executor_gone", "find_work", "held", "wait_broadcast", "watch_store"]
+__all__ = ["Signal", "find_work", "held", "store_watch", "wait_broadcast"]
 
 _T = TypeVar("_T")
-_log = logging.getLogger("fedmor.server")
 _Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 
 
@@ -110,13 +108,6 @@ class Signal:
         return out
 
 
-def executor_gone(exc: RuntimeError) -> bool:
-    """Whether ``asyncio.to_thread`` failed because the loop's executor is shut down (the
-    loop or the interpreter is ending): no later call can run, so a periodic task ends
-    quietly instead of logging the same failure each period."""
-    return "shutdown" in str(exc)
-
-
 async def _hung_up(request: Request) -> None:
     """Return once ``request``'s client has disconnected (its body is read by then)."""
     while (await request.receive())["type"] != "http.disconnect":
@@ -138,25 +129,19 @@ async def held(request: Request, waiting: Awaitable[_T], gone: _T) -> _T:
     return wait.result() if wait.done() and not wait.cancelled() else gone
 
 
-async def watch_store(store: Store, signal: Signal, interval_s: float) -> None:
-    """Bump ``signal`` whenever another connection committed to ``store`` (a broker in another
-    process queued a query): one cheap read per ``interval_s`` for the whole server, not one
-    store read per held request."""
-    version: int | None = None
-    while True:
-        try:
-            now = await asyncio.to_thread(store.data_version)
-        except RuntimeError as exc:
-            if executor_gone(exc):
-                return
-            _log.exception("reading the store's data version failed")
-        except Exception:  # a failing read must not stop the watch (held requests time out)
-            _log.exception("reading the store's data version failed")
-        else:
-            if version is not None and now != version:
-                signal.bump()
-            version = now
-        await asyncio.sleep(interval_s)
+def store_watch(store: Store, signal: Signal) -> Callable[[], None]:
+    """A check that bumps ``signal`` when another connection committed to ``store`` since the
+    last check (a broker in another process queued a query): run every few moments, one cheap
+    read for the whole server, not one store read per held request."""
+    seen: list[int] = []  # the data version the last check read
+
+    def check() -> None:
+        now = store.data_version()
+        if seen and seen[0] != now:
+            signal.bump()
+        seen[:] = [now]
+
+    return check
 
 
 def find_work(rounds: RoundManager, store: Store, client_id: str, *,

@@ -4,7 +4,7 @@ online backup. Each app defines its own tables on top; this package holds no app
 """
 
 from sdk.storage._backup import backup_sqlite
-from sdk.storage._retention import DAY_S, Retention, purging
+from sdk.storage._retention import DAY_S, Retention
 from sdk.storage._sqlite import SQLiteFile
 
-__all__: list[str] = ["DAY_S", "Retention", "SQLiteFile", "backup_sqlite", "purging"]
+__all__: list[str] = ["DAY_S", "Retention", "SQLiteFile", "backup_sqlite"]

@@ -1,5 +1,5 @@
 """Retention: how long either app keeps cached images, reward-query rows and audit rows, and
-the background task that purges what is older (once at start, then every ``interval_s``).
+the background purge of what is older (once at start, then every ``interval_s``).
 
 What a purge may never touch is each app's business (its own ``purge`` function): the rows an
 open round needs, the pending reward queries, the query log inside a member's budget window.
@@ -7,15 +7,16 @@ open round needs, the pending reward queries, the query log inside a member's bu
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["DAY_S", "Retention", "purging"]
+from sdk._periodic import periodically
+
+__all__ = ["DAY_S", "Retention"]
 
 DAY_S = 86_400.0
 """Seconds in a day: retention windows are given in days."""
@@ -41,38 +42,14 @@ class Retention(BaseModel):
         """The time before which rows kept ``days`` days are purged."""
         return (time.time() if now is None else now) - days * DAY_S
 
+    def purging(self, purge: Callable[[], dict[str, int]]) -> AbstractAsyncContextManager[None]:
+        """Run ``purge`` (rows removed per kind) once now, then every ``interval_s`` in a
+        worker thread, until the block ends (an app's lifespan); each logs what it removed."""
+        return periodically(lambda: _report(purge()), self.interval_s, "retention purge",
+                            at_start=True)
 
-def _run(purge: Callable[[], dict[str, int]]) -> None:
-    try:
-        removed = purge()
-    except Exception:  # a failing purge must not stop the app nor the next purge
-        _log.exception("retention purge failed")
-        return
+
+def _report(removed: dict[str, int]) -> None:
     if any(removed.values()):
         _log.info("retention purge removed %s", ", ".join(
             f"{n} {what}" for what, n in removed.items() if n))
-
-
-@asynccontextmanager
-async def purging(purge: Callable[[], dict[str, int]], interval_s: float) -> AsyncIterator[None]:
-    """Run ``purge`` (rows removed per kind) once now, then every ``interval_s`` in a worker
-    thread, until the block ends (an app's lifespan)."""
-    await asyncio.to_thread(_run, purge)
-
-    async def again() -> None:
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await asyncio.to_thread(_run, purge)
-            except RuntimeError as exc:  # _run logs purge's own failures
-                if "shutdown" in str(exc):  # the loop's executor is gone: no later purge runs
-                    return
-                raise
-
-    task = asyncio.create_task(again())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with suppress(asyncio.CancelledError):
-            await task

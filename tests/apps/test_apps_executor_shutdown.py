@@ -13,7 +13,8 @@ from fastapi import FastAPI
 from server_app import ServerSettings
 from server_app._app import create_app
 
-PERIODIC = {"ticker", "watch_store", "again"}  # the coroutines the lifespan starts
+# The tasks the lifespan starts (``sdk.serving.periodically`` names each by what it does).
+PERIODIC = {"deadline tick", "reading the store's data version", "retention purge"}
 
 
 class _Errors(logging.Handler):
@@ -29,17 +30,13 @@ class _Errors(logging.Handler):
         self.seen.set()
 
 
-def _name(task: asyncio.Task[object]) -> str:
-    return str(getattr(task.get_coro(), "__name__", ""))
-
-
 async def _shut_executor_while_serving(app: FastAPI, errors: _Errors) -> set[str]:
     """Shut the loop's default executor inside the app's lifespan; wait until every periodic
     task has ended or an ERROR is logged; the names of those still running."""
     async with app.router.lifespan_context(app):
         running: set[asyncio.Task[object]] = {
-            t for t in asyncio.all_tasks() if _name(t) in PERIODIC}
-        assert {_name(t) for t in running} == PERIODIC
+            t for t in asyncio.all_tasks() if t.get_name() in PERIODIC}
+        assert {t.get_name() for t in running} == PERIODIC
         await asyncio.get_running_loop().shutdown_default_executor()
         logged: asyncio.Task[object] = asyncio.create_task(errors.seen.wait())
         while running and not errors.seen.is_set():
@@ -47,7 +44,7 @@ async def _shut_executor_while_serving(app: FastAPI, errors: _Errors) -> set[str
                                             return_when=asyncio.FIRST_COMPLETED)
             running.discard(logged)
         logged.cancel()
-        return {_name(t) for t in running}
+        return {t.get_name() for t in running}
 
 
 def test_periodic_tasks_end_quietly_when_the_executor_is_shut_down(tmp_path: Path) -> None:
