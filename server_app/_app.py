@@ -105,7 +105,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                           capture=capture)
     verify = tls_verify(cfg.tls_ca)
     broker = RewardBroker(store, key, timeout_s=cfg.reward_timeout_s, poll_s=cfg.reward_poll_s,
-                          verify=verify, on_queue=work.bump,
+                          verify=verify, per_member=cfg.reward_concurrency_per_member,
+                          on_queue=work.bump,
                           on_scored=None if capture is None else capture.reward_query)
     access = Access(store, cfg)
     identities = Identities(store, access, rounds, cfg.roster_file, broker)
@@ -147,7 +148,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(rounds_router(rounds, access, work, limits))
     app.include_router(operator_router(identities, rounds, access))
     app.include_router(router_versions_router(store, access, rounds.lineages))
-    install_work_routes(app, store, rounds, work, access, limits)
+    install_work_routes(app, store, rounds, work, access, limits, broker.answered)
     install_console(app, ConsoleSources(store, identities, rounds, app.state.rewards, capture),
                     access, cfg.console)
     return app

@@ -1,26 +1,32 @@
 """The reward-query broker (stage C): ask a member to score a batch, by push or pull.
 
 Push: the server POSTs ``/v1/reward`` to the client app, signed with the server's identity.
-Pull: the query waits in the store until the client fetches ``/v1/reward/pending`` and answers.
+Pull: the query waits in the store until the client fetches ``/v1/reward/pending`` and answers;
+the answer route wakes it (:meth:`RewardBroker.answered`), a slow re-read of the store is the
+fallback.
 Each item goes as one :class:`~sdk.wire.RewardItem` made from its :class:`~sdk.wire.ImageRef`:
 the image's bytes exactly as the aligner sent them, once per member, then only their sha256; a
 member that lacks an image says so (409 / ``missing``) and the broker resends it. The member's
 answer is checked here, once (count, finite, its announced bound).
 
-:class:`BrokerRewardSource` is the broker as the selection layer's ``RewardSource``: the one
-place a selection's client index becomes a member's client id.
+A member app caps the requests one identity has in progress (its ``limits.per_identity``), and
+the server is one identity to it: the broker keeps at most ``per_member`` push queries in
+flight to each member, and sends a query the member refused with 429 again after its
+``Retry-After``, for as long as the query's deadline allows.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import email.utils
 import json
-import logging
 import math
 import ssl
+import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -29,13 +35,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sdk.wire import SERVER_SENDER, AsyncSignedClient, ImageRef, RewardItem, SignedAuth
 from server_app._store import Store
 
-if TYPE_CHECKING:
-    from PIL import Image
-
-__all__ = ["BrokerError", "BrokerRewardSource", "OnScored", "RewardBroker"]
+__all__ = ["BrokerError", "OnScored", "RewardBroker"]
 
 _REVOKED = "withdrawn: the member was revoked"
-_log = logging.getLogger("fedmor.server.rewards")
+# A Retry-After of 0, or one that cannot be read, must not turn into a busy loop of resends.
+_RETRY_FLOOR_S = 0.1
+_RETRY_DEFAULT_S = 1.0
 
 OnScored = Callable[[str, list[RewardItem], list[float]], None]
 """Told of every answered query: (member client id, its items, their checked scores)."""
@@ -63,20 +68,55 @@ def server_timing(header: str) -> dict[str, float]:
     return out
 
 
+def retry_after_s(header: str | None) -> float:
+    """The wait a 429's ``Retry-After`` asks for (delta-seconds or an HTTP date), never below
+    the floor; the default wait when there is none or it cannot be read."""
+    if not header:
+        return _RETRY_DEFAULT_S
+    try:
+        wait = float(header)
+    except ValueError:
+        try:
+            wait = email.utils.parsedate_to_datetime(header).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return _RETRY_DEFAULT_S
+    return max(wait, _RETRY_FLOOR_S) if math.isfinite(wait) else _RETRY_DEFAULT_S
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class RewardBroker:
     """Routes reward queries to clients; ``mode`` is ``push``, ``pull`` or ``auto`` (push when
-    the client enrolled with a reward URL)."""
+    the client enrolled with a reward URL).
+
+    ``timeout_s`` bounds each query, its waits for a free slot and its resends after a 429
+    included; ``per_member``: push queries in flight to one member at once; ``poll_s``: how
+    often a pull query re-reads the store when nothing woke it (an answer stored by another
+    process: a broker on the server's store without its answer route keeps it short)."""
 
     def __init__(self, store: Store, key: Ed25519PrivateKey, *, timeout_s: float = 60.0,
                  poll_s: float = 0.05, verify: ssl.SSLContext | bool = True, mode: str = "auto",
-                 on_queue: Callable[[str], None] | None = None,
+                 per_member: int = 8, on_queue: Callable[[str], None] | None = None,
                  on_scored: OnScored | None = None) -> None:
         if mode not in ("push", "pull", "auto"):
             raise ValueError(f"broker mode must be push, pull or auto, not {mode!r}")
+        if per_member < 1:
+            raise ValueError(f"per_member must be at least 1, not {per_member}")
         self.store = store
         self.key = key
         self.timeout_s = timeout_s
         self.poll_s = poll_s
+        self.per_member = per_member
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        # For tests and the benchmark: push requests that waited for a free slot of their
+        # member, push requests sent again after a 429, store reads of waiting pull queries.
+        self.slot_waits = self.resends = self.pull_reads = 0
+        # The pull queries waiting here, by id: ``answered`` (any thread) resolves a future.
+        self._waiting: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = {}
+        self._waiting_lock = threading.Lock()
         self.mode = mode
         # Called with the client id: wakes that client's long-polling ``/v1/work`` (pull mode).
         self.on_queue = on_queue
@@ -100,6 +140,17 @@ class RewardBroker:
         self._revoked.add(client_id)
         for query in self.store.pending_queries(client_id):
             self.store.answer_query(query["query_id"], {"error": _REVOKED})
+            self.answered(query["query_id"])
+
+    def answered(self, query_id: int) -> None:
+        """Wake pull query ``query_id`` if it waits in this broker: its answer (or refusal) is
+        in the store now. Safe from any thread (the answer route runs in a worker thread);
+        nothing is kept for a query that does not wait here."""
+        with self._waiting_lock:
+            waiter = self._waiting.get(query_id)
+        if waiter is not None:
+            with contextlib.suppress(RuntimeError):  # that loop closed: nobody waits there
+                waiter[0].call_soon_threadsafe(_resolve, waiter[1])
 
     def reread(self, client_id: str) -> None:
         """Read ``client_id``'s row from the store again at its next query (it announced a
@@ -203,19 +254,12 @@ class RewardBroker:
 
     async def _push(self, client_id: str, base_url: str, items: list[RewardItem],
                     images: dict[str, ImageRef], cached: set[str]) -> list[float]:
+        deadline = time.monotonic() + self.timeout_s
         force: set[str] = set()
         for _ in range(2):  # at most one resend of the images the client lacks
             body = json.dumps({"items": self._items(items, images, cached, force)}).encode()
-            # Signed for the member, without its reward URL's path: the app sees the paths
-            # below it.
-            auth = SignedAuth(self.key, SERVER_SENDER, recipient=client_id,
-                              root=urlsplit(base_url).path)
             self.bytes_sent += len(body)
-            try:
-                resp = await self._http.request("POST", base_url.rstrip("/") + "/v1/reward",
-                                                body, media="application/json", auth=auth)
-            except httpx.HTTPError as exc:
-                raise BrokerError(f"client {client_id} unreachable at {base_url}: {exc}") from exc
+            resp = await self._post(client_id, base_url, body, deadline)
             if resp.status_code == 409 and "missing" in resp.json():
                 force = set(resp.json()["missing"])
                 self.store.forget_cached(client_id, sorted(force))
@@ -228,6 +272,45 @@ class RewardBroker:
             return self._check(resp.json().get("scores"), len(items), client_id)
         raise BrokerError(f"client {client_id} still lacks images after a resend")
 
+    async def _post(self, client_id: str, base_url: str, body: bytes,
+                    deadline: float) -> httpx.Response:
+        """The member's answer to ``body``, sent while one of its ``per_member`` slots is
+        held, and sent again after each 429 once its ``Retry-After`` passed, as long as that
+        comes before ``deadline``: the member refused for load, not for the query."""
+        url = base_url.rstrip("/") + "/v1/reward"
+        # Signed for the member, without its reward URL's path: the app sees the paths below
+        # it. Each attempt is signed afresh (new nonce): a resend is no replay.
+        auth = SignedAuth(self.key, SERVER_SENDER, recipient=client_id,
+                          root=urlsplit(base_url).path)
+        slot = self._slots.setdefault(client_id, asyncio.Semaphore(self.per_member))
+        while True:
+            if slot.locked():
+                self.slot_waits += 1
+                try:
+                    await asyncio.wait_for(slot.acquire(), max(deadline - time.monotonic(), 0))
+                except asyncio.TimeoutError:
+                    raise BrokerError(f"client {client_id}: no free slot of its {self.per_member}"
+                                      f" (reward_concurrency_per_member) within "
+                                      f"{self.timeout_s:g} s") from None
+            else:
+                await slot.acquire()  # free: returns at once
+            try:
+                resp = await self._http.request("POST", url, body, media="application/json",
+                                                auth=auth)
+            except httpx.HTTPError as exc:
+                raise BrokerError(f"client {client_id} unreachable at {base_url}: {exc}") from exc
+            finally:
+                slot.release()
+            if resp.status_code != 429:
+                return resp
+            wait = retry_after_s(resp.headers.get("retry-after"))
+            if time.monotonic() + wait > deadline:
+                raise BrokerError(f"client {client_id} answered 429 (busy: {resp.text[:200]}) "
+                                  f"with a Retry-After of {wait:g} s, past the query's "
+                                  f"deadline ({self.timeout_s:g} s)")
+            self.resends += 1
+            await asyncio.sleep(wait)
+
     async def _pull(self, client_id: str, items: list[RewardItem],
                     images: dict[str, ImageRef], cached: set[str]) -> list[float]:
         force: set[str] = set()
@@ -236,19 +319,7 @@ class RewardBroker:
                                                self._items(items, images, cached, force))
             if self.on_queue is not None:
                 self.on_queue(client_id)
-            deadline = time.monotonic() + self.timeout_s
-            while True:  # each read off the event loop: a commit may hold the store
-                row = await asyncio.to_thread(self.store.query, query_id)
-                if row is not None and row["status"] == "answered":
-                    break
-                if client_id in self._revoked:  # queued just as it was revoked
-                    self.store.answer_query(query_id, {"error": _REVOKED})
-                    continue
-                if time.monotonic() > deadline:
-                    self.store.answer_query(query_id, [])  # withdraw it
-                    raise BrokerError(f"client {client_id} did not answer query {query_id} "
-                                      f"within {self.timeout_s:g} s")
-                await asyncio.sleep(self.poll_s)
+            row = await self._answer(client_id, query_id)
             answer = json.loads(row["scores"])
             if isinstance(answer, dict) and answer.get("error"):
                 raise BrokerError(f"client {client_id} refused query {query_id}: "
@@ -261,56 +332,32 @@ class RewardBroker:
             return self._check(answer, len(items), client_id)
         raise BrokerError(f"client {client_id} still lacks images after a resend")
 
-
-class BrokerRewardSource:
-    """The broker as a :class:`~sdk.alignment.RewardSource`: client index k is member
-    ``client_ids[k]`` (the one mapping from a selection's arm to a member). Images must be
-    :class:`~sdk.wire.ImageRef` (passed on unchanged). With ``failure`` set, a member that
-    times out or refuses gives that value for its items (counted in ``failed``) instead of
-    failing the batch; ``judges`` keeps who scored each (sha256, prompt, response)."""
-
-    def __init__(self, broker: RewardBroker, client_ids: Sequence[str], *,
-                 failure: float | None = None) -> None:
-        if not client_ids:
-            raise ValueError("BrokerRewardSource needs at least one member")
-        self.broker, self.client_ids, self.failure = broker, list(client_ids), failure
-        self.failed = 0
-        self.judges: dict[tuple[str, str, str], list[str]] = {}
-
-    @property
-    def num_clients(self) -> int:
-        """Number of members K."""
-        return len(self.client_ids)
-
-    def reset(self) -> None:
-        """Forget the failures and judges counted so far (one aligner batch at a time)."""
-        self.failed, self.judges = 0, {}
-
-    def judge(self, image: ImageRef, prompt: str, response: str) -> str:
-        """The member that scored this item (the next one for a repeated item); ``""`` when no
-        member was asked or it failed."""
-        found = self.judges.get((image.sha256, prompt, response))
-        return found.pop(0) if found else ""
-
-    async def score(self, client_index: int, images: Sequence[Image.Image | ImageRef | None],
-                    prompts: Sequence[str], responses: Sequence[str]) -> list[float]:
-        """Member ``client_ids[client_index]``'s checked scores (or the failure value)."""
-        if not 0 <= client_index < len(self.client_ids):
-            raise IndexError(f"client index {client_index} out of range "
-                             f"0..{len(self.client_ids) - 1}")
-        refs = [i for i in images if isinstance(i, ImageRef)]
-        if len(refs) != len(images):
-            raise TypeError("the broker sends image references (sdk.wire.ImageRef, or "
-                            "sdk.router.image_ref of a PIL image) for every item")
-        client_id = self.client_ids[client_index]
+    async def _answer(self, client_id: str, query_id: int) -> dict[str, Any]:
+        """Query ``query_id``'s row once answered, read again each time :meth:`answered`
+        wakes it and every ``poll_s`` otherwise; withdrawn (``BrokerError``) after
+        ``timeout_s``. The waiter is registered before each read, so an answer stored
+        between the read and the wait still wakes it."""
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + self.timeout_s
         try:
-            scores = await self.broker.query(client_id, refs, prompts, responses)
-        except BrokerError as exc:
-            if self.failure is None:
-                raise
-            _log.warning("reward query to member %s failed: %s", client_id, exc)
-            self.failed += len(prompts)
-            scores, client_id = [self.failure] * len(prompts), ""
-        for ref, prompt, response in zip(refs, prompts, responses, strict=True):
-            self.judges.setdefault((ref.sha256, prompt, response), []).append(client_id)
-        return scores
+            while True:
+                woken = loop.create_future()
+                with self._waiting_lock:
+                    self._waiting[query_id] = (loop, woken)
+                self.pull_reads += 1
+                # Off the event loop: a commit may hold the store.
+                row = await asyncio.to_thread(self.store.query, query_id)
+                if row is not None and row["status"] == "answered":
+                    return row
+                if client_id in self._revoked:  # queued just as it was revoked
+                    self.store.answer_query(query_id, {"error": _REVOKED})
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.store.answer_query(query_id, [])  # withdraw it
+                    raise BrokerError(f"client {client_id} did not answer query {query_id} "
+                                      f"within {self.timeout_s:g} s")
+                await asyncio.wait([woken], timeout=min(self.poll_s, left))
+        finally:
+            with self._waiting_lock:
+                self._waiting.pop(query_id, None)

@@ -37,7 +37,8 @@ from sdk.wire import (
     ImageRef,
     PayloadError,
 )
-from server_app._broker import BrokerRewardSource, RewardBroker
+from server_app._broker import RewardBroker
+from server_app._broker_source import BrokerRewardSource
 from server_app._settings import AlignmentSettings
 from server_app._store import Store
 

@@ -80,8 +80,22 @@ class ServerSettings(AppHardening):
     max_clock_skew_s: float = Field(default=300.0, gt=0)
     stage_deadline_s: float = Field(default=120.0, gt=0)
     tick_interval_s: float = Field(default=1.0, gt=0)
-    reward_timeout_s: float = Field(default=60.0, gt=0)
-    reward_poll_s: float = Field(default=0.05, gt=0)
+    reward_timeout_s: float = Field(
+        default=60.0, gt=0, description="how long one reward query may take, its waits for a "
+        "free slot (reward_concurrency_per_member) and its resends after a member's 429 "
+        "included; then its items get alignment.failure_reward")
+    reward_poll_s: float = Field(
+        default=1.0, gt=0, description="how often a waiting pull-mode query re-reads the "
+        "store when nothing woke it: the member's answer through this server wakes it at "
+        "once, so this is only the fallback")
+    # A member app counts the server as one identity (its limits.per_identity, 32 by default),
+    # and every aligner's and auditor's query reaches it under that identity: staying below
+    # the cap keeps the member's busy refusals (each answered by a resend after Retry-After) rare.
+    reward_concurrency_per_member: int = Field(
+        default=8, ge=1, le=1024, description="push-mode reward queries in flight to one "
+        "member at once; the others wait their turn within reward_timeout_s. Keep it below "
+        "the members' limits.per_identity: beyond, a member answers 429 and the query is sent "
+        "again after its Retry-After")
     allow_http_reward_urls: bool = Field(default=False, description="accept plain-http push "
                                          "URLs at enrollment (local tests only)")
     allow_private_reward_urls: bool = Field(

@@ -7,6 +7,7 @@ fallback plays such a server by dropping the route from the app's own route list
 
 # No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Path, Query, Request
@@ -30,9 +31,11 @@ __all__ = ["install_work_routes"]
 
 
 def install_work_routes(app: FastAPI, store: Store, rounds: RoundManager, work: Signal,
-                        access: Access, limits: Limiter) -> None:
+                        access: Access, limits: Limiter,
+                        answered: Callable[[int], None]) -> None:
     """Add the member-only endpoints that find and answer its work; ``work`` wakes long
-    polls, each counted by ``limits``."""
+    polls, each counted by ``limits``; ``answered`` wakes the broker's wait for a query
+    whose answer (or refusal) was just stored."""
     Client = Annotated[str, Depends(access.member)]
 
     @app.get("/v1/reward/pending", response_model=list[PendingQuery], tags=["reward"])
@@ -69,7 +72,9 @@ def install_work_routes(app: FastAPI, store: Store, rounds: RoundManager, work: 
         if problem is not None:
             # The scores are never stored: the broker reads the refusal at once instead.
             store.answer_query(query_id, {"error": problem})
+            answered(query_id)
             raise PayloadError(problem)
         store.answer_query(query_id, body.scores if not (body.missing or body.error)
                            else body.model_dump(include={"missing", "error"}))
+        answered(query_id)
 

@@ -4,20 +4,17 @@ rewards than items sent is an error, never a silently shifted reward column."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from PIL import Image
 
-from fedmor_local import free_port
-from fedmor_local._local import wait_healthy
 from sdk.alignment import RestRewardFunction
 from sdk.alignment._errors import RewardShapeError
 from sdk.router import image_ref
 from sdk.wire import AlignerRequest, AlignerResponse, generate_key
+from tests._serve import served
 
 
 @pytest.fixture(scope="module")
@@ -33,18 +30,8 @@ def short_server() -> Iterator[str]:
     def rewards(req: AlignerRequest) -> AlignerResponse:
         return AlignerResponse(rewards=[0.0] * (len(req.items) - 1))
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, verify=False, timeout_s=60)
+    with served(app) as url:
         yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def test_a_short_answer_is_a_shape_error(short_server: str) -> None:

@@ -8,17 +8,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from fedmor_local import free_port
-from fedmor_local._local import wait_healthy
 from sdk.membership import add_to_roster
 from sdk.wire import (
     AsyncSignedClient,
@@ -34,6 +30,7 @@ from sdk.wire import (
 from sdk.wire._auth import BAD_SIGNATURE, HEADER_CONTENT_SHA256
 from server_app import ServerSettings
 from server_app._app import create_app
+from tests._serve import served
 
 ADMIN = "admin-token-for-the-test"
 Members = dict[str, tuple[Ed25519PrivateKey, str]]
@@ -68,18 +65,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Memb
                for name, key in keys.items()}
     cfg = ServerSettings(db_path=tmp / "s.db", identity_key=tmp / "id.pem", roster_file=roster,
                          admin_token=ADMIN)  # type: ignore[arg-type]
-    port = free_port()
-    app = uvicorn.Server(uvicorn.Config(create_app(cfg), host="127.0.0.1", port=port,
-                                        log_level="warning"))
-    thread = threading.Thread(target=app.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, verify=False, timeout_s=60)
+    with served(create_app(cfg)) as url:
         yield url, members
-    finally:
-        app.should_exit = True
-        thread.join(timeout=30)
 
 
 async def _done(result: Any) -> Any:

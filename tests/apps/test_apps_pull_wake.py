@@ -1,0 +1,68 @@
+"""A pull-mode answer wakes the broker's waiting query: the answer route tells the broker
+(``RewardBroker.answered``), as a revocation does, so the query reads the store once more and returns, instead of
+re-reading it every ``reward_poll_s``. Here that period and the reward timeout are an hour
+each: a query that returns at all (within the test's one-minute bound on its wait), after at
+most two reads of the store, was woken."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sdk.wire import ImageRef
+from server_app import BrokerError, RewardBroker
+
+from .conftest import Member, enrolled_team
+
+IMAGE = ImageRef.of(b"\x89PNG an image as the aligner sent it")
+
+
+async def _answer(member: Member, scores: list[float]) -> Any:
+    """Play the member's worker: learn of the query from a held ``GET /v1/work`` (woken when
+    the broker queues it), then post ``scores`` for it."""
+    work = await asyncio.to_thread(member.call, "GET", "/v1/work?wait_s=30&rounds=false")
+    (query,) = work.json()["queries"]
+    return await asyncio.to_thread(member.call, "POST",
+                                   f"/v1/reward/answers/{query['query_id']}",
+                                   {"scores": scores})
+
+
+def test_an_answer_wakes_the_waiting_query_without_a_poll(tmp_path: Path) -> None:
+    team = enrolled_team(tmp_path, {"m0": "member"}, clip_bound=1.0, reward_poll_s=3600.0,
+                         reward_timeout_s=3600.0)
+    member = team["m0"]
+    broker: RewardBroker = member.tc.app.state.broker  # type: ignore[attr-defined]
+
+    async def scenario() -> None:
+        asked = asyncio.create_task(broker.query(member.client_id, [IMAGE], ["p"], ["r"]))
+        answered = await _answer(member, [0.25])
+        assert answered.status_code == 204, answered.text
+        assert await asyncio.wait_for(asked, 60) == [0.25]
+        assert 1 <= broker.pull_reads <= 2  # one read before the answer, one after the wake
+
+        # A refused answer (outside the announced bound) wakes the query just the same.
+        reads = broker.pull_reads
+        asked = asyncio.create_task(broker.query(member.client_id, [IMAGE], ["p2"], ["r2"]))
+        refused = await _answer(member, [5.0])
+        assert refused.status_code == 422, refused.text
+        with pytest.raises(BrokerError, match="outside its announced clip bound"):
+            await asyncio.wait_for(asked, 60)
+        assert broker.pull_reads - reads <= 2
+
+        # Revoking the member withdraws its queued query: that wakes it too.
+        reads = broker.pull_reads
+        asked = asyncio.create_task(broker.query(member.client_id, [IMAGE], ["p3"], ["r3"]))
+        work = await asyncio.to_thread(member.call, "GET", "/v1/work?wait_s=30&rounds=false")
+        assert len(work.json()["queries"]) == 1  # queued: the broker waits for it
+        revoked = await asyncio.to_thread(
+            member.tc.post, "/v1/members/m0/revoke", json={"reason": "left"},
+            headers={"authorization": "Bearer adm"})
+        assert revoked.status_code == 200, revoked.text
+        with pytest.raises(BrokerError, match="revoked"):
+            await asyncio.wait_for(asked, 60)
+        assert broker.pull_reads - reads <= 2
+
+    asyncio.run(scenario())
