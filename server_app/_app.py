@@ -131,7 +131,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         bearer_identity=ADMIN, limiter=limits,
         anonymous_paths=HeaderAuth.PROBES | {"/v1/enroll", CONSOLE_PATH},
         anonymous_prefixes=(CONSOLE_PATH + "/",)))  # the console checks its session cookie
-    install_server_ops(app, store, limits, access.operator)
+    install_server_ops(app, store, limits, broker, access.operator)
     install_limits(app, limits)  # the outermost middleware: a refusal costs nothing more
 
     app.state.access = access

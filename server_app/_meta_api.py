@@ -10,20 +10,27 @@ from fastapi import APIRouter, FastAPI, Request
 from sdk import __version__
 from sdk.serving import StoredGauge, install_ops
 from sdk.wire import Health, Limiter
+from server_app._broker import RewardBroker
 from server_app._store import Store
 
 __all__ = ["install_server_ops", "meta_router"]
 
 
-def install_server_ops(app: FastAPI, store: Store, limits: Limiter,
+def install_server_ops(app: FastAPI, store: Store, limits: Limiter, broker: RewardBroker,
                        operator: Callable[[Request], Awaitable[object]]) -> None:
     """Readiness and Prometheus metrics, with rounds, refusals and queued queries as gauges,
-    and the requests in progress by ``limits``' pool; the queries by member for the
-    ``operator`` only."""
+    the requests in progress by ``limits``' pool and the ``broker``'s waits; the queries by
+    member for the ``operator`` only."""
     install_ops(app, prefix="fedmor_server", store=store, operator=operator, gauges=[
         StoredGauge("fedmor_server_requests_in_progress", "requests in progress by pool "
                     "(anonymous, unverified, identified; long_polls: held ones among the "
                     "identified)", "pool", limits.in_progress),
+        StoredGauge("fedmor_server_broker_waits", "the reward broker's waits since the "
+                    "server started: push queries that waited for a free slot of their member "
+                    "(slot_waits), sent again after the member's 429 (resends), store reads of "
+                    "waiting pull queries (pull_reads)", "event",
+                    lambda: {"slot_waits": broker.slot_waits, "resends": broker.resends,
+                             "pull_reads": broker.pull_reads}),
         StoredGauge.counting("fedmor_server_rounds", "rounds by status", "status", store,
                              "SELECT status, COUNT(*) FROM rounds GROUP BY status"),
         StoredGauge.counting("fedmor_server_refusals", "members' policy refusals of rounds, "

@@ -66,3 +66,7 @@ def test_an_answer_wakes_the_waiting_query_without_a_poll(tmp_path: Path) -> Non
         assert broker.pull_reads - reads <= 2
 
     asyncio.run(scenario())
+    # The operator sees the same count on /metrics (no member label: public as it is).
+    metrics = member.tc.get("/metrics").text
+    assert f'fedmor_server_broker_waits{{event="pull_reads"}} {float(broker.pull_reads)}' \
+        in metrics, [line for line in metrics.splitlines() if "broker" in line]
