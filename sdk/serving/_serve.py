@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -84,24 +87,6 @@ def _header_timeout_protocol(timeout_s: float) -> type[asyncio.Protocol]:
     return HeaderDeadline
 
 
-def _freezing_heap_once_started(app: Any) -> Any:
-    """``app``, freezing the process's heap (``sdk._heap``) once its start-up is complete:
-    the modules and state loaded then stay out of the collector's full passes."""
-
-    async def served(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "lifespan":
-            return await app(scope, receive, send)
-
-        async def sending(message: Any) -> None:
-            if message["type"] == "lifespan.startup.complete":
-                freeze_heap_from_now_on()
-            await send(message)
-
-        return await app(scope, receive, sending)
-
-    return served
-
-
 class _JsonLines(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out = {"ts": round(record.created, 3), "level": record.levelname,
@@ -135,6 +120,7 @@ def serve(app: Any, *, host: str, port: int, tls_cert: Path | None, tls_key: Pat
     import ssl
 
     import uvicorn
+    from uvicorn.server import STARTUP_FAILURE
 
     if (tls_cert is None) != (tls_key is None):
         raise ValueError("give both tls_cert and tls_key, or neither")
@@ -145,12 +131,22 @@ def serve(app: Any, *, host: str, port: int, tls_cert: Path | None, tls_key: Pat
                                      host, port, " (client certificates required)"
                                      if client_ca else "")
     limits = connections or ConnectionLimits()
-    uvicorn.run(_freezing_heap_once_started(app), host=host, port=port, log_level=log_level,
-                access_log=log_level == "debug",
-                http=_header_timeout_protocol(limits.header_timeout_s),
-                timeout_keep_alive=limits.keep_alive_s,
-                limit_concurrency=limits.max_connections,
-                ssl_certfile=str(tls_cert) if tls_cert else None,
-                ssl_keyfile=str(tls_key) if tls_key else None,
-                ssl_ca_certs=str(client_ca) if client_ca else None,
-                ssl_cert_reqs=ssl.CERT_REQUIRED if client_ca else ssl.CERT_NONE)
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:  # the app's start-up loads are done: its heap stays as it is
+                freeze_heap_from_now_on()
+
+    server = Server(uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, access_log=log_level == "debug",
+        http=_header_timeout_protocol(limits.header_timeout_s),
+        timeout_keep_alive=limits.keep_alive_s, limit_concurrency=limits.max_connections,
+        ssl_certfile=str(tls_cert) if tls_cert else None,
+        ssl_keyfile=str(tls_key) if tls_key else None,
+        ssl_ca_certs=str(client_ca) if client_ca else None,
+        ssl_cert_reqs=ssl.CERT_REQUIRED if client_ca else ssl.CERT_NONE))
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    if not server.started:  # as uvicorn.run: a failed start-up is the process's failure
+        sys.exit(STARTUP_FAILURE)

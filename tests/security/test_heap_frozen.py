@@ -9,10 +9,11 @@ the test process's own collector is never touched.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from fedmor_local import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,14 +62,8 @@ def _run(script: str, *args: str) -> dict[str, int]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_served_app_walks_only_what_it_made_since_it_started() -> None:
-    heap = _run(SERVED, str(_free_port()))
+    heap = _run(SERVED, str(free_port()))
     # The web stack's import-time objects (tens of thousands) are frozen; a full pass walks
     # a small fraction of that: what the process made after start-up.
     assert heap["frozen"] > 20_000, heap
