@@ -18,7 +18,6 @@ flight to each member, and sends a query the member refused with 429 again after
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import email.utils
 import json
 import math
@@ -34,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sdk.wire import SERVER_SENDER, AsyncSignedClient, ImageRef, RewardItem, SignedAuth
 from server_app._store import Store
+from server_app._work import wake
 
 __all__ = ["BrokerError", "OnScored", "RewardBroker"]
 
@@ -81,11 +81,6 @@ def retry_after_s(header: str | None) -> float:
         except (TypeError, ValueError):
             return _RETRY_DEFAULT_S
     return max(wait, _RETRY_FLOOR_S) if math.isfinite(wait) else _RETRY_DEFAULT_S
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class RewardBroker:
@@ -149,8 +144,7 @@ class RewardBroker:
         with self._waiting_lock:
             waiter = self._waiting.get(query_id)
         if waiter is not None:
-            with contextlib.suppress(RuntimeError):  # that loop closed: nobody waits there
-                waiter[0].call_soon_threadsafe(_resolve, waiter[1])
+            wake(*waiter)
 
     def reread(self, client_id: str) -> None:
         """Read ``client_id``'s row from the store again at its next query (it announced a

@@ -22,15 +22,22 @@ from sdk.wire import PendingQuery, StageBroadcast, Work
 from server_app._rounds import RoundManager
 from server_app._store import Store
 
-__all__ = ["Signal", "find_work", "held", "store_watch", "wait_broadcast"]
+__all__ = ["Signal", "find_work", "held", "store_watch", "wait_broadcast", "wake"]
 
 _T = TypeVar("_T")
 _Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 
 
-def _wake(future: asyncio.Future[None]) -> None:
+def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def wake(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+    """Resolve ``future``, which waits on ``loop``, from any thread (a worker thread's store
+    write wakes the event loop's waiter); a closed loop has nobody waiting."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(_resolve, future)
 
 
 class Signal:
@@ -66,8 +73,7 @@ class Signal:
                 self._keyed[key] = self._keyed.get(key, 0) + 1
                 woken = list(self._waiters.pop(key, ()))
         for loop, future in woken:
-            with contextlib.suppress(RuntimeError):  # that loop closed: nobody waits there
-                loop.call_soon_threadsafe(_wake, future)
+            wake(loop, future)
 
     async def wait(self, seen: tuple[int, int], timeout_s: float,
                    key: str | None = None) -> None:
