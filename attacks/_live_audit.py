@@ -126,6 +126,9 @@ def audit_live_member(server_url: str, key: Any, *, caller_id: str, member: str,
     if not (pairs_dir / "train").is_dir() or not (pairs_dir / "eval").is_dir():
         raise AttackInputError(f"{pairs_dir} needs train/ (members) and eval/ (non-members)")
     target_cfg = None if target_config is None else read_target_config(target_config)
+    if target_cfg is not None and cfg.shadow_models:
+        # The shadows' base must be here before any query spends the member's audit budget.
+        recorded_shadow_base(target_cfg, cfg.shadow_base)
     with SignedClient(server_url, key=key, sender=caller_id, verify=verify,
                       timeout_s=120) as http:
         before = _signed_get(http, "/v1/audit/budget")

@@ -2,7 +2,7 @@
 
 An app imports its web stack, torch and opacus once, hundreds of thousands of objects. CPython's
 full (generation 2) collection walks every tracked object and stops the event loop meanwhile, so
-under load those passes were the longest pauses a request saw. Once the one-time loads are done,
+every request waits for the whole walk. Once the one-time loads are done,
 the objects alive then move to the collector's permanent generation (``gc.freeze``): reference
 counting still frees them, the full passes skip them, and a pass walks only what the process
 made since.

@@ -9,6 +9,7 @@ module names no package above ``sdk``: an app installed beside the sdk brings it
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 from collections.abc import Callable, Sequence
@@ -124,6 +125,47 @@ def _by_role(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> str:
     return "\n".join(lines)
 
 
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every parser below it."""
+    out = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                out += _parsers(child)
+    return out
+
+
+def _innermost(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser of the deepest command ``argv`` names (``rounds open`` for ``fedmor rounds open
+    router_secagg --x``), whose usage an error about its arguments should print."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for i, token in enumerate(argv):
+                if token in action.choices:
+                    return _innermost(action.choices[token], argv[i + 1:])
+    return parser
+
+
+def _unrecognized(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
+    """``unrecognized arguments`` with the fix: the option it nearly spells, or, on a command
+    that takes ``--param``, the same value written as a parameter."""
+    text = f"unrecognized arguments: {' '.join(extras)}"
+    flag = extras[0]
+    if not flag.startswith("--"):
+        return text
+    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    near = difflib.get_close_matches(flag.split("=")[0], options, n=1, cutoff=0.8)
+    if near:
+        return f"{text} (did you mean {near[0]}? options are not abbreviated)"
+    if "--param" in options:
+        name, _, value = flag[2:].partition("=")
+        if not value and len(extras) > 1 and not extras[1].startswith("-"):
+            value = extras[1]
+        return (f"{text} (a round's parameters go in --param: --param "
+                f"{name.replace('-', '_')}={value or 'VALUE'})")
+    return text
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole parser, or with ``only`` the parser of that one command (its entry point)."""
     parser = argparse.ArgumentParser(
@@ -138,6 +180,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.epilog = _by_role(sub)
     sub._choices_actions.clear()  # listed by role in the epilog instead
     _add_quiet(parser)
+    for each in _parsers(parser):
+        each.allow_abbrev = False  # --min-client is an error, not --min-clients
     return parser
 
 
@@ -150,7 +194,10 @@ def _command(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(_command(argv))
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        command = _innermost(parser, argv)
+        command.error(_unrecognized(command, extras))
     if getattr(args, "quiet", False):
         set_quiet()  # through the environment: processes the command starts follow it
     handler = getattr(args, "handler", None)

@@ -19,7 +19,11 @@ def _server(args: argparse.Namespace) -> int:
     from server_app._app import create_app
     from server_app._settings import ServerSettings
 
-    cfg = load_settings(ServerSettings, args.config)
+    try:
+        cfg = load_settings(ServerSettings, args.config)
+    except ValueError as exc:  # the file, the line and the setting to fix: no traceback
+        print(f"fedmor server: {exc}", file=sys.stderr)
+        return 2
     configure_logging(cfg.log_level, cfg.log_format)
     if args.port is not None:
         cfg = cfg.model_copy(update={"port": args.port})

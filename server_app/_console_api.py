@@ -65,7 +65,7 @@ def console_router(logins: ConsoleLogins, sources: ConsoleSources, access: Acces
         try:
             session = logins.redeem(token)
         except LoginRefused as exc:
-            return _page(message_page("login link refused", str(exc)), 403)
+            return _page(message_page("login link refused", str(exc), logins.cfg.link_ttl_s), 403)
         response = RedirectResponse(CONSOLE_PATH, status_code=303, headers=SECURITY_HEADERS)
         response.set_cookie(COOKIE, session, max_age=int(logins.cfg.session_s), path=CONSOLE_PATH,
                             httponly=True, samesite="strict",
@@ -77,14 +77,15 @@ def console_router(logins: ConsoleLogins, sources: ConsoleSources, access: Acces
         found = await run_in_threadpool(logins.session, session)
         if found is None:
             return _page(message_page("sign in", "This browser has no console session, or it "
-                                      "ended."), 401)
+                                      "ended.", logins.cfg.link_ttl_s), 401)
         view = await run_in_threadpool(ConsoleView.gather, sources, found[0])
         return _page(render(view, refresh_s=refresh_s, session_expires=found[1]))
 
     @router.post(CONSOLE_PATH + "/logout", response_class=HTMLResponse, include_in_schema=False)
     def logout(session: Annotated[str | None, Cookie(alias=COOKIE)] = None) -> Response:
         logins.end(session)
-        response = _page(message_page("signed out", "The console session ended."))
+        response = _page(message_page("signed out", "The console session ended.",
+                                         logins.cfg.link_ttl_s))
         response.delete_cookie(COOKIE, path=CONSOLE_PATH, httponly=True, samesite="strict")
         return response
 

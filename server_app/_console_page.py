@@ -138,6 +138,8 @@ def render(view: ConsoleView, *, refresh_s: int, session_expires: float) -> str:
         others=[m for m in view.members if m.role != "member"])
 
 
-def message_page(title: str, message: str) -> str:
-    """A page that says one thing (a refused link, a signed-out session)."""
-    return _ENV.get_template("message.html").render(title=title, message=message)
+def message_page(title: str, message: str, link_ttl_s: float) -> str:
+    """A page that says one thing (a refused link, a signed-out session), and how long a new
+    login link works (the server's ``console.link_ttl_s``)."""
+    return _ENV.get_template("message.html").render(title=title, message=message,
+                                                    link_ttl_s=f"{link_ttl_s:g}")

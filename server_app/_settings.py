@@ -123,8 +123,7 @@ class ServerSettings(AppHardening):
     preload_dp_accountant: bool = Field(
         default=True, description="import the DP accountant (opacus, with torch) in the "
         "background when the server starts, so the first DP round's creation does not wait "
-        "for it (seconds; tens on a loaded host); false saves ~260 MB for a consortium "
-        "without DP rounds")
+        "for it; false saves the accountant's memory for a consortium without DP rounds")
     work_recheck_s: float = Field(default=0.25, gt=0, description="held requests (GET "
                                   "/v1/work) learn this often of writes to the store by another "
                                   "process (a broker queuing reward queries)")

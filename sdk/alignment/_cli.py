@@ -68,8 +68,9 @@ def _prepare(args: argparse.Namespace) -> int:
             corpus = [] if args.warmup is None else [
                 text for q in load_queries(args.warmup) for text in (q.prompt, str(q.answer))]
             base = build_tiny_vlm(args.tiny, Path(tmp) / "base", corpus=corpus, seed=args.seed)
+        source = None if args.base else f"tiny {args.tiny} (random weights, seed {args.seed})"
         out = prepare_policy(base, args.out, warmup=args.warmup, config=cfg,
-                             runtime=runtime_from_args(args), progress=say)
+                             runtime=runtime_from_args(args), progress=say, source=source)
     print(json.dumps({"policy": str(out)} | json.loads((out / "prepared.json").read_text())))
     return 0
 

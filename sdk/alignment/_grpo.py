@@ -54,10 +54,9 @@ class GRPOSettings(BaseModel):
     """GRPO hyper-parameters; the defaults and the runs that chose them are in
     docs/alignment.md, "GRPO defaults".
 
-    ``beta`` > 0 keeps a KL penalty to the frozen reference (as in the paper). lr 3e-4 with 10
-    warm-up steps: the highest rate that keeps the answer format when some tasks are beyond
-    what the policy can perceive (a higher one learns faster on a task it can see, and drifts
-    off-format on the rest). ``scale_rewards``
+    ``beta`` > 0 keeps a KL penalty to the frozen reference (as in the paper). The learning rate
+    and its warm-up are the highest that keep the answer format when some tasks are beyond what
+    the policy can perceive (a higher one drifts off-format on those). ``scale_rewards``
     "none": advantages are reward minus the group mean, so the clients' score normalization is
     what puts them on one scale, and near-ties between scores are not blown up to unit size.
     ``freeze_vision``: learning one task in the vision tower costs the policy its held-out
@@ -378,4 +377,4 @@ class _Progress(TrainerCallback):
             self._last, self._last_step = now, state.global_step
             self.say(f"GRPO step {state.global_step}/{self.total} loss {logs['loss']:.4f} "
                      f"reward {logs.get('reward', float('nan')):.3f} "
-                     f"kl {logs.get('kl', float('nan')):.4f} {per_step:.1f} s/step")
+                     f"kl {logs.get('kl', float('nan')):.3g} {per_step:.1f} s/step")

@@ -170,7 +170,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--name", help="the aligner's roster name (default: aligner)")
     p.add_argument("--token", help="one-time enrollment token")
     p.add_argument("--client-id", dest="client_id", help="the id enrollment gave")
-    p.add_argument("--server-ca", dest="server_ca", type=Path, help="CA bundle (HTTPS)")
+    p.add_argument("--ca", "--server-ca", dest="server_ca", type=Path,
+                   help="CA bundle that verifies the server (HTTPS), as every command's --ca")
     p.add_argument("--method", help="reward-selection method (default: mor)")
     p.add_argument("--steps", type=int, help="GRPO steps (overrides the config's)")
     p.add_argument("--resume", action="store_true",

@@ -20,11 +20,13 @@ PREPARED = "prepared.json"
 
 def prepare_policy(base: Path, out: Path, *, warmup: Path | None = None,
                    config: WarmupConfig | None = None, runtime: Runtime | None = None,
-                   progress: Callable[[str], None] | None = None) -> Path:
+                   progress: Callable[[str], None] | None = None,
+                   source: str | None = None) -> Path:
     """Write the starting policy to ``out`` (which must not exist): ``base`` loaded and saved
     again (so an unreadable checkpoint fails here, not in the aligner's first step), or with
     ``warmup`` (a query folder with answers, e.g. ``policy/warmup`` of ``fedmor data synth``)
-    fine-tuned on it first. ``out/prepared.json`` says which."""
+    fine-tuned on it first. ``out/prepared.json`` says which, naming the base by ``source``
+    when given (a base built in a temporary folder has no path worth recording)."""
     from sdk.data import load_queries
     from sdk.models import load_vlm
 
@@ -33,7 +35,7 @@ def prepare_policy(base: Path, out: Path, *, warmup: Path | None = None,
     if not (base / "config.json").is_file():
         raise FileNotFoundError(f"{base} is not a checkpoint directory (no config.json)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    record: dict[str, object] = {"base": str(base.resolve()), "warmup": None}
+    record: dict[str, object] = {"base": source or str(base.resolve()), "warmup": None}
     if warmup is None:
         bundle = load_vlm(base, runtime=runtime)
         bundle.model.save_pretrained(out)

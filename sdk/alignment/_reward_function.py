@@ -55,12 +55,10 @@ class SelectionRewardFunction:
 
     ``invalid_choice_reward``: when set, a completion of a multiple-choice prompt (a non-empty
     ``options`` column, see :func:`~sdk.alignment.query_dataset`) that does not parse strictly
-    to one option gets this reward and is sent to no client. Without it, open-generation prompts
-    in the same GRPO run (style clients) taught the policy answers like ``"D......... blue"``
-    that their reward models liked, and the multiple-choice answers followed them out of format
-    (docs/alignment.md, "Format rule"). Use about what a multiple-choice client gives an unparseable answer
-    (about -1.6 for normalized exact judges). The clip floor ``-c`` makes format outweigh
-    right versus wrong: in ``table1.py`` it cut MoR's gain on the multiple-choice tasks.
+    to one option gets this reward and is sent to no client: open-generation rewards in the same
+    run would otherwise pull the multiple-choice answers out of format (docs/alignment.md,
+    "Format rule"). Use about what a multiple-choice client gives an unparseable answer; the
+    clip floor ``-c`` makes format outweigh right versus wrong.
     """
 
     def __init__(self, selection: RewardSelection, source: RewardSource, *,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sdk.ops._profiles import ProfileBook
+from sdk.ops._profiles import CONFIG_DIR_ENV, ProfileBook, profiles_path
 
 __all__ = ["ADMIN_TOKEN_ENV", "Connection", "ServerError", "add_connection_options",
            "connection_from_args", "wait_for_server"]
@@ -103,8 +103,8 @@ def wait_for_server(conn: Connection, timeout_s: float) -> dict[str, Any]:
                                      timeout_s=5.0))
         except ValueError as exc:  # not up yet (or refusing): ask again until the deadline
             if time.monotonic() >= deadline:
-                raise ValueError(f"{conn.server} did not answer within {timeout_s:g} s: "
-                                 f"{exc}") from None
+                waited = f"within {timeout_s:g} s" if timeout_s > 0 else "(--wait SECONDS waits)"
+                raise ValueError(f"{conn.server} did not answer {waited}: {exc}") from None
         time.sleep(0.3)
 
 
@@ -141,7 +141,9 @@ def connection_from_args(args: argparse.Namespace) -> Connection:
         if value is not None:
             fields[field] = value
     if not fields.get("server"):
-        raise ValueError("no server: give --profile (after `fedmor enroll`) or --server URL")
+        raise ValueError(f"no server: {profiles_path()} holds no profile; give --profile "
+                         f"(after `fedmor enroll`; {CONFIG_DIR_ENV} moves that folder) or "
+                         f"--server URL")
     if (fields.get("client_cert") is None) != (fields.get("client_key") is None):
         raise ValueError("give both --client-cert and --client-key, or neither")
     if (getattr(args, "key_file", None) is None) != (getattr(args, "sender", None) is None) \

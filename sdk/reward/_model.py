@@ -33,18 +33,15 @@ __all__ = [
 ]
 
 ACTIVATION_BUDGET = 1 << 23
-"""Most rows x tokens x MLP width one forward pass takes (one MLP intermediate of 16 MB in
-bfloat16); more rows go through several forwards. Only long sequences reach it: a
-LLaVA-OneVision row at real size (1,583 tokens for an 84-px image, width 4,864) goes alone,
-Qwen2-VL-2B's 108-token rows 8 at a time, the tiny models' hundreds. Scoring takes the same
-budget: on a CPU long rows score as fast one at a time as several a forward, in less activation
-memory (docs/hardware.md)."""
+"""Most rows x tokens x MLP width one forward pass takes (one MLP intermediate of 2^23
+elements); more rows go through several forwards, so only long sequences reach it. Scoring
+takes the same budget: on a CPU long rows score as fast one at a time as several a forward, in
+less activation memory (docs/hardware.md)."""
 
 
 def length_bucket(tokens: int) -> int:
     """What a row of ``tokens`` tokens is padded to a multiple of when it goes alone: the
-    largest power of two at most tokens / 16 (64 for LLaVA-OneVision's ~1,580), so at most 1/16
-    more tokens.
+    largest power of two at most tokens / 16, so at most 1/16 more tokens.
 
     On a CPU every new sequence length leaves new oneDNN kernels cached, so resident memory
     grows with each distinct row length; lengths in a few buckets keep that cache small

@@ -96,7 +96,9 @@ class SecAggRoundParams(SecAggConfig):
                 else f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg']}"
                 for e in exc.errors()
             ]
-            known = sorted({*cls.model_fields, *UPDATE_PARAMS} - {"dp", "graph_seed"})
+            # What an operator may set: the server fixes graph_seed, the members' update
+            # sources read UPDATE_PARAMS, and quantization follows max_weight and clip_range.
+            known = sorted(set(cls.model_fields) - {"graph_seed", "quantization"})
             raise ValueError(f"{'; '.join(problems)} (router_secagg params: "
                              f"{', '.join(known)})") from None
 

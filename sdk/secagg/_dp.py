@@ -105,8 +105,8 @@ def composed_epsilon(rounds: list[tuple[float, float]], delta: float) -> float:
 
 
 def preload_accountant() -> threading.Thread:
-    """Import opacus' RDP accountant (and torch with it: seconds, tens on a loaded host) in a
-    background thread, so the first DP round's request does not wait for it. Returns the
+    """Import opacus' RDP accountant (and torch with it, a slow import) in a background
+    thread, so the first DP round's request does not wait for it. Returns the
     (daemon) thread; importing stays lazy for processes that never call this."""
 
     def load() -> None:

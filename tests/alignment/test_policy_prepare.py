@@ -37,3 +37,16 @@ def test_prepare_copies_or_warms_up_the_base(base_policy: Path, data_dir: Path,
     # an existing folder is never overwritten
     assert main(["policy", "prepare", "--base", str(base_policy), "--out", str(plain)]) == 1
     assert "exists" in capsys.readouterr().err
+
+
+def test_a_tiny_base_is_recorded_by_what_it_is(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``--tiny`` base lives in a folder deleted after the command: prepared.json names the
+    architecture and seed instead of a path that no longer exists."""
+    out = tmp_path / "tiny"
+    assert main(["policy", "prepare", "--tiny", "qwen2_5_vl", "--seed", "3", "--out",
+                 str(out), "-q"]) == 0
+    record = json.loads((out / "prepared.json").read_text())
+    assert record["base"] == "tiny qwen2_5_vl (random weights, seed 3)"
+    capsys.readouterr()
+
