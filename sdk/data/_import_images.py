@@ -17,6 +17,7 @@ from PIL import Image
 from sdk.data._import_config import ImportConfig
 from sdk.data._import_dicom import dicom_frames, is_dicom
 from sdk.data._import_rows import Row
+from sdk.data._loading import contained_path
 
 __all__ = ["encode_png", "frames_of", "load_frames"]
 
@@ -33,9 +34,13 @@ def _one(value: Any, row: Row, field: str) -> Any:
     return value
 
 
-def _path(relative: str, row: Row) -> Path:
-    candidate = Path(relative)
-    path = candidate if candidate.is_absolute() else row.base / candidate
+def _path(relative: str, row: Row, field: str) -> Path:
+    """The image file a record names, inside the source folder (the one containment check of
+    every source kind; nothing outside is opened)."""
+    try:
+        path = contained_path(row.base, relative, "the source folder")
+    except ValueError as exc:
+        raise row.error(f"field {field!r}: image path {relative!r} {exc}") from exc
     if not path.is_file():
         raise row.error(f"image {relative!r} not found (relative to {row.base})")
     if path.stat().st_size > _MAX_SOURCE_BYTES:
@@ -55,7 +60,7 @@ def _raw(value: Any, row: Row, field: str) -> tuple[bytes | None, Image.Image | 
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value), None, field
     if isinstance(value, (str, Path)) and str(value).strip():
-        return _path(str(value), row).read_bytes(), None, str(value)
+        return _path(str(value), row, field).read_bytes(), None, str(value)
     raise row.error(f"field {field!r} holds no image (got {type(value).__name__})")
 
 
