@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 __all__ = ["register"]
 
@@ -58,7 +59,11 @@ def _register_import(commands: argparse._SubParsersAction[argparse.ArgumentParse
     command.add_argument("source", type=Path, metavar="SOURCE",
                          help="file or folder (datasets save_to_disk, Parquet, Arrow, JSONL, CSV)")
     command.add_argument("--out", type=Path, required=True, help="output folder (must not exist)")
-    command.add_argument("--eval-fraction", type=float, help="share of items in eval/ (0.1)")
+    split = command.add_mutually_exclusive_group()
+    split.add_argument("--eval-fraction", type=float,
+                       help="share of items in eval/, 0 to 1 (default 0.1)")
+    split.add_argument("--split", choices=("train", "eval"),
+                       help="import everything into this split (a held-out set: --split eval)")
     command.add_argument("--salt", help="secret mixed into the split, ids and file names")
     command.add_argument("--category", help="category of records without one (imported)")
     command.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
@@ -75,7 +80,17 @@ def _register_import(commands: argparse._SubParsersAction[argparse.ArgumentParse
     command.set_defaults(handler=_import)
 
 
+def _plain(error: Any) -> str:
+    """One pydantic error as a sentence naming the flag: ``--eval-fraction 1.5: input should be
+    less than or equal to 1``."""
+    flag = "--" + "-".join(str(part) for part in error["loc"][:1]).replace("_", "-")
+    message = str(error["msg"])
+    return f"{flag} {error.get('input')!r}: {message[:1].lower()}{message[1:]}"
+
+
 def _import(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from sdk.data._import import import_data
     from sdk.data._import_config import ImportConfig
 
@@ -88,7 +103,12 @@ def _import(args: argparse.Namespace) -> int:
     names = ("eval_fraction", "salt", "category", "wrong", "aspects", "min_margin",
              "dicom_frame", "allow_burned_in", "max_image_side", "replace")
     values = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
-    config = ImportConfig.model_validate({**values, "columns": columns})
+    if args.split is not None:
+        values["eval_fraction"] = 1.0 if args.split == "eval" else 0.0
+    try:
+        config = ImportConfig.model_validate({**values, "columns": columns})
+    except ValidationError as exc:
+        raise ValueError("; ".join(_plain(error) for error in exc.errors())) from exc
     summary = import_data(args.kind, args.source, args.out, config)
     for line in summary.render():
         print(line)
@@ -111,15 +131,16 @@ def _synth(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from sdk.data._check import shared_images
-    from sdk.data._loading import PAIRS_FILE, QUERIES_FILE, load_pairs, load_queries
+    from sdk.data._loading import PAIRS_FILE, QUERIES_FILE, iter_pairs, iter_queries
 
     root: Path = args.directory
     if not root.is_dir():
         raise FileNotFoundError(f"no such directory: {root}")
     found = 0
     for path in sorted([*root.rglob(PAIRS_FILE), *root.rglob(QUERIES_FILE)]):
-        loader = load_pairs if path.name == PAIRS_FILE else load_queries
-        print(f"{path.parent}: {len(loader(path.parent))} records ok")
+        loader = iter_pairs if path.name == PAIRS_FILE else iter_queries
+        count = sum(1 for _record in loader(path.parent))
+        print(f"{path.parent}: {count} records ok" if count else f"{path.parent}: empty")
         found += 1
     if not found:
         raise FileNotFoundError(f"no {PAIRS_FILE} or {QUERIES_FILE} below {root}")

@@ -54,9 +54,10 @@ class ImportConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    eval_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
+    eval_fraction: float = Field(default=0.1, ge=0.0, le=1.0)
     """Share of the items that go to ``eval/``, chosen by a hash of the item's id (with
-    ``salt``), so a re-import gives the same split."""
+    ``salt``), so a re-import gives the same split; ``1`` imports a held-out set as eval only,
+    ``0`` as train only (the other split is written empty)."""
     salt: str = Field(default="fedmor-import", min_length=1)
     """Mixed into every hash: the split, generated ids and image file names. Keep your own
     secret salt to make names unlinkable across institutions."""
@@ -122,7 +123,8 @@ class ImportSummary(BaseModel):
         for split, categories in sorted(self.pairs.items()):
             total = sum(categories.values())
             detail = ", ".join(f"{name} {count}" for name, count in sorted(categories.items()))
-            lines.append(f"{split}: {total} pairs ({detail}), {self.images.get(split, 0)} images"
+            detail = f" ({detail})" if detail else ""
+            lines.append(f"{split}: {total} pairs{detail}, {self.images.get(split, 0)} images"
                          + (f", {self.queries[split]} queries" if split in self.queries else ""))
         if not self.dropped:
             lines.append("dropped: nothing")

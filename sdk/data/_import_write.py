@@ -141,15 +141,17 @@ class ImportWriter:
             split.close()
             self.summary.images[name] = len(split.images)
             if PAIRS_FILE not in split.files:
-                shutil.rmtree(split.root)  # an empty split is left out, not written empty
-                self.summary.pairs.pop(name, None)
+                # Written empty (every import has both splits), so a train-only and an
+                # eval-only import of one data directory read alike.
+                (split.root / PAIRS_FILE).touch()
+                self.summary.pairs[name] = {}
                 continue
             for _pair in iter_pairs(split.root, max_image_side=self.config.max_image_side):
                 pass
             if QUERIES_FILE in split.files:
                 for _query in iter_queries(split.root, max_image_side=self.config.max_image_side):
                     pass
-        if not any(s.root.exists() for s in self.splits.values()):
+        if not any(PAIRS_FILE in s.files for s in self.splits.values()):
             raise ValueError(f"the import yields no pairs; dropped: {self.summary.dropped}")
         self.summary.shared_images = len(self.splits["train"].hashes & self.splits["eval"].hashes)
         (self.tmp / SUMMARY_FILE).write_text(self.summary.model_dump_json(indent=2) + "\n",

@@ -34,7 +34,7 @@ def _trl_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:
 
 
 def _all_pairs(out: Path) -> dict[str, Any]:
-    return {p.id: p for split in ("train", "eval") if (out / split).is_dir()
+    return {p.id: p for split in ("train", "eval") if (out / split / "pairs.jsonl").stat().st_size
             for p in load_pairs(out / split)}
 
 
