@@ -4,6 +4,7 @@ data directories."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,7 @@ def _plain(error: Any) -> str:
 def _import(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from sdk.data._import import import_data
+    from sdk.data._import import ImportInterrupted, import_data
     from sdk.data._import_config import ImportConfig
 
     columns = {}
@@ -109,7 +110,13 @@ def _import(args: argparse.Namespace) -> int:
         config = ImportConfig.model_validate({**values, "columns": columns})
     except ValidationError as exc:
         raise ValueError("; ".join(_plain(error) for error in exc.errors())) from exc
-    summary = import_data(args.kind, args.source, args.out, config)
+    try:
+        summary = import_data(args.kind, args.source, args.out, config)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the writer has removed its folder
+        signal = "SIGTERM" if isinstance(exc, ImportInterrupted) else "SIGINT"
+        print(f"fedmor: import interrupted ({signal}); nothing was written to {args.out}",
+              file=sys.stderr)
+        return 143 if signal == "SIGTERM" else 130
     for line in summary.render():
         print(line)
     print(f"wrote {args.out}")

@@ -59,7 +59,11 @@ class ImportWriter:
             raise ValueError(f"{out_dir} exists; pick a new folder or pass --replace")
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.import-", dir=out_dir.parent))
-        self.splits = {name: _Split(self.tmp / name) for name in SPLITS}
+        try:
+            self.splits = {name: _Split(self.tmp / name) for name in SPLITS}
+        except BaseException:  # a signal before __enter__: the with statement will not clean up
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
         # What the writer keeps per pair (bounded memory): 16-byte digests and the ids.
         self._content: set[bytes] = set()
         self._ids: set[str] = set()
