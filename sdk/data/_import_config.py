@@ -78,6 +78,12 @@ class ImportConfig(BaseModel):
     """DICOM: import files whose ``BurnedInAnnotation`` is YES (text in the pixels)."""
     max_image_side: int = Field(default=DEFAULT_MAX_IMAGE_SIDE, ge=8)
     """Images larger than this (px a side) are scaled down to it, so ``load_pairs`` accepts them."""
+    max_source_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+    """The largest source image (a file, or a Parquet/Arrow/JSON cell) read; a larger one is
+    refused before it is decoded (a multi-frame DICOM file is then read one frame at a time)."""
+    max_source_pixels: int = Field(default=64 * 1024 * 1024, ge=64)
+    """The most pixels a source image (one DICOM frame) may declare; a larger one is refused
+    from its header, before decoding (a decompression bomb declares billions)."""
     replace: bool = False
     """Replace an existing output folder (only once the new import validated)."""
     batch_rows: int = Field(default=512, ge=1)

@@ -7,10 +7,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from PIL import Image
-
 from sdk.data._import_config import FIELDS, ImportConfig, SourceKind
-from sdk.data._import_images import frames_of
+from sdk.data._import_images import Frames, frames_of
 from sdk.data._import_rows import Row
 
 __all__ = ["Columns", "Item", "salted_id"]
@@ -18,12 +16,13 @@ __all__ = ["Columns", "Item", "salted_id"]
 
 @dataclass
 class Item:
-    """One source item: its frames (one per kept DICOM frame, else one), prompt, category and
-    the ``(chosen, rejected)`` pairs it yields; ``answer``/``options`` make it a query too."""
+    """One source item: its frames (one per kept DICOM frame, else one; decoded as iterated),
+    prompt, category and the ``(chosen, rejected)`` pairs it yields; ``answer``/``options`` make
+    it a query too."""
 
     row: Row
     id: str
-    frames: list[Image.Image]
+    frames: Frames
     prompt: str
     category: str
     pairs: list[tuple[str, str]]
@@ -86,6 +85,6 @@ class Columns:
         found = self.value(row, "category", required=False)
         return self.config.category if found in (None, "") else self.text(row, "category", found)
 
-    def frames(self, row: Row, name: str) -> list[Image.Image]:
+    def frames(self, row: Row, name: str) -> Frames:
         """The image frames of field ``name``."""
         return frames_of(row, name, self.names[name], self.config)
