@@ -4,10 +4,10 @@ data directories."""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
-from typing import Any
+
+from sdk.data._import_cli import register_import
 
 __all__ = ["register"]
 
@@ -40,87 +40,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     synth.add_argument("--heldout", nargs="*", help="held-out categories (default: all four)")
     synth.set_defaults(handler=_synth)
 
-    _register_import(commands)
+    register_import(commands)
 
     check = commands.add_parser(
         "check", help="validate every pairs.jsonl / queries.jsonl below a directory"
     )
     check.add_argument("directory", type=Path)
     check.set_defaults(handler=_check)
-
-
-def _register_import(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from sdk.data._import_config import SourceKind
-
-    command = commands.add_parser(
-        "import", help="write a member's own data (hf, scores, mc, csv; DICOM images) as pairs"
-    )
-    command.add_argument("kind", choices=[k.value for k in SourceKind], metavar="SOURCE_KIND",
-                         help="hf, scores, mc or csv")
-    command.add_argument("source", type=Path, metavar="SOURCE",
-                         help="file or folder (datasets save_to_disk, Parquet, Arrow, JSONL, CSV)")
-    command.add_argument("--out", type=Path, required=True, help="output folder (must not exist)")
-    split = command.add_mutually_exclusive_group()
-    split.add_argument("--eval-fraction", type=float,
-                       help="share of items in eval/, 0 to 1 (default 0.1)")
-    split.add_argument("--split", choices=("train", "eval"),
-                       help="import everything into this split (a held-out set: --split eval)")
-    command.add_argument("--salt", help="secret mixed into the split, ids and file names")
-    command.add_argument("--category", help="category of records without one (imported)")
-    command.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
-                         help="read FIELD from the source's COLUMN (repeatable)")
-    command.add_argument("--wrong", choices=("all", "one"), help="mc: wrong options per item")
-    command.add_argument("--aspects", nargs="+", help="scores: aspects averaged (default all)")
-    command.add_argument("--min-margin", type=float, help="scores: smallest score gap (1.0)")
-    command.add_argument("--dicom-frame", type=int, help="DICOM: keep this frame (default all)")
-    command.add_argument("--allow-burned-in", action="store_true", default=None,
-                         help="DICOM: import files marked BurnedInAnnotation YES")
-    command.add_argument("--max-image-side", type=int, help="scale larger images down (1024)")
-    command.add_argument("--replace", action="store_true", default=None,
-                         help="replace an existing output folder once the import validated")
-    command.set_defaults(handler=_import)
-
-
-def _plain(error: Any) -> str:
-    """One pydantic error as a sentence naming the flag: ``--eval-fraction 1.5: input should be
-    less than or equal to 1``."""
-    flag = "--" + "-".join(str(part) for part in error["loc"][:1]).replace("_", "-")
-    message = str(error["msg"])
-    return f"{flag} {error.get('input')!r}: {message[:1].lower()}{message[1:]}"
-
-
-def _import(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from sdk.data._import import ImportInterrupted, import_data
-    from sdk.data._import_config import ImportConfig
-
-    columns = {}
-    for pair in args.column:
-        field, _, column = pair.partition("=")
-        if not field or not column:
-            raise ValueError(f"--column takes FIELD=COLUMN, got {pair!r}")
-        columns[field] = column
-    names = ("eval_fraction", "salt", "category", "wrong", "aspects", "min_margin",
-             "dicom_frame", "allow_burned_in", "max_image_side", "replace")
-    values = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
-    if args.split is not None:
-        values["eval_fraction"] = 1.0 if args.split == "eval" else 0.0
-    try:
-        config = ImportConfig.model_validate({**values, "columns": columns})
-    except ValidationError as exc:
-        raise ValueError("; ".join(_plain(error) for error in exc.errors())) from exc
-    try:
-        summary = import_data(args.kind, args.source, args.out, config)
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the writer has removed its folder
-        signal = "SIGTERM" if isinstance(exc, ImportInterrupted) else "SIGINT"
-        print(f"fedmor: import interrupted ({signal}); nothing was written to {args.out}",
-              file=sys.stderr)
-        return 143 if signal == "SIGTERM" else 130
-    for line in summary.render():
-        print(line)
-    print(f"wrote {args.out}")
-    return 0
 
 
 def _synth(args: argparse.Namespace) -> int:

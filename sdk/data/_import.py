@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from sdk.data._errors import PreferenceDataError
 from sdk.data._import_config import ImportConfig, ImportSummary, SourceKind
 from sdk.data._import_items import Columns, Item
 from sdk.data._import_mc import mc_item
@@ -92,9 +93,14 @@ def import_data(
             Steps(f"import {kind.value}", count_rows(source), enabled=progress) as steps:
         for row in read_rows(source, config.batch_rows):
             summary.records_read += 1
-            item = convert(row, columns, summary)
-            if item is not None:
-                writer.add(item)
+            try:
+                item = convert(row, columns, summary)
+                if item is not None:
+                    writer.add(item)
+            except PreferenceDataError as exc:
+                if not config.skip_bad or exc.path != row.file:
+                    raise
+                summary.skip(exc)  # a multi-frame file's frames before a bad one are kept
             steps.advance()
         writer.finish()
     return summary

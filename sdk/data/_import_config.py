@@ -6,6 +6,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sdk.data._errors import PreferenceDataError
 from sdk.data._loading import DEFAULT_MAX_IMAGE_SIDE
 
 __all__ = ["FIELDS", "ImportConfig", "ImportSummary", "SourceKind"]
@@ -76,6 +77,9 @@ class ImportConfig(BaseModel):
     """DICOM: the frame (0-based) to keep; ``None`` keeps every frame, one pair per frame."""
     allow_burned_in: bool = False
     """DICOM: import files whose ``BurnedInAnnotation`` is YES (text in the pixels)."""
+    mask_border: int = Field(default=0, ge=0)
+    """Pixels blacked out along every edge of every source image (DICOM frames included), where
+    scanners burn in text; ``0`` masks nothing. De-identification reads no pixel otherwise."""
     max_image_side: int = Field(default=DEFAULT_MAX_IMAGE_SIDE, ge=8)
     """Images larger than this (px a side) are scaled down to it, so ``load_pairs`` accepts them."""
     max_source_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
@@ -86,6 +90,9 @@ class ImportConfig(BaseModel):
     from its header, before decoding (a decompression bomb declares billions)."""
     replace: bool = False
     """Replace an existing output folder (only once the new import validated)."""
+    skip_bad: bool = False
+    """Skip a refused record (counted, its reason in ``ImportSummary.skipped``) instead of
+    stopping the import at the first one."""
     batch_rows: int = Field(default=512, ge=1)
     """Rows read at a time from Parquet and Arrow files (bounds memory)."""
 
@@ -97,11 +104,16 @@ class ImportConfig(BaseModel):
         return value
 
 
+MAX_SKIPPED = 1000
+"""The most skipped records whose reasons ``import.json`` keeps (all are counted)."""
+_SKIPPED = "record refused (--skip-bad)"
+
+
 class ImportSummary(BaseModel):
     """What an import wrote and dropped; written as ``import.json`` and printed.
 
-    Holds counts and the pairs' category names only: no other source value, no DICOM header
-    value, no path.
+    Holds counts and the pairs' category names, and with ``skip_bad`` the reasons records were
+    skipped: no other source value, no DICOM header value.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -118,6 +130,17 @@ class ImportSummary(BaseModel):
     """Reason -> records or pairs dropped."""
     shared_images: int = 0
     """Distinct images present in both ``train/`` and ``eval/`` (a leak between the splits)."""
+    skipped: list[str] = Field(default_factory=list)
+    """``skip_bad``: ``FILE:N: reason`` of each skipped record (the first ``MAX_SKIPPED``; the
+    count is under ``dropped``). A reason may quote the record's image path."""
+
+    def skip(self, error: PreferenceDataError) -> None:
+        """Count a record refused for ``error`` and keep its place and reason."""
+        self.drop(_SKIPPED)
+        if len(self.skipped) < MAX_SKIPPED:
+            where = f"{error.path.name}:{error.line}" if error.line is not None \
+                else error.path.name
+            self.skipped.append(f"{where}: {error.reason}")
 
     def drop(self, reason: str, count: int = 1) -> None:
         """Count ``count`` records dropped for ``reason``."""
@@ -136,6 +159,8 @@ class ImportSummary(BaseModel):
             lines.append("dropped: nothing")
         for reason, count in sorted(self.dropped.items()):
             lines.append(f"dropped {count}: {reason}")
+        for skipped in self.skipped[:5]:
+            lines.append(f"skipped {skipped}")
         if self.shared_images:
             lines.append(f"warning: {self.shared_images} images appear in both train and eval")
         return lines

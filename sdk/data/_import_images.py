@@ -15,11 +15,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from PIL import Image
 
 from sdk.data._import_config import ImportConfig
 from sdk.data._import_dicom import DicomFrames, is_dicom
-from sdk.data._import_rows import Row
+from sdk.data._import_rows import Row, is_missing
 from sdk.data._loading import contained_path
 
 __all__ = ["Frames", "encode_png", "frames_of", "load_frames"]
@@ -44,7 +45,7 @@ class Frames:
     def __iter__(self) -> Iterator[Image.Image]:
         try:
             for frame in self._frames:
-                yield _fit(frame, self._config)
+                yield _fit(_masked(frame, self._config.mask_border), self._config)
         except ValueError as exc:
             raise self._row.error(f"DICOM image {self._label!r}: {exc}") from exc
 
@@ -144,9 +145,18 @@ def frames_of(row: Row, field: str, candidates: tuple[str, ...], config: ImportC
               ) -> Frames:
     """The frames of the first present image column of ``row``."""
     for name in candidates:
-        if row.values.get(name) is not None:
+        if not is_missing(row.values.get(name)):
             return load_frames(row.values[name], row, name, config)
     raise row.error(f"missing image column (tried {', '.join(repr(c) for c in candidates)})")
+
+
+def _masked(image: Image.Image, border: int) -> Image.Image:
+    """``image`` with ``border`` pixels along each edge set to black (a copy; ``0``: itself)."""
+    if border <= 0:
+        return image
+    pixels = np.array(image.convert("RGB"))
+    pixels[:border], pixels[-border:], pixels[:, :border], pixels[:, -border:] = 0, 0, 0, 0
+    return Image.fromarray(pixels, mode="RGB")
 
 
 def _fit(image: Image.Image, config: ImportConfig) -> Image.Image:
