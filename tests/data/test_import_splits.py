@@ -57,7 +57,8 @@ def test_eval_fraction_zero_still_writes_an_empty_eval_folder(
 @pytest.mark.parametrize(("flags", "expected"), [
     (["--eval-fraction", "1.5"], "fedmor: error: --eval-fraction 1.5: input should be less than "
                                  "or equal to 1\n"),
-    (["--min-margin", "0"], "fedmor: error: --min-margin 0.0: input should be greater than 0\n"),
+    (["--max-image-side", "4"], "fedmor: error: --max-image-side 4: input should be greater "
+                                "than or equal to 8\n"),
 ])
 def test_bad_options_are_plain_sentences(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                          flags: list[str], expected: str) -> None:
