@@ -113,7 +113,7 @@ def measure(root: Path, pairs: int) -> dict[str, float]:
     }
 
 
-def measure_dicom(root: Path, frames: int, rows: int, columns: int) -> dict[str, float]:
+def measure_dicom(root: Path, frames: int, rows: int, columns: int) -> dict[str, float | str]:
     """Baseline, naive decode and import peaks for a DICOM file of ``frames`` frames."""
     from pydicom.dataset import Dataset, FileMetaDataset
     from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid

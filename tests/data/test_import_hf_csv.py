@@ -88,7 +88,8 @@ def test_hf_split_is_by_hash_of_the_id_and_stable(tmp_path: Path) -> None:
 def test_hf_parquet_with_paths_and_arrow_with_bytes_mapped_columns(tmp_path: Path) -> None:
     rng = random.Random(2)
     (tmp_path / "pics").mkdir()
-    blobs, sources = [], {"p": [], "b": []}
+    blobs: list[bytes] = []
+    sources: dict[str, list[np.ndarray]] = {"p": [], "b": []}
     for index in range(4):
         color_image(rng, "green").save(tmp_path / "pics" / f"{index}.jpg", quality=95)
         with Image.open(tmp_path / "pics" / f"{index}.jpg") as jpeg:  # the decoded JPEG
