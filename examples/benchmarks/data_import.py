@@ -1,11 +1,15 @@
-"""Memory of ``fedmor data import hf`` on a large Parquet source, against baselines in the run.
+"""Memory of ``fedmor data import`` on a large Parquet source and a 2,000-frame DICOM file,
+against baselines in the run.
 
 Writes a Parquet file of trl-column pairs (32x32 noise PNGs as ``datasets`` stores images:
 ``{"bytes", "path"}``), then measures the peak RSS of three fresh processes: the baseline
 (Python with the import's libraries loaded), a naive load (``pyarrow.parquet.read_table`` into
 Python rows) and the import itself, at two sizes (a tenth of the pairs, at least two row groups, and all of them). A
-streaming import keeps its peak flat as the source grows; a naive load grows with it. The last
-stdout line is one JSON object.
+streaming import keeps its peak flat as the source grows; a naive load grows with it. Then a
+DICOM file of 2,000 frames (uint16, written with pydicom) named by a one-row CSV: the peak of
+its import (every frame its own pair, decoded one at a time) against the baseline and a naive
+decode (``dcmread(...).pixel_array``, every frame at once). The last stdout line is one JSON
+object.
 
     .venv/bin/python examples/benchmarks/data_import.py --quick
 """
@@ -28,6 +32,7 @@ MB = 1024 * 1024
 _CHILD = r"""
 import json, resource, sys, time
 import pyarrow.parquet as pq
+import pydicom, pydicom.pixels
 from sdk.data import ImportConfig, import_data
 mode, source, out = sys.argv[1:4]
 start = time.perf_counter()
@@ -36,6 +41,10 @@ if mode == "naive":
     assert rows
 elif mode == "import":
     import_data("hf", source, out, ImportConfig(), progress=False)
+elif mode == "dicom-naive":
+    assert pydicom.dcmread(source).pixel_array.size
+elif mode == "dicom-import":
+    import_data("csv", source, out, ImportConfig(), progress=False)
 wall = time.perf_counter() - start
 try:  # VmHWM: this process's own peak (ru_maxrss keeps the parent's peak across fork+exec)
     status = open("/proc/self/status").read().split("VmHWM:")[1]
@@ -104,6 +113,42 @@ def measure(root: Path, pairs: int) -> dict[str, float]:
     }
 
 
+def measure_dicom(root: Path, frames: int, rows: int, columns: int) -> dict[str, float | str]:
+    """Baseline, naive decode and import peaks for a DICOM file of ``frames`` frames."""
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.uid import CTImageStorage, ExplicitVRLittleEndian, generate_uid
+
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID = CTImageStorage, generate_uid()
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    dataset = Dataset()
+    dataset.file_meta, dataset.SOPClassUID, dataset.Modality = meta, CTImageStorage, "CT"
+    dataset.NumberOfFrames, dataset.Rows, dataset.Columns = frames, rows, columns
+    dataset.SamplesPerPixel, dataset.PhotometricInterpretation = 1, "MONOCHROME2"
+    dataset.BitsAllocated, dataset.BitsStored, dataset.HighBit = 16, 12, 11
+    dataset.PixelRepresentation = 0
+    base = np.arange(rows * columns, dtype=np.int64).reshape(rows, columns)
+    dataset.PixelData = b"".join(((base + 3 * i) % 4096).astype(np.uint16).tobytes()
+                                 for i in range(frames))
+    dicom = root / "cine.dcm"
+    dataset.save_as(dicom, enforce_file_format=True)
+    del dataset
+    (root / "cine.csv").write_text("image,prompt,chosen,rejected\ncine.dcm,Any finding?,No.,Yes.\n")
+    baseline = child("baseline", dicom, root / "unused")
+    naive = child("dicom-naive", dicom, root / "unused")
+    imported = child("dicom-import", root / "cine.csv", root / "out-dicom")
+    return {
+        "frames": frames, "frame": f"{rows}x{columns}",
+        "source_mb": round(dicom.stat().st_size / MB, 1),
+        "baseline_rss_mb": round(baseline["peak_rss_mb"], 1),
+        "naive_decode_rss_mb": round(naive["peak_rss_mb"], 1),
+        "import_rss_mb": round(imported["peak_rss_mb"], 1),
+        "import_over_baseline_mb": round(imported["peak_rss_mb"] - baseline["peak_rss_mb"], 1),
+        "frames_per_s": round(frames / imported["wall_s"], 1),
+        "images_written": sum(1 for _ in (root / "out-dicom").rglob("*.png")),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="6,000 pairs instead of 100,000")
@@ -113,13 +158,18 @@ def main() -> None:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="fedmor-import-bench-") as tmp:
         rows = [measure(Path(tmp), max(largest // 10, 2_000)), measure(Path(tmp), largest)]
+        # 2,000 frames: 128x128 quick (64 MB), 128x256 full (131 MB).
+        dicom = measure_dicom(Path(tmp), 2_000, 128, 128 if args.quick else 256)
     for row in rows:
         print(f"{row['pairs']:>7} pairs ({row['source_mb']} MB Parquet): import peak "
               f"{row['import_rss_mb']} MB (baseline {row['baseline_rss_mb']}, naive load "
               f"{row['naive_load_rss_mb']}), {row['pairs_per_s']} pairs/s", flush=True)
+    print(f"{dicom['frames']} DICOM frames of {dicom['frame']} ({dicom['source_mb']} MB): import "
+          f"peak {dicom['import_rss_mb']} MB (baseline {dicom['baseline_rss_mb']}, naive decode "
+          f"{dicom['naive_decode_rss_mb']}), {dicom['frames_per_s']} frames/s", flush=True)
     small, large = rows
     print(json.dumps({
-        "benchmark": "data_import", "quick": args.quick, "sizes": rows,
+        "benchmark": "data_import", "quick": args.quick, "sizes": rows, "dicom": dicom,
         "import_growth_mb": round(large["import_rss_mb"] - small["import_rss_mb"], 1),
         "naive_growth_mb": round(large["naive_load_rss_mb"] - small["naive_load_rss_mb"], 1),
         "wall_s": round(time.perf_counter() - start, 1),

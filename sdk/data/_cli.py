@@ -7,6 +7,8 @@ import argparse
 import time
 from pathlib import Path
 
+from sdk.data._import_cli import register_import
+
 __all__ = ["register"]
 
 
@@ -38,62 +40,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     synth.add_argument("--heldout", nargs="*", help="held-out categories (default: all four)")
     synth.set_defaults(handler=_synth)
 
-    _register_import(commands)
+    register_import(commands)
 
     check = commands.add_parser(
         "check", help="validate every pairs.jsonl / queries.jsonl below a directory"
     )
     check.add_argument("directory", type=Path)
     check.set_defaults(handler=_check)
-
-
-def _register_import(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from sdk.data._import_config import SourceKind
-
-    command = commands.add_parser(
-        "import", help="write a member's own data (hf, scores, mc, csv; DICOM images) as pairs"
-    )
-    command.add_argument("kind", choices=[k.value for k in SourceKind], metavar="SOURCE_KIND",
-                         help="hf, scores, mc or csv")
-    command.add_argument("source", type=Path, metavar="SOURCE",
-                         help="file or folder (datasets save_to_disk, Parquet, Arrow, JSONL, CSV)")
-    command.add_argument("--out", type=Path, required=True, help="output folder (must not exist)")
-    command.add_argument("--eval-fraction", type=float, help="share of items in eval/ (0.1)")
-    command.add_argument("--salt", help="secret mixed into the split, ids and file names")
-    command.add_argument("--category", help="category of records without one (imported)")
-    command.add_argument("--column", action="append", default=[], metavar="FIELD=COLUMN",
-                         help="read FIELD from the source's COLUMN (repeatable)")
-    command.add_argument("--wrong", choices=("all", "one"), help="mc: wrong options per item")
-    command.add_argument("--aspects", nargs="+", help="scores: aspects averaged (default all)")
-    command.add_argument("--min-margin", type=float, help="scores: smallest score gap (1.0)")
-    command.add_argument("--dicom-frame", type=int, help="DICOM: keep this frame (default all)")
-    command.add_argument("--allow-burned-in", action="store_true", default=None,
-                         help="DICOM: import files marked BurnedInAnnotation YES")
-    command.add_argument("--max-image-side", type=int, help="scale larger images down (1024)")
-    command.add_argument("--replace", action="store_true", default=None,
-                         help="replace an existing output folder once the import validated")
-    command.set_defaults(handler=_import)
-
-
-def _import(args: argparse.Namespace) -> int:
-    from sdk.data._import import import_data
-    from sdk.data._import_config import ImportConfig
-
-    columns = {}
-    for pair in args.column:
-        field, _, column = pair.partition("=")
-        if not field or not column:
-            raise ValueError(f"--column takes FIELD=COLUMN, got {pair!r}")
-        columns[field] = column
-    names = ("eval_fraction", "salt", "category", "wrong", "aspects", "min_margin",
-             "dicom_frame", "allow_burned_in", "max_image_side", "replace")
-    values = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
-    config = ImportConfig.model_validate({**values, "columns": columns})
-    summary = import_data(args.kind, args.source, args.out, config)
-    for line in summary.render():
-        print(line)
-    print(f"wrote {args.out}")
-    return 0
 
 
 def _synth(args: argparse.Namespace) -> int:
@@ -111,15 +64,16 @@ def _synth(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from sdk.data._check import shared_images
-    from sdk.data._loading import PAIRS_FILE, QUERIES_FILE, load_pairs, load_queries
+    from sdk.data._loading import PAIRS_FILE, QUERIES_FILE, iter_pairs, iter_queries
 
     root: Path = args.directory
     if not root.is_dir():
         raise FileNotFoundError(f"no such directory: {root}")
     found = 0
     for path in sorted([*root.rglob(PAIRS_FILE), *root.rglob(QUERIES_FILE)]):
-        loader = load_pairs if path.name == PAIRS_FILE else load_queries
-        print(f"{path.parent}: {len(loader(path.parent))} records ok")
+        loader = iter_pairs if path.name == PAIRS_FILE else iter_queries
+        count = sum(1 for _record in loader(path.parent))
+        print(f"{path.parent}: {count} records ok" if count else f"{path.parent}: empty")
         found += 1
     if not found:
         raise FileNotFoundError(f"no {PAIRS_FILE} or {QUERIES_FILE} below {root}")

@@ -6,6 +6,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sdk.data._errors import PreferenceDataError
 from sdk.data._loading import DEFAULT_MAX_IMAGE_SIDE
 
 __all__ = ["FIELDS", "ImportConfig", "ImportSummary", "SourceKind"]
@@ -54,9 +55,10 @@ class ImportConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    eval_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
+    eval_fraction: float = Field(default=0.1, ge=0.0, le=1.0)
     """Share of the items that go to ``eval/``, chosen by a hash of the item's id (with
-    ``salt``), so a re-import gives the same split."""
+    ``salt``), so a re-import gives the same split; ``1`` imports a held-out set as eval only,
+    ``0`` as train only (the other split is written empty)."""
     salt: str = Field(default="fedmor-import", min_length=1)
     """Mixed into every hash: the split, generated ids and image file names. Keep your own
     secret salt to make names unlinkable across institutions."""
@@ -75,10 +77,22 @@ class ImportConfig(BaseModel):
     """DICOM: the frame (0-based) to keep; ``None`` keeps every frame, one pair per frame."""
     allow_burned_in: bool = False
     """DICOM: import files whose ``BurnedInAnnotation`` is YES (text in the pixels)."""
+    mask_border: int = Field(default=0, ge=0)
+    """Pixels blacked out along every edge of every source image (DICOM frames included), where
+    scanners burn in text; ``0`` masks nothing. De-identification reads no pixel otherwise."""
     max_image_side: int = Field(default=DEFAULT_MAX_IMAGE_SIDE, ge=8)
     """Images larger than this (px a side) are scaled down to it, so ``load_pairs`` accepts them."""
+    max_source_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+    """The largest source image (a file, or a Parquet/Arrow/JSON cell) read; a larger one is
+    refused before it is decoded (a multi-frame DICOM file is then read one frame at a time)."""
+    max_source_pixels: int = Field(default=64 * 1024 * 1024, ge=64)
+    """The most pixels a source image (one DICOM frame) may declare; a larger one is refused
+    from its header, before decoding (a decompression bomb declares billions)."""
     replace: bool = False
     """Replace an existing output folder (only once the new import validated)."""
+    skip_bad: bool = False
+    """Skip a refused record (counted, its reason in ``ImportSummary.skipped``) instead of
+    stopping the import at the first one."""
     batch_rows: int = Field(default=512, ge=1)
     """Rows read at a time from Parquet and Arrow files (bounds memory)."""
 
@@ -90,11 +104,16 @@ class ImportConfig(BaseModel):
         return value
 
 
+MAX_SKIPPED = 1000
+"""The most skipped records whose reasons ``import.json`` keeps (all are counted)."""
+_SKIPPED = "record refused (--skip-bad)"
+
+
 class ImportSummary(BaseModel):
     """What an import wrote and dropped; written as ``import.json`` and printed.
 
-    Holds counts and the pairs' category names only: no other source value, no DICOM header
-    value, no path.
+    Holds counts and the pairs' category names, and with ``skip_bad`` the reasons records were
+    skipped: no other source value, no DICOM header value.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -111,6 +130,17 @@ class ImportSummary(BaseModel):
     """Reason -> records or pairs dropped."""
     shared_images: int = 0
     """Distinct images present in both ``train/`` and ``eval/`` (a leak between the splits)."""
+    skipped: list[str] = Field(default_factory=list)
+    """``skip_bad``: ``FILE:N: reason`` of each skipped record (the first ``MAX_SKIPPED``; the
+    count is under ``dropped``). A reason may quote the record's image path."""
+
+    def skip(self, error: PreferenceDataError) -> None:
+        """Count a record refused for ``error`` and keep its place and reason."""
+        self.drop(_SKIPPED)
+        if len(self.skipped) < MAX_SKIPPED:
+            where = f"{error.path.name}:{error.line}" if error.line is not None \
+                else error.path.name
+            self.skipped.append(f"{where}: {error.reason}")
 
     def drop(self, reason: str, count: int = 1) -> None:
         """Count ``count`` records dropped for ``reason``."""
@@ -122,12 +152,15 @@ class ImportSummary(BaseModel):
         for split, categories in sorted(self.pairs.items()):
             total = sum(categories.values())
             detail = ", ".join(f"{name} {count}" for name, count in sorted(categories.items()))
-            lines.append(f"{split}: {total} pairs ({detail}), {self.images.get(split, 0)} images"
+            detail = f" ({detail})" if detail else ""
+            lines.append(f"{split}: {total} pairs{detail}, {self.images.get(split, 0)} images"
                          + (f", {self.queries[split]} queries" if split in self.queries else ""))
         if not self.dropped:
             lines.append("dropped: nothing")
         for reason, count in sorted(self.dropped.items()):
             lines.append(f"dropped {count}: {reason}")
+        for skipped in self.skipped[:5]:
+            lines.append(f"skipped {skipped}")
         if self.shared_images:
             lines.append(f"warning: {self.shared_images} images appear in both train and eval")
         return lines

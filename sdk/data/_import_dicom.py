@@ -1,28 +1,55 @@
 """DICOM pixel data to RGB frames with pydicom: pixels only, never a header value.
 
-Windowing, in order: the file's VOI LUT Sequence (pydicom's ``apply_voi_lut``), else its first
-Window Center / Window Width (the DICOM linear function), else the frame's own minimum to
-maximum. Modality rescaling (slope, intercept) comes first and MONOCHROME1 is inverted, so bright
-always means dense. Errors say what is wrong with the file in fixed words; they quote no tag value.
+Frames are decoded one at a time as they are iterated (``pydicom.pixels.iter_pixels`` on the
+file), so a file of thousands of frames costs one frame's memory. Windowing, in order: the
+file's VOI LUT Sequence (pydicom's ``apply_voi_lut``), else its first Window Center / Window
+Width (the DICOM linear function), else the frame's own minimum to maximum. Modality rescaling
+(slope, intercept) comes first and MONOCHROME1 is inverted, so bright always means dense;
+PALETTE COLOR goes through the file's colour lookup table. Errors say what is wrong with the
+file in fixed words or pydicom's decoder's reason; they quote no tag value.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import re
 import warnings
-from typing import Any
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 from PIL import Image
 
 from sdk.data._import_config import ImportConfig
 
-__all__ = ["dicom_frames", "is_dicom"]
+__all__ = ["DicomFrames", "is_dicom"]
+
+_PREAMBLE = 132
+"""Bytes up to and including the ``DICM`` marker."""
 
 
-def is_dicom(data: bytes, label: str) -> bool:
-    """A DICOM file by its name (``.dcm``) or by its preamble (``DICM`` at byte 128)."""
-    return label.lower().endswith(".dcm") or data[128:132] == b"DICM"
+def is_dicom(head: bytes, label: str) -> bool:
+    """A DICOM file by its name (``.dcm``) or by its preamble (``DICM`` at byte 128 of
+    ``head``, the file's first bytes)."""
+    return label.lower().endswith(".dcm") or head[128:_PREAMBLE] == b"DICM"
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """pydicom's value validation off and its warnings silenced: they quote the offending tag
+    value (``Invalid value for VR DA: '...'``), which would put it in a log."""
+    from pydicom import config as dicom_config
+
+    previous = dicom_config.settings.reading_validation_mode
+    dicom_config.settings.reading_validation_mode = dicom_config.IGNORE
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        dicom_config.settings.reading_validation_mode = previous
 
 
 def _first(dataset: Any, keyword: str) -> float | None:
@@ -52,17 +79,36 @@ def _window(frame: np.ndarray, dataset: Any) -> np.ndarray:
 
 
 def _to_rgb(frame: np.ndarray, dataset: Any) -> Image.Image:
-    from pydicom.pixels import apply_modality_lut
+    from pydicom.pixels import apply_color_lut, apply_modality_lut
 
+    photometric = str(dataset.get("PhotometricInterpretation", "")).strip()
+    if photometric == "PALETTE COLOR" and frame.ndim == 2:
+        # The lookup table's entries are 8 or 16 bits, as its dtype says.
+        colour = apply_color_lut(frame, dataset)
+        top = 255.0 if colour.dtype == np.uint8 else 65535.0
+        return Image.fromarray(np.round(colour * (255.0 / top)).astype(np.uint8), mode="RGB")
     if frame.ndim == 3:  # colour (RGB after pydicom's YBR conversion): scale to 8 bits
         bits = int(dataset.get("BitsStored", 8))
         scaled = frame.astype(np.float64) * (255.0 / (2**bits - 1))
         return Image.fromarray(np.clip(scaled, 0, 255).astype(np.uint8), mode="RGB")
     unit = _window(apply_modality_lut(frame, dataset), dataset)
-    if str(dataset.get("PhotometricInterpretation", "")) == "MONOCHROME1":
+    if photometric == "MONOCHROME1":
         unit = 1.0 - unit
     grey = np.round(unit * 255.0).astype(np.uint8)
     return Image.fromarray(grey, mode="L").convert("RGB")
+
+
+def _plugins(dataset: Any) -> str:
+    """The pixel-data plugins that could decode the file's transfer syntax but are missing."""
+    from pydicom.pixels import get_decoder
+
+    syntax = dataset.file_meta.get("TransferSyntaxUID")
+    if syntax is None or not syntax.is_compressed:
+        return ""
+    try:
+        return "; ".join(get_decoder(syntax).missing_dependencies)
+    except NotImplementedError:
+        return ""
 
 
 def _check_decodable(dataset: Any) -> None:
@@ -77,55 +123,74 @@ def _check_decodable(dataset: Any) -> None:
     except NotImplementedError as exc:
         raise ValueError(f"transfer syntax {syntax.name} is not supported by pydicom") from exc
     if not decoder.is_available:
-        plugins = "; ".join(decoder.missing_dependencies)
-        raise ValueError(
-            f"transfer syntax {syntax.name} needs a pixel-data plugin: install one of: {plugins}"
-        )
+        raise ValueError(f"transfer syntax {syntax.name} needs a pixel-data plugin: "
+                         f"install one of: {_plugins(dataset)}")
 
 
-def dicom_frames(data: bytes, config: ImportConfig) -> list[Image.Image]:
-    """The kept frames of a DICOM file as RGB images (``ValueError`` with a fixed reason).
-
-    pydicom's value validation is off and its warnings silenced meanwhile: they quote the
-    offending tag value (``Invalid value for VR DA: '...'``), which would put it in a log.
-    """
-    from pydicom import config as dicom_config
-
-    previous = dicom_config.settings.reading_validation_mode
-    dicom_config.settings.reading_validation_mode = dicom_config.IGNORE
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return _frames(data, config)
-    finally:
-        dicom_config.settings.reading_validation_mode = previous
+def _undecodable(dataset: Any, exc: BaseException) -> ValueError:
+    """pydicom's reason a frame did not decode, and the plugins that might decode it."""
+    reason = re.sub(r"\s+", " ", str(exc)).strip() or type(exc).__name__
+    plugins = _plugins(dataset)
+    hint = f"; another pixel-data plugin may decode it: install one of: {plugins}" if plugins \
+        else ""
+    return ValueError(f"pixel data cannot be decoded ({reason}){hint}")
 
 
-def _frames(data: bytes, config: ImportConfig) -> list[Image.Image]:
-    import pydicom
-    from pydicom.errors import InvalidDicomError
+class DicomFrames:
+    """The kept frames of one DICOM file: the header is read and checked on construction
+    (``ValueError`` with a fixed reason), the pixels frame by frame as the object is iterated."""
 
-    try:
-        dataset = pydicom.dcmread(io.BytesIO(data))
-    except (InvalidDicomError, OSError, ValueError, EOFError) as exc:
-        raise ValueError(f"is not a readable DICOM file ({type(exc).__name__})") from exc
-    if "PixelData" not in dataset:
-        raise ValueError("holds no pixel data")
-    burned = str(dataset.get("BurnedInAnnotation", "")).strip().upper()
-    if burned == "YES" and not config.allow_burned_in:
-        raise ValueError(
-            "BurnedInAnnotation is YES (text in the pixels may identify the patient); "
-            "refused unless allow_burned_in (--allow-burned-in) is set"
-        )
-    _check_decodable(dataset)
-    try:
-        pixels = dataset.pixel_array
-    except (RuntimeError, ValueError, NotImplementedError, AttributeError) as exc:
-        raise ValueError(f"pixel data is unreadable ({type(exc).__name__})") from exc
-    count = int(dataset.get("NumberOfFrames", 1) or 1)
-    frames = list(pixels) if count > 1 else [pixels]
-    if config.dicom_frame is not None:
-        if config.dicom_frame >= len(frames):
-            raise ValueError(f"has {len(frames)} frames; frame {config.dicom_frame} asked for")
-        frames = [frames[config.dicom_frame]]
-    return [_to_rgb(np.asarray(frame), dataset) for frame in frames]
+    def __init__(self, source: bytes | Path, config: ImportConfig) -> None:
+        import pydicom
+        from pydicom.errors import InvalidDicomError
+
+        self._source = source
+        try:
+            with _quiet(), self._open() as handle:
+                # PixelData stays on disk: only the header is read here.
+                dataset = pydicom.dcmread(handle, defer_size="1 MB")
+        except (InvalidDicomError, OSError, ValueError, EOFError) as exc:
+            raise ValueError(f"is not a readable DICOM file ({type(exc).__name__})") from exc
+        if "PixelData" not in dataset:
+            raise ValueError("holds no pixel data")
+        burned = str(dataset.get("BurnedInAnnotation", "")).strip().upper()
+        if burned == "YES" and not config.allow_burned_in:
+            raise ValueError(
+                "BurnedInAnnotation is YES (text in the pixels may identify the patient); "
+                "refused unless allow_burned_in (--allow-burned-in) is set"
+            )
+        _check_decodable(dataset)
+        pixels = int(dataset.get("Rows", 0) or 0) * int(dataset.get("Columns", 0) or 0)
+        if pixels > config.max_source_pixels:
+            raise ValueError(f"frames of {pixels} pixels are over the limit of "
+                             f"{config.max_source_pixels} (max_source_pixels)")
+        count = int(dataset.get("NumberOfFrames", 1) or 1)
+        if config.dicom_frame is not None and config.dicom_frame >= count:
+            raise ValueError(f"has {count} frames; frame {config.dicom_frame} asked for")
+        self._dataset = dataset
+        self._indices = [config.dicom_frame] if config.dicom_frame is not None \
+            else list(range(count))
+
+    def _open(self) -> BinaryIO:
+        source = self._source
+        return io.BytesIO(source) if isinstance(source, bytes) else source.open("rb")
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def __iter__(self) -> Iterator[Image.Image]:
+        from pydicom.pixels import iter_pixels
+
+        with self._open() as handle:
+            frames = iter_pixels(handle, indices=self._indices)
+            while True:
+                with _quiet():
+                    try:
+                        frame = next(frames)
+                    except StopIteration:
+                        return
+                    except (RuntimeError, ValueError, NotImplementedError, AttributeError,
+                            TypeError, KeyError) as exc:
+                        raise _undecodable(self._dataset, exc) from exc
+                    image = _to_rgb(np.asarray(frame), self._dataset)
+                yield image

@@ -7,23 +7,22 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from PIL import Image
-
 from sdk.data._import_config import FIELDS, ImportConfig, SourceKind
-from sdk.data._import_images import frames_of
-from sdk.data._import_rows import Row
+from sdk.data._import_images import Frames, frames_of
+from sdk.data._import_rows import Row, is_missing
 
 __all__ = ["Columns", "Item", "salted_id"]
 
 
 @dataclass
 class Item:
-    """One source item: its frames (one per kept DICOM frame, else one), prompt, category and
-    the ``(chosen, rejected)`` pairs it yields; ``answer``/``options`` make it a query too."""
+    """One source item: its frames (one per kept DICOM frame, else one; decoded as iterated),
+    prompt, category and the ``(chosen, rejected)`` pairs it yields; ``answer``/``options`` make
+    it a query too."""
 
     row: Row
     id: str
-    frames: list[Image.Image]
+    frames: Frames
     prompt: str
     category: str
     pairs: list[tuple[str, str]]
@@ -54,9 +53,10 @@ class Columns:
         }
 
     def value(self, row: Row, name: str, *, required: bool = True) -> Any:
-        """The value of field ``name`` in ``row`` (``None`` if optional and absent)."""
+        """The value of field ``name`` in ``row`` (``None`` if optional and absent; an empty or
+        ``NaN`` cell is absent, never the text "NaN")."""
         for column in self.names[name]:
-            if column in row.values and row.values[column] is not None:
+            if column in row.values and not is_missing(row.values[column]):
                 return row.values[column]
         if required:
             tried = ", ".join(repr(c) for c in self.names[name])
@@ -77,15 +77,15 @@ class Columns:
     def id(self, row: Row) -> str:
         """The row's id column, else a salted hash of the file name and record number."""
         found = self.value(row, "id", required=False)
-        if found is None or (isinstance(found, str) and not found.strip()):
+        if found is None:
             return salted_id(self.config.salt, row.file.name, str(row.number))
         return self.text(row, "id", found)
 
     def category(self, row: Row) -> str:
         """The row's category column, else ``ImportConfig.category``."""
         found = self.value(row, "category", required=False)
-        return self.config.category if found in (None, "") else self.text(row, "category", found)
+        return self.config.category if found is None else self.text(row, "category", found)
 
-    def frames(self, row: Row, name: str) -> list[Image.Image]:
+    def frames(self, row: Row, name: str) -> Frames:
         """The image frames of field ``name``."""
         return frames_of(row, name, self.names[name], self.config)

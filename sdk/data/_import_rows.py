@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +18,22 @@ from typing import Any
 from sdk.data._errors import PreferenceDataError
 from sdk.data._loading import json_objects
 
-__all__ = ["Row", "count_rows", "read_rows"]
+__all__ = ["Row", "count_rows", "is_missing", "read_rows"]
 
 _TABLE_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv")
+
+
+_MISSING_TEXT = ("", "nan")
+"""Cell texts that mean "no value" (an empty CSV cell; pandas writes a missing value as NaN)."""
+
+
+def is_missing(value: Any) -> bool:
+    """Whether a cell holds no value: ``None``, a float NaN, or an empty / ``NaN`` text."""
+    if value is None:
+        return True
+    if isinstance(value, float):
+        return math.isnan(value)
+    return isinstance(value, str) and value.strip().lower() in _MISSING_TEXT
 
 
 @dataclass(frozen=True)

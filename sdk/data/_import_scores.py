@@ -8,6 +8,7 @@ converts VLFeedback. A rating is a number, numeric text, or VLFeedback's ``{"Rat
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 from sdk.data._import_config import ImportSummary
@@ -23,14 +24,29 @@ def _rating(value: Any) -> float | None:
         value = value.get("Rating", value.get("rating"))
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
     if isinstance(value, str):
         try:
-            return float(value.strip())
+            value = float(value.strip())
         except ValueError:
             return None
+    if isinstance(value, (int, float)) and not math.isnan(value):
+        return float(value)
     return None
+
+
+def _aspect_keys(row: Row, index: int, ratings: dict[str, Any], aspects: tuple[str, ...]
+                 ) -> list[str]:
+    """The keys of ``ratings`` for the chosen ``aspects``, matched case-insensitively (every
+    key when none is chosen); an aspect the response does not carry is named with those it
+    does."""
+    if not aspects:
+        return sorted(ratings)
+    keys = {str(key).strip().lower(): key for key in ratings}
+    unknown = [a for a in aspects if a.strip().lower() not in keys]
+    if unknown:
+        raise row.error(f"response {index}: unknown aspect(s) {unknown}; its aspects are "
+                        f"{sorted(ratings)}")
+    return [keys[a.strip().lower()] for a in aspects]
 
 
 def _scored(row: Row, columns: Columns, responses: list[Any], summary: ImportSummary
@@ -46,8 +62,7 @@ def _scored(row: Row, columns: Columns, responses: list[Any], summary: ImportSum
         ratings = columns.value(Row(response, row.file, row.number, row.base), "ratings")
         if not isinstance(ratings, dict) or not ratings:
             raise row.error(f"response {index}: ratings must be an object of aspect: rating")
-        wanted = aspects or tuple(sorted(ratings))
-        values = [_rating(ratings.get(aspect)) for aspect in wanted]
+        values = [_rating(ratings[key]) for key in _aspect_keys(row, index, ratings, aspects)]
         if any(v is None for v in values):
             summary.drop("response without a numeric rating on every aspect")
             continue

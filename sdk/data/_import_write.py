@@ -59,7 +59,11 @@ class ImportWriter:
             raise ValueError(f"{out_dir} exists; pick a new folder or pass --replace")
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.import-", dir=out_dir.parent))
-        self.splits = {name: _Split(self.tmp / name) for name in SPLITS}
+        try:
+            self.splits = {name: _Split(self.tmp / name) for name in SPLITS}
+        except BaseException:  # a signal before __enter__: the with statement will not clean up
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
         # What the writer keeps per pair (bounded memory): 16-byte digests and the ids.
         self._content: set[bytes] = set()
         self._ids: set[str] = set()
@@ -141,15 +145,17 @@ class ImportWriter:
             split.close()
             self.summary.images[name] = len(split.images)
             if PAIRS_FILE not in split.files:
-                shutil.rmtree(split.root)  # an empty split is left out, not written empty
-                self.summary.pairs.pop(name, None)
+                # Written empty (every import has both splits), so a train-only and an
+                # eval-only import of one data directory read alike.
+                (split.root / PAIRS_FILE).touch()
+                self.summary.pairs[name] = {}
                 continue
             for _pair in iter_pairs(split.root, max_image_side=self.config.max_image_side):
                 pass
             if QUERIES_FILE in split.files:
                 for _query in iter_queries(split.root, max_image_side=self.config.max_image_side):
                     pass
-        if not any(s.root.exists() for s in self.splits.values()):
+        if not any(PAIRS_FILE in s.files for s in self.splits.values()):
             raise ValueError(f"the import yields no pairs; dropped: {self.summary.dropped}")
         self.summary.shared_images = len(self.splits["train"].hashes & self.splits["eval"].hashes)
         (self.tmp / SUMMARY_FILE).write_text(self.summary.model_dump_json(indent=2) + "\n",

@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_MAX_IMAGE_SIDE",
     "PAIRS_FILE",
     "QUERIES_FILE",
+    "contained_path",
     "fit_to_pixels",
     "iter_pairs",
     "iter_queries",
@@ -139,16 +140,27 @@ def fit_to_pixels(image: Image.Image, max_pixels: int | None) -> Image.Image:
     return image.resize(size, Image.Resampling.BICUBIC)
 
 
+def contained_path(directory: Path, relative: str, where: str = "the data directory") -> Path:
+    """``directory/relative`` resolved (symlinks followed), refused with ``ValueError`` when it
+    is absolute or lands outside ``directory`` (``where`` names it): a data file may name only
+    images inside its folder, so it cannot make a reader open or copy out any other file."""
+    candidate = Path(relative)
+    if candidate.is_absolute():
+        raise ValueError(f"is absolute and escapes {where}; name images relative to {directory}")
+    resolved = (directory / candidate).resolve()
+    if not resolved.is_relative_to(directory.resolve()):
+        raise ValueError(f"escapes {where} {directory} (by '..' or a symlink)")
+    return resolved
+
+
 def _image(
     directory: Path, relative: str, path: Path, line: int, max_side: int, max_bytes: int
 ) -> Image.Image:
     """Open ``directory/relative`` as RGB, refusing escapes, missing, oversized or bad files."""
-    candidate = Path(relative)
-    resolved = (directory / candidate).resolve()
-    if candidate.is_absolute() or not resolved.is_relative_to(directory.resolve()):
-        raise PreferenceDataError(
-            path, f"image path {relative!r} escapes the data directory", line=line
-        )
+    try:
+        resolved = contained_path(directory, relative)
+    except ValueError as exc:
+        raise PreferenceDataError(path, f"image path {relative!r} {exc}", line=line) from exc
     if not resolved.is_file():
         raise PreferenceDataError(path, f"image {relative!r} not found", line=line)
     size = resolved.stat().st_size

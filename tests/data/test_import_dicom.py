@@ -57,7 +57,7 @@ def test_no_identifying_value_reaches_any_output_byte(
                          str(tmp_path / "hf")]) == 0
     captured = capsys.readouterr()
     pairs = [p for out in ("csv", "hf") for split in ("train", "eval")
-             if (tmp_path / out / split).is_dir() for p in load_pairs(tmp_path / out / split)]
+             if (tmp_path / out / split / "pairs.jsonl").stat().st_size for p in load_pairs(tmp_path / out / split)]
     assert len(pairs) == 1 + 3 + 1 + 1  # one pair per frame
     texts = [captured.out, captured.err, caplog.text]
     blobs: list[bytes] = []

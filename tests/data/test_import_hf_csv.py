@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import random
@@ -15,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _importkit import color_image
+from PIL import Image
 
 import sdk.cli
 from sdk.data import ImportConfig, PreferenceDataError, import_data, load_pairs
@@ -34,7 +36,7 @@ def _trl_rows(count: int, seed: int = 0) -> list[dict[str, Any]]:
 
 
 def _all_pairs(out: Path) -> dict[str, Any]:
-    return {p.id: p for split in ("train", "eval") if (out / split).is_dir()
+    return {p.id: p for split in ("train", "eval") if (out / split / "pairs.jsonl").stat().st_size
             for p in load_pairs(out / split)}
 
 
@@ -72,7 +74,12 @@ def test_hf_split_is_by_hash_of_the_id_and_stable(tmp_path: Path) -> None:
     import_data("hf", tmp_path / "b.parquet", tmp_path / "b", config, progress=False)
     eval_a = {p.id for p in load_pairs(tmp_path / "a" / "eval")}
     assert eval_a == {p.id for p in load_pairs(tmp_path / "b" / "eval")}  # order-free
-    assert 40 <= len(eval_a) <= 80  # about 30% of 200
+    # The documented rule: eval when SHA-256(salt, "split", id) falls in the first 30%.
+    expected = {row["id"] for row in rows if int.from_bytes(hashlib.sha256(
+        f"fedmor-import\0split\0{row['id']}".encode()).digest()[:8], "big") / 2**64 < 0.3}
+    assert eval_a == expected and 0 < len(expected) < 200
+    assert {p.id for p in load_pairs(tmp_path / "a" / "train")} == {
+        row["id"] for row in rows} - expected
     import_data("hf", tmp_path / "a.parquet", tmp_path / "c",
                 config.model_copy(update={"salt": "other"}), progress=False)
     assert eval_a != {p.id for p in load_pairs(tmp_path / "c" / "eval")}
@@ -81,12 +88,17 @@ def test_hf_split_is_by_hash_of_the_id_and_stable(tmp_path: Path) -> None:
 def test_hf_parquet_with_paths_and_arrow_with_bytes_mapped_columns(tmp_path: Path) -> None:
     rng = random.Random(2)
     (tmp_path / "pics").mkdir()
-    blobs = []
+    blobs: list[bytes] = []
+    sources: dict[str, list[np.ndarray]] = {"p": [], "b": []}
     for index in range(4):
         color_image(rng, "green").save(tmp_path / "pics" / f"{index}.jpg", quality=95)
+        with Image.open(tmp_path / "pics" / f"{index}.jpg") as jpeg:  # the decoded JPEG
+            sources["p"].append(np.asarray(jpeg.convert("RGB")))
         buffer = io.BytesIO()
-        color_image(rng, "red").save(buffer, format="PNG")
+        red = color_image(rng, "red")
+        red.save(buffer, format="PNG")
         blobs.append(buffer.getvalue())
+        sources["b"].append(np.asarray(red))
     text = {"question": [f"q{i}" for i in range(4)], "good": ["yes"] * 4, "bad": ["no"] * 4}
     pq.write_table(pa.table({"image": [f"pics/{i}.jpg" for i in range(4)], **text}),
                    tmp_path / "paths.parquet")
@@ -99,17 +111,29 @@ def test_hf_parquet_with_paths_and_arrow_with_bytes_mapped_columns(tmp_path: Pat
     import_data("hf", tmp_path / "bytes.arrow", tmp_path / "b",
                 config.model_copy(update={"columns": {**mapping, "images": "img"}}),
                 progress=False)
+    ids = set()
     for out in ("p", "b"):
         pairs = load_pairs(tmp_path / out / "train")
-        assert [p.prompt for p in pairs] == text["question"] and pairs[0].category == "photos"
-    # ids are generated (salted hash of file name and row) when the source has none
-    assert all(p.id.startswith("r") and len(p.id) == 17 for p in pairs)
+        assert [p.prompt for p in pairs] == text["question"]
+        assert {p.category for p in pairs} == {"photos"}
+        assert [(p.chosen, p.rejected) for p in pairs] == [("yes", "no")] * 4
+        for pair, source in zip(pairs, sources[out], strict=True):
+            assert np.array_equal(np.asarray(pair.image), source)
+        # ids are generated (salted hash of file name and row) when the source has none
+        assert all(p.id.startswith("r") and len(p.id) == 17 for p in pairs)
+        ids |= {p.id for p in pairs}
+    assert len(ids) == 8  # the file name is part of the hash: no id repeats across files
 
 
 def test_hf_in_memory_dataset_with_pil_images(tmp_path: Path) -> None:
-    dataset = datasets.Dataset.from_list(_trl_rows(5), features=FEATURES)
+    rows = _trl_rows(5)
+    dataset = datasets.Dataset.from_list(rows, features=FEATURES)
     import_data("hf", dataset, tmp_path / "out", ImportConfig(eval_fraction=0.0), progress=False)
-    assert len(load_pairs(tmp_path / "out" / "train")) == 5
+    pairs = load_pairs(tmp_path / "out" / "train")
+    assert [(p.id, p.prompt, p.chosen, p.rejected) for p in pairs] == [
+        (r["id"], r["prompt"], r["chosen"], r["rejected"]) for r in rows]
+    for pair, row in zip(pairs, rows, strict=True):
+        assert np.array_equal(np.asarray(pair.image), np.asarray(row["images"][0]))
 
 
 def test_hf_errors_name_the_record_and_write_nothing(tmp_path: Path) -> None:
