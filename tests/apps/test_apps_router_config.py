@@ -96,24 +96,26 @@ def test_a_new_lineage_needs_the_command_and_keeps_old_versions(
     assert members[0].call("POST", "/v1/router/lineage",
                            SECOND.model_dump(mode="json")).status_code == 403
     rewards = tc.app.state.rewards  # type: ignore[attr-defined]
-    assert rewards._router_settings()[2] == FIRST.heads
+    assert rewards._serving().heads == FIRST.heads
     started = tc.post("/v1/router/lineage", json=SECOND.model_dump(mode="json"), headers=ADMIN)
     assert started.status_code == 200, started.text
-    assert rewards._router_settings()[2] == SECOND.heads  # the alignment follows it at once
+    assert rewards._serving().heads == SECOND.heads  # the alignment follows it at once
     assert started.json()["lineage"] == 2 and started.json()["sha256"] == SECOND.sha256
     again = tc.post("/v1/router/lineage", json=SECOND.model_dump(mode="json"), headers=ADMIN)
     assert again.status_code == 409
-    # Rounds now open on the new configuration, from no version; the old one stays readable.
+    # Rounds now open on the new configuration, from its first version: the old router
+    # carried over (same trunk, m2's head new); the old version stays readable.
     info = tc.post("/v1/rounds", json={"kind": "router_secagg", "min_clients": 2},
                    headers=ADMIN).json()
-    assert info["vector_length"] == SECOND.num_params and info["base_version"] is None
-    assert tc.get("/v1/router/latest", headers=ADMIN).status_code == 404
+    assert info["vector_length"] == SECOND.num_params and info["base_version"] == 2
+    latest = tc.get("/v1/router/latest", headers=ADMIN).json()
+    assert (latest["version"], latest["carried_from"]) == (2, 1)
     old = members[0].call("GET", "/v1/router/1")
     assert np.array_equal(np.frombuffer(old.content, dtype="<f4"), first)
     history = [RouterConfigInfo.model_validate(x)
                for x in members[0].call("GET", "/v1/router/lineages").json()]
-    assert [(h.lineage, h.config, h.current) for h in history] == [(1, FIRST, False),
-                                                                   (2, SECOND, True)]
+    assert [(h.lineage, h.config, h.current, h.first_version, h.latest_version)
+            for h in history] == [(1, FIRST, False, 1, 1), (2, SECOND, True, 2, 2)]
     assert members[0].call("GET", "/v1/router/config?lineage=1").json()["sha256"] == FIRST.sha256
     # Rolling back to a version of the old lineage is refused: rounds follow the new one.
     assert tc.post("/v1/router/rollback", json={"version": 1}, headers=ADMIN).status_code == 409
