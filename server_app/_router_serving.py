@@ -76,6 +76,8 @@ def _untrained(store: Store, lineage: dict[str, Any], version: int,
         source["config"]).heads)
     if not added:
         return set()
+    while (row := store.version_meta(version=version)) is not None and row["restored"]:
+        version = int(row["restored"])  # a rollback serves what the restored version learned
     took_part = store.trained_in(int(lineage["lineage"]), version)
     names = store.names_of(took_part)
     return {h for h in added if h not in names}

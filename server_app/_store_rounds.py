@@ -167,9 +167,13 @@ class RoundTables(StoreBase):
             "lineage, restored, carried_from "
             "FROM router_versions ORDER BY version")]
 
-    def version_meta(self, lineage: int | None = None) -> dict[str, Any] | None:
-        """The newest version of ``lineage`` (of all versions when None), without its blob."""
+    def version_meta(self, lineage: int | None = None, *,
+                     version: int | None = None) -> dict[str, Any] | None:
+        """Version ``version``, or the newest of ``lineage`` (of all versions when both are
+        None), without its blob."""
         where, args = ("", ()) if lineage is None else ("WHERE lineage=? ", (lineage,))
+        if version is not None:
+            where, args = "WHERE version=? ", (version,)
         row = self._one("SELECT version, round_id, length, lineage, restored, carried_from "
                         f"FROM router_versions {where}ORDER BY version DESC LIMIT 1", args)
         return None if row is None else dict(row)
