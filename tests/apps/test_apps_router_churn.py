@@ -6,11 +6,8 @@ the operator's commands tell one story (lineages, origins, a rollback as "restor
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +16,12 @@ import pytest
 
 from fedmor_local import OPEN_POLICY, LocalConsortium
 from fedmor_local._local import ADMIN_TOKEN
-from sdk.router import HashingEncoder, HashingEncoderConfig, Router, RouterConfig
+from sdk.cli import main
+from sdk.router import HashingEncoder, HashingEncoderConfig, Router
 from sdk.wire import ConsortiumRouterConfig
 
 from .test_apps_aligner import FAILURE, Aligner, _items
 
-_REPO = Path(__file__).resolve().parents[2]
 SMALL = {"encoder": {"dim": 8}, "router": {"input_dim": 8, "d_model": 8, "num_layers": 1,
                                            "num_heads": 2, "dim_feedforward": 8}}
 CONFIG = ConsortiumRouterConfig.model_validate({**SMALL, "heads": ["site-0", "site-1"]})
@@ -54,10 +51,25 @@ def _wait(what: str, check: Any, timeout_s: float = 60.0) -> Any:
     return got
 
 
-def _fedmor(c: LocalConsortium, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sdk.cli", *argv, "--server", c.server_url],
-                          capture_output=True, text=True, cwd=_REPO, timeout=120,
-                          env={**os.environ, "FEDMOR_ADMIN_TOKEN": ADMIN_TOKEN})
+class _Run:
+    """One ``fedmor`` command, in this process, as the operator (the admin token)."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def fedmor(consortium: LocalConsortium, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+           capsys: pytest.CaptureFixture[str]) -> Callable[..., _Run]:
+    monkeypatch.setenv("FEDMOR_CONFIG_DIR", str(tmp_path / "config"))  # no profile
+    monkeypatch.setenv("FEDMOR_ADMIN_TOKEN", ADMIN_TOKEN)
+
+    def run(*argv: str) -> _Run:
+        code = main([*argv, "--server", consortium.server_url])
+        out = capsys.readouterr()
+        return _Run(code, out.out, out.err)
+
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -90,19 +102,20 @@ def _judged(c: LocalConsortium, aligner: Aligner) -> set[str]:
     return {names[j] for j in body["judges"]}
 
 
-def test_membership_is_live_in_the_router(consortium: LocalConsortium) -> None:
+def test_membership_is_live_in_the_router(consortium: LocalConsortium,
+                                          fedmor: Callable[..., _Run]) -> None:
     c = consortium
     aligner = Aligner.enroll(c)
     assert _judged(c, aligner) == {"site-1"}  # the router prefers site-1 everywhere
 
     # Revoked: its head is masked at once; the queries go on to the member that is left.
-    removed = _fedmor(c, "roster", "remove", "--name", "site-1", "--reason", "left")
+    removed = fedmor("roster", "remove", "--name", "site-1", "--reason", "left")
     assert removed.returncode == 0, removed.stderr
     assert _judged(c, aligner) == {"site-0"}
     stats = aligner.get("/v1/rewards/stats").json()
     assert stats["heads"] == ["site-0", "site-1"] and stats["masked_heads"] == {
         "site-1": "revoked"}
-    status = _fedmor(c, "alignment", "status")
+    status = fedmor("alignment", "status")
     assert status.returncode == 0, status.stderr
     assert "1 of 2 heads (masked: site-1: revoked)" in status.stdout
 
@@ -134,26 +147,26 @@ def test_membership_is_live_in_the_router(consortium: LocalConsortium) -> None:
     assert _judged(c, aligner) <= {"site-0", "site-2"}
 
     # One story: lineages with their members and versions; the history names each origin.
-    lineages = _fedmor(c, "router", "lineages")
+    lineages = fedmor("router", "lineages")
     assert lineages.returncode == 0, lineages.stderr
     rows = [line.split() for line in lineages.stdout.splitlines()[1:]]
     assert rows[0][:2] == ["1", CONFIG.sha256[:12]] and rows[0][2:4] == ["site-0,", "site-1"]
     assert rows[1][:2] == ["2", "(current)"] and "enrollment" in lineages.stdout
     assert rows[0][5:7] == ["1", "1"]  # FIRST, LATEST of lineage 1
-    rolled = _fedmor(c, "router", "rollback", str(latest["version"]))
+    rolled = fedmor("router", "rollback", str(latest["version"]))
     assert rolled.returncode == 0, rolled.stderr
-    history = _fedmor(c, "router", "history")
+    history = fedmor("router", "history")
     assert history.returncode == 0, history.stderr
     lines = history.stdout.splitlines()
     assert lines[0].split()[:3] == ["VERSION", "LINEAGE", "FROM"]
     restored = f"restored version {latest['version']}"
     assert "carried over from version 1" in history.stdout and restored in history.stdout
     assert f"round {done['round_id']}" in history.stdout
-    show = _fedmor(c, "router", "show")
+    show = fedmor("router", "show")
     assert show.returncode == 0, show.stderr
     assert restored in show.stdout and "of 3 heads" in show.stdout
     # The rollback serves the carried router again: its new head is untrained once more.
     masked = aligner.get("/v1/rewards/stats").json()["masked_heads"]
     assert set(masked) == {"site-1", "site-2"}
-    as_json = _fedmor(c, "router", "lineages", "--json")
+    as_json = fedmor("router", "lineages", "--json")
     assert as_json.returncode == 0 and '"latest_version"' in as_json.stdout
