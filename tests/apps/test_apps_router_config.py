@@ -141,3 +141,32 @@ def test_the_alignment_settings_follow_the_declared_router(tmp_path: Path) -> No
     assert cfg.alignment.members == ["m0", "m1"] and cfg.alignment.encoder["dim"] == 8
     with pytest.raises(ValueError, match="declare the router once"):
         ServerSettings(router=FIRST, alignment={"router": {"num_layers": 3}})  # type: ignore[arg-type]
+
+
+def test_a_lineage_of_another_trunk_serves_the_old_router_until_its_first_version(
+        declared: tuple[TestClient, list[Member]]) -> None:
+    tc, _ = declared
+    first = np.arange(FIRST.num_params, dtype="<f4")
+    assert tc.post("/v1/router", content=first.tobytes(), headers=ADMIN).status_code == 200
+    # Fewer heads, same trunk: carried over (m0's row kept), selection goes on.
+    fewer = ConsortiumRouterConfig.model_validate({**SMALL, "heads": ["m0"]})
+    assert tc.post("/v1/router/lineage", json=fewer.model_dump(mode="json"),
+                   headers=ADMIN).status_code == 200
+    carried = np.frombuffer(tc.get("/v1/router/2", headers=ADMIN).content, dtype="<f4")
+    d = SMALL["router"]["d_model"]
+    trunk = FIRST.num_params - 2 * (d + 1)
+    assert carried.tobytes() == np.concatenate(
+        [first[:trunk + d], first[-2:-1]]).tobytes()  # trunk, W_m0, b_m0
+    # Another trunk cannot be carried: rounds start afresh, the old router serves meanwhile.
+    wider = ConsortiumRouterConfig.model_validate(
+        {**SMALL, "router": {**SMALL["router"], "dim_feedforward": 16}, "heads": ["m0", "m1"]})
+    assert tc.post("/v1/router/lineage", json=wider.model_dump(mode="json"),
+                   headers=ADMIN).status_code == 200
+    latest = tc.get("/v1/router/latest", headers=ADMIN)
+    assert latest.status_code == 404
+    assert latest.json()["detail"].endswith("none yet in lineage 3 (lineage 2 latest v2)")
+    serving = tc.app.state.rewards._serving()  # type: ignore[attr-defined]
+    assert (serving.version, serving.lineage, serving.heads) == (2, 2, ["m0"])
+    info = tc.post("/v1/rounds", json={"kind": "router_secagg", "min_clients": 2},
+                   headers=ADMIN).json()
+    assert info["vector_length"] == wider.num_params and info["base_version"] is None
