@@ -53,7 +53,7 @@ def _serving(conn: Connection) -> str | None:
         stats = conn.request("GET", "/v1/rewards/stats", what="alignment status")
     except ServerError:
         return None
-    return _heads_phrase(stats)
+    return None if stats.get("serving_version") is None else _heads_phrase(stats)
 
 
 def _heads_phrase(stats: dict[str, Any]) -> str:
@@ -74,16 +74,12 @@ def _show(args: argparse.Namespace) -> int:
         try:
             info = conn.request("GET", "/v1/router/latest", what="router show")
         except ServerError as exc:
-            if exc.status != 404:
-                raise
-            # No version in the current lineage yet: say so, and what is served meanwhile.
-            serving = _serving(conn)
-            if args.json:
-                print(json.dumps({"version": None, "detail": exc.detail, "serving": serving}))
-            else:
-                print(f"router: {exc.detail}" + (f"; selection serves {serving}"
-                                                 if serving else ""))
-            return 1
+            # None in the current lineage yet: the error says where the newest is, and the
+            # reward service's own view says what it serves meanwhile.
+            serving = _serving(conn) if exc.status == 404 else None
+            if serving is not None and not args.json:
+                print(f"selection serves {serving}")
+            raise
         serving = _serving(conn)
     else:
         found = [v for v in conn.request("GET", "/v1/router/versions", what="router history")
