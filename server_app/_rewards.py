@@ -32,13 +32,14 @@ from sdk.wire import (
     AlignerStats,
     AlignmentStep,
     ConflictError,
+    ConsortiumRouterConfig,
     ImageCache,
     ImageRef,
     PayloadError,
 )
 from server_app._broker import RewardBroker
 from server_app._broker_source import BrokerRewardSource
-from server_app._router_serving import ServingRouter, serving_router
+from server_app._router_serving import ServingRouter, carry_online_state, serving_router
 from server_app._settings import AlignmentSettings
 from server_app._store import Store
 
@@ -285,16 +286,33 @@ class AlignmentService:
         row = self.store.online(_ONLINE)
         if row is None:
             return
-        if row["router_version"] != pipe.router_version:
-            _log.info("router version %s was published since the online state was saved (on "
-                      "version %s): the online phase starts afresh", pipe.router_version,
-                      row["router_version"])
-            return
         state = torch.load(io.BytesIO(bytes(row["state"])), weights_only=True)
         chooser = pipe.reward_fn.selection.chooser
+        if row["router_version"] != pipe.router_version:
+            old_heads = self._carried_heads(int(row["router_version"]), pipe.router_version)
+            if old_heads is None or chooser is None or not state:
+                _log.info("router version %s was published since the online state was saved "
+                          "(on version %s): the online phase starts afresh",
+                          pipe.router_version, row["router_version"])
+                return
+            _log.info("router version %s carries version %s over: the online router keeps "
+                      "what it learned", pipe.router_version, row["router_version"])
+            state = carry_online_state(state, chooser.state_dict(), old_heads,
+                                       pipe.serving.heads)
         if chooser is not None and state:
             chooser.load_state_dict(state)
         pipe.run, pipe.step, pipe.last_loss = row["run"], row["step"], row["last_loss"]
+
+    def _carried_heads(self, saved: int, version: int | None) -> list[str] | None:
+        """The heads of version ``saved`` when ``version`` is the carry-over of it (a new
+        lineage's first version), else None."""
+        row = None if version is None else self.store.version_meta(version=version)
+        if row is None or row["carried_from"] != saved:
+            return None
+        source = self.store.version_meta(version=saved)
+        lineage = None if source is None else self.store.lineage(source["lineage"])
+        return None if lineage is None else list(
+            ConsortiumRouterConfig.model_validate_json(lineage["config"]).heads)
 
     def stats(self) -> AlignerStats:
         """The counters, the saved online router (step, last loss, version, state hash) and

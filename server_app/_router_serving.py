@@ -16,7 +16,7 @@ from typing import Any
 from sdk.wire import ConflictError, ConsortiumRouterConfig
 from server_app._store import Store
 
-__all__ = ["ServingRouter", "serving_router"]
+__all__ = ["ServingRouter", "carry_online_state", "serving_router"]
 
 
 @dataclass(frozen=True)
@@ -112,3 +112,24 @@ def serving_router(store: Store, encoder: dict[str, Any], router: dict[str, Any]
         lineage=None if lineage is None else int(lineage["lineage"]), encoder=encoder,
         router=router, heads=heads, client_ids=[enrolled.get(n, "") for n in heads],
         masked=masked)
+
+
+_PER_HEAD = ("head.weight", "head.bias", "phi0.weight", "phi0.bias", "u_diag", "u_inv")
+
+
+def carry_online_state(saved: dict[str, Any], fresh: dict[str, Any], old_heads: list[str],
+                       new_heads: list[str]) -> dict[str, Any]:
+    """The online router state ``saved`` (Neural TS on ``old_heads``) moved onto the fresh
+    state of the router a new lineage carried over (``new_heads``): a head both list keeps its
+    learned row of the head, phi0 and U, a new head its fresh rows; the update count and the
+    sampler go on. A join so keeps what the bandit learned about the members it knows."""
+    out = {key: value.clone() if hasattr(value, "clone") else value
+           for key, value in fresh.items()}
+    for k, name in enumerate(new_heads):
+        if name in old_heads:
+            j = old_heads.index(name)
+            for key in _PER_HEAD:
+                if key in saved and key in out:
+                    out[key][k] = saved[key][j]
+    out["num_updates"], out["rng"] = saved["num_updates"], saved["rng"]
+    return out

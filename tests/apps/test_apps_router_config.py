@@ -170,3 +170,34 @@ def test_a_lineage_of_another_trunk_serves_the_old_router_until_its_first_versio
     info = tc.post("/v1/rounds", json={"kind": "router_secagg", "min_clients": 2},
                    headers=ADMIN).json()
     assert info["vector_length"] == wider.num_params and info["base_version"] is None
+
+
+def test_a_carried_router_keeps_what_the_online_router_learned() -> None:
+    import torch
+
+    from sdk.router import (
+        HashingEncoder,
+        HashingEncoderConfig,
+        NeuralThompsonRouter,
+        Router,
+    )
+    from server_app._router_config import carried_router
+    from server_app._router_serving import carry_online_state
+
+    encoder_id = HashingEncoder(HashingEncoderConfig.model_validate(SMALL["encoder"])).encoder_id
+    old = NeuralThompsonRouter(Router(FIRST.router, FIRST.heads, encoder_id))
+    flat = carried_router(old.router.get_flat_params(), FIRST, SECOND)  # the published one
+    z = torch.randn(6, SMALL["router"]["d_model"])
+    old.update(z, torch.tensor([0, 1, 0, 1, 0, 0]), torch.ones(6))  # the bandit learned
+    learned = old.state_dict()
+    assert flat is not None
+    router = Router(SECOND.router, SECOND.heads, encoder_id)
+    router.set_flat_params(flat)
+    new = NeuralThompsonRouter(router)
+    new.load_state_dict(carry_online_state(learned, new.state_dict(), FIRST.heads,
+                                           SECOND.heads))
+    state = new.state_dict()
+    for key in ("head.weight", "head.bias", "u_diag"):
+        assert torch.equal(state[key][:2], learned[key][:2]), key
+    assert not state["head.weight"][2].any() and int(state["num_updates"]) == 6
+    assert torch.equal(state["u_diag"][2], torch.full_like(state["u_diag"][2], new.config.lam))
