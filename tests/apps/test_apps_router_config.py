@@ -201,3 +201,29 @@ def test_a_carried_router_keeps_what_the_online_router_learned() -> None:
         assert torch.equal(state[key][:2], learned[key][:2]), key
     assert not state["head.weight"][2].any() and int(state["num_updates"]) == 6
     assert torch.equal(state["u_diag"][2], torch.full_like(state["u_diag"][2], new.config.lam))
+
+
+def test_a_member_that_joins_starts_a_carried_lineage_and_the_settings_may_stay(
+        tmp_path: Path, declared: tuple[TestClient, list[Member]]) -> None:
+    tc, members = declared
+    first = np.arange(FIRST.num_params, dtype="<f4")
+    assert tc.post("/v1/router", content=first.tobytes(), headers=ADMIN).status_code == 200
+    key = generate_key()
+    token = add_to_roster(tmp_path / "roster.json", name="m2", public_key=public_key_b64(key))
+    tc.post("/v1/roster/reload", headers=ADMIN).raise_for_status()
+    body = {"name": "m2", "token": token, "public_key": public_key_b64(key)}
+    assert tc.post("/v1/enroll", json=body).status_code == 200
+    assert tc.post("/v1/enroll", json=body).status_code == 200  # a retry starts nothing
+    lineages = [RouterConfigInfo.model_validate(x)
+                for x in members[0].call("GET", "/v1/router/lineages").json()]
+    assert [(x.lineage, x.config.heads, x.started_by, x.first_version) for x in lineages] == [
+        (1, FIRST.heads, "settings", 1), (2, ["m0", "m1", "m2"], "enrollment of m2", 2)]
+    serving = tc.app.state.rewards._serving()  # type: ignore[attr-defined]
+    assert serving.version == 2 and serving.masked == {
+        "m2": "joined in lineage 2, not trained in a round yet"}
+    # The settings may keep the lineage the join started from; another one is still refused.
+    create_app(_settings(tmp_path, FIRST)).state.store.close()
+    other = FIRST.model_copy(update={"heads": ["m1", "m0"]})
+    with pytest.raises(ValueError, match="fedmor router lineage"):
+        create_app(_settings(tmp_path, ConsortiumRouterConfig.model_validate(
+            other.model_dump())))
