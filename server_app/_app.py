@@ -94,7 +94,10 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     if not cfg.allow_readable_files:
         check_private_files(cfg.db_path, cfg.identity_key, cfg.tls_key)
     store = Store(cfg.db_path)
-    RouterLineages(store).check_declared(cfg.router)  # a changed [router] needs a lineage
+    lineages = RouterLineages(store)
+    lineages.check_declared(cfg.router)  # a changed [router] needs a lineage
+    for member in store.clients("member"):  # a head for each member (one enrolled as we fell)
+        lineages.join(member["name"])
     key = load_or_create_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
     work = Signal()  # bumped when a round opens or moves on, or a pull query is queued
     capture = None  # capture mode: told of captured rounds and of every answered query
@@ -143,7 +146,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     install_audit(app, store, capture, broker, access, cfg)
     app.include_router(audit_budget_router(store, access, cfg.audit))
     app.include_router(meta_router())
-    app.include_router(enrollment_router(store, key, cfg))
+    app.include_router(enrollment_router(store, key, cfg, rounds.lineages))
     app.include_router(clip_bound_router(store, broker, access, cfg))
     app.include_router(rounds_router(rounds, access, work, limits))
     app.include_router(operator_router(identities, rounds, access))

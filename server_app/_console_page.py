@@ -22,6 +22,7 @@ from sdk.wire import (
     MemberInfo,
     Refusal,
     RoundInfo,
+    RouterConfigInfo,
     RouterVersionInfo,
 )
 from server_app._access import Identity
@@ -61,6 +62,7 @@ class ConsoleView:
     members: list[MemberInfo]
     rounds: list[RoundInfo]  # newest first
     versions: list[RouterVersionInfo]  # newest first
+    lineages: list[RouterConfigInfo]  # newest first
     progress: list[AlignmentStep]
     stats: AlignerStats
     capture: CaptureManifest | None
@@ -73,6 +75,7 @@ class ConsoleView:
         rounds = visible_rounds(src.rounds, Identity(operator, "operator"))
         view = cls(operator=operator, now=time.time(), members=src.identities.members(),
                    rounds=rounds[::-1], versions=router_versions(src.rounds.lineages)[::-1],
+                   lineages=src.rounds.lineages.history()[::-1],
                    progress=src.service.progress(), stats=src.service.stats(),
                    capture=None if src.capture is None else src.capture.manifest())
         view.names = {m.client_id: m.name for m in view.members if m.client_id}
@@ -80,6 +83,16 @@ class ConsoleView:
             for refusal in info.refusals:
                 view.refusals.setdefault(refusal.client_id, []).append((info.round_id, refusal))
         return view
+
+    def version_groups(self) -> list[tuple[RouterConfigInfo | None, list[RouterVersionInfo]]]:
+        """The versions by lineage, newest lineage first (versions from before lineages
+        existed: one group without a lineage, last)."""
+        groups: list[tuple[RouterConfigInfo | None, list[RouterVersionInfo]]] = [
+            (x, [v for v in self.versions
+                 if v.router_config is not None and v.router_config.lineage == x.lineage])
+            for x in self.lineages]
+        loose = [v for v in self.versions if v.router_config is None]
+        return groups + ([(None, loose)] if loose or not groups else [])
 
     def name(self, client_id: str) -> str:
         """A member's roster name (its id when the roster no longer has it)."""
@@ -103,6 +116,17 @@ def _ago(at: float | None, now: float) -> str:
     return f"{s:.0f} s ago"
 
 
+def _origin(v: RouterVersionInfo) -> str:
+    """Where a version came from, in words (as ``fedmor router history`` says it)."""
+    if v.round_id is not None:
+        return f"round {v.round_id}"
+    if v.restored is not None:
+        return f"restored version {v.restored}"
+    if v.carried_from is not None:
+        return f"carried over from version {v.carried_from}"
+    return "published"
+
+
 def _num(value: float | None, fmt: str = ".4g") -> str:
     return "—" if value is None else format(value, fmt)
 
@@ -110,7 +134,7 @@ def _num(value: float | None, fmt: str = ".4g") -> str:
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(ASSETS), autoescape=True,
                           undefined=jinja2.StrictUndefined, trim_blocks=True,
                           lstrip_blocks=True)
-_ENV.filters.update(when=_when, num=_num)
+_ENV.filters.update(when=_when, num=_num, origin=_origin)
 
 
 def _progress_rows(steps: list[AlignmentStep]) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from fastapi import APIRouter
 
 from sdk.wire import EnrollRequest, EnrollResponse, check_reward_url, public_key_b64
 from server_app._announce_api import check_clip_bound
+from server_app._router_config import RouterLineages
 from server_app._settings import ServerSettings
 from server_app._store import ConflictError, Store
 
@@ -21,8 +22,10 @@ ENROLLMENT_REFUSED = ("enrollment refused: the name, token and key must match a 
                       "whose token is unused (ask the consortium operator)")
 
 
-def enrollment_router(store: Store, key: Ed25519PrivateKey, cfg: ServerSettings) -> APIRouter:
-    """``POST /v1/enroll`` over ``store``; ``key`` is the server identity it hands out."""
+def enrollment_router(store: Store, key: Ed25519PrivateKey, cfg: ServerSettings,
+                      lineages: RouterLineages) -> APIRouter:
+    """``POST /v1/enroll`` over ``store``; ``key`` is the server identity it hands out; a
+    member without a head in the current router lineage gets one (``lineages.join``)."""
     router = APIRouter(tags=["enrollment"])
 
     @router.post("/v1/enroll", response_model=EnrollResponse)
@@ -45,6 +48,8 @@ def enrollment_router(store: Store, key: Ed25519PrivateKey, cfg: ServerSettings)
         if created:
             store.audit(row["client_id"], "enrolled", name=req.name)
             _log.info("enrolled %s as %s", req.name, row["client_id"])
+        if row["role"] == "member":  # also on a retry: a crash may have come between
+            lineages.join(row["name"])
         return EnrollResponse(client_id=row["client_id"], name=row["name"],
                               server_public_key=public_key_b64(key), role=row["role"])
 

@@ -20,7 +20,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sdk.serving import RateLimited
 from sdk.wire import (
@@ -39,6 +39,7 @@ from sdk.wire import (
 )
 from server_app._broker import RewardBroker
 from server_app._broker_source import BrokerRewardSource
+from server_app._router_serving import ServingRouter, carry_online_state, serving_router
 from server_app._settings import AlignmentSettings
 from server_app._store import Store
 
@@ -62,6 +63,8 @@ class _Pipeline:
     members: BrokerRewardSource
     empty_source: EmptyIsWorst
     router_version: int | None
+    serving: ServingRouter  # the served router and its masks when the pipeline last looked
+    chooser: NeuralTSChooser | None = None  # a routed selection's router (masks move on it)
     # (batch step, contexts (n, d), arms) routed since the last applied feedback
     pending: list[tuple[int, Tensor, list[int]]] = field(default_factory=list)
     run: str = ""
@@ -98,32 +101,13 @@ class AlignmentService:
         calls.append(now)
 
     # -- the pipeline --------------------------------------------------------------------------
-    def _router_settings(self) -> tuple[dict[str, Any], dict[str, Any], list[str] | None]:
-        """(encoder, router, members) of the current router lineage: an operator's new
-        lineage applies at once; the settings' own without one."""
-        row = self.store.lineage()
-        if row is None:
-            return self.cfg.encoder, self.cfg.router, self.cfg.members
-        declared = ConsortiumRouterConfig.model_validate_json(row["config"])
-        return (declared.encoder.model_dump(), declared.router.model_dump(),
-                list(declared.heads))
+    def _serving(self) -> ServingRouter:
+        """The router to serve and its masked heads, read from the store now: an operator's
+        new lineage, a member's join or a revocation applies to the next batch."""
+        return serving_router(self.store, self.cfg.encoder, self.cfg.router, self.cfg.members)
 
-    def _members(self) -> list[dict[str, Any]]:
-        members = self.store.clients("member")
-        names = self._router_settings()[2]
-        if names is None:
-            if not members:
-                raise ConflictError("no member is enrolled: nobody can score rewards yet")
-            return members
-        by_name = {m["name"]: m for m in members}
-        absent = [n for n in names if n not in by_name]
-        if absent:
-            raise ConflictError(f"router heads ([router].heads or alignment.members) not "
-                                f"enrolled (yet): {', '.join(absent)}")
-        return [by_name[n] for n in names]
-
-    def _chooser(self, method: str, members: list[str]) -> tuple[NeuralTSChooser, int]:
-        """The router of the latest published version, as an arm chooser; and that version."""
+    def _chooser(self, method: str, view: ServingRouter) -> NeuralTSChooser:
+        """The router of ``view``'s version, as an arm chooser that skips its masked heads."""
         import numpy as np
 
         from sdk.alignment import NeuralTSChooser
@@ -136,52 +120,66 @@ class AlignmentService:
             RouterConfig,
         )
 
-        row = self.store.version()
+        row = None if view.version is None else self.store.version(view.version)
         if row is None:
             raise ConflictError(f"selection {method!r} needs a router: none is published yet")
-        encoder_cfg, router_cfg, _ = self._router_settings()
-        encoder = HashingEncoder(HashingEncoderConfig.model_validate(encoder_cfg))
-        router = Router(RouterConfig.model_validate(router_cfg), members, encoder.encoder_id)
+        encoder = HashingEncoder(HashingEncoderConfig.model_validate(view.encoder))
+        router = Router(RouterConfig.model_validate(view.router), view.heads, encoder.encoder_id)
         if router.num_params() != int(row["length"]):
             raise ConflictError(f"router version {row['version']} has {row['length']} "
                                 f"parameters; alignment.router and alignment.members give "
                                 f"{router.num_params()}")
         router.set_flat_params(np.frombuffer(bytes(row["blob"]), dtype="<f4").copy())
         online = NeuralTSConfig.model_validate(self.cfg.online)
-        return NeuralTSChooser(encoder, NeuralThompsonRouter(router, online)), int(row["version"])
+        chooser = NeuralTSChooser(encoder, NeuralThompsonRouter(router, online))
+        chooser.allow(view.selectable)
+        return chooser
 
-    def _build(self, method: str) -> _Pipeline:
+    def _build(self, method: str, view: ServingRouter) -> _Pipeline:
         from sdk.alignment import SELECTIONS, EmptyIsWorst, SelectionRewardFunction, make_selection
 
         if method not in SELECTIONS:
             raise PayloadError(f"unknown selection method {method!r}; registered: "
                                f"{sorted(SELECTIONS)}")
-        ids = [str(m["client_id"]) for m in self._members()]
+        view.check_selectable()
         kwargs = dict(self.cfg.selection_options.get(method, {}))
-        version = None
+        version, chooser = None, None
         if method in _ROUTED:
-            kwargs["chooser"], version = self._chooser(method, ids)
+            # The router's arm k is head k: a masked head keeps its arm and is never chosen.
+            ids = view.client_ids
+            chooser, version = self._chooser(method, view), view.version
+            kwargs["chooser"] = chooser
+        else:  # the baselines choose among the selectable members only
+            ids = [view.client_ids[k] for k in view.selectable]
         try:
             selection = make_selection(method, **kwargs)
         except TypeError as exc:
             raise PayloadError(f"selection {method!r} cannot run on the server: {exc}") from None
-        # The router's arm k, the selection's client index k: member ids[k], mapped in the source.
+        # The selection's client index k: member ids[k], mapped in the source.
         source = BrokerRewardSource(self.broker, ids, failure=self.cfg.failure_reward)
         empty = EmptyIsWorst(source, worst=self.cfg.empty_reward)
         fn = SelectionRewardFunction(selection, empty,
                                      invalid_choice_reward=self.cfg.invalid_choice_reward)
-        pipeline = _Pipeline(fn, source, empty, version)
+        pipeline = _Pipeline(fn, source, empty, version, view, chooser)
         if method == _ONLINE:
             self._restore(pipeline)
         return pipeline
 
     def _pipeline(self, method: str) -> _Pipeline:
+        view = self._serving()
         pipe = self._pipelines.get(method)
-        # A router-based method follows the newest published router: a new version (another
-        # federated round) starts a fresh online phase on it.
-        if pipe is None or (method in _ROUTED
-                            and pipe.router_version != self.store.latest_version()):
-            pipe = self._pipelines[method] = self._build(method)
+        # A router-based method follows the served router: a new version (another federated
+        # round, a carried-over lineage) starts a fresh online phase on it. Membership changes
+        # on the same version only move the masks, keeping the online phase.
+        if pipe is None or (pipe.router_version != view.version if method in _ROUTED
+                            else pipe.serving != view):
+            pipe = self._pipelines[method] = self._build(method, view)
+        elif method in _ROUTED and pipe.serving != view:
+            view.check_selectable()
+            pipe.members.client_ids = list(view.client_ids)
+            if pipe.chooser is not None:
+                pipe.chooser.allow(view.selectable)
+            pipe.serving = view
         return pipe
 
     # -- rewards -------------------------------------------------------------------------------
@@ -288,22 +286,47 @@ class AlignmentService:
         row = self.store.online(_ONLINE)
         if row is None:
             return
-        if row["router_version"] != pipe.router_version:
-            _log.info("router version %s was published since the online state was saved (on "
-                      "version %s): the online phase starts afresh", pipe.router_version,
-                      row["router_version"])
-            return
         state = torch.load(io.BytesIO(bytes(row["state"])), weights_only=True)
         chooser = pipe.reward_fn.selection.chooser
+        if row["router_version"] != pipe.router_version:
+            old_heads = self._carried_heads(int(row["router_version"]), pipe.router_version)
+            if old_heads is None or chooser is None or not state:
+                _log.info("router version %s was published since the online state was saved "
+                          "(on version %s): the online phase starts afresh",
+                          pipe.router_version, row["router_version"])
+                return
+            _log.info("router version %s carries version %s over: the online router keeps "
+                      "what it learned", pipe.router_version, row["router_version"])
+            state = carry_online_state(state, chooser.state_dict(), old_heads,
+                                       pipe.serving.heads)
         if chooser is not None and state:
             chooser.load_state_dict(state)
         pipe.run, pipe.step, pipe.last_loss = row["run"], row["step"], row["last_loss"]
+
+    def _carried_heads(self, saved: int, version: int | None) -> list[str] | None:
+        """The heads of version ``saved`` when ``version`` is the carry-over of it (a new
+        lineage's first version), else None."""
+        row = None if version is None else self.store.version_meta(version=version)
+        if row is None or row["carried_from"] != saved:
+            return None
+        source = self.store.version_meta(version=saved)
+        lineage = None if source is None else self.store.lineage(source["lineage"])
+        return None if lineage is None else list(
+            ConsortiumRouterConfig.model_validate_json(lineage["config"]).heads)
 
     def stats(self) -> AlignerStats:
         """The counters, the saved online router (step, last loss, version, state hash) and
         the image cache's size."""
         row = self.store.online(_ONLINE) or {}
+        try:
+            view: ServingRouter | None = self._serving()
+        except ConflictError:  # no member and no router: nothing is served
+            view = None
         return self.counts.model_copy(update={
+            "serving_version": None if view is None else view.version,
+            "serving_lineage": None if view is None else view.lineage,
+            "heads": [] if view is None else view.heads,
+            "masked_heads": {} if view is None else view.masked,
             "step": row.get("step"), "last_loss": row.get("last_loss"),
             "router_version": row.get("router_version"), "cached_images": len(self.images),
             "member_query_bytes": self.broker.bytes_sent,

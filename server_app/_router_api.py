@@ -41,26 +41,44 @@ def _initial_router(body: bytes) -> np.ndarray:
     return vector
 
 
+def _none_yet(lineages: RouterLineages) -> str:
+    """What ``latest`` says while the current lineage has no version: and where the newest
+    earlier one is (the one the reward service serves meanwhile)."""
+    current = lineages.current()
+    if current is None:
+        return "no router version exists yet"
+    older = [(lineage, versions) for lineage, versions in
+             lineages.store.lineage_versions().items() if lineage < current.lineage]
+    if not older:
+        return f"no router version yet: none yet in lineage {current.lineage}"
+    lineage, (_, latest) = max(older)
+    return (f"no router version yet: none yet in lineage {current.lineage} (lineage "
+            f"{lineage} latest v{latest})")
+
+
+def _info_of(lineages: RouterLineages, row: dict[str, Any]) -> RouterVersionInfo:
+    return RouterVersionInfo(version=row["version"], round_id=row["round_id"],
+                             sha256=row["sha256"],
+                             size_bytes=row["size_bytes"] if "size_bytes" in row else len(row["blob"]),
+                             length=row["length"], created_at=row["created_at"],
+                             router_config=lineages.ref(row["lineage"]),
+                             restored=row.get("restored"), carried_from=row.get("carried_from"))
+
+
 def _version_info(lineages: RouterLineages, version: int | None = None) -> RouterVersionInfo:
     """The metadata of ``version`` (the newest of the current lineage when None);
     NotFoundError if there is none."""
     row = lineages.store.version(version)
     if row is None:
-        raise NotFoundError("no router version exists yet" if version is None
+        raise NotFoundError(_none_yet(lineages) if version is None
                             else f"router version {version} does not exist")
-    return RouterVersionInfo(version=row["version"], round_id=row["round_id"],
-                             sha256=row["sha256"], size_bytes=len(row["blob"]),
-                             length=row["length"], created_at=row["created_at"],
-                             router_config=lineages.ref(row["lineage"]))
+    return _info_of(lineages, row)
 
 
 def router_versions(lineages: RouterLineages) -> list[RouterVersionInfo]:
-    """Every router version's metadata with its lineage, oldest first (``GET
+    """Every router version's metadata with its lineage and origin, oldest first (``GET
     /v1/router/versions``; a rollback is a new version)."""
-    return [RouterVersionInfo(**{k: r[k] for k in ("version", "round_id", "sha256", "length",
-                                                   "size_bytes", "created_at")},
-                              router_config=lineages.ref(r["lineage"]))
-            for r in lineages.store.versions()]
+    return [_info_of(lineages, r) for r in lineages.store.versions()]
 
 
 def _check_current(lineages: RouterLineages, row: dict[str, Any], length: int) -> None:
@@ -95,14 +113,17 @@ def router_versions_router(store: Store, access: Access, lineages: RouterLineage
 
     @router.get("/lineages", response_model=list[RouterConfigInfo])
     def router_lineages(_: Caller) -> list[RouterConfigInfo]:
-        """Every router lineage, oldest first (the last is current)."""
+        """Every router lineage with its first and latest version, oldest first (the last is
+        current)."""
         return lineages.history()
 
     @router.post("/lineage", response_model=RouterConfigInfo)
     def router_lineage(caller: Operator, config: ConsortiumRouterConfig) -> RouterConfigInfo:
         """Start a new router lineage on ``config`` (operator or admin; audited): rounds open
-        on it from now on, from no router version; no version is deleted. Declare the same
-        configuration in the server's ``[router]`` before its next restart."""
+        on it from now on. With the same encoder and trunk its first version carries the
+        current router over (trunk and kept heads as they are, a new head zero); no version
+        is deleted. Declare the same configuration in the server's ``[router]`` before its
+        next restart."""
         return lineages.start(config, caller.caller_id)
 
     @router.get("/latest", response_model=RouterVersionInfo)
@@ -151,7 +172,7 @@ def router_versions_router(store: Store, access: Access, lineages: RouterLineage
         _check_current(lineages, row, int(row["length"]))
         with store.transaction():
             version = store.add_version(None, bytes(row["blob"]), int(row["length"]),
-                                        row["lineage"])
+                                        row["lineage"], restored=req.version)
             store.audit(caller.caller_id, "router_rolled_back", restored=req.version,
                         version=version)
         return _version_info(lineages, version)

@@ -111,6 +111,10 @@ class Store(IdentityTables, RoundTables, RewardTables, ConsoleTables):
         self.add_column("rounds", "captured", "INTEGER NOT NULL DEFAULT 0", fill=0)
         # Versions published before router lineages existed belong to none (NULL).
         self.add_column("router_versions", "lineage", "INTEGER")
+        # Where a version without a round came from: a rollback's restored version, or the
+        # earlier lineage's version a new lineage carried over (both NULL: published).
+        self.add_column("router_versions", "restored", "INTEGER")
+        self.add_column("router_versions", "carried_from", "INTEGER")
 
     def _add_role_columns(self) -> None:
         """A store written before roles existed: every identity in it is a member."""

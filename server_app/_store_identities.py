@@ -178,6 +178,12 @@ class IdentityTables(StoreBase):
                         (name,))
         return None if row is None else dict(row)
 
+    def names_of(self, client_ids: set[str]) -> set[str]:
+        """The roster names of these client ids, enrolled now or revoked since."""
+        rows = [*self._all("SELECT client_id, name FROM clients"),
+                *self._all("SELECT client_id, name FROM revocations WHERE client_id IS NOT NULL")]
+        return {str(r["name"]) for r in rows if r["client_id"] in client_ids}
+
     def revocations(self) -> list[dict[str, Any]]:
         """Every revocation, oldest first."""
         return [dict(r) for r in self._all("SELECT * FROM revocations ORDER BY at")]

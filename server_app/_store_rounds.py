@@ -136,13 +136,17 @@ class RoundTables(StoreBase):
 
     # -- router versions and lineages ---------------------------------------------------------
     def add_version(self, round_id: int | None, blob: bytes, length: int,
-                    lineage: int | None = None) -> int:
+                    lineage: int | None = None, *, restored: int | None = None,
+                    carried_from: int | None = None) -> int:
         """Store a router version of ``lineage`` (None: the server declares no router
-        configuration); returns its number."""
+        configuration); ``restored``: the version a rollback publishes again;
+        ``carried_from``: the version a new lineage carries over. Returns its number."""
         digest = hashlib.sha256(blob).hexdigest()
         return self._write("INSERT INTO router_versions(round_id, sha256, length, blob, "
-                           "created_at, lineage) VALUES (?,?,?,?,?,?)",
-                           (round_id, digest, length, blob, time.time(), lineage))
+                           "created_at, lineage, restored, carried_from) "
+                           "VALUES (?,?,?,?,?,?,?,?)",
+                           (round_id, digest, length, blob, time.time(), lineage, restored,
+                            carried_from))
 
     def version(self, version: int | None = None) -> dict[str, Any] | None:
         """One router version, blob included; None: the latest of the current lineage (of
@@ -160,8 +164,46 @@ class RoundTables(StoreBase):
         """Every router version's metadata (no blob), oldest first."""
         return [dict(r) for r in self._all(
             "SELECT version, round_id, sha256, length, LENGTH(blob) AS size_bytes, created_at, "
-            "lineage "
+            "lineage, restored, carried_from "
             "FROM router_versions ORDER BY version")]
+
+    def version_meta(self, lineage: int | None = None, *,
+                     version: int | None = None) -> dict[str, Any] | None:
+        """Version ``version``, or the newest of ``lineage`` (of all versions when both are
+        None), without its blob."""
+        where, args = ("", ()) if lineage is None else ("WHERE lineage=? ", (lineage,))
+        if version is not None:
+            where, args = "WHERE version=? ", (version,)
+        row = self._one("SELECT version, round_id, length, lineage, restored, carried_from "
+                        f"FROM router_versions {where}ORDER BY version DESC LIMIT 1", args)
+        return None if row is None else dict(row)
+
+    def lineage_versions(self) -> dict[int, tuple[int, int]]:
+        """(first, latest) version of each lineage that has one."""
+        return {int(r[0]): (int(r[1]), int(r[2])) for r in self._all(
+            "SELECT lineage, MIN(version), MAX(version) FROM router_versions "
+            "WHERE lineage IS NOT NULL GROUP BY lineage")}
+
+    def carried_lineage(self, lineage: int) -> dict[str, Any] | None:
+        """The lineage whose version ``lineage``'s first version carried over, or None."""
+        row = self._one("SELECT l.* FROM router_versions v JOIN router_versions s ON "
+                        "s.version = v.carried_from JOIN router_lineages l ON "
+                        "l.lineage = s.lineage WHERE v.lineage=? ORDER BY v.version LIMIT 1",
+                        (lineage,))
+        return None if row is None else dict(row)
+
+    def trained_in(self, lineage: int, up_to: int) -> set[str]:
+        """Client ids that took part in a finished round of ``lineage`` whose version is at
+        most ``up_to`` (a participant that did not refuse it)."""
+        rows = self._all("SELECT r.round_id, r.spec FROM router_versions v JOIN rounds r ON "
+                         "r.round_id = v.round_id WHERE v.lineage=? AND v.version<=?",
+                         (lineage, up_to))
+        out: set[str] = set()
+        for row in rows:
+            refused = {r["client_id"] for r in self._all(
+                "SELECT client_id FROM round_refusals WHERE round_id=?", (row["round_id"],))}
+            out |= set(json.loads(row["spec"]).get("participants", [])) - refused
+        return out
 
     def add_lineage(self, sha256: str, num_params: int, config: str, actor: str) -> int:
         """Start a router lineage (it becomes the current one); returns its number."""

@@ -63,9 +63,9 @@ def _free_run(n: int) -> int:
 
 def run_quickstart(guide: str, tmp_path: Path, timeout: float = 600) -> str:
     script = quickstart(guide)
-    server, clients = _free_run(1), _free_run(3)
+    server, clients = _free_run(1), _free_run(4)
     script = script.replace("8443", str(server))
-    for k, doc_port in enumerate(("9441", "9442", "9443")):
+    for k, doc_port in enumerate(("9441", "9442", "9443", "9444")):
         script = script.replace(doc_port, str(clients + k))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -127,6 +127,12 @@ def test_operator_quickstart(tmp_path: Path) -> None:
     assert (work / "audit-st-mary" / "report.json").is_file()
     assert "router version 1 restored as version 2" in out
     assert "refused: st-john exists" in out and "removed city-bank" in out
+    # Alignment goes on after the removal and the join: the removed head is masked, the
+    # joined member's lineage carries the router over, a round of three trains its head.
+    assert "2 of 3 heads (masked: city-bank: revoked)" in out, out[-3000:]
+    assert "restored version 1" in out and "enrollment of st-luke" in out, out[-3000:]
+    assert re.search(r"reward -?\d+\.\d{4} \(mor, router version 3\)", out), out[-3000:]
+    assert "3 of 4 heads (masked: city-bank: revoked)" in out, out[-3000:]
     profiles = (work / "profiles" / "profiles.toml").read_text()
     assert all(f'[profiles."{p}"]' in profiles for p in ("ops", "aligner", "auditor"))
 

@@ -34,6 +34,16 @@ class NeuralTSChooser:
     def __init__(self, encoder: Encoder, bandit: NeuralThompsonRouter) -> None:
         self.encoder = encoder
         self.bandit = bandit
+        self.allowed: Tensor | None = None  # (K,) bool: the arms it may pick (None: all)
+
+    def allow(self, arms: Sequence[int]) -> None:
+        """Pick only among ``arms`` from now on (a head whose member left, or that no round
+        trained yet, keeps its place in the router and is never picked)."""
+        if not arms:
+            raise ValueError("at least one arm must stay selectable")
+        mask = torch.zeros(self.num_arms, dtype=torch.bool)
+        mask[list(arms)] = True
+        self.allowed = None if bool(mask.all()) else mask
 
     @property
     def num_arms(self) -> int:
@@ -53,10 +63,10 @@ class NeuralTSChooser:
         encoded = self.encoder.encode(images, prompts, responses)
         z = self.bandit.context(encoded.hidden, encoded.mask)  # (B, d)
         if explore:
-            arms = self.bandit.select(z)
+            arms = self.bandit.select(z, self.allowed)
         else:
             with torch.no_grad():
-                arms = route(self.bandit.router.head(z))
+                arms = route(self.bandit.router.head(z), self.allowed)
         return Routing(arms=[int(a) for a in arms], contexts=z)
 
     def update(self, contexts: Tensor, arms: Sequence[int], rewards: Sequence[float]) -> None:

@@ -20,8 +20,10 @@ from torch import Tensor
 
 from sdk.router._errors import RouterShapeError
 from sdk.router._model import Router
+from sdk.router._policy import route
 
 __all__ = ["NeuralTSConfig", "NeuralThompsonRouter"]
+
 
 
 class NeuralTSConfig(BaseModel):
@@ -99,12 +101,13 @@ class NeuralThompsonRouter:
         r_hat, g = self._mean_and_grad(z)
         return r_hat, self._variance(g).sqrt()
 
-    def select(self, z: Tensor) -> Tensor:
-        """Thompson draw r~ ~ N(r^, nu^2 sigma^2) per arm; returns argmax arms, LongTensor (B,)."""
+    def select(self, z: Tensor, allowed: Tensor | None = None) -> Tensor:
+        """Thompson draw r~ ~ N(r^, nu^2 sigma^2) per arm; returns argmax arms, LongTensor (B,).
+        ``allowed`` (K,) bool: only those arms are picked (the draw is the same either way)."""
         r_hat, sigma = self.scores(z)
         # The generator is a CPU one (its state is saved and restored): draw there, then move.
         noise = torch.randn(r_hat.shape, generator=self._gen).to(r_hat.device)
-        return (r_hat + self.config.nu * sigma * noise).argmax(dim=1)
+        return route(r_hat + self.config.nu * sigma * noise, allowed)
 
     # -- learning ------------------------------------------------------------------------------
 

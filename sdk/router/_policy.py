@@ -15,10 +15,16 @@ def _check(logits: Tensor) -> None:
         raise RouterShapeError(f"logits must be (B, K) with K >= 1, got {tuple(logits.shape)}")
 
 
-def route(logits: Tensor) -> Tensor:
-    """Sparse routing: the one client index per row, LongTensor (B,)."""
+def route(logits: Tensor, allowed: Tensor | None = None) -> Tensor:
+    """Sparse routing: the one client index per row, LongTensor (B,); ``allowed`` (K,) bool
+    limits it to those clients (a masked client is never picked)."""
     _check(logits)
-    return logits.argmax(dim=1)
+    if allowed is None:
+        return logits.argmax(dim=1)
+    if allowed.shape != logits.shape[1:] or not bool(allowed.any()):
+        raise RouterShapeError(f"allowed must be ({logits.shape[1]},) bool with a client "
+                               f"allowed, got {allowed.tolist()}")
+    return logits.masked_fill(~allowed.to(logits.device), float("-inf")).argmax(dim=1)
 
 
 def soft_weights(logits: Tensor, temperature: float = 1.0) -> Tensor:

@@ -103,6 +103,14 @@ class AlignerStats(_Reply):
                                     "sent to members (push mode)")
     online_state_sha256: str | None = Field(default=None, description="hash of the saved "
                                             "online router state (head, U, rng)")
+    serving_version: int | None = Field(default=None, description="the router version the "
+                                        "routed selections use now")
+    serving_lineage: int | None = Field(default=None, description="that version's lineage")
+    heads: list[str] = Field(default_factory=list, description="that version's heads, in "
+                             "order (member names)")
+    masked_heads: dict[str, str] = Field(default_factory=dict, description="heads the "
+                                         "selection skips now, each with its reason (revoked, "
+                                         "not enrolled, not trained in a round yet)")
 
 
 class AlignmentStep(_Reply):

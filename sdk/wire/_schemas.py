@@ -247,8 +247,8 @@ class RouterConfigRef(_Reply):
     """Which router configuration a round or a router version follows: its lineage, hash and
     parameter count (the configuration itself: ``GET /v1/router/config``)."""
 
-    lineage: int = Field(description="router lineage (a new one starts only by an operator's "
-                         "``POST /v1/router/lineage``)")
+    lineage: int = Field(description="router lineage (a new one starts with a new head order: "
+                         "a member's enrollment, or an operator's ``POST /v1/router/lineage``)")
     sha256: str = Field(pattern=_SHA256, description="ConsortiumRouterConfig.sha256")
     num_params: int = Field(description="the configuration's router parameter count")
 
@@ -259,6 +259,12 @@ class RouterConfigInfo(RouterConfigRef):
     config: ConsortiumRouterConfig
     created_at: float
     current: bool = Field(description="whether rounds open on this lineage now")
+    first_version: int | None = Field(default=None, description="the lineage's oldest router "
+                                      "version (None: none yet)")
+    latest_version: int | None = Field(default=None, description="the lineage's newest router "
+                                       "version (None: none yet)")
+    started_by: str | None = Field(default=None, description="who started the lineage: an "
+                                   "operator, ``settings`` or ``enrollment of NAME``")
 
 
 class RoundSpec(BaseModel):
@@ -357,6 +363,11 @@ class RouterVersionInfo(_Reply):
     created_at: float
     router_config: RouterConfigRef | None = Field(
         default=None, description="the configuration (lineage) the version belongs to")
+    restored: int | None = Field(default=None, description="a rollback: the version it "
+                                 "published again")
+    carried_from: int | None = Field(default=None, description="a lineage's first version: "
+                                     "the earlier lineage's version whose trunk and heads it "
+                                     "carries over")
 
 
 class RewardItem(_Wire):

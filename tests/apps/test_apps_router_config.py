@@ -96,24 +96,26 @@ def test_a_new_lineage_needs_the_command_and_keeps_old_versions(
     assert members[0].call("POST", "/v1/router/lineage",
                            SECOND.model_dump(mode="json")).status_code == 403
     rewards = tc.app.state.rewards  # type: ignore[attr-defined]
-    assert rewards._router_settings()[2] == FIRST.heads
+    assert rewards._serving().heads == FIRST.heads
     started = tc.post("/v1/router/lineage", json=SECOND.model_dump(mode="json"), headers=ADMIN)
     assert started.status_code == 200, started.text
-    assert rewards._router_settings()[2] == SECOND.heads  # the alignment follows it at once
+    assert rewards._serving().heads == SECOND.heads  # the alignment follows it at once
     assert started.json()["lineage"] == 2 and started.json()["sha256"] == SECOND.sha256
     again = tc.post("/v1/router/lineage", json=SECOND.model_dump(mode="json"), headers=ADMIN)
     assert again.status_code == 409
-    # Rounds now open on the new configuration, from no version; the old one stays readable.
+    # Rounds now open on the new configuration, from its first version: the old router
+    # carried over (same trunk, m2's head new); the old version stays readable.
     info = tc.post("/v1/rounds", json={"kind": "router_secagg", "min_clients": 2},
                    headers=ADMIN).json()
-    assert info["vector_length"] == SECOND.num_params and info["base_version"] is None
-    assert tc.get("/v1/router/latest", headers=ADMIN).status_code == 404
+    assert info["vector_length"] == SECOND.num_params and info["base_version"] == 2
+    latest = tc.get("/v1/router/latest", headers=ADMIN).json()
+    assert (latest["version"], latest["carried_from"]) == (2, 1)
     old = members[0].call("GET", "/v1/router/1")
     assert np.array_equal(np.frombuffer(old.content, dtype="<f4"), first)
     history = [RouterConfigInfo.model_validate(x)
                for x in members[0].call("GET", "/v1/router/lineages").json()]
-    assert [(h.lineage, h.config, h.current) for h in history] == [(1, FIRST, False),
-                                                                   (2, SECOND, True)]
+    assert [(h.lineage, h.config, h.current, h.first_version, h.latest_version)
+            for h in history] == [(1, FIRST, False, 1, 1), (2, SECOND, True, 2, 2)]
     assert members[0].call("GET", "/v1/router/config?lineage=1").json()["sha256"] == FIRST.sha256
     # Rolling back to a version of the old lineage is refused: rounds follow the new one.
     assert tc.post("/v1/router/rollback", json={"version": 1}, headers=ADMIN).status_code == 409
@@ -139,3 +141,89 @@ def test_the_alignment_settings_follow_the_declared_router(tmp_path: Path) -> No
     assert cfg.alignment.members == ["m0", "m1"] and cfg.alignment.encoder["dim"] == 8
     with pytest.raises(ValueError, match="declare the router once"):
         ServerSettings(router=FIRST, alignment={"router": {"num_layers": 3}})  # type: ignore[arg-type]
+
+
+def test_a_lineage_of_another_trunk_serves_the_old_router_until_its_first_version(
+        declared: tuple[TestClient, list[Member]]) -> None:
+    tc, _ = declared
+    first = np.arange(FIRST.num_params, dtype="<f4")
+    assert tc.post("/v1/router", content=first.tobytes(), headers=ADMIN).status_code == 200
+    # Fewer heads, same trunk: carried over (m0's row kept), selection goes on.
+    fewer = ConsortiumRouterConfig.model_validate({**SMALL, "heads": ["m0"]})
+    assert tc.post("/v1/router/lineage", json=fewer.model_dump(mode="json"),
+                   headers=ADMIN).status_code == 200
+    carried = np.frombuffer(tc.get("/v1/router/2", headers=ADMIN).content, dtype="<f4")
+    d = SMALL["router"]["d_model"]
+    trunk = FIRST.num_params - 2 * (d + 1)
+    assert carried.tobytes() == np.concatenate(
+        [first[:trunk + d], first[-2:-1]]).tobytes()  # trunk, W_m0, b_m0
+    # Another trunk cannot be carried: rounds start afresh, the old router serves meanwhile.
+    wider = ConsortiumRouterConfig.model_validate(
+        {**SMALL, "router": {**SMALL["router"], "dim_feedforward": 16}, "heads": ["m0", "m1"]})
+    assert tc.post("/v1/router/lineage", json=wider.model_dump(mode="json"),
+                   headers=ADMIN).status_code == 200
+    latest = tc.get("/v1/router/latest", headers=ADMIN)
+    assert latest.status_code == 404
+    assert latest.json()["detail"].endswith("none yet in lineage 3 (lineage 2 latest v2)")
+    serving = tc.app.state.rewards._serving()  # type: ignore[attr-defined]
+    assert (serving.version, serving.lineage, serving.heads) == (2, 2, ["m0"])
+    info = tc.post("/v1/rounds", json={"kind": "router_secagg", "min_clients": 2},
+                   headers=ADMIN).json()
+    assert info["vector_length"] == wider.num_params and info["base_version"] is None
+
+
+def test_a_carried_router_keeps_what_the_online_router_learned() -> None:
+    import torch
+
+    from sdk.router import (
+        HashingEncoder,
+        HashingEncoderConfig,
+        NeuralThompsonRouter,
+        Router,
+    )
+    from server_app._router_config import carried_router
+    from server_app._router_serving import carry_online_state
+
+    encoder_id = HashingEncoder(HashingEncoderConfig.model_validate(SMALL["encoder"])).encoder_id
+    old = NeuralThompsonRouter(Router(FIRST.router, FIRST.heads, encoder_id))
+    flat = carried_router(old.router.get_flat_params(), FIRST, SECOND)  # the published one
+    z = torch.randn(6, SMALL["router"]["d_model"])
+    old.update(z, torch.tensor([0, 1, 0, 1, 0, 0]), torch.ones(6))  # the bandit learned
+    learned = old.state_dict()
+    assert flat is not None
+    router = Router(SECOND.router, SECOND.heads, encoder_id)
+    router.set_flat_params(flat)
+    new = NeuralThompsonRouter(router)
+    new.load_state_dict(carry_online_state(learned, new.state_dict(), FIRST.heads,
+                                           SECOND.heads))
+    state = new.state_dict()
+    for key in ("head.weight", "head.bias", "u_diag"):
+        assert torch.equal(state[key][:2], learned[key][:2]), key
+    assert not state["head.weight"][2].any() and int(state["num_updates"]) == 6
+    assert torch.equal(state["u_diag"][2], torch.full_like(state["u_diag"][2], new.config.lam))
+
+
+def test_a_member_that_joins_starts_a_carried_lineage_and_the_settings_may_stay(
+        tmp_path: Path, declared: tuple[TestClient, list[Member]]) -> None:
+    tc, members = declared
+    first = np.arange(FIRST.num_params, dtype="<f4")
+    assert tc.post("/v1/router", content=first.tobytes(), headers=ADMIN).status_code == 200
+    key = generate_key()
+    token = add_to_roster(tmp_path / "roster.json", name="m2", public_key=public_key_b64(key))
+    tc.post("/v1/roster/reload", headers=ADMIN).raise_for_status()
+    body = {"name": "m2", "token": token, "public_key": public_key_b64(key)}
+    assert tc.post("/v1/enroll", json=body).status_code == 200
+    assert tc.post("/v1/enroll", json=body).status_code == 200  # a retry starts nothing
+    lineages = [RouterConfigInfo.model_validate(x)
+                for x in members[0].call("GET", "/v1/router/lineages").json()]
+    assert [(x.lineage, x.config.heads, x.started_by, x.first_version) for x in lineages] == [
+        (1, FIRST.heads, "settings", 1), (2, ["m0", "m1", "m2"], "enrollment of m2", 2)]
+    serving = tc.app.state.rewards._serving()  # type: ignore[attr-defined]
+    assert serving.version == 2 and serving.masked == {
+        "m2": "joined in lineage 2, not trained in a round yet"}
+    # The settings may keep the lineage the join started from; another one is still refused.
+    create_app(_settings(tmp_path, FIRST)).state.store.close()
+    other = FIRST.model_copy(update={"heads": ["m1", "m0"]})
+    with pytest.raises(ValueError, match="fedmor router lineage"):
+        create_app(_settings(tmp_path, ConsortiumRouterConfig.model_validate(
+            other.model_dump())))

@@ -167,3 +167,34 @@ def test_what_other_parties_wrote_is_escaped(
     assert page.count("&lt;script&gt;") == 3
     # In attributes (data-value JSON, single-quoted) no quote or bracket survives either.
     assert "data-name='\"\\u003cscript\\u003ealert(\\u0027x\\u0027)" in page
+
+
+def test_the_router_section_groups_versions_by_lineage(tmp_path: Path) -> None:
+    import numpy as np
+
+    from sdk.wire import ConsortiumRouterConfig
+
+    small = {"encoder": {"dim": 8}, "router": {"input_dim": 8, "d_model": 8, "num_layers": 1,
+                                               "num_heads": 2, "dim_feedforward": 8}}
+    first = ConsortiumRouterConfig.model_validate({**small, "heads": ["m0", "m1"]})
+    second = first.model_copy(update={"heads": ["m0", "m1", "m2"]})
+    tc, who, _ = _consortium(tmp_path, router=first)
+    admin = {"authorization": "Bearer adm"}
+    with tc:
+        body = np.zeros(first.num_params, dtype="<f4").tobytes()
+        assert tc.post("/v1/router", content=body, headers=admin).status_code == 200
+        assert tc.post("/v1/router/lineage", json=ConsortiumRouterConfig.model_validate(
+            second.model_dump()).model_dump(mode="json"), headers=admin).status_code == 200
+        assert tc.post("/v1/router/rollback", json={"version": 2},
+                       headers=admin).status_code == 200
+        assert tc.post("/v1/members/m1/revoke", json={"reason": "left"},
+                       headers=admin).status_code == 200
+        assert tc.get(_mint(who["ops"]), follow_redirects=False).status_code == 303
+        page = tc.get("/console").text
+    router = page.split('<section id="router">')[1].split("</section>")[0]
+    assert router.index("lineage 2") < router.index("lineage 1")  # newest lineage first
+    assert router.count('class="tag">latest') == 1  # the current lineage's newest only
+    latest_row = router.split('data-version=\'3\'')[1].split("</tr>")[0]
+    assert "latest" in latest_row and "restored version 2" in latest_row
+    assert "carried over from version 1" in router and "published" in router
+    assert "1 of 3 heads (masked: m1: revoked, m2: not enrolled)" in page
