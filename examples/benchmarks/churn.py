@@ -16,8 +16,9 @@ scripted schedule puts one event in a round (``_churn_naming.schedule``):
 - ``slow``: a member SIGSTOPped for the stage deadline plus 2 s once the round opened;
 - ``server_killed``: the server SIGKILLed once the round passed its first stage, and restarted;
 - ``revoked``: a member removed from the roster file (``fedmor roster remove --roster``);
-- ``enrolled``: a new member added to the roster, started, and a new router lineage over the
-  enrolled members started (``fedmor router lineage``), as an operator does today.
+- ``enrolled``: a new member added to the roster and started; unless the server puts it in a
+  new lineage itself, the operator starts one over the enrolled members (``fedmor router
+  lineage``).
 
 An event is named when, after its round and the next, the operator's REST views (``GET
 /v1/rounds/{id}``, what ``fedmor rounds show --json`` prints, and ``GET /v1/reports/members``,
@@ -298,6 +299,7 @@ class Churn:
             self._join(e.member)
 
     def _until(self, ok: Any, timeout_s: float = 30.0) -> bool:
+        """Poll ``ok()`` every 0.2 s until it holds (True) or ``timeout_s`` passed (False)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if ok():
@@ -321,11 +323,16 @@ class Churn:
         self._until(lambda: name in {m["name"] for m in self.get("/v1/members")
                                      if m["state"] == "enrolled"}, 60.0)
         self._refresh_ids()
+        # A server that starts the new member's lineage itself needs no operator step.
+        if self._until(lambda: name in self.get("/v1/router/config")["config"]["heads"], 2.0):
+            log(f"the server started a lineage with {name} itself")
+            return
         heads = [m["name"] for m in self.get("/v1/members")
                  if m["state"] == "enrolled" and m["role"] == "member"]
         assert self.ops is not None
         resp = self.ops.request("POST", "/v1/router/lineage", {**ROUTER, "heads": heads})
-        log(f"new lineage over {len(heads)} heads: {resp.status_code} {resp.text[:160]}")
+        log(f"the operator's new lineage over {len(heads)} heads: {resp.status_code} "
+            f"{resp.text[:100]}")
 
     def during(self, e: Event, round_id: int) -> None:
         if e.kind == "slow":
