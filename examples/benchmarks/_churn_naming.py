@@ -46,6 +46,7 @@ class Event:
     seen: str = ""
     round_id: int | None = None
     effect: str = ""
+    problem: str = ""
 
 
 @dataclass

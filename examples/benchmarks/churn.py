@@ -378,6 +378,16 @@ class Churn:
                     return
 
 
+def _step(e: Event, when: str, action: Any, *args: Any) -> None:
+    """Run one part of an event; a part that fails (a member app that refuses to start) is
+    noted on the event and the run goes on."""
+    try:
+        action(*args)
+    except Exception as exc:  # the run's figures matter more than one event's part
+        e.problem = f"{when}: {type(exc).__name__}: {exc}"[:300]
+        log(f"{e.kind} {e.member}: {e.problem}")
+
+
 def _table(events: list[Event]) -> None:
     print(f"{'event':<14} {'member':<8} {'round':>5}  {'effect on its round':<28} "
           f"{'named':<5} {'where':<36} seen")
@@ -414,15 +424,15 @@ def main() -> None:
         for index in range(1, rounds + 1):
             e = by_round.get(index)
             if e is not None:
-                run.before(e)
+                _step(e, "before", run.before, e)
             round_id = run.open_round(index)
             if e is not None:
                 e.round_id = round_id
                 disabled[round_id] = int(e.kind in ("killed", "data_removed", "slow"))
-                run.during(e, round_id)
+                _step(e, "during", run.during, e, round_id)
             info = run.wait_round(round_id)
             if e is not None:
-                run.after(e)
+                _step(e, "after", run.after, e)
             run.rounds.append(info)
             run.snapshot(round_id)
             log(f"round {index} (id {round_id}{', ' + e.kind + ' ' + e.member if e else ''}): "
@@ -450,7 +460,7 @@ def main() -> None:
         "training_members": run.trainers, "member_rss_mb": rss, "stage_deadline_s": deadline,
         "events": [{"event": e.kind, "member": e.member, "round": e.round_id,
                     "effect": e.effect, "named": e.named, "where": e.where, "seen": e.seen,
-                    "member_log": run.member_log(e)} for e in events],
+                    "member_log": run.member_log(e), "problem": e.problem} for e in events],
         "rounds": [{"round_id": r["round_id"], "status": r["status"], "error": r["error"],
                     "participants": len(r["participants"]), "dropouts": len(r["dropouts"])}
                    for r in run.rounds],
