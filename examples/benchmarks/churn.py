@@ -61,7 +61,7 @@ from _churn_naming import (
 )
 from _scratch import scratch_dir
 
-from fedmor_local import OPEN_POLICY, LocalConsortium, free_port
+from fedmor_local import OPEN_POLICY, LocalConsortium, free_port, wait_healthy
 from sdk.data import SynthConfig, synthesize
 from sdk.membership import RosterFile, add_to_roster
 from sdk.wire import ROUTER_ROUND_PARAM, SignedClient, load_or_create_key, public_key_b64
@@ -72,6 +72,8 @@ ROUTER = {"encoder": {"dim": 16},
                      "dim_feedforward": 16},
           "federated": {"rounds": 100, "local": {"epochs": 1, "batch_size": 16, "lr": 3e-3}}}
 BATCH = 16
+START_WAVE = 8
+"""Member apps started together at the run's start."""
 BATCH_EVERY_S = 0.25
 """The aligner's pace: a GRPO step between batches, well under the server's per-identity
 request rate (a batch is one or two requests)."""
@@ -188,8 +190,17 @@ class Churn:
     def start(self) -> Aligner:
         from sdk.router import HashingEncoder, HashingEncoderConfig, Router, RouterConfig
 
-        self.c.start()
-        self.c.wait_enrolled()
+        # In waves: a few dozen apps importing at once on a loaded machine miss any health
+        # deadline; the roster and the rounds are the same either way.
+        self.c.start_server()
+        for wave in range(0, len(self.c.names), START_WAVE):
+            names = self.c.names[wave:wave + START_WAVE]
+            for name in names:
+                self.c.start_client(name, wait=False)
+            for name in names:
+                wait_healthy(self.c.client_cfg[name]["public_url"], verify=self.c.verify,
+                             proc=self.c.procs[name], timeout_s=600)
+        self.c.wait_enrolled(timeout_s=600)
         self.ops = SignedClient(self.c.server_url, timeout_s=60, sender=self._enroll("ops"),
                                 key=load_or_create_key(Path(self.c.identity_cfg["ops"]
                                                             ["identity_key"])))
@@ -415,12 +426,13 @@ def main() -> None:
     by_round = {e.round: e for e in events}
     disabled: dict[int, int] = {}
     t0 = time.perf_counter()
-    aligner = run.start()
-    log(f"{n} members enrolled, router published in {time.perf_counter() - t0:.1f} s")
-    rss = {"demo_member_mb": _rss_mb(run.c.procs[run.c.names[0]].pid)}
-    started = time.monotonic()
-    aligner.thread.start()
+    aligner: Aligner | None = None
     try:
+        aligner = run.start()
+        log(f"{n} members enrolled, router published in {time.perf_counter() - t0:.1f} s")
+        rss = {"demo_member_mb": _rss_mb(run.c.procs[run.c.names[0]].pid)}
+        started = time.monotonic()
+        aligner.thread.start()
         for index in range(1, rounds + 1):
             e = by_round.get(index)
             if e is not None:
@@ -441,10 +453,11 @@ def main() -> None:
         rss["training_member_mb"] = _rss_mb(run.c.procs[run.trainers[0]].pid)
         run.record()
     finally:
-        aligner.stop.set()
-        aligner.thread.join(timeout=180)
+        if aligner is not None:
+            aligner.stop.set()
+            aligner.thread.join(timeout=180)
         ended = time.monotonic()
-        lost = run.data_lost() if run.ops is not None else -1
+        lost = run.data_lost() if aligner is not None else -1
         run.c.close()
     ordered = [int(r["round_id"]) for r in run.rounds]
     for e in events:
