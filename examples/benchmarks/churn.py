@@ -61,7 +61,8 @@ from _churn_naming import (
 )
 from _scratch import scratch_dir
 
-from fedmor_local import OPEN_POLICY, LocalConsortium, free_port, wait_healthy
+from fedmor_local import OPEN_POLICY, LocalConsortium, free_port
+from fedmor_local._local import wait_healthy
 from sdk.data import SynthConfig, synthesize
 from sdk.membership import RosterFile, add_to_roster
 from sdk.wire import ROUTER_ROUND_PARAM, SignedClient, load_or_create_key, public_key_b64
