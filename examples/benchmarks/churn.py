@@ -1,7 +1,8 @@
 """Churn benchmark: a consortium that keeps aligning while its members come, go and fail.
 
-N members (``--quick``: 8, else 40) as real ``python -m client_app`` processes (push mode) and
-one ``python -m server_app`` on 127.0.0.1, all through ``fedmor_local.LocalConsortium``. The
+N members (``--quick``: 8, else 40) as real ``python -m client_app`` processes (push mode,
+started in waves of 8) and one ``python -m server_app`` on 127.0.0.1, all through
+``fedmor_local.LocalConsortium``. The
 server declares a ``[router]`` whose heads are the members; the operator publishes a starting
 router; an aligner identity posts batches of 16 completions to ``POST /v1/rewards`` with the
 ``mor`` selection (what ``fedmor align`` sends) from a thread, one every 0.25 s at most (a
