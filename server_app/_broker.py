@@ -31,7 +31,14 @@ from urllib.parse import urlsplit
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sdk.wire import SERVER_SENDER, AsyncSignedClient, ImageRef, RewardItem, SignedAuth
+from sdk.wire import (
+    SERVER_SENDER,
+    AsyncSignedClient,
+    ImageRef,
+    RewardItem,
+    RewardRequest,
+    SignedAuth,
+)
 from server_app._store import Store
 from server_app._work import wake
 
@@ -200,15 +207,24 @@ class RewardBroker:
     async def query(self, client_id: str, images: Sequence[ImageRef], prompts: Sequence[str],
                     responses: Sequence[str]) -> list[float]:
         """Scores of the (image, prompt, response) triples from member ``client_id``
-        (normalized and clipped by the member; checked here)."""
+        (normalized and clipped by the member; checked here), in their order. A batch above
+        the member's :attr:`~sdk.wire.RewardRequest.MAX_ITEMS` goes as several requests at
+        once (its ``per_member`` slots still bound them); one failed part fails the batch."""
         client = self._clients.get(client_id) or self.store.client(client_id)
         if client is None or client_id in self._revoked:
             raise BrokerError(f"unknown client {client_id}")
         if client["role"] != "member":  # an aligner or auditor never answers reward queries
             raise BrokerError(f"{client_id} is not a member (role {client['role']})")
         self._clients[client_id] = client
-        if not prompts:
-            return []
+        cap = RewardRequest.MAX_ITEMS
+        parts = await asyncio.gather(*(
+            self._query(client_id, client, images[i:i + cap], prompts[i:i + cap],
+                        responses[i:i + cap]) for i in range(0, len(prompts), cap)))
+        return [score for part in parts for score in part]
+
+    async def _query(self, client_id: str, client: dict[str, Any], images: Sequence[ImageRef],
+                     prompts: Sequence[str], responses: Sequence[str]) -> list[float]:
+        """One request's worth (at most the member's cap) of :meth:`query`."""
         items = [RewardItem(image_sha256=ref.sha256, prompt=p, response=r)
                  for ref, p, r in zip(images, prompts, responses, strict=True)]
         by_hash = {ref.sha256: ref for ref in images}

@@ -10,7 +10,7 @@ from pydantic_settings import SettingsConfigDict
 
 from sdk.serving import AppHardening, load_settings
 from sdk.storage import Retention
-from sdk.wire import ConsortiumRouterConfig, RequestLimits
+from sdk.wire import AlignerRequest, ConsortiumRouterConfig, RequestLimits
 from server_app._audit_settings import AuditSettings, CaptureSettings
 from server_app._console_settings import ConsoleSettings
 
@@ -48,7 +48,9 @@ class AlignmentSettings(BaseModel):
     reveal_judges: bool = Field(default=False, description="return the judging member's id "
                                 "per item (which member judged a response is consortium-"
                                 "internal by default)")
-    max_items: int = Field(default=256, ge=1, le=1024, description="items per request")
+    max_items: int = Field(default=256, ge=1, le=AlignerRequest.MAX_ITEMS,
+                           description="items per request (the broker splits a member's "
+                           "share of a batch at sdk.wire.RewardRequest.MAX_ITEMS)")
     max_requests_per_minute: int = Field(default=600, ge=1, description="per aligner")
     image_cache_items: int = Field(default=4096, ge=1)
     image_cache_bytes: int = Field(default=256 * 2**20, ge=1024)

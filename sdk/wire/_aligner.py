@@ -6,6 +6,8 @@ member judged an item stays inside the server unless the consortium's settings a
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from sdk.wire._schemas import _Reply
@@ -14,7 +16,6 @@ __all__ = ["AlignerFeedback", "AlignerFeedbackAck", "AlignerItem", "AlignerReque
            "AlignerResponse", "AlignerStats", "AlignmentStep"]
 
 _SHA256 = r"^[0-9a-f]{64}$"
-MAX_ALIGNER_BATCH = 1024
 
 
 class _Wire(BaseModel):
@@ -39,7 +40,11 @@ class AlignerItem(_Wire):
 class AlignerRequest(_Wire):
     """A batch of completions and the reward-selection method to apply."""
 
-    items: list[AlignerItem] = Field(min_length=1, max_length=MAX_ALIGNER_BATCH)
+    MAX_ITEMS: ClassVar[int] = 1024
+    """The most items the server's ``[alignment] max_items`` may allow per request; above a
+    member's :attr:`~sdk.wire.RewardRequest.MAX_ITEMS` the broker splits the batch."""
+
+    items: list[AlignerItem] = Field(min_length=1, max_length=MAX_ITEMS)
     method: str = Field(default="mor", pattern=r"^[a-z_]{1,40}$",
                         description="a registered selection of sdk.alignment")
     step: int = Field(default=0, ge=0, le=2**40, description="the trainer's global step when "

@@ -1,0 +1,107 @@
+"""Aligner batches above a member's item cap (``RewardRequest.MAX_ITEMS``): the broker splits
+each member's share at the cap and puts the answers back in order, so ``POST /v1/rewards`` of
+300 and 1024 items answers every item with the member's real score, in push and pull mode.
+
+The server and two member apps (``site-0`` pushed to at its URL, ``site-1`` pulling its
+queries) run in this process, each served by uvicorn on 127.0.0.1: the broker's requests and
+the member's fetches and answers cross real HTTP."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from client_app import ClientSettings, HashScorer
+from client_app._app import create_client_app
+from fedmor_local import OPEN_POLICY, LocalConsortium
+from sdk.wire import AlignerRequest, ImageRef, RewardRequest
+from server_app import ServerSettings
+from server_app._app import create_app
+from tests._serve import served
+
+from .test_apps_aligner import Aligner
+
+
+def _png(seed: int) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+IMAGES = [ImageRef.of(_png(seed)) for seed in range(3)]
+
+
+@contextlib.contextmanager
+def in_process(workdir: Path, *, alignment: dict[str, Any], scorers: dict[str, Any],
+               clip: float | None = None) -> Iterator[tuple[LocalConsortium, Aligner]]:
+    """A local consortium's server and members (``site-0`` push, ``site-1`` pull) served in
+    this process, each member with its scorer of ``scorers`` (and ``clip``, the bound it
+    announces, when given), every member enrolled; and the enrolled aligner ``trainer``."""
+    c = LocalConsortium(workdir, len(scorers), identities={"trainer": "aligner"},
+                        server={"alignment": alignment, "reward_timeout_s": 60.0})
+    with contextlib.ExitStack() as stack:
+        stack.callback(c.close)
+        stack.enter_context(served(create_app(ServerSettings(**c.server_cfg)), c.server_port))
+        for i, name in enumerate(c.names):
+            cfg = c.client_cfg[name] | {"policy": OPEN_POLICY, "run_rounds": False}
+            if i % 2:  # pull mode: no URL the server could push to
+                cfg["public_url"] = None
+            if clip is not None:
+                cfg["clip"] = clip
+            app = create_client_app(ClientSettings(**cfg), scorers[name], start_runner=True)
+            stack.enter_context(served(app, cfg["port"]))
+        c.wait_enrolled()
+        yield c, Aligner.enroll(c)
+
+
+def batch(n: int) -> list[dict[str, Any]]:
+    """``n`` items over the three images, each image's bytes with its first item only."""
+    out = []
+    for i in range(n):
+        ref = IMAGES[i % len(IMAGES)]
+        item = {"image_sha256": ref.sha256, "prompt": f"what is shown? {i}",
+                "response": f"a picture of thing {i}"}
+        if i < len(IMAGES):
+            item["image_b64"] = ref.b64()
+        out.append(item)
+    return out
+
+
+def _expected(items: list[dict[str, Any]]) -> list[float]:
+    by_hash = {ref.sha256: Image.open(io.BytesIO(ref.data)).convert("RGB") for ref in IMAGES}
+    return HashScorer().score([by_hash[i["image_sha256"]] for i in items],
+                              [i["prompt"] for i in items], [i["response"] for i in items])
+
+
+@pytest.fixture(scope="module")
+def consortium(tmp_path_factory: pytest.TempPathFactory
+               ) -> Iterator[tuple[LocalConsortium, Aligner]]:
+    # avg_rm asks every member about every item: each member's share is the whole batch.
+    with in_process(tmp_path_factory.mktemp("batches"),
+                    alignment={"max_items": AlignerRequest.MAX_ITEMS, "reveal_judges": True},
+                    scorers={"site-0": HashScorer(), "site-1": HashScorer()}) as found:
+        yield found
+
+
+@pytest.mark.parametrize("n", [300, AlignerRequest.MAX_ITEMS])
+def test_a_batch_above_the_members_cap_gets_every_real_score(
+        consortium: tuple[LocalConsortium, Aligner], n: int) -> None:
+    assert n > RewardRequest.MAX_ITEMS  # the batch does not fit one member request
+    _, aligner = consortium
+    items = batch(n)
+    resp = aligner.post("/v1/rewards", {"items": items, "method": "avg_rm"})
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert out["failed"] == 0
+    # Both members score with the same hash scorer: their average is each one's score.
+    assert out["rewards"] == pytest.approx(_expected(items))
+    stats = aligner.get("/v1/rewards/stats").json()
+    assert stats["failed"] == 0
