@@ -11,7 +11,6 @@ feedback.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import ssl
 import uuid
@@ -156,10 +155,8 @@ class RestRewardFunction:
             if image is None:
                 raise RewardShapeError("the REST reward path needs an image for every query")
             ref = refs.get(id(image)) or refs.setdefault(id(image), image_ref(image))
-            items.append(AlignerItem(
-                image_sha256=ref.sha256, prompt=text, response=response,
-                group=hashlib.sha256(f"{ref.sha256}\n{text}".encode()).hexdigest()[:16],
-                options=[str(o) for o in opts or []]))
+            items.append(AlignerItem(image_sha256=ref.sha256, prompt=text, response=response,
+                                     options=[str(o) for o in opts or []]))
         by_hash = {ref.sha256: ref for ref in refs.values()}
         step = trainer_state.global_step if trainer_state is not None else 0
         rewards: list[float] = []

@@ -8,30 +8,19 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from sdk.wire._schemas import _Reply
+from sdk.wire._schemas import RewardItem, _Reply, _Wire
 
 __all__ = ["AlignerFeedback", "AlignerFeedbackAck", "AlignerItem", "AlignerRequest",
            "AlignerResponse", "AlignerStats", "AlignmentStep"]
 
-_SHA256 = r"^[0-9a-f]{64}$"
 
+class AlignerItem(RewardItem):
+    """One completion to reward: the member's :class:`~sdk.wire.RewardItem` (the image by
+    content hash, its bytes only when the server answered that it lacks them) and the
+    prompt's options, which the server's format rule reads and no member receives."""
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class AlignerItem(_Wire):
-    """One completion to reward. The image travels by content hash; its bytes (base64) only
-    when the server answered that it lacks them."""
-
-    image_sha256: str = Field(pattern=_SHA256)
-    image_b64: str | None = Field(default=None, max_length=16_000_000)
-    prompt: str = Field(max_length=20_000)
-    response: str = Field(max_length=20_000)
-    group: str = Field(default="", max_length=128,
-                       description="the prompt's group id (completions of one prompt)")
     options: list[str] = Field(default_factory=list, max_length=26,
                                description="a multiple-choice prompt's options (the format "
                                "rule); empty for an open prompt")
