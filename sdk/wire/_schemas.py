@@ -380,7 +380,7 @@ class RewardRequest(_Wire):
 class RewardResponse(_Reply):
     """Normalized, clipped scores, one per item."""
 
-    scores: list[float]
+    scores: list[Annotated[float, Field(allow_inf_nan=False)]]
     query_sha256: str
 
 

@@ -117,7 +117,7 @@ def test_a_pushed_non_finite_score_is_refused(score: str, tmp_path: Path) -> Non
     answer = f'{{"scores": [{score}, 0.5], "query_sha256": "{"0" * 64}"}}'
     with _member_answering(answer) as (url, received):
         strict = BrokerRewardSource(_broker(tmp_path, url=url), ["c-m0"])
-        with pytest.raises(BrokerError, match="non-finite"):
+        with pytest.raises(BrokerError, match="finite number"):
             _score(strict, 0, [ref, ref])
         tolerant = BrokerRewardSource(_broker(tmp_path, "tolerant.db", url), ["c-m0"],
                                       failure=-2.0)
