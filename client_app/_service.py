@@ -1,4 +1,4 @@
-"""Reward scoring as a service: caller budget and rate limit, image cache, clipping, audit.
+"""Reward scoring as a service: caller budget and rate limit, image cache, audit.
 
 One code path serves both push (``POST /v1/reward``) and pull (the runner answering queued
 queries).
@@ -53,7 +53,8 @@ class _Window:
 
 
 class RewardService:
-    """Scores batches for authenticated callers; only clipped floats leave."""
+    """Scores batches for authenticated callers; only the scorer's floats leave, each within
+    ``clip`` (the bound the member announces) when the scorer keeps to its own bound."""
 
     def __init__(self, store: ClientStore, scorer: Scorer, *, clip: float, policy: SitePolicy,
                  rate_per_minute: int, decoded_cache_bytes: int = 256 * 2**20,
@@ -182,9 +183,10 @@ class RewardService:
             raise PayloadError(f"cannot score this batch: {exc}") from None
         if len(raw) != len(req.items):
             raise RuntimeError(f"scorer returned {len(raw)} scores for {len(req.items)} items")
-        # A non-finite score carries no preference: send the neutral 0 rather than leak NaN.
-        scores = np.clip(np.nan_to_num(np.asarray(raw, dtype=np.float64), nan=0.0),
-                         -self.clip, self.clip)
+        # A NaN carries no preference: send the neutral 0 rather than leak it. Scores are not
+        # clipped here (the scorer's normalizer clipped them once): one outside the announced
+        # bound is refused by the server, which fails the item instead of trusting it.
+        scores = np.nan_to_num(np.asarray(raw, dtype=np.float64), nan=0.0)
         item_hashes = [hashlib.sha256(json.dumps(
             [i.image_sha256, i.prompt, i.response]).encode()).hexdigest() for i in req.items]
         query_sha = hashlib.sha256("".join(item_hashes).encode()).hexdigest()

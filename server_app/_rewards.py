@@ -214,25 +214,39 @@ class AlignmentService:
             pipe.members.reset()
             empty_before = pipe.empty_source.empty
             invalid_before = pipe.reward_fn.invalid_choices
-            rewards = await pipe.reward_fn(
+            rewards = self._bounded(await pipe.reward_fn(
                 prompts=[i.prompt for i in req.items], completions=[i.response for i in req.items],
-                image=images, options=[i.options for i in req.items])
+                image=images, options=[i.options for i in req.items]))
             contexts, arms = pipe.reward_fn.selection.take_pending()
             if contexts is not None and arms:
                 pipe.pending.append((req.step, contexts, arms))
+            failed = pipe.members.failed + sum(r is None for r in rewards)
             c = self.counts
             c.batches, c.items = c.batches + 1, c.items + len(req.items)
-            c.failed += pipe.members.failed
+            c.failed += failed
             c.empty += pipe.empty_source.empty - empty_before
             c.invalid_choices += pipe.reward_fn.invalid_choices - invalid_before
             judges = None
             if self.cfg.reveal_judges:
-                judges = [pipe.members.judge(im, i.prompt, i.response)
-                          for im, i in zip(images, req.items, strict=True)]
-        bound = self.cfg.clip  # the one clip of the rewards the aligner receives
-        return AlignerResponse(rewards=[min(max(float(r), -bound), bound) for r in rewards],
-                               failed=pipe.members.failed, judges=judges,
+                asked = [pipe.members.judge(im, i.prompt, i.response)
+                         for im, i in zip(images, req.items, strict=True)]
+                judges = ["" if r is None else j for j, r in zip(asked, rewards, strict=True)]
+        failure = self.cfg.failure_reward
+        return AlignerResponse(rewards=[failure if r is None else r for r in rewards],
+                               failed=failed, judges=judges,
                                router_version=pipe.router_version)
+
+    def _bounded(self, rewards: list[float]) -> list[float | None]:
+        """Each reward, or None (the item fails) when it leaves ``[-clip, clip]``: a member
+        clipped its score once, so one outside the bound is refused, never clipped here (the
+        settings keep the fixed rewards inside it)."""
+        bound = self.cfg.clip
+        out: list[float | None] = [float(r) if -bound <= r <= bound else None for r in rewards]
+        refused = len(out) - sum(r is not None for r in out)
+        if refused:
+            _log.warning("%d rewards outside [-%g, %g] (alignment.clip) failed", refused,
+                         bound, bound)
+        return out
 
     # -- online feedback -----------------------------------------------------------------------
     async def feedback(self, fb: AlignerFeedback) -> AlignerFeedbackAck:

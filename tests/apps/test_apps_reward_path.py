@@ -1,6 +1,9 @@
 """Aligner batches above a member's item cap (``RewardRequest.MAX_ITEMS``): the broker splits
 each member's share at the cap and puts the answers back in order, so ``POST /v1/rewards`` of
-300 and 1024 items answers every item with the member's real score, in push and pull mode.
+300 and 1024 items answers every item with the member's real score, in push and pull mode. A
+score outside a bound (the member's announced one, the server's ``alignment.clip``) fails its
+item, counted; nothing clips it on the way. The aligner's reward function stops when more than
+its ``max_failed_fraction`` of a step's completions failed.
 
 The server and two member apps (``site-0`` pushed to at its URL, ``site-1`` pulling its
 queries) run in this process, each served by uvicorn on 127.0.0.1: the broker's requests and
@@ -8,6 +11,7 @@ the member's fetches and answers cross real HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 from collections.abc import Iterator
@@ -21,11 +25,16 @@ from PIL import Image
 from client_app import ClientSettings, HashScorer
 from client_app._app import create_client_app
 from fedmor_local import OPEN_POLICY, LocalConsortium
+from sdk.alignment import RestRewardFunction
+from sdk.alignment._errors import DEFAULT_MAX_FAILED_FRACTION
+from sdk.alignment._rest_rewards import RestRewardError
 from sdk.wire import AlignerRequest, ImageRef, RewardRequest
 from server_app import ServerSettings
 from server_app._app import create_app
+from server_app._settings import AlignmentSettings
 from tests._serve import served
 
+from ._wide_scorer import WideScorer
 from .test_apps_aligner import Aligner
 
 
@@ -41,10 +50,12 @@ IMAGES = [ImageRef.of(_png(seed)) for seed in range(3)]
 
 @contextlib.contextmanager
 def in_process(workdir: Path, *, alignment: dict[str, Any], scorers: dict[str, Any],
-               clip: float | None = None) -> Iterator[tuple[LocalConsortium, Aligner]]:
+               clips: dict[str, float] | None = None
+               ) -> Iterator[tuple[LocalConsortium, Aligner]]:
     """A local consortium's server and members (``site-0`` push, ``site-1`` pull) served in
-    this process, each member with its scorer of ``scorers`` (and ``clip``, the bound it
-    announces, when given), every member enrolled; and the enrolled aligner ``trainer``."""
+    this process, each member with its scorer of ``scorers`` (and the bound it announces in
+    ``clips``, else its scorer's), every member enrolled; and the enrolled aligner
+    ``trainer``."""
     c = LocalConsortium(workdir, len(scorers), identities={"trainer": "aligner"},
                         server={"alignment": alignment, "reward_timeout_s": 60.0})
     with contextlib.ExitStack() as stack:
@@ -54,8 +65,8 @@ def in_process(workdir: Path, *, alignment: dict[str, Any], scorers: dict[str, A
             cfg = c.client_cfg[name] | {"policy": OPEN_POLICY, "run_rounds": False}
             if i % 2:  # pull mode: no URL the server could push to
                 cfg["public_url"] = None
-            if clip is not None:
-                cfg["clip"] = clip
+            if name in (clips or {}):
+                cfg["clip"] = (clips or {})[name]
             app = create_client_app(ClientSettings(**cfg), scorers[name], start_runner=True)
             stack.enter_context(served(app, cfg["port"]))
         c.wait_enrolled()
@@ -105,3 +116,39 @@ def test_a_batch_above_the_members_cap_gets_every_real_score(
     assert out["rewards"] == pytest.approx(_expected(items))
     stats = aligner.get("/v1/rewards/stats").json()
     assert stats["failed"] == 0
+
+
+def test_a_score_outside_a_bound_fails_its_item_never_clipped(tmp_path: Path) -> None:
+    # Both members score 2.5 with a scorer whose own bound is 3. site-0 announces 3: the
+    # broker takes its scores, the server's alignment.clip of 2 refuses them. site-1
+    # announces 1: its answers are refused where they arrive (the pull answer route).
+    failure = -2.0
+    with in_process(tmp_path, alignment={"clip": 2.0, "failure_reward": failure,
+                                         "empty_reward": failure,
+                                         "reveal_judges": True,
+                                         "selection_options": {"random": {"seed": 0}}},
+                    scorers={"site-0": WideScorer(), "site-1": WideScorer()},
+                    clips={"site-1": 1.0}) as (_, aligner):
+        resp = aligner.post("/v1/rewards", {"items": batch(16), "method": "random"})
+        assert resp.status_code == 200, resp.text
+        out = resp.json()
+        assert out["rewards"] == [failure] * 16 and out["failed"] == 16
+        assert out["judges"] == [""] * 16
+        assert aligner.get("/v1/rewards/stats").json()["failed"] == 16
+
+
+def test_the_aligner_stops_when_too_many_of_a_steps_items_fail(tmp_path: Path) -> None:
+    # The member announces 1 and scores 2.5: each of its answers is refused, each item fails.
+    with in_process(tmp_path, alignment={}, scorers={"site-0": WideScorer()},
+                    clips={"site-0": 1.0}) as (c, aligner):
+        def rewards(fraction: float) -> list[float]:
+            fn = RestRewardFunction(c.server_url, aligner.key, aligner.sender, method="random",
+                                    verify=False, max_failed_fraction=fraction)
+            return asyncio.run(fn(prompts=["p0", "p1"], completions=["r0", "r1"],
+                                  image=[IMAGES[0]] * 2))
+
+        with pytest.raises(RestRewardError, match=r"2 of 2 completions of step 0 .*"
+                           r"max_failed_fraction = 0\.5.*fedmor align config"):
+            rewards(DEFAULT_MAX_FAILED_FRACTION)
+        failure = AlignmentSettings().failure_reward
+        assert rewards(1.0) == [failure, failure]  # tolerated, as its setting says
