@@ -204,7 +204,10 @@ class AlignmentService:
         return [refs[i.image_sha256] for i in items], []
 
     async def score(self, req: AlignerRequest) -> AlignerResponse:
-        """One clipped reward per item (or the image hashes the server lacks)."""
+        """One reward per item within ``alignment.clip`` (or the image hashes the server
+        lacks)."""
+        from sdk.alignment import CompletionBatch
+
         images, missing = self._images(req.items)
         if missing:
             return AlignerResponse(missing=missing)
@@ -214,9 +217,11 @@ class AlignmentService:
             pipe.members.reset()
             empty_before = pipe.empty_source.empty
             invalid_before = pipe.reward_fn.invalid_choices
-            rewards = self._bounded(await pipe.reward_fn(
-                prompts=[i.prompt for i in req.items], completions=[i.response for i in req.items],
-                image=images, options=[i.options for i in req.items]))
+            batch = CompletionBatch(images=[ref for ref in images],
+                                    prompts=[i.prompt for i in req.items],
+                                    responses=[i.response for i in req.items])
+            rewards = self._bounded(await pipe.reward_fn.score(
+                batch, options=[i.options for i in req.items]))
             contexts, arms = pipe.reward_fn.selection.take_pending()
             if contexts is not None and arms:
                 pipe.pending.append((req.step, contexts, arms))
