@@ -85,13 +85,7 @@ class RewardService:
         """Check the rate limit and reserve ``n`` items of the caller's budget; returns the
         reservation (for ``_release``)."""
         with self._lock:
-            now = time.monotonic()
-            calls = self._calls[caller]
-            while calls and now - calls[0] > 60.0:
-                calls.popleft()
-            if len(calls) >= self.rate_per_minute:
-                raise RateLimited(f"rate limit of {self.rate_per_minute} queries per minute "
-                                  f"reached for {caller!r}")
+            RateLimited.per_minute(self._calls[caller], self.rate_per_minute, repr(caller))
             wall = time.time()
             since = wall - self.policy.window_s
             window = self._used.get(caller)
@@ -103,7 +97,6 @@ class RewardService:
                 raise RateLimited(f"query budget exhausted for {caller!r}: {window.total} of "
                                   f"{budget} items used in the last {self.policy.reward_window}"
                                   f", {n} more requested")
-            calls.append(now)
             reservation = [wall, float(n)]
             window.entries.append(reservation)
             window.total += n

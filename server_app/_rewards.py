@@ -17,7 +17,6 @@ import asyncio
 import hashlib
 import io
 import logging
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -88,14 +87,8 @@ class AlignmentService:
         if n_items > self.cfg.max_items:
             raise PayloadError(f"{n_items} items exceed the server's limit of "
                                f"{self.cfg.max_items} per request")
-        now = time.monotonic()
-        calls = self._calls.setdefault(aligner_id, deque())
-        while calls and calls[0] < now - 60.0:
-            calls.popleft()
-        if len(calls) >= self.cfg.max_requests_per_minute:
-            raise RateLimited(f"aligner {aligner_id} sent {len(calls)} requests in the last "
-                              f"minute (limit {self.cfg.max_requests_per_minute})")
-        calls.append(now)
+        RateLimited.per_minute(self._calls.setdefault(aligner_id, deque()),
+                               self.cfg.max_requests_per_minute, f"aligner {aligner_id}")
 
     # -- the pipeline --------------------------------------------------------------------------
     def _router_settings(self) -> tuple[dict[str, Any], dict[str, Any], list[str] | None]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,9 +30,11 @@ from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.alignment import RestRewardFunction
 from sdk.alignment._errors import DEFAULT_MAX_FAILED_FRACTION
 from sdk.alignment._rest_rewards import RestRewardError
-from sdk.wire import AlignerRequest, ImageRef, RewardRequest
-from server_app import ServerSettings
+from sdk.serving import RateLimited
+from sdk.wire import AlignerRequest, ImageRef, RewardRequest, generate_key
+from server_app import RewardBroker, ServerSettings, Store
 from server_app._app import create_app
+from server_app._rewards import AlignmentService
 from server_app._settings import AlignmentSettings
 from tests._serve import served
 
@@ -152,3 +156,22 @@ def test_the_aligner_stops_when_too_many_of_a_steps_items_fail(tmp_path: Path) -
             rewards(DEFAULT_MAX_FAILED_FRACTION)
         failure = AlignmentSettings().failure_reward
         assert rewards(1.0) == [failure, failure]  # tolerated, as its setting says
+
+
+def test_one_per_minute_limiter_serves_the_aligner_and_the_member(tmp_path: Path) -> None:
+    # The server's per-aligner limit is the same limiter the member's service uses (its
+    # [200, 200, 429] is tests/apps/test_apps_inprocess.py's).
+    store = Store(tmp_path / "s.db")
+    service = AlignmentService(store, RewardBroker(store, generate_key()),
+                               AlignmentSettings(max_requests_per_minute=2))
+    service.admit("c-a", 1)
+    service.admit("c-a", 1)
+    with pytest.raises(RateLimited, match="aligner c-a sent 2 requests in the last minute"):
+        service.admit("c-a", 1)
+    service.admit("c-b", 1)  # per aligner
+    # Calls older than a minute leave the window.
+    calls = deque([time.monotonic() - 61.0] * 5)
+    RateLimited.per_minute(calls, 1, "caller")
+    assert len(calls) == 1
+    with pytest.raises(RateLimited):
+        RateLimited.per_minute(calls, 1, "caller")
