@@ -235,10 +235,17 @@ class RewardBroker:
             raise BrokerError(f"{client_id} is not a member (role {client['role']})")
         self._clients[client_id] = client
         cap = RewardRequest.MAX_ITEMS
+        # Every part runs to its end (its bookkeeping done) before a failed one is raised.
         parts = await asyncio.gather(*(
             self._query(client_id, client, images[i:i + cap], prompts[i:i + cap],
-                        responses[i:i + cap]) for i in range(0, len(prompts), cap)))
-        return [score for part in parts for score in part]
+                        responses[i:i + cap]) for i in range(0, len(prompts), cap)),
+            return_exceptions=True)
+        scores: list[float] = []
+        for part in parts:
+            if isinstance(part, BaseException):
+                raise part
+            scores += part
+        return scores
 
     async def _query(self, client_id: str, client: dict[str, Any], images: Sequence[ImageRef],
                      prompts: Sequence[str], responses: Sequence[str]) -> list[float]:
