@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sdk.rounds import ROUND_KINDS, RoundFailed, RoundPrivacy
 from sdk.secagg import composed_epsilon
-from sdk.wire import DPTerms, RoundInfo
+from sdk.wire import DPTerms, RewardRequest, RoundInfo
 
 __all__ = ["PolicyDenied", "PolicyRefused", "SitePolicy", "check_epsilon", "check_request",
            "check_round", "check_update", "describe_policy"]
@@ -57,8 +57,10 @@ class SitePolicy(BaseModel):
                                "scored per reward_window")
     reward_window: str = Field(default="day", pattern="^(hour|day)$",
                                description="the budget's window: hour or day (sliding)")
-    max_items_per_request: int = Field(default=256, ge=1, description="items in one reward "
-                                       "request")
+    max_items_per_request: int = Field(
+        default=RewardRequest.MAX_ITEMS, ge=1, le=RewardRequest.MAX_ITEMS, description="items "
+        "in one reward request (the wire's cap, at which the server's broker splits; lower: "
+        "the server's larger requests to this site are refused)")
     max_items_per_prompt: int = Field(default=16, ge=1, description="responses to one "
                                       "(image, prompt) in one request")
 

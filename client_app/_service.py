@@ -1,4 +1,4 @@
-"""Reward scoring as a service: caller budget and rate limit, image cache, clipping, audit.
+"""Reward scoring as a service: caller budget and rate limit, image cache, audit.
 
 One code path serves both push (``POST /v1/reward``) and pull (the runner answering queued
 queries).
@@ -53,7 +53,8 @@ class _Window:
 
 
 class RewardService:
-    """Scores batches for authenticated callers; only clipped floats leave."""
+    """Scores batches for authenticated callers; only the scorer's floats leave, each within
+    ``clip`` (the bound the member announces) when the scorer keeps to its own bound."""
 
     def __init__(self, store: ClientStore, scorer: Scorer, *, clip: float, policy: SitePolicy,
                  rate_per_minute: int, decoded_cache_bytes: int = 256 * 2**20,
@@ -84,13 +85,7 @@ class RewardService:
         """Check the rate limit and reserve ``n`` items of the caller's budget; returns the
         reservation (for ``_release``)."""
         with self._lock:
-            now = time.monotonic()
-            calls = self._calls[caller]
-            while calls and now - calls[0] > 60.0:
-                calls.popleft()
-            if len(calls) >= self.rate_per_minute:
-                raise RateLimited(f"rate limit of {self.rate_per_minute} queries per minute "
-                                  f"reached for {caller!r}")
+            RateLimited.per_minute(self._calls[caller], self.rate_per_minute, repr(caller))
             wall = time.time()
             since = wall - self.policy.window_s
             window = self._used.get(caller)
@@ -102,7 +97,6 @@ class RewardService:
                 raise RateLimited(f"query budget exhausted for {caller!r}: {window.total} of "
                                   f"{budget} items used in the last {self.policy.reward_window}"
                                   f", {n} more requested")
-            calls.append(now)
             reservation = [wall, float(n)]
             window.entries.append(reservation)
             window.total += n
@@ -182,9 +176,10 @@ class RewardService:
             raise PayloadError(f"cannot score this batch: {exc}") from None
         if len(raw) != len(req.items):
             raise RuntimeError(f"scorer returned {len(raw)} scores for {len(req.items)} items")
-        # A non-finite score carries no preference: send the neutral 0 rather than leak NaN.
-        scores = np.clip(np.nan_to_num(np.asarray(raw, dtype=np.float64), nan=0.0),
-                         -self.clip, self.clip)
+        # A NaN carries no preference: send the neutral 0 rather than leak it. Scores are not
+        # clipped here (the scorer's normalizer clipped them once): one outside the announced
+        # bound is refused by the server, which fails the item instead of trusting it.
+        scores = np.nan_to_num(np.asarray(raw, dtype=np.float64), nan=0.0)
         item_hashes = [hashlib.sha256(json.dumps(
             [i.image_sha256, i.prompt, i.response]).encode()).hexdigest() for i in req.items]
         query_sha = hashlib.sha256("".join(item_hashes).encode()).hexdigest()

@@ -89,9 +89,10 @@ class ClientSettings(AppHardening):
                        "x-fedmor-demo header); never for a real site")
     policy: SitePolicy = Field(default_factory=SitePolicy, description="what this site lets "
                                "leave: rounds it takes part in, reward queries it answers")
-    clip: float | None = Field(default=None, gt=0, description="scores are clipped to "
+    clip: float | None = Field(default=None, gt=0, description="the bound c this member "
+                               "announces: the server fails (never clips) a score outside "
                                "[-clip, clip]; None: the scorer's own bound c (a reward model's "
-                               "normalizer), else sdk.reward.DEFAULT_CLIP")
+                               "normalizer clips to it), else sdk.reward.DEFAULT_CLIP")
     rate_limit_per_minute: int = Field(default=600, ge=1)
     max_request_bytes: int = Field(default=32 * 2**20, ge=1024)
     # The server is one caller that relays every aligner's and auditor's queries (16 each

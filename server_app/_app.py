@@ -151,7 +151,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(rounds_router(rounds, access, work, limits))
     app.include_router(operator_router(identities, rounds, access))
     app.include_router(router_versions_router(store, access, rounds.lineages))
-    install_work_routes(app, store, rounds, work, access, limits, broker.answered)
+    install_work_routes(app, store, rounds, work, access, limits, broker)
     install_console(app, ConsoleSources(store, identities, rounds, app.state.rewards, capture),
                     access, cfg.console)
     return app

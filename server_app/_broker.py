@@ -6,8 +6,10 @@ the answer route wakes it (:meth:`RewardBroker.answered`), a slow re-read of the
 fallback.
 Each item goes as one :class:`~sdk.wire.RewardItem` made from its :class:`~sdk.wire.ImageRef`:
 the image's bytes exactly as the aligner sent them, once per member, then only their sha256; a
-member that lacks an image says so (409 / ``missing``) and the broker resends it. The member's
-answer is checked here, once (count, finite, its announced bound).
+member that lacks an image says so (409 / ``missing``) and the broker resends it. A member's
+answer is read with its response schema (which refuses a non-finite score) and checked once, by
+:meth:`RewardBroker.check` (count, its announced bound): a push answer as it arrives here, a
+pull answer at the route it is posted to.
 
 A member app caps the requests one identity has in progress (its ``limits.per_identity``), and
 the server is one identity to it: the broker keeps at most ``per_member`` push queries in
@@ -25,19 +27,31 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import ValidationError
 
-from sdk.wire import SERVER_SENDER, AsyncSignedClient, ImageRef, RewardItem, SignedAuth
+from sdk.wire import (
+    SERVER_SENDER,
+    AsyncSignedClient,
+    ImageRef,
+    MissingImages,
+    RewardAnswer,
+    RewardItem,
+    RewardRequest,
+    RewardResponse,
+    SignedAuth,
+)
 from server_app._store import Store
 from server_app._work import wake
 
 __all__ = ["BrokerError", "OnScored", "RewardBroker"]
 
 _REVOKED = "withdrawn: the member was revoked"
+_LATE = "withdrawn: not answered within the server's reward_timeout_s"
 # A Retry-After of 0, or one that cannot be read, must not turn into a busy loop of resends.
 _RETRY_FLOOR_S = 0.1
 _RETRY_DEFAULT_S = 1.0
@@ -48,6 +62,21 @@ OnScored = Callable[[str, list[RewardItem], list[float]], None]
 
 class BrokerError(RuntimeError):
     """A reward query could not be answered (client unreachable, refused, timed out)."""
+
+
+_Answer = TypeVar("_Answer", RewardResponse, MissingImages)
+
+
+def _parsed(schema: type[_Answer], resp: httpx.Response, client_id: str) -> _Answer:
+    """A member's push answer read with its response schema (a non-finite score, a missing
+    field or a wrong type is refused here); ``BrokerError`` naming the member otherwise."""
+    try:
+        return schema.model_validate_json(resp.content)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise BrokerError(f"client {client_id} answered {resp.status_code} with a body that "
+                          f"is no {schema.__name__}: {where}: {first['msg']}") from None
 
 
 def server_timing(header: str) -> dict[str, float]:
@@ -121,7 +150,7 @@ class RewardBroker:
         self.last_server_timing: dict[str, float] = {}
         self._http = AsyncSignedClient(timeout_s=timeout_s, verify=verify)
         # Enrolled clients' rows, read once: only a member's clip-bound announcement changes
-        # one (``reread`` drops it; ``_check`` re-reads before refusing a score).
+        # one (``reread`` drops it; ``check`` re-reads before refusing a score).
         self._clients: dict[str, dict[str, Any]] = {}
         # (client id, items, scores) of every answered query: the capture mode's log.
         self.on_scored = on_scored
@@ -134,7 +163,7 @@ class RewardBroker:
         timeout."""
         self._revoked.add(client_id)
         for query in self.store.pending_queries(client_id):
-            self.store.answer_query(query["query_id"], {"error": _REVOKED})
+            self.store.answer_query(query["query_id"], RewardAnswer(error=_REVOKED))
             self.answered(query["query_id"])
 
     def answered(self, query_id: int) -> None:
@@ -169,46 +198,58 @@ class RewardBroker:
             out.append(item.model_dump())
         return out
 
-    def _check(self, scores: object, n: int, client_id: str) -> list[float]:
-        if not isinstance(scores, list) or len(scores) != n:
-            raise BrokerError(f"client {client_id} returned {scores!r:.80} instead of {n} scores")
-        try:
-            out = [float(s) for s in scores]
-        except (TypeError, ValueError):
-            raise BrokerError(f"client {client_id} returned a score that is not a number") \
-                from None
-        if not all(math.isfinite(s) for s in out):
-            raise BrokerError(f"client {client_id} returned a non-finite score")
-        # The bound the member announced (at enrollment or since): one member's scores cannot
-        # outweigh the others' in a mixture by leaving its own range. An answer is judged by
-        # the bound in force when it arrives; the store is read again before a refusal, since
-        # the announcement may have reached another server process than this one.
-        bound = self._clients[client_id].get("clip_bound")
-        if bound is None or any(abs(s) > bound for s in out):
+    def check(self, client_id: str, scores: list[float], n: int) -> None:
+        """The one check of a member's scores, pushed or pulled (their schema already refused
+        a non-finite one): ``n`` of them, each within the clip bound the member announced,
+        so one member's scores cannot outweigh the others' in a mixture by leaving its own
+        range; ``BrokerError`` names the problem. An answer is judged by the bound in force
+        when it arrives; the store is read again before a refusal, since the announcement may
+        have reached another server process than this one."""
+        if len(scores) != n:
+            raise BrokerError(f"client {client_id} returned {len(scores)} scores instead of {n} "
+                              "scores")
+        client = self._clients.get(client_id) or self.store.client(client_id) or {}
+        bound = client.get("clip_bound")
+        if bound is None or any(abs(s) > bound for s in scores):
             row = self.store.client(client_id)
             if row is not None:
-                self._clients[client_id] = row
+                self._clients[client_id] = client = row
                 bound = row.get("clip_bound")
         if bound is None:
             raise BrokerError(f"client {client_id} announced no clip bound: its scores cannot "
                               "be checked")
-        if any(abs(s) > bound for s in out):
+        if any(abs(s) > bound for s in scores):
             raise BrokerError(f"client {client_id} returned a score outside its announced clip "
                               f"bound [-{bound:g}, {bound:g}]")
-        return out
 
     async def query(self, client_id: str, images: Sequence[ImageRef], prompts: Sequence[str],
                     responses: Sequence[str]) -> list[float]:
         """Scores of the (image, prompt, response) triples from member ``client_id``
-        (normalized and clipped by the member; checked here)."""
+        (normalized and clipped by the member; checked here), in their order. A batch above
+        the member's :attr:`~sdk.wire.RewardRequest.MAX_ITEMS` goes as several requests at
+        once (its ``per_member`` slots still bound them); one failed part fails the batch."""
         client = self._clients.get(client_id) or self.store.client(client_id)
         if client is None or client_id in self._revoked:
             raise BrokerError(f"unknown client {client_id}")
         if client["role"] != "member":  # an aligner or auditor never answers reward queries
             raise BrokerError(f"{client_id} is not a member (role {client['role']})")
         self._clients[client_id] = client
-        if not prompts:
-            return []
+        cap = RewardRequest.MAX_ITEMS
+        # Every part runs to its end (its bookkeeping done) before a failed one is raised.
+        parts = await asyncio.gather(*(
+            self._query(client_id, client, images[i:i + cap], prompts[i:i + cap],
+                        responses[i:i + cap]) for i in range(0, len(prompts), cap)),
+            return_exceptions=True)
+        scores: list[float] = []
+        for part in parts:
+            if isinstance(part, BaseException):
+                raise part
+            scores += part
+        return scores
+
+    async def _query(self, client_id: str, client: dict[str, Any], images: Sequence[ImageRef],
+                     prompts: Sequence[str], responses: Sequence[str]) -> list[float]:
+        """One request's worth (at most the member's cap) of :meth:`query`."""
         items = [RewardItem(image_sha256=ref.sha256, prompt=p, response=r)
                  for ref, p, r in zip(images, prompts, responses, strict=True)]
         by_hash = {ref.sha256: ref for ref in images}
@@ -254,8 +295,8 @@ class RewardBroker:
             body = json.dumps({"items": self._items(items, images, cached, force)}).encode()
             self.bytes_sent += len(body)
             resp = await self._post(client_id, base_url, body, deadline)
-            if resp.status_code == 409 and "missing" in resp.json():
-                force = set(resp.json()["missing"])
+            if resp.status_code == 409:
+                force = set(_parsed(MissingImages, resp, client_id).missing)
                 self.store.forget_cached(client_id, sorted(force))
                 cached -= force
                 continue
@@ -263,7 +304,9 @@ class RewardBroker:
                 raise BrokerError(f"client {client_id} answered {resp.status_code}: "
                                   f"{resp.text[:200]}")
             self.last_server_timing = server_timing(resp.headers.get("server-timing", ""))
-            return self._check(resp.json().get("scores"), len(items), client_id)
+            scores = _parsed(RewardResponse, resp, client_id).scores
+            self.check(client_id, scores, len(items))
+            return scores
         raise BrokerError(f"client {client_id} still lacks images after a resend")
 
     async def _post(self, client_id: str, base_url: str, body: bytes,
@@ -314,16 +357,17 @@ class RewardBroker:
             if self.on_queue is not None:
                 self.on_queue(client_id)
             row = await self._answer(client_id, query_id)
-            answer = json.loads(row["scores"])
-            if isinstance(answer, dict) and answer.get("error"):
+            # Checked where it arrived (the answer route calls ``check``), stored as parsed.
+            answer = RewardAnswer.model_validate_json(row["scores"])
+            if answer.error:
                 raise BrokerError(f"client {client_id} refused query {query_id}: "
-                                  f"{answer['error']}")
-            if isinstance(answer, dict) and answer.get("missing"):
-                force = set(answer["missing"])
+                                  f"{answer.error}")
+            if answer.missing:
+                force = set(answer.missing)
                 self.store.forget_cached(client_id, sorted(force))
                 cached -= force
                 continue
-            return self._check(answer, len(items), client_id)
+            return answer.scores
         raise BrokerError(f"client {client_id} still lacks images after a resend")
 
     async def _answer(self, client_id: str, query_id: int) -> dict[str, Any]:
@@ -344,11 +388,11 @@ class RewardBroker:
                 if row is not None and row["status"] == "answered":
                     return row
                 if client_id in self._revoked:  # queued just as it was revoked
-                    self.store.answer_query(query_id, {"error": _REVOKED})
+                    self.store.answer_query(query_id, RewardAnswer(error=_REVOKED))
                     continue
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    self.store.answer_query(query_id, [])  # withdraw it
+                    self.store.answer_query(query_id, RewardAnswer(error=_LATE))  # withdrawn
                     raise BrokerError(f"client {client_id} did not answer query {query_id} "
                                       f"within {self.timeout_s:g} s")
                 await asyncio.wait([woken], timeout=min(self.poll_s, left))

@@ -17,7 +17,6 @@ import asyncio
 import hashlib
 import io
 import logging
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -91,14 +90,8 @@ class AlignmentService:
         if n_items > self.cfg.max_items:
             raise PayloadError(f"{n_items} items exceed the server's limit of "
                                f"{self.cfg.max_items} per request")
-        now = time.monotonic()
-        calls = self._calls.setdefault(aligner_id, deque())
-        while calls and calls[0] < now - 60.0:
-            calls.popleft()
-        if len(calls) >= self.cfg.max_requests_per_minute:
-            raise RateLimited(f"aligner {aligner_id} sent {len(calls)} requests in the last "
-                              f"minute (limit {self.cfg.max_requests_per_minute})")
-        calls.append(now)
+        RateLimited.per_minute(self._calls.setdefault(aligner_id, deque()),
+                               self.cfg.max_requests_per_minute, f"aligner {aligner_id}")
 
     # -- the pipeline --------------------------------------------------------------------------
     def _serving(self) -> ServingRouter:
@@ -202,7 +195,10 @@ class AlignmentService:
         return [refs[i.image_sha256] for i in items], []
 
     async def score(self, req: AlignerRequest) -> AlignerResponse:
-        """One clipped reward per item (or the image hashes the server lacks)."""
+        """One reward per item within ``alignment.clip`` (or the image hashes the server
+        lacks)."""
+        from sdk.alignment import CompletionBatch
+
         images, missing = self._images(req.items)
         if missing:
             return AlignerResponse(missing=missing)
@@ -212,25 +208,41 @@ class AlignmentService:
             pipe.members.reset()
             empty_before = pipe.empty_source.empty
             invalid_before = pipe.reward_fn.invalid_choices
-            rewards = await pipe.reward_fn(
-                prompts=[i.prompt for i in req.items], completions=[i.response for i in req.items],
-                image=images, options=[i.options for i in req.items])
+            batch = CompletionBatch(images=[ref for ref in images],
+                                    prompts=[i.prompt for i in req.items],
+                                    responses=[i.response for i in req.items])
+            rewards = self._bounded(await pipe.reward_fn.score(
+                batch, options=[i.options for i in req.items]))
             contexts, arms = pipe.reward_fn.selection.take_pending()
             if contexts is not None and arms:
                 pipe.pending.append((req.step, contexts, arms))
+            failed = pipe.members.failed + sum(r is None for r in rewards)
             c = self.counts
             c.batches, c.items = c.batches + 1, c.items + len(req.items)
-            c.failed += pipe.members.failed
+            c.failed += failed
             c.empty += pipe.empty_source.empty - empty_before
             c.invalid_choices += pipe.reward_fn.invalid_choices - invalid_before
             judges = None
             if self.cfg.reveal_judges:
-                judges = [pipe.members.judge(im, i.prompt, i.response)
-                          for im, i in zip(images, req.items, strict=True)]
-        bound = self.cfg.clip  # the one clip of the rewards the aligner receives
-        return AlignerResponse(rewards=[min(max(float(r), -bound), bound) for r in rewards],
-                               failed=pipe.members.failed, judges=judges,
+                asked = [pipe.members.judge(im, i.prompt, i.response)
+                         for im, i in zip(images, req.items, strict=True)]
+                judges = ["" if r is None else j for j, r in zip(asked, rewards, strict=True)]
+        failure = self.cfg.failure_reward
+        return AlignerResponse(rewards=[failure if r is None else r for r in rewards],
+                               failed=failed, judges=judges,
                                router_version=pipe.router_version)
+
+    def _bounded(self, rewards: list[float]) -> list[float | None]:
+        """Each reward, or None (the item fails) when it leaves ``[-clip, clip]``: a member
+        clipped its score once, so one outside the bound is refused, never clipped here (the
+        settings keep the fixed rewards inside it)."""
+        bound = self.cfg.clip
+        out: list[float | None] = [float(r) if -bound <= r <= bound else None for r in rewards]
+        refused = len(out) - sum(r is not None for r in out)
+        if refused:
+            _log.warning("%d rewards outside [-%g, %g] (alignment.clip) failed", refused,
+                         bound, bound)
+        return out
 
     # -- online feedback -----------------------------------------------------------------------
     async def feedback(self, fb: AlignerFeedback) -> AlignerFeedbackAck:

@@ -10,7 +10,7 @@ from pydantic_settings import SettingsConfigDict
 
 from sdk.serving import AppHardening, load_settings
 from sdk.storage import Retention
-from sdk.wire import ConsortiumRouterConfig, RequestLimits
+from sdk.wire import AlignerRequest, ConsortiumRouterConfig, RequestLimits
 from server_app._audit_settings import AuditSettings, CaptureSettings
 from server_app._console_settings import ConsoleSettings
 
@@ -44,14 +44,31 @@ class AlignmentSettings(BaseModel):
                                 "(asked of no member)")
     failure_reward: float = Field(default=-3.0, description="reward of an item whose member "
                                   "timed out or refused (counted and reported)")
-    clip: float = Field(default=3.0, gt=0, description="rewards are clipped to [-clip, clip]")
+    clip: float = Field(default=3.0, gt=0, description="the bound of the rewards the aligner "
+                        "receives: a member's score outside [-clip, clip] fails its item "
+                        "(failure_reward, counted), never clipped")
     reveal_judges: bool = Field(default=False, description="return the judging member's id "
                                 "per item (which member judged a response is consortium-"
                                 "internal by default)")
-    max_items: int = Field(default=256, ge=1, le=1024, description="items per request")
+    max_items: int = Field(default=256, ge=1, le=AlignerRequest.MAX_ITEMS,
+                           description="items per request (the broker splits a member's "
+                           "share of a batch at sdk.wire.RewardRequest.MAX_ITEMS)")
     max_requests_per_minute: int = Field(default=600, ge=1, description="per aligner")
     image_cache_items: int = Field(default=4096, ge=1)
     image_cache_bytes: int = Field(default=256 * 2**20, ge=1024)
+
+    @model_validator(mode="after")
+    def _fixed_rewards_within_the_clip(self) -> AlignmentSettings:
+        # The server refuses (fails) a reward outside [-clip, clip] instead of clipping it, so
+        # the rewards it gives without asking a member must lie inside.
+        fixed = {"empty_reward": self.empty_reward, "failure_reward": self.failure_reward,
+                 "invalid_choice_reward": self.invalid_choice_reward}
+        for name, value in fixed.items():
+            if value is not None and not -self.clip <= value <= self.clip:
+                raise ValueError(f"alignment.{name} = {value:g} lies outside [-clip, clip] "
+                                 f"(alignment.clip = {self.clip:g}): set it inside, or raise "
+                                 "alignment.clip")
+        return self
 
 
 class ServerSettings(AppHardening):

@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+from sdk.wire import RewardAnswer
 from server_app._store_base import StoreBase
 
 __all__ = ["RewardTables"]
@@ -92,7 +93,8 @@ class RewardTables(StoreBase):
         row = self._one("SELECT * FROM reward_queries WHERE query_id=?", (query_id,))
         return None if row is None else dict(row)
 
-    def answer_query(self, query_id: int, scores: list[float] | dict[str, Any]) -> None:
-        """Store a pull-mode answer."""
+    def answer_query(self, query_id: int, answer: RewardAnswer) -> None:
+        """Store a pull-mode answer (scores, missing images or a refusal) as it was parsed."""
         self._write("UPDATE reward_queries SET status='answered', scores=?, answered_at=? "
-                    "WHERE query_id=?", (json.dumps(scores), time.time(), query_id))
+                    "WHERE query_id=?", (answer.model_dump_json(exclude_defaults=True),
+                                         time.time(), query_id))

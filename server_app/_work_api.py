@@ -7,35 +7,26 @@ fallback plays such a server by dropping the route from the app's own route list
 
 # No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
 
-from collections.abc import Callable
+import json
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Path, Query, Request
 
 from sdk.wire import Limiter, NotFoundError, PayloadError, PendingQuery, RewardAnswer, Work
 from server_app._access import Access
+from server_app._broker import BrokerError, RewardBroker
 from server_app._rounds import RoundManager
 from server_app._store import ConflictError, Store
 from server_app._work import Signal, find_work, held
-
-
-def _out_of_bound(scores: list[float], bound: float | None) -> str | None:
-    """Why a member's pull-mode scores are refused (its announced clip bound), or None."""
-    if bound is None:
-        return "the member announced no clip bound: its scores cannot be checked"
-    if any(abs(s) > bound for s in scores):
-        return f"a score outside its announced clip bound [-{bound:g}, {bound:g}]"
-    return None
 
 __all__ = ["install_work_routes"]
 
 
 def install_work_routes(app: FastAPI, store: Store, rounds: RoundManager, work: Signal,
-                        access: Access, limits: Limiter,
-                        answered: Callable[[int], None]) -> None:
+                        access: Access, limits: Limiter, broker: RewardBroker) -> None:
     """Add the member-only endpoints that find and answer its work; ``work`` wakes long
-    polls, each counted by ``limits``; ``answered`` wakes the broker's wait for a query
-    whose answer (or refusal) was just stored."""
+    polls, each counted by ``limits``; ``broker`` checks an answer's scores (as it checks a
+    pushed one) and is woken once an answer (or refusal) is stored."""
     Client = Annotated[str, Depends(access.member)]
 
     @app.get("/v1/reward/pending", response_model=list[PendingQuery], tags=["reward"])
@@ -67,14 +58,14 @@ def install_work_routes(app: FastAPI, store: Store, rounds: RoundManager, work: 
             raise NotFoundError(f"query {query_id} is not pending for this client")
         if row["status"] != "pending":
             raise ConflictError(f"query {query_id} was already answered")
-        problem = None if body.missing or body.error else _out_of_bound(
-            body.scores, (store.client(client) or {}).get("clip_bound"))
-        if problem is not None:
-            # The scores are never stored: the broker reads the refusal at once instead.
-            store.answer_query(query_id, {"error": problem})
-            answered(query_id)
-            raise PayloadError(problem)
-        store.answer_query(query_id, body.scores if not (body.missing or body.error)
-                           else body.model_dump(include={"missing", "error"}))
-        answered(query_id)
+        if not (body.missing or body.error):
+            try:
+                broker.check(client, body.scores, len(json.loads(row["items"])))
+            except BrokerError as exc:
+                # The scores are never stored: the broker reads the refusal at once instead.
+                store.answer_query(query_id, RewardAnswer(error=str(exc)))
+                broker.answered(query_id)
+                raise PayloadError(str(exc)) from None
+        store.answer_query(query_id, body)
+        broker.answered(query_id)
 

@@ -9,6 +9,10 @@ __all__ = [
     "UnknownSelectionError",
 ]
 
+DEFAULT_MAX_FAILED_FRACTION = 0.5
+"""At most half of a step's completions may get the server's failure value: beyond, the
+rewards say more about the members' outages than about the completions."""
+
 
 class AlignmentError(RuntimeError):
     """Base class of every error raised by ``sdk.alignment``."""

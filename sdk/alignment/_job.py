@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sdk.alignment._errors import DEFAULT_MAX_FAILED_FRACTION
 from sdk.alignment._grpo import GRPOSettings
 from sdk.models import Runtime
 from sdk.progress import say
@@ -45,6 +46,10 @@ class AlignJob(BaseModel):
                         "applies (a registered selection of sdk.alignment)")
     max_queries: int | None = Field(default=None, ge=1, description="use the first N queries")
     timeout_s: float = Field(default=300.0, gt=0)
+    max_failed_fraction: float = Field(
+        default=DEFAULT_MAX_FAILED_FRACTION, ge=0.0, le=1.0, description="stop with an error when more than this "
+        "fraction of a step's completions got the server's failure value (a member timed "
+        "out, refused or answered out of bound); 1 never stops")
     progress_every: int = Field(default=1, ge=1, description="a progress line every N steps")
     resume: bool = Field(default=False, description="continue from the newest checkpoint in "
                          "out/trainer (grpo.save_steps writes them)")
@@ -91,7 +96,8 @@ def run_align_job(job: AlignJob, *, callbacks: list[Any] | None = None) -> Path:
 
     queries = load_queries(job.queries)[: job.max_queries]
     reward_fn = RestRewardFunction(job.server, job.identity, _sender(job), method=job.method,
-                                   verify=_verify(job), timeout_s=job.timeout_s)
+                                   verify=_verify(job), timeout_s=job.timeout_s,
+                                   max_failed_fraction=job.max_failed_fraction)
     out = align(job.policy, reward_fn, queries, job.grpo, out_dir=job.out,
                 callbacks=callbacks or [], progress=say,
                 progress_every=job.progress_every, runtime=job.runtime, resume=job.resume)

@@ -11,7 +11,6 @@ feedback.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import ssl
 import uuid
@@ -22,7 +21,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from sdk.alignment._errors import AlignmentError, RewardShapeError
+from sdk.alignment._errors import DEFAULT_MAX_FAILED_FRACTION, AlignmentError, RewardShapeError
 from sdk.alignment._reward_function import completion_batch
 from sdk.router import image_ref
 from sdk.wire import (
@@ -70,16 +69,22 @@ class RestRewardFunction:
 
     Images go by content hash; their bytes only when the server says it lacks them (one
     resend). An image of the dataset column that is an :class:`~sdk.wire.ImageRef` travels
-    as it is, byte for byte, to the member; a PIL image is encoded once per call as PNG. Batches over ``max_items`` are split. ``history`` keeps the mean reward per call,
-    ``failed`` the completions the server scored with its failure value (a member timed out
-    or refused), ``judge_counts`` the completions per judging member when the server's
-    settings reveal judges.
+    as it is, byte for byte, to the member; a PIL image is encoded once per call as PNG.
+    Batches over ``max_items`` are split. ``history`` keeps the mean reward per call,
+    ``failed`` the completions the server scored with its failure value (a member timed out,
+    refused or answered out of bound), ``judge_counts`` the completions per judging member
+    when the server's settings reveal judges. A call (one step's completions on this rank)
+    in which more than ``max_failed_fraction`` of the completions failed raises
+    :class:`RestRewardError`: GRPO would otherwise learn the failure value.
     """
 
     def __init__(self, server_url: str, key: Ed25519PrivateKey | Path, sender: str, *,
                  method: str = "mor", verify: ssl.SSLContext | bool = True,
-                 timeout_s: float = 300.0,
-                 max_items: int = 256) -> None:
+                 timeout_s: float = 300.0, max_items: int = 256,
+                 max_failed_fraction: float = DEFAULT_MAX_FAILED_FRACTION) -> None:
+        if not 0.0 <= max_failed_fraction <= 1.0:
+            raise ValueError(f"max_failed_fraction must lie in [0, 1], not {max_failed_fraction}")
+        self.max_failed_fraction = max_failed_fraction
         self.url = server_url.rstrip("/")
         self.key = key if isinstance(key, Ed25519PrivateKey) else load_private_key(key)
         self.sender, self.method, self.verify = sender, method, verify
@@ -156,18 +161,31 @@ class RestRewardFunction:
             if image is None:
                 raise RewardShapeError("the REST reward path needs an image for every query")
             ref = refs.get(id(image)) or refs.setdefault(id(image), image_ref(image))
-            items.append(AlignerItem(
-                image_sha256=ref.sha256, prompt=text, response=response,
-                group=hashlib.sha256(f"{ref.sha256}\n{text}".encode()).hexdigest()[:16],
-                options=[str(o) for o in opts or []]))
+            items.append(AlignerItem(image_sha256=ref.sha256, prompt=text, response=response,
+                                     options=[str(o) for o in opts or []]))
         by_hash = {ref.sha256: ref for ref in refs.values()}
         step = trainer_state.global_step if trainer_state is not None else 0
         rewards: list[float] = []
+        failed_before = self.failed
         for start in range(0, n, self.max_items):
             rewards += await self._batch(items[start:start + self.max_items], step, by_hash)
+        self._check_failed(self.failed - failed_before, n, step)
         if rewards:
             self.history.append(sum(rewards) / len(rewards))
         return rewards
+
+
+    def _check_failed(self, failed: int, n: int, step: int) -> None:
+        """Stop the job when more than ``max_failed_fraction`` of a step's ``n`` completions
+        got the server's failure value."""
+        if n and failed > self.max_failed_fraction * n:
+            raise RestRewardError(
+                f"{failed} of {n} completions of step {step} got the server's failure value "
+                f"(their members timed out, refused or answered outside their bound): more "
+                f"than max_failed_fraction = {self.max_failed_fraction:g}, and GRPO would "
+                "learn the failure value. See the server's log and `fedmor members list`; to "
+                "tolerate more, raise max_failed_fraction in the fedmor align config (1 never "
+                "stops)")
 
 
 def _finite(value: Any) -> float | None:

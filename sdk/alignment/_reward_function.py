@@ -88,10 +88,17 @@ class SelectionRewardFunction:
         completion_ids: Sequence[Sequence[int]] | None = None,
         **columns: Any,
     ) -> list[float]:
-        """One reward per completion."""
-        batch = completion_batch(prompts, completions, columns)
+        """One reward per completion (trl's call: the batch read from its columns)."""
+        return await self.score(completion_batch(prompts, completions, columns),
+                                columns.get("options"))
+
+    async def score(self, batch: CompletionBatch,
+                    options: Sequence[Sequence[str]] | None = None) -> list[float]:
+        """One reward per completion of ``batch``; ``options[i]``: completion i's prompt's
+        options (empty for an open prompt), read by the format rule. The typed call of a
+        caller that holds its batch already (the server's reward service)."""
         n = len(batch)
-        invalid = self._invalid_choices(batch.responses, columns.get("options"), n)
+        invalid = self._invalid_choices(batch.responses, options, n)
         keep = [i for i in range(n) if i not in invalid]
         rewards = [self.invalid_choice_reward or 0.0] * n
         if keep:

@@ -3,16 +3,33 @@
 
 from __future__ import annotations
 
+import time
+from collections import deque
+
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 __all__ = ["RateLimited"]
 
+_WINDOW_S = 60.0
 _RETRY_AFTER_S = 60  # the rate windows are a minute long
 
 
 class RateLimited(RuntimeError):
     """A caller exceeded its rate limit or query budget (HTTP 429)."""
+
+    @staticmethod
+    def per_minute(calls: deque[float], limit: int, caller: str) -> None:
+        """The one per-minute rate limit of both apps: refuse (raise) when ``calls`` (the
+        caller's monotonic call times, oldest first) holds ``limit`` calls of the last minute,
+        else count this call. The caller holds ``calls`` and any lock it needs."""
+        now = time.monotonic()
+        while calls and calls[0] <= now - _WINDOW_S:
+            calls.popleft()
+        if len(calls) >= limit:
+            raise RateLimited(f"{caller} sent {len(calls)} requests in the last minute (limit "
+                              f"{limit} per minute)")
+        calls.append(now)
 
     @staticmethod
     def install(app: FastAPI) -> None:

@@ -6,31 +6,21 @@ member judged an item stays inside the server unless the consortium's settings a
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import ClassVar
 
-from sdk.wire._schemas import _Reply
+from pydantic import Field
+
+from sdk.wire._schemas import RewardItem, _Reply, _Wire
 
 __all__ = ["AlignerFeedback", "AlignerFeedbackAck", "AlignerItem", "AlignerRequest",
            "AlignerResponse", "AlignerStats", "AlignmentStep"]
 
-_SHA256 = r"^[0-9a-f]{64}$"
-MAX_ALIGNER_BATCH = 1024
 
+class AlignerItem(RewardItem):
+    """One completion to reward: the member's :class:`~sdk.wire.RewardItem` (the image by
+    content hash, its bytes only when the server answered that it lacks them) and the
+    prompt's options, which the server's format rule reads and no member receives."""
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class AlignerItem(_Wire):
-    """One completion to reward. The image travels by content hash; its bytes (base64) only
-    when the server answered that it lacks them."""
-
-    image_sha256: str = Field(pattern=_SHA256)
-    image_b64: str | None = Field(default=None, max_length=16_000_000)
-    prompt: str = Field(max_length=20_000)
-    response: str = Field(max_length=20_000)
-    group: str = Field(default="", max_length=128,
-                       description="the prompt's group id (completions of one prompt)")
     options: list[str] = Field(default_factory=list, max_length=26,
                                description="a multiple-choice prompt's options (the format "
                                "rule); empty for an open prompt")
@@ -39,7 +29,11 @@ class AlignerItem(_Wire):
 class AlignerRequest(_Wire):
     """A batch of completions and the reward-selection method to apply."""
 
-    items: list[AlignerItem] = Field(min_length=1, max_length=MAX_ALIGNER_BATCH)
+    MAX_ITEMS: ClassVar[int] = 1024
+    """The most items the server's ``[alignment] max_items`` may allow per request; above a
+    member's :attr:`~sdk.wire.RewardRequest.MAX_ITEMS` the broker splits the batch."""
+
+    items: list[AlignerItem] = Field(min_length=1, max_length=MAX_ITEMS)
     method: str = Field(default="mor", pattern=r"^[a-z_]{1,40}$",
                         description="a registered selection of sdk.alignment")
     step: int = Field(default=0, ge=0, le=2**40, description="the trainer's global step when "

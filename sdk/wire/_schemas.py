@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -65,7 +65,6 @@ _PublicKey = Annotated[str, Field(min_length=40, max_length=64,
 """A public key as it arrives: checked to be one where the request is parsed."""
 
 _SHA256 = r"^[0-9a-f]{64}$"
-MAX_BATCH = 256
 
 
 class _Wire(BaseModel):
@@ -380,15 +379,19 @@ class RewardItem(_Wire):
 
 
 class RewardRequest(_Wire):
-    """A batch of reward queries."""
+    """A batch of reward queries, at most :attr:`MAX_ITEMS` items."""
 
-    items: list[RewardItem] = Field(min_length=1, max_length=MAX_BATCH)
+    MAX_ITEMS: ClassVar[int] = 256
+    """The most items a member takes in one reward request (push or pull): the server's
+    broker splits a larger batch at it, so the aligner's own limit may be larger."""
+
+    items: list[RewardItem] = Field(min_length=1, max_length=MAX_ITEMS)
 
 
 class RewardResponse(_Reply):
     """Normalized, clipped scores, one per item."""
 
-    scores: list[float]
+    scores: list[Annotated[float, Field(allow_inf_nan=False)]]
     query_sha256: str
 
 
@@ -403,8 +406,8 @@ class RewardAnswer(_Wire):
     """A pull-mode client's answer to one queued query: scores, or the image hashes it lacks."""
 
     scores: list[Annotated[float, Field(allow_inf_nan=False)]] = Field(
-        default_factory=list, max_length=MAX_BATCH)
-    missing: list[str] = Field(default_factory=list, max_length=MAX_BATCH)
+        default_factory=list, max_length=RewardRequest.MAX_ITEMS)
+    missing: list[str] = Field(default_factory=list, max_length=RewardRequest.MAX_ITEMS)
     error: str | None = Field(default=None, max_length=1000, description="refusal reason")
 
 

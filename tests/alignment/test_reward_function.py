@@ -8,7 +8,7 @@ from PIL import Image
 from sdk.alignment import InProcessRewardSource, SelectionRewardFunction
 from sdk.alignment._errors import RewardShapeError
 from sdk.alignment._reward_function import message_text
-from sdk.alignment._selection import BestSingle, MoRSelection
+from sdk.alignment._selection import BestSingle, CompletionBatch, MoRSelection
 from sdk.router import image_ref
 from tests.alignment.conftest import grey, make_chooser
 
@@ -80,6 +80,18 @@ def test_invalid_choices_get_the_format_reward_and_reach_no_client() -> None:
     # Off by default: every completion goes to the selection.
     plain = SelectionRewardFunction(BestSingle(0), InProcessRewardSource([client(0.0)]))
     assert asyncio.run(plain(**kwargs))[1] == 0.15
+
+
+def test_a_typed_batch_is_scored_as_trls_columns_are() -> None:
+    # The server's call: a CompletionBatch it built and each item's options, no trl columns.
+    options = ["A. red", "B. green"]
+    responses = ["A. red", "D......... blue", "b. green.", "a nice picture"]
+    batch = CompletionBatch(images=[grey(10 * i) for i in range(4)],
+                            prompts=[f"question {i}" for i in range(4)], responses=responses)
+    fn = SelectionRewardFunction(BestSingle(0), InProcessRewardSource([client(0.0)]),
+                                 invalid_choice_reward=-3.0)
+    rewards = asyncio.run(fn.score(batch, options=[options, options, options, []]))
+    assert rewards == [0.06, -3.0, 0.09, 0.14] and fn.invalid_choices == 1
 
 
 def test_the_columns_are_checked_once_where_they_enter() -> None:

@@ -142,3 +142,27 @@ def in_process_secure_round(tmp_path: Path, length: int, update: Callable[[str],
                                                 update=update(c), state=None)
               for c in info.participants}
     return rounds, store, info.round_id, halves
+
+
+@contextlib.contextmanager
+def push_member(workdir: Path, store: Store, server_key: Ed25519PrivateKey, name: str,
+                scorer: Any, *, wrap: Callable[[Any], Any] = lambda app: app) -> Iterator[str]:
+    """Member ``name`` (client id ``c-{name}``): a real client app scoring with ``scorer``,
+    served on 127.0.0.1 (its ASGI app passed through ``wrap`` first), enrolled in ``store``
+    as a push member at its URL with its scorer's bound; yields the URL, stopped on exit."""
+    from client_app import ClientSettings, ClientStore
+    from client_app._app import create_client_app
+    from tests._serve import served
+
+    db = workdir / f"{name}.db"
+    ClientStore(db).put("client_id", f"c-{name}")  # as enrollment leaves it
+    app = create_client_app(ClientSettings(db_path=db, identity_key=workdir / f"{name}.pem",
+                                           server_public_key=public_key_b64(server_key)),
+                            scorer)
+    with served(wrap(app)) as url:
+        key = public_key_b64(generate_key())
+        store.upsert_roster(name, key, hashlib.sha256(f"token-{name}".encode()).hexdigest())
+        store.enroll(name=name, token=f"token-{name}", public_key=key, reward_url=url,
+                     new_id=f"c-{name}", clip_bound=scorer.clip)
+        yield url
+

@@ -31,7 +31,7 @@ from sdk.wire import ImageRef, load_private_key, sign_headers
 
 ROUTER = {"d_model": 16, "num_layers": 1, "num_heads": 2, "dim_feedforward": 32}
 FAILURE = -2.5
-MAX_ITEMS, CLIP = 8, 3.0
+MAX_ITEMS, CLIP, EMPTY = 8, 3.0, -2.75
 
 
 def _image(seed: int) -> Image.Image:
@@ -75,7 +75,7 @@ class Aligner:
 def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
     alignment = {"router": ROUTER, "reveal_judges": True, "failure_reward": FAILURE,
                  "selection_options": {"best_single": {"client": 1}},
-                 "max_items": MAX_ITEMS, "clip": CLIP, "empty_reward": -9.0}
+                 "max_items": MAX_ITEMS, "clip": CLIP, "empty_reward": EMPTY}
     with LocalConsortium(tmp_path_factory.mktemp("aligner"), 2, demo=True, policy=OPEN_POLICY,
                          identities={"trainer": "aligner"},
                          server={"alignment": alignment, "reward_timeout_s": 3.0}) as c:
@@ -174,15 +174,15 @@ def test_rest_reward_function_resends_images_only_when_asked(consortium: LocalCo
     assert fn.requests == 3 and len(again) == 4
 
 
-def test_the_batch_is_checked_and_the_rewards_clipped_once(consortium: LocalConsortium,
-                                                          aligner: Aligner) -> None:
+def test_the_batch_is_checked_and_an_empty_completion_asks_no_member(
+        consortium: LocalConsortium, aligner: Aligner) -> None:
     items, _ = _items(with_bytes=True)
     over = aligner.post("/v1/rewards", {"items": (items * 2)[:MAX_ITEMS + 1]})
     assert over.status_code == 422 and f"limit of {MAX_ITEMS}" in over.json()["detail"]
-    # An empty completion's reward (-9, asking no member) leaves [-clip, clip]: clipped.
     empty = aligner.post("/v1/rewards", {"items": [items[0] | {"response": " "}],
                                          "method": "random"})
-    assert empty.status_code == 200 and empty.json()["rewards"] == [-CLIP]
+    assert empty.status_code == 200 and empty.json()["rewards"] == [EMPTY]
+    assert empty.json()["judges"] == [""]
 
 
 def _member_image(c: LocalConsortium, name: str, digest: str) -> bytes | None:

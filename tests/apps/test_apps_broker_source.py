@@ -4,7 +4,9 @@ image references unchanged; a member that fails gives the failure value (or the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import io
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,8 +17,11 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from client_app import ClientStore, HashScorer
 from sdk.wire import ImageRef, generate_key, public_key_b64
 from server_app import BrokerError, BrokerRewardSource, RewardBroker, Store
+
+from .conftest import push_member
 
 
 def _broker(tmp_path: Path, db: str = "s.db", url: str = "http://127.0.0.1:9"
@@ -41,23 +46,36 @@ def _score(source: BrokerRewardSource, k: int, images: list[Any]) -> list[float]
     return asyncio.run(go())
 
 
-def test_index_k_asks_member_k_with_the_references_as_they_are(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    broker = _broker(tmp_path)
-    asked: list[tuple[str, list[dict[str, Any]]]] = []
+class _Recording(HashScorer):
+    """The hash scorer, keeping the (prompt, response) pairs of each call."""
 
-    async def push(client_id: str, url: str, items: list[Any], images: dict[str, ImageRef],
-                   cached: set[str]) -> list[float]:
-        asked.append((client_id, [i.model_dump() for i in items]))
-        assert all(images[i.image_sha256] is ref for i, ref in zip(items, refs, strict=True))
-        return [0.25] * len(items)
+    def __init__(self) -> None:
+        self.asked: list[list[tuple[str, str]]] = []
 
-    monkeypatch.setattr(broker, "_push", push)
-    refs = [ImageRef.of(b"\xff\xd8 a jpeg as the aligner made it")] * 2
-    source = BrokerRewardSource(broker, ["c-m0", "c-m1"])
-    assert _score(source, 1, refs) == [0.25, 0.25]
-    assert [who for who, _ in asked] == ["c-m1"]
-    assert [i["image_sha256"] for i in asked[0][1]] == [refs[0].sha256] * 2
+    def score(self, images: list[Image.Image], prompts: list[str],
+              responses: list[str]) -> list[float]:
+        self.asked.append(list(zip(prompts, responses, strict=True)))
+        return super().score(images, prompts, responses)
+
+
+def test_index_k_asks_member_k_with_the_references_as_they_are(tmp_path: Path) -> None:
+    # Two real member apps on 127.0.0.1; the selection's index 1 is member c-m1.
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), (9, 8, 7)).save(buf, format="PNG")
+    refs = [ImageRef.of(buf.getvalue())] * 2
+    store, server_key = Store(tmp_path / "s.db"), generate_key()
+    scorers = {"m0": _Recording(), "m1": _Recording()}
+    with contextlib.ExitStack() as stack:
+        for name, scorer in scorers.items():
+            stack.enter_context(push_member(tmp_path, store, server_key, name, scorer))
+        broker = RewardBroker(store, server_key, mode="push", timeout_s=60)
+        source = BrokerRewardSource(broker, ["c-m0", "c-m1"])
+        scores = _score(source, 1, refs)
+    image = Image.open(io.BytesIO(refs[0].data)).convert("RGB")
+    assert scores == pytest.approx(HashScorer().score([image] * 2, ["p"] * 2, ["r"] * 2))
+    assert scorers["m0"].asked == [] and scorers["m1"].asked == [[("p", "r"), ("p", "r")]]
+    # The member holds the aligner's bytes under their hash: no decode and re-encode between.
+    assert ClientStore(tmp_path / "m1.db").image(refs[0].sha256) == refs[0].data
     assert [source.judge(refs[0], "p", "r") for _ in range(3)] == ["c-m1", "c-m1", ""]
 
 
@@ -117,7 +135,7 @@ def test_a_pushed_non_finite_score_is_refused(score: str, tmp_path: Path) -> Non
     answer = f'{{"scores": [{score}, 0.5], "query_sha256": "{"0" * 64}"}}'
     with _member_answering(answer) as (url, received):
         strict = BrokerRewardSource(_broker(tmp_path, url=url), ["c-m0"])
-        with pytest.raises(BrokerError, match="non-finite"):
+        with pytest.raises(BrokerError, match="finite number"):
             _score(strict, 0, [ref, ref])
         tolerant = BrokerRewardSource(_broker(tmp_path, "tolerant.db", url), ["c-m0"],
                                       failure=-2.0)

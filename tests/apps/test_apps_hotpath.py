@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import io
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from PIL import Image
 
 import server_app._broker as broker_module
 from sdk.rounds._protocols import ready_update
@@ -21,43 +24,75 @@ from sdk.wire import ImageRef, RoundSpec, generate_key, public_key_b64
 from server_app import Store
 from server_app._rounds import RoundManager
 
-from .conftest import in_process_secure_round
+from .conftest import in_process_secure_round, push_member
+
+
+def _recording_bodies(app: Any, bodies: list[bytes]) -> Any:
+    """``app`` as it is, keeping the body of each ``POST /v1/reward`` it receives."""
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/v1/reward":
+            await app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+
+        async def recorded() -> Any:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                bodies.append(b"".join(chunks))
+            return message
+
+        await app(scope, recorded, send)
+    return wrapped
+
+
+def _in_client_app() -> bool:
+    """Whether the caller runs on behalf of the member app (served in this process)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").startswith("client_app"):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def test_an_image_is_hashed_once_when_its_reference_is_made(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import asyncio
 
-    _, broker = _enrolled_broker(tmp_path)
-    image = b"png bytes"
-    calls: list[bytes] = []
+    from client_app import HashScorer
+
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(buf, format="PNG")
+    image = buf.getvalue()
+    calls: list[bytes] = []  # the server side's hashes of the image
     sha256 = hashlib.sha256
 
     def counting(data: bytes = b"") -> Any:
-        calls.append(bytes(data))
+        if not _in_client_app():  # the member checks what it received: its own business
+            calls.append(bytes(data))
         return sha256(data)
 
-    monkeypatch.setattr(hashlib, "sha256", counting)
     bodies: list[bytes] = []
+    store, server_key = Store(tmp_path / "s.db"), generate_key()
+    with push_member(tmp_path, store, server_key, "m0", HashScorer(),
+                     wrap=lambda app: _recording_bodies(app, bodies)):
+        broker = broker_module.RewardBroker(store, server_key, mode="push")
+        monkeypatch.setattr(hashlib, "sha256", counting)
+        ref = ImageRef.of(image)
 
-    async def request(method: str, url: str, content: bytes, **_: Any) -> Any:
-        import httpx
-        bodies.append(content)
-        return httpx.Response(200, json={"scores": [0.5, 0.5], "query_sha256": "0" * 64})
+        async def run() -> list[float]:
+            try:  # the reference's hash serves the cache lookup, the body and the bookkeeping
+                return await broker.query("c-m0", [ref, ref], ["p", "q"], ["r", "r"])
+            finally:
+                await broker.aclose()
 
-    monkeypatch.setattr(broker._http, "request", request)
-    ref = ImageRef.of(image)
-
-    async def run() -> list[float]:
-        try:  # the reference's hash serves the cache lookup, the body and the bookkeeping
-            return await broker.query("c-m0", [ref, ref], ["p", "q"], ["r", "r"])
-        finally:
-            await broker.aclose()
-
-    assert asyncio.run(run()) == [0.5, 0.5]
+        scores = asyncio.run(run())
+        monkeypatch.undo()
+    assert len(scores) == 2 and all(abs(s) <= HashScorer.clip for s in scores)
     assert calls.count(image) == 1 and ref.sha256 == sha256(image).hexdigest()
     sent = json.loads(bodies[0])["items"]  # the bytes once per query, then by hash
-    assert [i["image_b64"] is not None for i in sent] == [True, False]
+    assert [i.get("image_b64") is not None for i in sent] == [True, False]
     assert ref == ImageRef(ref.sha256, b"")  # a reference is its hash: eq ignores the bytes
 
 

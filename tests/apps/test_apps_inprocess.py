@@ -95,7 +95,7 @@ def _client_app(tmp_path: Path, key: Ed25519PrivateKey, scorer: object, **kw: ob
     return TestClient(app)
 
 
-def test_reward_budget_rate_limit_clip_and_image_cache(tmp_path: Path) -> None:
+def test_reward_budget_rate_limit_scores_and_image_cache(tmp_path: Path) -> None:
     key = generate_key()
     png = _png()
     digest = hashlib.sha256(png).hexdigest()
@@ -107,7 +107,9 @@ def test_reward_budget_rate_limit_clip_and_image_cache(tmp_path: Path) -> None:
         assert missing.status_code == 409 and missing.json()["missing"] == [digest]
         full = dict(item, image_b64=base64.b64encode(png).decode())
         ok = _reward_call(tc, key, [full, item])
-        assert ok.status_code == 200 and ok.json()["scores"] == [2.0, 0.0]
+        # Sent as scored, NaN as 0, never clipped again: the server fails the 100 (outside
+        # the announced bound of 2) instead of taking it as a 2.
+        assert ok.status_code == 200 and ok.json()["scores"] == [100.0, 0.0]
         lying = dict(item, image_b64=base64.b64encode(b"other").decode())
         assert _reward_call(tc, key, [lying]).status_code == 422
         # The 409 and the 422 gave their items back: 2 used, so one more fits the budget of 3.
@@ -167,7 +169,8 @@ def test_the_clip_bound_comes_from_the_scorer_unless_set(tmp_path: Path) -> None
                                          ("override", _WildBounded(), 2.5, 2.5),
                                          ("none", _Wild(), None, DEFAULT_CLIP)]:
         with _client_app(tmp_path / name, key, scorer, clip=clip) as tc:
-            assert _reward_call(tc, key, [full]).json()["scores"] == [expected]
+            assert tc.app.state.service.clip == expected  # type: ignore[attr-defined]
+            assert _reward_call(tc, key, [full]).json()["scores"] == [100.0]  # not clipped
 
 
 def test_settings_file_with_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

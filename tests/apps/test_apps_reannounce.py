@@ -79,7 +79,8 @@ def test_a_member_that_widens_its_bound_is_heard_after_its_restart(
     c = consortium
     assert _bound(c, "site-0") == 1.0
     before = _site0_rewards(aligner)
-    assert before["failed"] == 0 and set(before["rewards"]) == {1.0}  # clipped by the member
+    # 2.5 is outside the bound it announced: every item fails, none is clipped to 1.
+    assert before["failed"] == 6 and set(before["rewards"]) == {FAILURE}
 
     c.stop("site-0")
     c.start_client("site-0", clip=None)  # its own bound now: the model's c = 3

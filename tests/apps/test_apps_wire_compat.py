@@ -74,3 +74,11 @@ def test_a_request_with_an_unknown_field_is_still_refused(
     assert resp.status_code == 422 and "priority" in resp.text
     with pytest.raises(ValidationError, match="priority"):
         wire.RoundCreate.model_validate({"vector_length": 4, "priority": "high"})
+
+
+def test_the_aligners_item_is_the_members_item_plus_its_options() -> None:
+    # One item type from the aligner to the member: the server passes on what it received.
+    assert issubclass(wire.AlignerItem, wire.RewardItem)
+    assert set(wire.AlignerItem.model_fields) - set(wire.RewardItem.model_fields) == {"options"}
+    with pytest.raises(ValidationError, match="group"):  # nothing reads a group: not sent
+        wire.AlignerItem(image_sha256="0" * 64, prompt="p", response="r", group="g")

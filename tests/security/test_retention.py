@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from client_app import ClientSettings, ClientStore, HashScorer
 from client_app._app import create_client_app
 from sdk.storage import DAY_S, Retention
+from sdk.wire import RewardAnswer
 from server_app import ServerSettings, Store
 from server_app._app import create_app
 
@@ -38,8 +39,8 @@ def test_the_server_purges_old_rows_at_start_and_in_the_background(tmp_path: Pat
     store.put_images({"old": b"o", "new": b"n"})
     store.mark_cached("c-1", ["old", "new"])
     answered_old, pending_old, answered_new = (store.queue_query("c-1", []) for _ in range(3))
-    store.answer_query(answered_old, [1.0])
-    store.answer_query(answered_new, [1.0])
+    store.answer_query(answered_old, RewardAnswer(scores=[1.0]))
+    store.answer_query(answered_new, RewardAnswer(scores=[1.0]))
     open_round = store.create_round("router_secagg", {})
     done_round = store.create_round("router_secagg", {})
     store.update_round(done_round, status="finished")
