@@ -24,6 +24,7 @@ import tenacity
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from client_app._announce import announce_clip_bound
+from client_app._causes import UpdateFailed, reported_cause
 from client_app._connection import RunnerError
 from client_app._identity import reload_key
 from client_app._policy import (
@@ -256,10 +257,10 @@ class ClientRunner:
                 params, samples = self.update_fn(self.settings.name, info, base)
                 check_update(self.settings.policy, samples)
                 out.set_result((as_delta(params, base), samples))
-            except PolicyRefused as exc:
+            except (PolicyRefused, RunnerError) as exc:
                 out.set_exception(exc)
-            except (ValueError, KeyError) as exc:
-                out.set_exception(RoundFailed(f"the local update failed: {exc}"))
+            except Exception as exc:  # any failure of the site's own update: named, reported
+                out.set_exception(UpdateFailed(exc))
             except BaseException as exc:
                 out.set_exception(exc)
 
@@ -281,7 +282,7 @@ class ClientRunner:
         except PolicyRefused as exc:
             return self._refuse(round_id, exc)
         except (ValueError, KeyError) as exc:
-            return self._end(round_id, "abandoned", f"cannot read the round's terms: {exc}")
+            return self._abandon(round_id, RoundFailed(f"cannot read the round's terms: {exc}"))
         sent = self.store.sent(round_id)
         try:
             self._check_roster(info)
@@ -291,7 +292,7 @@ class ClientRunner:
                                                  update=update,
                                                  state=self.store.round_state(round_id))
         except (RoundFailed, ValueError, KeyError) as exc:
-            return self._end(round_id, "abandoned", str(exc))
+            return self._abandon(round_id, exc)
         self.store.set_round(round_id, "running", created_at=info.created_at)
         wait = self.settings.long_poll_s
         ahead: StageBroadcast | None = None  # the next stage's input, returned with an ack
@@ -316,17 +317,32 @@ class ClientRunner:
             return self._end(round_id, "abandoned", str(exc))  # dropped or round closed
         except PolicyRefused as exc:  # the local update may not leave (too few samples)
             return self._refuse(round_id, exc)
-        except (PayloadError, RoundFailed, ValueError) as exc:
-            return self._end(round_id, "abandoned", str(exc))
+        except Exception as exc:  # this member's half failed: it leaves and says why
+            return self._abandon(round_id, exc)
         _log.info("round %d: done", round_id)
         return self._end(round_id, "done")
 
     def _end(self, round_id: int, status: str, detail: str = "") -> str:
         self.store.set_round(round_id, status, detail)
         self.store.forget_round(round_id)
-        if status != "done":
-            _log.info("round %d: %s (%s)", round_id, status, detail)
+        if status != "done":  # abandoned: this member left; ended: the round failed first
+            _log.log(logging.WARNING if status == "abandoned" else logging.INFO,
+                     "round %d: %s (%s)", round_id, status, detail)
         return status
+
+    def _abandon(self, round_id: int, exc: Exception) -> str:
+        """This member's half failed: end the round here (never retried), log the whole cause
+        (WARNING), then tell the server its reportable part, as a refusal ``abandoned``."""
+        if not isinstance(exc, (RoundFailed, PayloadError, ValueError)):
+            _log.warning("round %d: unexpected failure of this member's half", round_id,
+                         exc_info=exc)
+        self._end(round_id, "abandoned", str(exc))
+        try:
+            self.request("POST", f"/v1/rounds/{round_id}/refusal",
+                         {"reason": "abandoned", "detail": reported_cause(exc)}, attempts=3)
+        except RunnerError as err:  # the local record stands; the server sees a dropout
+            _log.warning("round %d: could not report the abandonment: %s", round_id, err)
+        return "abandoned"
 
     def sweep_rounds(self) -> None:
         """Forget the secrets of every round that ended without us seeing it end (it finished,

@@ -100,10 +100,10 @@ def _print_round(conn: Connection, info: dict[str, Any], as_json: bool) -> int:
     fields = [*zip(_COLUMNS, _row(info, names), strict=True), ("error", info["error"]),
               ("finished", when(info["finished_at"]))]
     print_table(["FIELD", "VALUE"], fields, title=f"round {info['round_id']}")
-    if info["refusals"]:
-        print_table(["MEMBER", "RULE", "WHAT THE SITE POLICY SAID"],
-                    [[names.get(r["client_id"], r["client_id"]), r["reason"], r["detail"]]
-                     for r in info["refusals"]], title="refusals")
+    if info.get("failures"):
+        print_table(["MEMBER", "STAGE", "WHY IT LEFT"],
+                    [[f["member"], f["stage"], f["reason"]] for f in info["failures"]],
+                    title="members that left the round")
     return 0
 
 
@@ -164,8 +164,8 @@ def register_rounds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.add_argument("--status", choices=("open", "finished", "failed"), default=None)
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(handler=_list)
-    show = commands.add_parser("show", help="one round: stage, participants, dropouts, "
-                               "refusals with their rule, DP epsilon")
+    show = commands.add_parser("show", help="one round: stage, participants, DP epsilon, "
+                               "and each member that left it: at which stage and why")
     show.add_argument("round_id", type=int)
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(handler=_show)

@@ -1,0 +1,135 @@
+"""Every failure of a member is named where it must be fixed, against a real server over HTTP on
+127.0.0.1 and real member runners: a member whose local update fails reports why, and the
+operator's ``rounds show`` and the round's failure text name it; a revoked member logs it at
+ERROR and stops; a member that loses the server says so at WARNING, and when it is back."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from client_app import ClientRunner, ClientSettings
+from client_app._demo import demo_update
+from sdk.cli import main
+from sdk.data import load_pairs
+from sdk.membership import add_to_roster
+from sdk.wire import RoundInfo, load_or_create_key, public_key_b64
+from server_app import ServerSettings
+from server_app._app import create_app
+from tests._serve import served
+
+NAMES = ("st-mary", "city-bank", "st-luke")
+ADMIN = "adm"
+
+
+class Team:
+    """A served server whose roster holds ``NAMES``, and each member's settings."""
+
+    def __init__(self, url: str, work: Path, tokens: dict[str, str]) -> None:
+        self.url, self.work, self.tokens = url, work, tokens
+        self.admin = httpx.Client(base_url=url, timeout=30,
+                                  headers={"authorization": f"Bearer {ADMIN}"})
+
+    def settings(self, name: str, **overrides: Any) -> ClientSettings:
+        return ClientSettings(name=name, server_url=self.url,
+                              enrollment_token=self.tokens[name],  # type: ignore[arg-type]
+                              identity_key=self.work / name / "identity.pem",
+                              db_path=self.work / name / "client.db", poll_interval_s=0.05,
+                              long_poll_s=0.5, retry_max_s=0.05, **overrides)
+
+    def wait_round(self, round_id: int, timeout_s: float = 60.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            info = self.admin.get(f"/v1/rounds/{round_id}").json()
+            if info["status"] != "open":
+                return dict(info)
+            time.sleep(0.05)
+        raise TimeoutError(f"round {round_id} still open")
+
+
+@pytest.fixture
+def team(tmp_path: Path) -> Iterator[Team]:
+    roster = tmp_path / "roster.json"
+    tokens = {n: add_to_roster(roster, name=n, public_key=public_key_b64(
+        load_or_create_key(tmp_path / n / "identity.pem"))) for n in NAMES}
+    cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
+                         roster_file=roster, admin_token=ADMIN,  # type: ignore[arg-type]
+                         tick_interval_s=0.1, stage_deadline_s=20.0)
+    with served(create_app(cfg)) as url:
+        t = Team(url, tmp_path, tokens)
+        yield t
+        t.admin.close()
+
+
+@contextlib.contextmanager
+def running(runners: list[ClientRunner]) -> Iterator[list[threading.Thread]]:
+    threads = [threading.Thread(target=r.run_forever, daemon=True) for r in runners]
+    for t in threads:
+        t.start()
+    try:
+        yield threads
+    finally:
+        for r in runners:
+            r.stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        for r in runners:
+            r.close()
+
+
+def _moved_data(missing: Path) -> Any:
+    def update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
+        load_pairs(missing)  # the site's pairs folder was moved away
+        return demo_update(name, info, base)
+    return update
+
+
+def test_an_abandoned_round_names_the_member_and_its_cause(
+        team: Team, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = team.work / "private-folder-of-st-mary" / "pairs"
+    runners = [ClientRunner(team.settings(n), update_fn=_moved_data(missing)
+                            if n == "st-mary" else demo_update) for n in NAMES]
+    for r in runners:
+        r.enroll()
+    caplog.set_level(logging.INFO, logger="fedmor.client")
+    with running(runners):
+        opened = team.admin.post("/v1/rounds", json={
+            "kind": "router_secagg", "vector_length": 64, "min_clients": 3}).json()
+        info = team.wait_round(opened["round_id"])
+    assert info["status"] == "failed"
+    mary = runners[0].client_id
+    # The JSON the operator's tools read: who left, at which stage, why.
+    (failure,) = info["failures"]
+    assert failure["member"] == "st-mary" and failure["client_id"] == mary
+    assert failure["reason"] == "local update failed: data directory not found"
+    assert failure["stage"] in info["stages"]
+    # The failure text names the member and the cause beside the protocol's cause.
+    assert f"st-mary at {failure['stage']}: local update failed: data directory not found" \
+        in info["error"]
+    assert "private-folder-of-st-mary" not in json.dumps(info)  # the member's path stays home
+    # The member's log says it at WARNING (with the whole local cause), not INFO.
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING
+              and "abandoned" in r.getMessage() and "data directory not found" in r.getMessage()]
+    assert warned, [r.getMessage() for r in caplog.records]
+    # ``fedmor rounds show`` names it; its JSON carries the list.
+    monkeypatch.setenv("FEDMOR_ADMIN_TOKEN", ADMIN)
+    capsys.readouterr()
+    assert main(["rounds", "show", str(info["round_id"]), "--server", team.url]) == 0
+    out = capsys.readouterr().out
+    assert "st-mary" in out and "local update failed: data directory not found" in out
+    assert main(["rounds", "show", str(info["round_id"]), "--server", team.url,
+                 "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [{k: f[k] for k in ("member", "stage", "reason")} for f in shown["failures"]] == [
+        {"member": "st-mary", "stage": failure["stage"], "reason": failure["reason"]}]
