@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from client_app._announce import announce_clip_bound
 from client_app._causes import UpdateFailed, reported_cause
-from client_app._connection import RunnerError
+from client_app._connection import MemberRevoked, RunnerError, ServerLink, revoked
 from client_app._identity import reload_key
 from client_app._policy import (
     PolicyDenied,
@@ -130,6 +130,9 @@ class ClientRunner:
         self.http = SignedClient(settings.server_url, verify=_verify(settings),
                                  timeout_s=settings.request_timeout_s)
         self.bytes_sent = 0
+        self.link = ServerLink(settings.server_url)
+        self.revoked = False  # set when the server said this identity is revoked: it stops
+        self._last_failure = ""  # the cause of the last failed work pass, logged once
         self._long_poll_works = True  # until the server answers /v1/work with 404
         self._announced = False  # the scorer's clip bound, once per run (see poll_once)
 
@@ -174,7 +177,9 @@ class ClientRunner:
         try:
             resp = self.http.request(method, path, body, media=media, auth=auth)
         except httpx.TransportError as exc:
+            self.link.down(exc)
             raise _Retry(str(exc)) from exc
+        self.link.up()
         self.bytes_sent += len(body)
         if resp.status_code < 400:
             return resp
@@ -182,8 +187,8 @@ class ClientRunner:
             raise _Retry(f"status {resp.status_code}")
         if signed and resp.status_code in (401, 403) and reload_key(self):
             raise _Retry("the identity key was rotated")
-        raise RunnerError(resp.status_code, f"{method} {path}: {resp.status_code} "
-                                            f"{resp.text[:300]}")
+        error = MemberRevoked if signed and revoked(resp.status_code, resp.text) else RunnerError
+        raise error(resp.status_code, f"{method} {path}: {resp.status_code} {resp.text[:300]}")
 
     # -- enrollment ----------------------------------------------------------------------------
     @property
@@ -459,7 +464,7 @@ class ClientRunner:
         try:
             announce_clip_bound(self)
         except RunnerError as exc:
-            if exc.status >= 499:
+            if exc.status >= 499 or isinstance(exc, MemberRevoked):
                 raise
             _log.warning("the server refused this member's clip bound: %s; answers outside "
                          "the bound it announced before will be refused", exc)
@@ -472,18 +477,34 @@ class ClientRunner:
                     self.run_round(int(info["round_id"]))
         self.answer_pending()
 
+    def _failed_pass(self, exc: Exception) -> None:
+        """Log a failed work pass at WARNING once per distinct cause (not while the server is
+        unreachable, which the link reports, nor when the runner stops)."""
+        text = str(exc)
+        if getattr(exc, "status", 0) == 499 or self.link.down_since is not None \
+                or text == self._last_failure:
+            return
+        self._last_failure = text
+        _log.warning("work pass failed, retrying: %s", text)
+
     def run_forever(self) -> None:
         """Discover work until ``self.stop`` is set (long polling, or every
-        ``poll_interval_s`` against an old server); transient failures are retried, never
-        fatal."""
+        ``poll_interval_s`` against an old server); transient failures are retried, a revoked
+        identity ends it (``self.revoked``)."""
         stop = self.stop
         while not stop.is_set():
             again = False
             # A refused or garbled exchange ends this pass only; the next pass retries.
             try:
                 again = self.poll_once()
-            except (RunnerError, httpx.HTTPError, ValueError):
-                pass
+            except MemberRevoked as exc:  # nothing this member sends is taken any more
+                _log.error("the consortium revoked this member's identity (%s): the client "
+                           "stops; ask the operator whether to enroll a new identity", exc)
+                self.revoked = True
+                stop.set()
+                return
+            except (RunnerError, httpx.HTTPError, ValueError) as exc:
+                self._failed_pass(exc)
             except Exception:  # anything else is logged: the worker outlives one bad pass
                 _log.exception("work pass failed")
             if not again:
