@@ -23,7 +23,7 @@ import numpy as np
 import tenacity
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from client_app._announce import announce_clip_bound
+from client_app._announce import announce_clip_bound, announce_round_terms
 from client_app._causes import UpdateFailed, reported_cause
 from client_app._connection import MemberRevoked, RunnerError, ServerLink, revoked
 from client_app._identity import reload_key
@@ -456,12 +456,13 @@ class ClientRunner:
         return bool(fresh or work.queries or not work.rounds)
 
     def _announce_once(self) -> None:
-        """Before the first pull query is answered: announce the scorer's clip bound. A
-        refusal (above the consortium's maximum, an old server) is logged and the member works
-        on; an unreachable server is tried at the next pass."""
+        """Before the first pull query is answered: announce the site's round terms and the
+        scorer's clip bound. A refusal (above the consortium's maximum, an old server) is
+        logged and the member works on; an unreachable server is tried at the next pass."""
         if self._announced:
             return
         try:
+            announce_round_terms(self)
             announce_clip_bound(self)
         except RunnerError as exc:
             if exc.status >= 499 or isinstance(exc, MemberRevoked):

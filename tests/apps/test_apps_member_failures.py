@@ -1,7 +1,10 @@
 """Every failure of a member is named where it must be fixed, against a real server over HTTP on
-127.0.0.1 and real member runners: a member whose local update fails reports why, and the
-operator's ``rounds show`` and the round's failure text name it; a revoked member logs it at
-ERROR and stops; a member that loses the server says so at WARNING, and when it is back."""
+127.0.0.1 and real member runners: the operator's ``rounds check`` names the members whose
+announced round terms refuse a round before it opens; a member whose local update fails reports
+why, and the operator's ``rounds show`` and the round's failure text name it; ``fedmor client``
+refuses to start on a wrong setting, naming it, and ``fedmor client check`` prints each check;
+a revoked member logs it at ERROR and stops; a member that loses the server says so at
+WARNING, and when it is back."""
 
 from __future__ import annotations
 
@@ -108,7 +111,18 @@ def test_an_abandoned_round_names_the_member_and_its_cause(
     for r in runners:
         r.enroll()
     caplog.set_level(logging.INFO, logger="fedmor.client")
+    monkeypatch.setenv("FEDMOR_ADMIN_TOKEN", ADMIN)
     with running(runners):
+        # Before opening: the members' announced round terms say whom a round would lose.
+        _until(lambda: all(m["round_terms"] for m in team.admin.get("/v1/members").json()))
+        capsys.readouterr()
+        assert main(["rounds", "check", "--members", "st-mary,city-bank", "--server",
+                     team.url, "--json"]) == 1
+        assert json.loads(capsys.readouterr().out) == [
+            {"member": n, "refusal": "participants: 2 < its min_participants 3"}
+            for n in ("city-bank", "st-mary")]
+        assert main(["rounds", "check", "--server", team.url]) == 0
+        assert "no member's announced round terms refuse" in capsys.readouterr().out
         opened = team.admin.post("/v1/rounds", json={
             "kind": "router_secagg", "vector_length": 64, "min_clients": 3}).json()
         info = team.wait_round(opened["round_id"])
@@ -128,7 +142,6 @@ def test_an_abandoned_round_names_the_member_and_its_cause(
               and "abandoned" in r.getMessage() and "data directory not found" in r.getMessage()]
     assert warned, [r.getMessage() for r in caplog.records]
     # ``fedmor rounds show`` names it; its JSON carries the list.
-    monkeypatch.setenv("FEDMOR_ADMIN_TOKEN", ADMIN)
     capsys.readouterr()
     assert main(["rounds", "show", str(info["round_id"]), "--server", team.url]) == 0
     out = capsys.readouterr().out
