@@ -95,13 +95,14 @@ class RoundRecords:
                 return str(revoked["name"])
         return client_id
 
-    def failures(self, round_id: int, participants: list[str], walk: StageWalk, *,
+    def failures(self, refusals: list[Refusal], participants: list[str], walk: StageWalk, *,
                  ended: bool, cut: str = NO_ANSWER) -> list[dict[str, str]]:
         """Who left the round at which stage and why (``sdk.wire.RoundFailure`` fields), from
         ``walk``: at a closed stage (or the last one of an ``ended`` round) every expected
         member that sent nothing, at the open stage only those that reported leaving. A member
-        that reported nothing missed the deadline (``cut`` at an ended round's last stage)."""
-        reported = {r.client_id: r for r in self.refusals(round_id)}
+        that reported nothing missed the deadline (``cut`` at an ended round's last stage);
+        ``refusals``: the round's, what members reported."""
+        reported = {r.client_id: r for r in refusals}
         expected, out = set(participants), []
         last = walk[-1][0] if walk else ""
         for stage, sent, closed in walk:

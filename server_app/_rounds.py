@@ -15,6 +15,7 @@ from sdk.rounds import ROUND_KINDS, RoundFailed, ServerRound, from_delta
 from sdk.wire import (
     NotFoundError,
     PayloadError,
+    Refusal,
     RoundCreate,
     RoundInfo,
     RoundSpec,
@@ -462,6 +463,7 @@ class RoundManager:
         spec = self._rounds.spec(round_id, row)
         stages = self._rounds.stages(round_id, row)
         walk = self._walk(round_id, row, stages)
+        refusals = self.records.refusals(round_id)
         dropouts: set[str] = set()
         expected = set(spec.participants)
         for _, sent, closed in walk:
@@ -474,8 +476,7 @@ class RoundManager:
             stage=stages[int(row["stage_index"])] if row["status"] == "open" else None,
             stages=stages, dropouts=sorted(dropouts), router_version=row["router_version"],
             error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],
-            refusals=self.records.refusals(round_id),
-            failures=self._failures(round_id, row, spec, walk),
+            refusals=refusals, failures=self._failures(refusals, row, spec, walk),
             dp=self.records.dp_account(round_id, row["status"]),
             captured=bool(row["captured"]))
 
@@ -493,8 +494,8 @@ class RoundManager:
                 break
         return walk
 
-    def _failures(self, round_id: int, row: dict[str, Any], spec: RoundSpec, walk: StageWalk,
-                  ended_at: float | None = None) -> list[dict[str, str]]:
+    def _failures(self, refusals: list[Refusal], row: dict[str, Any], spec: RoundSpec,
+                  walk: StageWalk, ended_at: float | None = None) -> list[dict[str, str]]:
         """Who left the round, where and why; ``ended_at``: the round is failing now."""
         ended_at = ended_at if ended_at is not None else row["finished_at"]
         ended = ended_at is not None and row["status"] != "finished"
@@ -502,7 +503,7 @@ class RoundManager:
         waited = ended and float(ended_at) - float(row["stage_opened_at"] or 0) >= \
             spec.stage_deadline_s
         return self.records.failures(
-            round_id, spec.participants, walk, ended=ended,
+            refusals, spec.participants, walk, ended=ended,
             cut="no answer by the stage deadline" if waited or not ended
             else "no answer before the round ended")
 
@@ -513,7 +514,8 @@ class RoundManager:
             spec = self._rounds.spec(round_id, row)
             walk = self._walk(round_id, {**row, "status": "failed"},
                               self._rounds.stages(round_id, row))
-            failures = self._failures(round_id, row, spec, walk, ended_at=time.time())
+            failures = self._failures(self.records.refusals(round_id), row, spec, walk,
+                                      ended_at=time.time())
         except (ValueError, KeyError, LookupError):  # a round that cannot be read: its cause
             return cause
         return self.records.failure_text(cause, failures)
