@@ -153,6 +153,23 @@ def test_an_abandoned_round_names_the_member_and_its_cause(
         {"member": "st-mary", "stage": failure["stage"], "reason": failure["reason"]}]
 
 
+def test_a_member_that_vanished_is_named_as_giving_no_answer(team: Team) -> None:
+    runners = [ClientRunner(team.settings(n), update_fn=demo_update) for n in NAMES]
+    for r in runners:
+        r.enroll()
+    runners[2].close()  # st-luke enrolled, then went away without a word
+    with running(runners[:2]):
+        opened = team.admin.post("/v1/rounds", json={
+            "kind": "router_secagg", "vector_length": 64, "min_clients": 3,
+            "stage_deadline_s": 3.0}).json()
+        info = team.wait_round(opened["round_id"])
+    assert info["status"] == "failed"
+    # (a member slowed past the short deadline by a loaded machine would be named too)
+    assert ("st-luke", "no answer by the stage deadline") in [
+        (f["member"], f["reason"]) for f in info["failures"]]
+    assert "who left: st-luke at" in info["error"]
+
+
 def _client(team: Team, name: str, *args: str, **cfg: Any) -> tuple[list[str], Path]:
     """The command line of ``fedmor client`` for ``name`` (``args``: a sub-command) and its
     settings file (TOML, as a member writes it)."""
