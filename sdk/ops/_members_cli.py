@@ -70,7 +70,8 @@ def _show(args: argparse.Namespace) -> int:
     if r["refusals"]:
         print_table(["ROUND", "RULE", "WHAT THE SITE POLICY SAID", "AT"],
                     [[f["round_id"], f["reason"], f["detail"], when(f["at"])]
-                     for f in r["refusals"]], title="rounds its site policy refused")
+                     for f in r["refusals"]],
+                    title="rounds its site policy refused (or it abandoned: its own cause)")
     return 0
 
 
