@@ -36,9 +36,10 @@ class Check:
     problem: str | None = None
 
 
-def _where(key: str, source: str) -> str:
+def _named(key: str) -> str:
+    """``section.field`` as the settings file writes it: ``[section] field``."""
     section, _, field = key.rpartition(".")
-    return f"{f'[{section}] ' if section else ''}{field} ({source})"
+    return f"[{section}] {field}" if section else field
 
 
 def _enrolled_id(cfg: ClientSettings) -> str | None:
@@ -46,10 +47,12 @@ def _enrolled_id(cfg: ClientSettings) -> str | None:
     if not Path(cfg.db_path).is_file():
         return None
     try:
-        with sqlite3.connect(f"file:{cfg.db_path}?mode=ro", uri=True) as db:
+        with sqlite3.connect(f"{Path(cfg.db_path).resolve().as_uri()}?mode=ro",
+                             uri=True) as db:
             row = db.execute("SELECT value FROM kv WHERE key='client_id'").fetchone()
-    except sqlite3.Error:
-        return None
+    except sqlite3.Error as exc:  # the app could not open it either: say so, naming it
+        raise ValueError(f"{cfg.db_path} cannot be read ({exc}): restore it from a copy "
+                         f"`fedmor client backup` made, or point db_path at it") from exc
     return None if row is None else str(row[0])
 
 
@@ -165,9 +168,12 @@ def run_checks(cfg: ClientSettings, *, rounds: bool, source: str,
                server: bool = True) -> list[Check]:
     """Every start-up check of ``cfg`` (``rounds``: it takes part in rounds), each named by
     its key in ``source`` (the settings file); ``server``: also ask the server."""
-    enrolled = _enrolled_id(cfg)
+    try:
+        enrolled, state = _enrolled_id(cfg), None
+    except ValueError as exc:
+        enrolled, state = None, Check("db_path", "", str(exc))
     identity = _identity(cfg, enrolled)
-    checks = [identity, _enrollment(cfg, enrolled), _reward_model(cfg),
+    checks = [identity, state or _enrollment(cfg, enrolled), _reward_model(cfg),
               *_training(cfg, rounds)]
     if (cfg.tls_client_cert is None) != (cfg.tls_client_key is None):
         checks.append(Check("tls_client_cert", "", "give both tls_client_cert and "
@@ -178,8 +184,8 @@ def run_checks(cfg: ClientSettings, *, rounds: bool, source: str,
                 key, "", f"{path} does not exist: set it to {what}"))
     if server:
         checks.append(_server(cfg, enrolled, identity.problem is None))
-    return [c if c.problem is None else Check(_where(c.key, source), c.ok, c.problem)
-            for c in checks]
+    return [Check(_named(c.key) + ("" if c.problem is None else f" ({source})"), c.ok,
+                  c.problem) for c in checks]
 
 
 def report(checks: list[Check], out: Callable[[str], None]) -> bool:
