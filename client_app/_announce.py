@@ -1,6 +1,7 @@
 """The member announces its scorer's clip bound once per run: after a reward model swapped for
 one with another normalizer (or a changed ``clip`` setting) the broker would otherwise refuse
-every answer outside the old bound.
+every answer outside the old bound. It announces its round terms (the rules of its site policy
+that decide which rounds it takes part in) with it, for the operator's views.
 
 Once per run rather than only on a change the member noticed: a server restored from a backup
 may hold an older bound than the one this member last told it. The server writes nothing for an
@@ -11,10 +12,10 @@ from __future__ import annotations
 
 import logging
 
-from client_app._connection import MemberConnection
+from client_app._connection import MemberConnection, MemberRevoked, RunnerError
 from sdk.wire import ClipBoundAck
 
-__all__ = ["announce_clip_bound"]
+__all__ = ["announce_clip_bound", "announce_round_terms"]
 
 _log = logging.getLogger("fedmor.client")
 
@@ -33,3 +34,24 @@ def announce_clip_bound(runner: MemberConnection) -> bool:
     _log.info("announced clip bound %g to the server (it held %s)", ack.clip_bound,
               "none" if ack.previous is None else f"{ack.previous:g}")
     return True
+
+
+def announce_round_terms(runner: MemberConnection) -> None:
+    """Tell the server which rounds this member's site policy takes part in (a member in no
+    rounds announces none): the operator sees whom a round would lose before opening it. An
+    older server without the endpoint is left alone."""
+    if not runner.settings.run_rounds:
+        return
+    policy = runner.settings.policy
+    terms = {"round_kinds": policy.round_kinds, "min_participants": policy.min_participants,
+             "min_threshold": policy.min_threshold,
+             "require_dp": policy.require_dp or policy.max_epsilon is not None,
+             "allow_captured_rounds": policy.allow_captured_rounds}
+    runner.enroll()
+    try:
+        runner.request("POST", "/v1/identity/round-terms", terms, attempts=3)
+    except RunnerError as exc:
+        if exc.status >= 499 or isinstance(exc, MemberRevoked):
+            raise
+        if exc.status not in (404, 405):  # the operator's view only: the member works on
+            _log.warning("the server refused this member's round terms: %s", exc)

@@ -125,6 +125,9 @@ def _lifespan(cfg: ClientSettings, store: ClientStore, key: Ed25519PrivateKey,
         runner = ClientRunner(cfg, store=store, key=key, service=service,
                               update_fn=update_fn) if start_runner else None
         task = asyncio.create_task(asyncio.to_thread(runner.run_forever)) if runner else None
+        if task is not None and runner is not None:
+            # A revoked member's app stops too (``app.state.on_revoked``: the CLI's exit).
+            task.add_done_callback(lambda _: runner.revoked and app.state.on_revoked())
         if runner is not None and _expects_dp(cfg, store):
             preload_accountant()  # not while a DP round's first stage waits for this site
         app.state.runner, app.state.runner_task = runner, task
@@ -171,6 +174,7 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
                               "with normalized, clipped scores. See docs/rest-api.md.")
     app.state.store, app.state.service, app.state.settings = store, service, cfg
     app.state.runner_task = None
+    app.state.on_revoked = lambda: None
     install_errors(app)
     RateLimited.install(app)
     ids = RewardCallers(cfg, store)

@@ -1,9 +1,12 @@
-"""``fedmor client`` (registered by sdk.cli), ``fedmor client policy show`` and ``fedmor client
+"""``fedmor client`` (registered by sdk.cli; it checks its settings first and refuses to start
+on a wrong one), ``fedmor client check``, ``fedmor client policy show`` and ``fedmor client
 rotate-key``."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,9 +17,8 @@ __all__ = ["register"]
 
 
 def _client(args: argparse.Namespace) -> int:
-    from client_app._app import create_client_app
     from client_app._settings import ClientSettings
-    from sdk.serving import configure_logging, load_settings, serve
+    from sdk.serving import configure_logging, load_settings
 
     cfg = load_settings(ClientSettings, args.config)
     configure_logging(cfg.log_level, cfg.log_format)
@@ -24,14 +26,43 @@ def _client(args: argparse.Namespace) -> int:
     if args.demo:
         update["demo"] = True
     cfg = cfg.model_copy(update=update)
+    failed = [c for c in _checks(cfg, args) if c.problem is not None]
+    for c in failed:  # every wrong setting at once, each with its key and fix
+        print(f"fedmor client: {c.key}: {c.problem}", file=sys.stderr)
+    if failed:
+        print("fedmor client: not started (`fedmor client check` runs these checks again)",
+              file=sys.stderr)
+        return 2
+    from client_app._app import create_client_app  # the app's imports: only for a start
+    from sdk.serving import serve
+
     try:
         app = create_client_app(cfg, start_runner=not args.no_rounds)
     except (ValueError, PermissionError) as exc:  # a setting or key: say which, no traceback
         print(f"fedmor client: {exc}", file=sys.stderr)
         return 2
+    # A revoked member's runner stops: the app stops with it, and the exit code says so.
+    app.state.on_revoked = lambda: os.kill(os.getpid(), signal.SIGTERM)
     serve(app, host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
           log_level=cfg.log_level, log_format=cfg.log_format, connections=cfg.connections)
-    return 0
+    runner = getattr(app.state, "runner", None)
+    return 3 if runner is not None and runner.revoked else 0
+
+
+def _checks(cfg: Any, args: argparse.Namespace) -> list[Any]:
+    from client_app._checks import run_checks
+
+    source = str(args.config) if args.config else "FEDMOR_CLIENT_* environment"
+    return run_checks(cfg, rounds=cfg.run_rounds and not args.no_rounds, source=source)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from client_app._checks import report
+    from client_app._settings import ClientSettings
+    from sdk.serving import load_settings
+
+    cfg = load_settings(ClientSettings, args.config)
+    return 0 if report(_checks(cfg, args), print) else 1
 
 
 def _policy_show(args: argparse.Namespace) -> int:
@@ -82,6 +113,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "model and update function (hash scorer, random updates); never for a site")
     p.set_defaults(handler=_client)
     groups = p.add_subparsers(dest="client_command")
+    check = groups.add_parser("check", help="check every path and setting the client needs, "
+                              "and the server: one line per check (exit 1 on a problem)")
+    check.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
+    check.add_argument("--no-rounds", action="store_true", help="as `fedmor client "
+                       "--no-rounds`: skip the round settings")
+    check.set_defaults(handler=_check)
     policy = groups.add_parser("policy", help="the site policy").add_subparsers(
         dest="policy_command", required=True)
     show = policy.add_parser("show", help="print the effective site policy in words")

@@ -5,6 +5,8 @@ Defined below ``_runner``, which calls those helpers, so that they need not impo
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any, Protocol
 
 import httpx
@@ -14,7 +16,9 @@ from client_app._service import RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
 
-__all__ = ["MemberConnection", "RunnerError"]
+__all__ = ["MemberConnection", "MemberRevoked", "RunnerError", "ServerLink"]
+
+_log = logging.getLogger("fedmor.client")
 
 
 class RunnerError(RuntimeError):
@@ -23,6 +27,40 @@ class RunnerError(RuntimeError):
     def __init__(self, status: int, message: str) -> None:
         self.status = status
         super().__init__(message)
+
+
+class MemberRevoked(RunnerError):
+    """The server refuses this member's identity for good: the operator revoked it (403)."""
+
+
+def revoked(status: int, detail: str) -> bool:
+    """Whether a refusal says that the caller's identity was revoked (the server's 403 names
+    it: ``identity ... was revoked by the consortium operator``)."""
+    return status == 403 and "was revoked" in detail
+
+
+class ServerLink:
+    """Whether the server answered the last attempt: the member says so the first time it
+    cannot reach the server (WARNING, within one attempt, so within one poll interval) and
+    once when it can again (INFO); not at every retry in between."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.down_since: float | None = None
+
+    def down(self, exc: Exception) -> None:
+        """An attempt found no server (connection refused, timeout, TLS failure)."""
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            _log.warning("cannot reach the server at %s (server_url): %s; retrying until it "
+                         "answers", self.url, exc or type(exc).__name__)
+
+    def up(self) -> None:
+        """An attempt got an answer."""
+        if self.down_since is not None:
+            _log.info("reached the server at %s again after %.0f s", self.url,
+                      time.monotonic() - self.down_since)
+            self.down_since = None
 
 
 class MemberConnection(Protocol):

@@ -23,8 +23,9 @@ import numpy as np
 import tenacity
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from client_app._announce import announce_clip_bound
-from client_app._connection import RunnerError
+from client_app._announce import announce_clip_bound, announce_round_terms
+from client_app._causes import UpdateFailed, reported_cause
+from client_app._connection import MemberRevoked, RunnerError, ServerLink, revoked
 from client_app._identity import reload_key
 from client_app._policy import (
     PolicyDenied,
@@ -129,6 +130,9 @@ class ClientRunner:
         self.http = SignedClient(settings.server_url, verify=_verify(settings),
                                  timeout_s=settings.request_timeout_s)
         self.bytes_sent = 0
+        self.link = ServerLink(settings.server_url)
+        self.revoked = False  # set when the server said this identity is revoked: it stops
+        self._last_failure = ""  # the cause of the last failed work pass, logged once
         self._long_poll_works = True  # until the server answers /v1/work with 404
         self._announced = False  # the scorer's clip bound, once per run (see poll_once)
 
@@ -173,7 +177,9 @@ class ClientRunner:
         try:
             resp = self.http.request(method, path, body, media=media, auth=auth)
         except httpx.TransportError as exc:
+            self.link.down(exc)
             raise _Retry(str(exc)) from exc
+        self.link.up()
         self.bytes_sent += len(body)
         if resp.status_code < 400:
             return resp
@@ -181,8 +187,8 @@ class ClientRunner:
             raise _Retry(f"status {resp.status_code}")
         if signed and resp.status_code in (401, 403) and reload_key(self):
             raise _Retry("the identity key was rotated")
-        raise RunnerError(resp.status_code, f"{method} {path}: {resp.status_code} "
-                                            f"{resp.text[:300]}")
+        error = MemberRevoked if signed and revoked(resp.status_code, resp.text) else RunnerError
+        raise error(resp.status_code, f"{method} {path}: {resp.status_code} {resp.text[:300]}")
 
     # -- enrollment ----------------------------------------------------------------------------
     @property
@@ -256,10 +262,10 @@ class ClientRunner:
                 params, samples = self.update_fn(self.settings.name, info, base)
                 check_update(self.settings.policy, samples)
                 out.set_result((as_delta(params, base), samples))
-            except PolicyRefused as exc:
+            except (PolicyRefused, RunnerError) as exc:
                 out.set_exception(exc)
-            except (ValueError, KeyError) as exc:
-                out.set_exception(RoundFailed(f"the local update failed: {exc}"))
+            except Exception as exc:  # any failure of the site's own update: named, reported
+                out.set_exception(UpdateFailed(exc))
             except BaseException as exc:
                 out.set_exception(exc)
 
@@ -281,7 +287,7 @@ class ClientRunner:
         except PolicyRefused as exc:
             return self._refuse(round_id, exc)
         except (ValueError, KeyError) as exc:
-            return self._end(round_id, "abandoned", f"cannot read the round's terms: {exc}")
+            return self._abandon(round_id, RoundFailed(f"cannot read the round's terms: {exc}"))
         sent = self.store.sent(round_id)
         try:
             self._check_roster(info)
@@ -291,7 +297,7 @@ class ClientRunner:
                                                  update=update,
                                                  state=self.store.round_state(round_id))
         except (RoundFailed, ValueError, KeyError) as exc:
-            return self._end(round_id, "abandoned", str(exc))
+            return self._abandon(round_id, exc)
         self.store.set_round(round_id, "running", created_at=info.created_at)
         wait = self.settings.long_poll_s
         ahead: StageBroadcast | None = None  # the next stage's input, returned with an ack
@@ -316,17 +322,32 @@ class ClientRunner:
             return self._end(round_id, "abandoned", str(exc))  # dropped or round closed
         except PolicyRefused as exc:  # the local update may not leave (too few samples)
             return self._refuse(round_id, exc)
-        except (PayloadError, RoundFailed, ValueError) as exc:
-            return self._end(round_id, "abandoned", str(exc))
+        except Exception as exc:  # this member's half failed: it leaves and says why
+            return self._abandon(round_id, exc)
         _log.info("round %d: done", round_id)
         return self._end(round_id, "done")
 
     def _end(self, round_id: int, status: str, detail: str = "") -> str:
         self.store.set_round(round_id, status, detail)
         self.store.forget_round(round_id)
-        if status != "done":
-            _log.info("round %d: %s (%s)", round_id, status, detail)
+        if status != "done":  # abandoned: this member left; ended: the round failed first
+            _log.log(logging.WARNING if status == "abandoned" else logging.INFO,
+                     "round %d: %s (%s)", round_id, status, detail)
         return status
+
+    def _abandon(self, round_id: int, exc: Exception) -> str:
+        """This member's half failed: end the round here (never retried), log the whole cause
+        (WARNING), then tell the server its reportable part, as a refusal ``abandoned``."""
+        if not isinstance(exc, (RoundFailed, PayloadError, ValueError)):
+            _log.warning("round %d: unexpected failure of this member's half", round_id,
+                         exc_info=exc)
+        self._end(round_id, "abandoned", str(exc))
+        try:
+            self.request("POST", f"/v1/rounds/{round_id}/refusal",
+                         {"reason": "abandoned", "detail": reported_cause(exc)}, attempts=3)
+        except RunnerError as err:  # the local record stands; the server sees a dropout
+            _log.warning("round %d: could not report the abandonment: %s", round_id, err)
+        return "abandoned"
 
     def sweep_rounds(self) -> None:
         """Forget the secrets of every round that ended without us seeing it end (it finished,
@@ -435,15 +456,16 @@ class ClientRunner:
         return bool(fresh or work.queries or not work.rounds)
 
     def _announce_once(self) -> None:
-        """Before the first pull query is answered: announce the scorer's clip bound. A
-        refusal (above the consortium's maximum, an old server) is logged and the member works
-        on; an unreachable server is tried at the next pass."""
+        """Before the first pull query is answered: announce the site's round terms and the
+        scorer's clip bound. A refusal (above the consortium's maximum, an old server) is
+        logged and the member works on; an unreachable server is tried at the next pass."""
         if self._announced:
             return
         try:
+            announce_round_terms(self)
             announce_clip_bound(self)
         except RunnerError as exc:
-            if exc.status >= 499:
+            if exc.status >= 499 or isinstance(exc, MemberRevoked):
                 raise
             _log.warning("the server refused this member's clip bound: %s; answers outside "
                          "the bound it announced before will be refused", exc)
@@ -456,18 +478,34 @@ class ClientRunner:
                     self.run_round(int(info["round_id"]))
         self.answer_pending()
 
+    def _failed_pass(self, exc: Exception) -> None:
+        """Log a failed work pass at WARNING once per distinct cause (not while the server is
+        unreachable, which the link reports, nor when the runner stops)."""
+        text = str(exc)
+        if getattr(exc, "status", 0) == 499 or self.link.down_since is not None \
+                or text == self._last_failure:
+            return
+        self._last_failure = text
+        _log.warning("work pass failed, retrying: %s", text)
+
     def run_forever(self) -> None:
         """Discover work until ``self.stop`` is set (long polling, or every
-        ``poll_interval_s`` against an old server); transient failures are retried, never
-        fatal."""
+        ``poll_interval_s`` against an old server); transient failures are retried, a revoked
+        identity ends it (``self.revoked``)."""
         stop = self.stop
         while not stop.is_set():
             again = False
             # A refused or garbled exchange ends this pass only; the next pass retries.
             try:
                 again = self.poll_once()
-            except (RunnerError, httpx.HTTPError, ValueError):
-                pass
+            except MemberRevoked as exc:  # nothing this member sends is taken any more
+                _log.error("the consortium revoked this member's identity (%s): the client "
+                           "stops; ask the operator whether to enroll a new identity", exc)
+                self.revoked = True
+                stop.set()
+                return
+            except (RunnerError, httpx.HTTPError, ValueError) as exc:
+                self._failed_pass(exc)
             except Exception:  # anything else is logged: the worker outlives one bad pass
                 _log.exception("work pass failed")
             if not again:

@@ -1,5 +1,6 @@
-"""``POST /v1/identity/clip-bound``: a member announces the clip bound of its current scorer
-(an ``APIRouter`` that ``create_app`` includes).
+"""``POST /v1/identity/clip-bound``: a member announces the clip bound of its current scorer;
+``POST /v1/identity/round-terms``: which rounds its site policy takes part in (an ``APIRouter``
+that ``create_app`` includes).
 
 A member that swaps its reward model for one with another normalizer would otherwise have every
 answer outside its enrollment-time bound refused. The announcement is signed, changes only the
@@ -9,11 +10,11 @@ caller's own row, is audited, and the broker judges the next answer by it.
 # No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Body, Depends
 
-from sdk.wire import ClipBoundAck, ClipBoundAnnouncement, PayloadError
+from sdk.wire import ClipBoundAck, ClipBoundAnnouncement, MemberInfo, PayloadError
 from server_app._access import Access
 from server_app._broker import RewardBroker
 from server_app._settings import ServerSettings
@@ -50,5 +51,20 @@ def clip_bound_router(store: Store, broker: RewardBroker, access: Access,
             _log.info("member %s announced clip bound %g (was %s)", caller, body.clip_bound,
                       "none" if previous is None else f"{previous:g}")
         return ClipBoundAck(client_id=caller, clip_bound=body.clip_bound, previous=previous)
+
+    @router.post("/identity/round-terms", status_code=204)
+    def announce_terms(caller: Annotated[str, Depends(access.member)],
+                       body: Annotated[dict[str, Any], Body()]) -> None:
+        """Set the caller's own round terms (members; ``MemberInfo.round_terms``): the
+        operator's ``fedmor members list`` shows them, so a round a member's policy would
+        refuse is seen before it is opened. Informative only: the member still checks every
+        round itself."""
+        try:
+            terms = MemberInfo.announced_terms(body)
+        except ValueError as exc:
+            raise PayloadError(f"round terms: {exc}") from exc
+        if store.set_round_terms(caller, terms.model_dump_json()):
+            _log.info("member %s announced its round terms: %s", caller,
+                      terms.model_dump_json())
 
     return router

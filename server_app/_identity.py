@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 import logging
 import secrets
 import threading
@@ -335,7 +336,9 @@ class Identities:
             "fingerprint": None if key is None else key_fingerprint(str(key)),
             "enrolled_at": row.get("enrolled_at"), "last_seen": seen.get(str(client_id)),
             "rounds": rounds.get(str(client_id), 0),
-            "revoked_at": row.get("at") if state == "revoked" else None})
+            "revoked_at": row.get("at") if state == "revoked" else None,
+            "round_terms": None if state != "enrolled" or not row.get("round_terms")
+            else json.loads(row["round_terms"])})
 
     def _info(self, name: str) -> MemberInfo:
         found = [m for m in self.members() if m.name == name]

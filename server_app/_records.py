@@ -1,5 +1,6 @@
 """What the server records about a round beside its protocol state: the DP terms and their
-accounted cost, and the members whose site policy refused it."""
+accounted cost, the members whose site policy refused it (or who reported that they abandoned
+it), and who left the round where and why."""
 
 from __future__ import annotations
 
@@ -8,7 +9,27 @@ from sdk.secagg import composed_epsilon
 from sdk.wire import DPAccount, DPTerms, Refusal, RoundSpec
 from server_app._store import Store
 
-__all__ = ["RoundRecords"]
+__all__ = ["WHO_LEFT", "RoundRecords", "StageWalk"]
+
+WHO_LEFT = "; who left: "
+"""Joins a failed round's cause and the members who left it in the stored failure text (a
+member's view of the round cuts the text there: other members' causes are not its business)."""
+NO_ANSWER = "no answer by the stage deadline"
+_REASON_CHARS = 300  # of one member's reason in the failure text: the round view stays readable
+
+StageWalk = list[tuple[str, set[str], bool]]
+"""A round's stages up to its current one: (stage, members that sent it, closed)."""
+
+
+def _why(refusal: Refusal | None, missed: str) -> str:
+    """One member's cause in the operator's words: what it reported, else ``missed``."""
+    if refusal is None:
+        return missed
+    if refusal.reason == "abandoned":
+        return refusal.detail or "abandoned (no reason given)"
+    if refusal.reason == "revoked":
+        return f"revoked: {refusal.detail}" if refusal.detail else "revoked"
+    return f"site policy refused ({refusal.reason}): {refusal.detail}"
 
 
 class RoundRecords:
@@ -63,6 +84,47 @@ class RoundRecords:
     def refusals(self, round_id: int) -> list[Refusal]:
         """The round's refusals, oldest first."""
         return [Refusal.model_validate(r) for r in self.store.refusals(round_id)]
+
+    def name_of(self, client_id: str) -> str:
+        """A member's roster name (a revoked one's too); its id when none is known."""
+        row = self.store.client(client_id)
+        if row is not None:
+            return str(row["name"])
+        for revoked in self.store.revocations():
+            if revoked.get("client_id") == client_id:
+                return str(revoked["name"])
+        return client_id
+
+    def failures(self, refusals: list[Refusal], participants: list[str], walk: StageWalk, *,
+                 ended: bool, cut: str = NO_ANSWER) -> list[dict[str, str]]:
+        """Who left the round at which stage and why (``sdk.wire.RoundFailure`` fields), from
+        ``walk``: at a closed stage (or the last one of an ``ended`` round) every expected
+        member that sent nothing, at the open stage only those that reported leaving. A member
+        that reported nothing missed the deadline (``cut`` at an ended round's last stage);
+        ``refusals``: the round's, what members reported."""
+        reported = {r.client_id: r for r in refusals}
+        expected, out = set(participants), []
+        last = walk[-1][0] if walk else ""
+        for stage, sent, closed in walk:
+            gone = expected - sent
+            if not (closed or ended):
+                gone &= set(reported)
+            out += [(cid, stage, NO_ANSWER if closed else cut) for cid in sorted(gone)]
+            expected -= gone
+            if not closed:
+                break
+        # Left after sending the last stage it was asked for (revoked, say).
+        out += [(cid, last, NO_ANSWER) for cid in sorted(set(reported) & expected)]
+        return [{"member": self.name_of(cid), "client_id": cid, "stage": stage,
+                 "reason": _why(reported.get(cid), missed)} for cid, stage, missed in out]
+
+    @staticmethod
+    def failure_text(cause: str, failures: list[dict[str, str]]) -> str:
+        """A failed round's text: ``cause``, then each member that left and why."""
+        if not failures:
+            return cause
+        return cause + WHO_LEFT + "; ".join(
+            f"{f['member']} at {f['stage']}: {f['reason'][:_REASON_CHARS]}" for f in failures)
 
     def forget(self, round_id: int) -> None:
         """An ended round: drop its cached refusers (they stay in the store)."""

@@ -15,6 +15,7 @@ from sdk.rounds import ROUND_KINDS, RoundFailed, ServerRound, from_delta
 from sdk.wire import (
     NotFoundError,
     PayloadError,
+    Refusal,
     RoundCreate,
     RoundInfo,
     RoundSpec,
@@ -23,7 +24,7 @@ from sdk.wire import (
     StagePayload,
 )
 from server_app._lookup import RoundLookup, started
-from server_app._records import RoundRecords
+from server_app._records import RoundRecords, StageWalk
 from server_app._router_config import RouterLineages
 from server_app._store import ConflictError, Store, payload_record
 
@@ -405,6 +406,7 @@ class RoundManager:
     def _fail(self, round_id: int, reason: str) -> None:
         """End the round as failed; a captured one is captured with what it received (the
         marker made durable before the failure, as for a finish)."""
+        reason = self._failure_text(round_id, reason)
         row = self.store.round_row(round_id)
         captured = row is not None and bool(row["captured"])
         if captured and self.capture is not None:
@@ -460,12 +462,13 @@ class RoundManager:
         row, _ = self._rounds.server(round_id)
         spec = self._rounds.spec(round_id, row)
         stages = self._rounds.stages(round_id, row)
+        walk = self._walk(round_id, row, stages)
+        refusals = self.records.refusals(round_id)
         dropouts: set[str] = set()
         expected = set(spec.participants)
-        for stage in stages[: int(row["stage_index"]) + 1]:
-            if self._rounds.closure(round_id, stage) is None:
+        for _, sent, closed in walk:
+            if not closed:
                 break
-            sent = self.store.submitted(round_id, stage)
             dropouts |= expected - sent
             expected &= sent
         return RoundInfo.of(
@@ -473,9 +476,49 @@ class RoundManager:
             stage=stages[int(row["stage_index"])] if row["status"] == "open" else None,
             stages=stages, dropouts=sorted(dropouts), router_version=row["router_version"],
             error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],
-            refusals=self.records.refusals(round_id),
+            refusals=refusals, failures=self._failures(refusals, row, spec, walk),
             dp=self.records.dp_account(round_id, row["status"]),
             captured=bool(row["captured"]))
+
+    def _walk(self, round_id: int, row: dict[str, Any], stages: list[str]) -> StageWalk:
+        """Who sent each stage up to the current one; the current open stage only where
+        someone may be named there (the round ended, or a member reported leaving it)."""
+        walk: StageWalk = []
+        named = row["status"] != "open" or bool(self.records.refusers(round_id))
+        for stage in stages[: int(row["stage_index"]) + 1]:
+            closed = self._rounds.closure(round_id, stage) is not None
+            if not (closed or named):
+                break
+            walk.append((stage, self.store.submitted(round_id, stage), closed))
+            if not closed:
+                break
+        return walk
+
+    def _failures(self, refusals: list[Refusal], row: dict[str, Any], spec: RoundSpec,
+                  walk: StageWalk, ended_at: float | None = None) -> list[dict[str, str]]:
+        """Who left the round, where and why; ``ended_at``: the round is failing now."""
+        ended_at = ended_at if ended_at is not None else row["finished_at"]
+        ended = ended_at is not None and row["status"] != "finished"
+        # A stage cut short (a cancel, a failed replay) did not wait for its deadline.
+        waited = ended and float(ended_at) - float(row["stage_opened_at"] or 0) >= \
+            spec.stage_deadline_s
+        return self.records.failures(
+            refusals, spec.participants, walk, ended=ended,
+            cut="no answer by the stage deadline" if waited or not ended
+            else "no answer before the round ended")
+
+    def _failure_text(self, round_id: int, cause: str) -> str:
+        """A failing round's text: ``cause`` and who left it, where and why."""
+        try:
+            row, _ = self._rounds.server(round_id)
+            spec = self._rounds.spec(round_id, row)
+            walk = self._walk(round_id, {**row, "status": "failed"},
+                              self._rounds.stages(round_id, row))
+            failures = self._failures(self.records.refusals(round_id), row, spec, walk,
+                                      ended_at=time.time())
+        except (ValueError, KeyError, LookupError):  # a round that cannot be read: its cause
+            return cause
+        return self.records.failure_text(cause, failures)
 
     def list(self, status: str | None = None) -> list[RoundInfo]:
         """All rounds (that started), oldest first."""

@@ -121,10 +121,14 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
 
     @router.post("/{round_id}/refusal", response_model=RoundInfo)
     def refuse(client: Client, round_id: RoundId, body: RoundRefusal) -> RoundInfo:
-        """A participant's site policy refuses the round: it sends nothing more there; the
-        refusal and its reason show in the round's ``refusals`` (idempotent)."""
-        _log.warning("client %s refused round %d: %s (%s)", client, round_id, body.reason,
-                     body.detail)
+        """A participant's site policy refuses the round, or its own half failed (reason
+        ``abandoned``): it sends nothing more there; the refusal and its reason show in the
+        round's ``refusals`` and ``failures`` (idempotent)."""
+        if body.reason == "abandoned":
+            _log.warning("client %s abandoned round %d: %s", client, round_id, body.detail)
+        else:
+            _log.warning("client %s refused round %d: %s (%s)", client, round_id, body.reason,
+                         body.detail)
         return rounds.refuse(round_id, client, body.reason, body.detail)
 
     @router.get("/{round_id}/stages/{stage}", response_model=StageBroadcast)

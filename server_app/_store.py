@@ -104,6 +104,8 @@ class Store(IdentityTables, RoundTables, RewardTables, ConsoleTables):
         if "clip_bound" not in columns:  # a store created before members announced it
             self._db.execute("ALTER TABLE clients ADD COLUMN clip_bound REAL")
         self._add_role_columns()
+        # A member's announced round terms (sdk.wire RoundTerms as JSON; NULL: none yet).
+        self.add_column("clients", "round_terms", "TEXT")
         self.add_column("images", "stored_at", "REAL", fill=time.time())  # for retention
         # Whether a round is captured is fixed when it opens (what its members agreed to);
         # rounds of a store older than that record were announced uncaptured or unknown:

@@ -120,6 +120,19 @@ class IdentityTables(StoreBase):
             self._write("INSERT OR REPLACE INTO key_rotations VALUES (?,?,?,?,?)",
                         (client_id, old, new, time.time(), endorsement))
 
+    def set_round_terms(self, client_id: str, terms: str) -> bool:
+        """``client_id`` announced its round terms (JSON); True when they changed (then
+        stored with an audit row, in one commit)."""
+        with self.transaction():
+            row = self._one("SELECT round_terms FROM clients WHERE client_id=?", (client_id,))
+            if row is None:
+                raise KeyError(client_id)
+            if row["round_terms"] == terms:
+                return False
+            self._write("UPDATE clients SET round_terms=? WHERE client_id=?", (terms, client_id))
+            self.audit(client_id, "round_terms", terms=terms)
+        return True
+
     def set_clip_bound(self, client_id: str, clip_bound: float) -> float | None:
         """``client_id`` announced a new clip bound: store it with an audit row (one commit);
         returns the bound it replaces (the same bound again writes nothing)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from sdk.wire import RoundInfo
 from server_app._access import Identity
+from server_app._records import WHO_LEFT
 from server_app._rounds import RoundManager
 
 __all__ = ["member_view", "visible_round", "visible_rounds"]
@@ -20,16 +21,18 @@ OTHER_MEMBER = "another member"
 
 
 def member_view(info: RoundInfo, member: str) -> RoundInfo:
-    """``info`` as ``member`` (a participant) may see it: its own refusal and dropout only, and
-    the failure reason with other participants' ids replaced."""
+    """``info`` as ``member`` (a participant) may see it: its own refusal, dropout and failure
+    only, and the failure reason without who left and with other participants' ids replaced."""
     error = info.error
     if error is not None:
+        error = error.partition(WHO_LEFT)[0]  # other members' causes are theirs
         for other in info.participants:
             if other != member:
                 error = error.replace(other, OTHER_MEMBER)
     return info.model_copy(update={
         "refusals": [r for r in info.refusals if r.client_id == member],
         "dropouts": [d for d in info.dropouts if d == member],
+        "failures": [f for f in info.failures if f.client_id == member],
         "error": error})
 
 

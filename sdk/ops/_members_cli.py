@@ -24,15 +24,33 @@ def _epsilon(report: dict[str, Any]) -> str:
     return "-" if spent is None else f"{spent:.3g} ({report['dp_rounds']} rounds)"
 
 
+def round_terms(report: dict[str, Any]) -> str:
+    """Which rounds a member's site policy takes part in, in one phrase (its announced round
+    terms; "-" when it announced none)."""
+    terms = report.get("round_terms")
+    if not terms:
+        return "-"
+    words = [",".join(terms["round_kinds"]) or "no rounds",
+             f">= {terms['min_participants']} members",
+             f"threshold >= {terms['min_threshold']}"]
+    if terms["require_dp"]:
+        words.append("DP only")
+    if not terms["allow_captured_rounds"]:
+        words.append("not captured")
+    return "; ".join(words)
+
+
 def _list(args: argparse.Namespace) -> int:
     reports = connection_from_args(args).request("GET", "/v1/reports/members",
                                                  what="members list")
     if args.role:
         reports = [r for r in reports if r["role"] == args.role]
     rows = [[r["name"], r["role"], r["state"], r["fingerprint"], when(r["last_seen"]),
-             r["rounds"], _refusals(r), _epsilon(r), r["client_id"]] for r in reports]
+             r["rounds"], round_terms(r), _refusals(r), _epsilon(r), r["client_id"]]
+            for r in reports]
     return emit(reports, args.json, ["NAME", "ROLE", "STATE", "KEY", "LAST SEEN", "ROUNDS",
-                                     "REFUSED (RULE)", "DP EPSILON", "CLIENT ID"], rows)
+                                     "TAKES ROUNDS", "REFUSED (RULE)", "DP EPSILON",
+                                     "CLIENT ID"], rows)
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -43,7 +61,8 @@ def _show(args: argparse.Namespace) -> int:
     fields = [("name", r["name"]), ("role", r["role"]), ("state", r["state"]),
               ("client id", r["client_id"]), ("key fingerprint", r["fingerprint"]),
               ("enrolled", when(r["enrolled_at"])), ("last seen", when(r["last_seen"])),
-              ("rounds", r["rounds"]), ("clip bound", r["clip_bound"]),
+              ("rounds", r["rounds"]), ("takes rounds", round_terms(r)),
+              ("clip bound", r["clip_bound"]),
               ("DP epsilon spent", _epsilon(r) + ("" if r["delta"] is None
                                                   else f" at delta {r['delta']:g}")),
               ("revoked", when(r["revoked_at"]))]
@@ -51,7 +70,8 @@ def _show(args: argparse.Namespace) -> int:
     if r["refusals"]:
         print_table(["ROUND", "RULE", "WHAT THE SITE POLICY SAID", "AT"],
                     [[f["round_id"], f["reason"], f["detail"], when(f["at"])]
-                     for f in r["refusals"]], title="rounds its site policy refused")
+                     for f in r["refusals"]],
+                    title="rounds its site policy refused (or it abandoned: its own cause)")
     return 0
 
 

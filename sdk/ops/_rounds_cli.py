@@ -1,5 +1,6 @@
-"""``fedmor rounds open|list|show|wait|cancel``: the operator's rounds. ``open`` sends no vector
-length unless ``--length`` is given: the server takes it from its router configuration."""
+"""``fedmor rounds open|check|list|show|wait|cancel``: the operator's rounds. ``open`` sends no
+vector length unless ``--length`` is given: the server takes it from its router configuration.
+``check`` says, before a round is opened, which members' announced round terms refuse it."""
 
 from __future__ import annotations
 
@@ -68,6 +69,47 @@ def _open(args: argparse.Namespace) -> int:
     return _print_round(conn, info, args.json)
 
 
+def _refusal(terms: dict[str, Any] | None, kind: str, listed: int,
+             params: dict[str, Any], min_clients: int | None) -> str | None:
+    """Why a member with these announced round terms would refuse a round of ``kind`` over
+    ``listed`` members (None: it would take part; the member's own check still decides)."""
+    if terms is None:
+        return "unknown: it announced no round terms (not started since, or an older client)"
+    if kind not in terms["round_kinds"]:
+        return f"round_kind: it takes part only in {', '.join(terms['round_kinds']) or 'none'}"
+    if listed < terms["min_participants"]:
+        return f"participants: {listed} < its min_participants {terms['min_participants']}"
+    survivors = max(int(params.get("threshold", 0)), min_clients or 0)
+    if kind == "router_secagg" and survivors and survivors < terms["min_threshold"]:
+        return f"threshold: {survivors} survivor(s) could be accepted < its min_threshold " \
+               f"{terms['min_threshold']}"
+    if terms["require_dp"] and not params.get("dp"):
+        return "dp: it takes part only in rounds with client-level DP (--param dp=...)"
+    return None
+
+
+def _check(args: argparse.Namespace) -> int:
+    conn = connection_from_args(args)
+    members = [m for m in conn.request("GET", "/v1/reports/members", what="members list")
+               if m["role"] == "member" and m["state"] == "enrolled"]
+    wanted = {m for part in args.members for m in part.split(",") if m}
+    if wanted:
+        members = [m for m in members if m["name"] in wanted or m["client_id"] in wanted]
+    params = dict(args.param)
+    rows = [[m["name"], why] for m in members
+            if (why := _refusal(m.get("round_terms"), args.kind, len(members), params,
+                                args.min_clients)) is not None]
+    if args.json:
+        print(json.dumps([{"member": name, "refusal": why} for name, why in rows]))
+    elif rows:
+        print_table(["MEMBER", "WOULD REFUSE (RULE: WHY)"], rows,
+                    title=f"{args.kind} over {len(members)} member(s)")
+    else:
+        print(f"no member's announced round terms refuse a {args.kind} round over "
+              f"{len(members)} member(s)")
+    return 1 if any(not why.startswith("unknown") for _, why in rows) else 0
+
+
 def _row(info: dict[str, Any], names: dict[str, str]) -> list[Any]:
     def who(ids: list[str]) -> str:
         return ", ".join(names.get(c, c) for c in ids) or "-"
@@ -100,10 +142,10 @@ def _print_round(conn: Connection, info: dict[str, Any], as_json: bool) -> int:
     fields = [*zip(_COLUMNS, _row(info, names), strict=True), ("error", info["error"]),
               ("finished", when(info["finished_at"]))]
     print_table(["FIELD", "VALUE"], fields, title=f"round {info['round_id']}")
-    if info["refusals"]:
-        print_table(["MEMBER", "RULE", "WHAT THE SITE POLICY SAID"],
-                    [[names.get(r["client_id"], r["client_id"]), r["reason"], r["detail"]]
-                     for r in info["refusals"]], title="refusals")
+    if info.get("failures"):
+        print_table(["MEMBER", "STAGE", "WHY IT LEFT"],
+                    [[f["member"], f["stage"], f["reason"]] for f in info["failures"]],
+                    title="members that left the round")
     return 0
 
 
@@ -160,12 +202,22 @@ def register_rounds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     help="wait until the round ends (exit 1 if it failed)")
     op.add_argument("--json", action="store_true", help="print JSON")
     op.set_defaults(handler=_open)
+    check = commands.add_parser("check", help="before opening a round: which members' "
+                                "announced round terms refuse it (exit 1 if any)")
+    check.add_argument("kind", nargs="?", default="router_secagg", choices=KINDS)
+    check.add_argument("--members", action="append", default=[], metavar="NAME[,NAME...]",
+                       help="the round's participants (default: every enrolled member)")
+    check.add_argument("--min-clients", type=int, default=None, help="as for open")
+    check.add_argument("--param", type=_param, action="append", default=[],
+                       metavar="KEY=VALUE", help="as for open (threshold, dp)")
+    check.add_argument("--json", action="store_true", help="print JSON")
+    check.set_defaults(handler=_check)
     listing = commands.add_parser("list", help="every round, oldest first")
     listing.add_argument("--status", choices=("open", "finished", "failed"), default=None)
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(handler=_list)
-    show = commands.add_parser("show", help="one round: stage, participants, dropouts, "
-                               "refusals with their rule, DP epsilon")
+    show = commands.add_parser("show", help="one round: stage, participants, DP epsilon, "
+                               "and each member that left it: at which stage and why")
     show.add_argument("round_id", type=int)
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(handler=_show)
@@ -178,5 +230,5 @@ def register_rounds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cancel.add_argument("round_id", type=int)
     cancel.add_argument("--reason", default="", help="kept in the round and the audit log")
     cancel.set_defaults(handler=_cancel)
-    for parser in (op, listing, show, wait, cancel):
+    for parser in (op, check, listing, show, wait, cancel):
         add_connection_options(parser)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import Field
@@ -96,6 +96,19 @@ class Revocation(_Wire):
     reason: str = Field(default="", max_length=500)
 
 
+class RoundTerms(_Wire):
+    """The part of a member's site policy that decides which rounds it takes part in, as it
+    announces it (``POST /v1/identity/round-terms``) so that the operator sees before opening
+    a round whom it would lose. The member still checks every round itself."""
+
+    round_kinds: list[str] = Field(max_length=16, description="round kinds it takes part in")
+    min_participants: int = Field(ge=1, description="fewest members a round may list")
+    min_threshold: int = Field(ge=1, description="fewest survivors a masked aggregate may "
+                               "combine")
+    require_dp: bool = Field(description="it refuses router rounds without client-level DP")
+    allow_captured_rounds: bool = Field(description="it takes part in captured rounds")
+
+
 class MemberInfo(_Reply):
     """One roster identity as the operator sees it (``GET /v1/members``)."""
 
@@ -117,6 +130,15 @@ class MemberInfo(_Reply):
     epsilon_spent: float | None = Field(default=None, description="client-level DP epsilon of "
                                         "the finished DP rounds its update went into, composed "
                                         "(null: none)")
+    round_terms: RoundTerms | None = Field(default=None, description="which rounds its site "
+                                           "policy takes part in, as it last announced them "
+                                           "(null: not announced)")
+
+    @staticmethod
+    def announced_terms(data: Any) -> RoundTerms:
+        """A member's round terms as it announces them (``POST /v1/identity/round-terms``);
+        a pydantic ``ValidationError`` (a ``ValueError``) when they are malformed."""
+        return RoundTerms.model_validate(data)
 
 
 class RosterSync(_Reply):

@@ -215,12 +215,13 @@ class DPAccount(DPTerms):
 
 
 class RoundRefusal(_Wire):
-    """A member's refusal of a round its site policy does not allow (``POST
+    """A member's refusal of a round its site policy does not allow, or its report that it
+    abandoned the round (reason ``abandoned``: its own half failed) (``POST
     /v1/rounds/{id}/refusal``): it sends nothing more in that round and never retries it."""
 
     reason: str = Field(pattern=r"^[a-z_]{1,40}$", description="which policy rule refused it "
                         "(round_kind, participants, captured, threshold, dp, epsilon, "
-                        "local_samples, ...)")
+                        "local_samples, ...), or abandoned")
     detail: str = Field(default="", max_length=1000, description="the rule, in words (control "
                         "characters such as newlines and escapes are stored escaped)")
 
@@ -240,6 +241,17 @@ class Refusal(RoundRefusal):
 
     client_id: str
     at: float
+
+
+class RoundFailure(_Reply):
+    """A participant that left a round before its end, where and why (``RoundInfo.failures``):
+    what the operator reads to know whom to ask for what."""
+
+    member: str = Field(description="the participant's roster name (its id if none is known)")
+    client_id: str
+    stage: str = Field(description="the first stage it sent nothing for")
+    reason: str = Field(description="what it reported (abandoned: its local cause; a policy "
+                        "refusal: the rule; revoked), else that it gave no answer")
 
 
 class RouterConfigRef(_Reply):
@@ -304,6 +316,8 @@ class RoundInfo(RoundSpec):
     finished_at: float | None
     refusals: list[Refusal] = Field(default_factory=list, description="members whose site "
                                     "policy refused this round, and why")
+    failures: list[RoundFailure] = Field(default_factory=list, description="participants "
+                                         "that left the round: where and why")
     dp: DPAccount | None = Field(default=None, description="client-level DP of the round and "
                                  "its accounted cost; None: no DP")
     captured: bool = Field(default=False, description="the server keeps every message of this "

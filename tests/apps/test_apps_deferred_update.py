@@ -112,7 +112,10 @@ def test_the_runner_abandons_a_round_whose_local_update_fails(
     assert runner.run_round(rid) == "abandoned"
     with sqlite3.connect(tmp_path / "a.db") as db:
         (detail,) = db.execute("SELECT detail FROM rounds WHERE round_id=?", (rid,)).fetchone()
-    assert "the local update failed: no local pairs" in detail
+    assert "local update failed: ValueError: no local pairs" in detail  # the member's log
+    # The server learns the cause's class only: the message may quote the member's data.
+    (failure,) = runner.request("GET", f"/v1/rounds/{rid}").json()["failures"]
+    assert failure["reason"] == "local update failed: ValueError (details in the member's log)"
 
 
 def test_the_demo_update_stands_in_for_training_time() -> None:

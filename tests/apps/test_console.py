@@ -163,8 +163,9 @@ def test_what_other_parties_wrote_is_escaped(
     assert "<script>" not in page and "<img" not in page
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;" \
            "&#34;&#39;&amp;" in page
-    # the name (members and DP tables) and the refusal detail
-    assert page.count("&lt;script&gt;") == 3
+    # the name (members and DP tables) and the refusal detail (members table, and the rounds
+    # table's column of who left)
+    assert page.count("&lt;script&gt;") == 4
     # In attributes (data-value JSON, single-quoted) no quote or bracket survives either.
     assert "data-name='\"\\u003cscript\\u003ealert(\\u0027x\\u0027)" in page
 
