@@ -20,7 +20,11 @@ def _client(args: argparse.Namespace) -> int:
     from client_app._settings import ClientSettings
     from sdk.serving import configure_logging, load_settings
 
-    cfg = load_settings(ClientSettings, args.config)
+    try:
+        cfg = load_settings(ClientSettings, args.config)
+    except ValueError as exc:  # the file, the line and the setting to fix: no traceback
+        print(f"fedmor client: {exc}", file=sys.stderr)
+        return 2
     configure_logging(cfg.log_level, cfg.log_format)
     update = {"port": args.port} if args.port is not None else {}
     if args.demo:
