@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from sdk.rounds import ROUND_KINDS, memory_spec, protocol_ids, run_in_memory
-from sdk.rounds._protocols import ready_update
 from sdk.secagg import MaskedInput
 from sdk.wire import RoundSpec, generate_key
 
@@ -50,20 +49,20 @@ def test_every_stage_message_survives_its_wire_form_unchanged() -> None:
     message, and so is a client's saved state."""
     spec, keys = _spec("router_secagg", graph_seed="22" * 32)
     kind = ROUND_KINDS["router_secagg"]
-    server = kind.server(spec)
-    clients = {c: kind.client(spec, client_id=c, key=keys[c], state=None,
-                              update=ready_update(np.full(5, 0.25, np.float32), 2))
-               for c in IDS}
+    terms = kind.terms(spec)
+    server = kind.server(terms)
+    clients = {c: kind.client(terms, client_id=c, key=keys[c], state=None) for c in IDS}
     outbox: dict[str, object] = {c: server.opening(c) for c in IDS}
     checked = 0
     for stage in server.stages:
         for cid, msg in outbox.items():
             assert clients[cid].decode(stage, server.encode(msg)) == msg
+            if stage == clients[cid].update_stage:
+                clients[cid].provide(np.full(5, 0.25, np.float32), 2)
             reply = clients[cid].reply(stage, msg)
             assert server.parse(stage, cid, clients[cid].encode(reply)) == reply
             state = clients[cid].state()
-            assert kind.client(spec, client_id=cid, key=keys[cid], state=state,
-                               update=ready_update(np.zeros(5, np.float32), 1)).state() == state
+            assert kind.client(terms, client_id=cid, key=keys[cid], state=state).state() == state
             server.accept(stage, cid, reply)
             checked += 1
         outbox = server.close_stage(stage)

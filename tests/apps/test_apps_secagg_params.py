@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from client_app._demo import TRAIN_PARAM
+from client_app._member_round import MemberRound, ready_update
 from sdk.rounds import ROUND_KINDS, RoundFailed, memory_spec
-from sdk.rounds._protocols import ready_update
 from sdk.rounds._secagg_kind import _round_params
 from sdk.wire import ROUTER_ROUND_PARAM, UPDATE_PARAMS, RoundSpec, generate_key, public_key_b64
 
@@ -71,9 +71,10 @@ def test_fewer_masked_inputs_than_min_clients_fail_the_round() -> None:
     spec = _spec(4, 4, degree=2)
     keys = [generate_key() for _ in spec.participants]
     spec = spec.model_copy(update={"public_keys": [public_key_b64(k) for k in keys]})
-    server = KIND.server(spec)
-    halves = {c: KIND.client(spec, client_id=c, key=k, update=ready_update(np.ones(4), 1),
-                             state=None) for c, k in zip(spec.participants, keys, strict=True)}
+    terms = KIND.terms(spec)
+    server = KIND.server(terms)
+    halves = {c: MemberRound.join(terms, client_id=c, key=k, update=ready_update(np.ones(4), 1),
+                                  state=None) for c, k in zip(spec.participants, keys, strict=True)}
     inputs = {c: server.first_broadcast(c) for c in halves}
     stages = list(server.stages)
     for stage in stages[:2]:
