@@ -312,7 +312,8 @@ class SecAggKind(RoundKind[_SecAggTerms]):
         return {"graph_seed": os.urandom(32).hex(), **params}
 
     def terms(self, spec: RoundSpec) -> _SecAggTerms:
-        """Masked; every stage needs ``threshold`` answers, and the masked-input close also
+        """The round's SecAgg+ parameters and roster, parsed once, and its privacy: masked;
+        every stage needs ``threshold`` answers, and the masked-input close also
         ``min_clients``: no aggregate combines fewer survivors than the larger of the two."""
         try:
             params, roster = _round_params(spec)

@@ -1,6 +1,7 @@
-"""The local update is computed while SecAgg+'s key stages run: a client half sends its
-advertise-keys and share-keys replies before its update exists, waits for it at the masked
-input, and turns a failed update into ``RoundFailed`` (the runner then abandons the round)."""
+"""The local update is computed while SecAgg+'s key stages run: the member's driver sends its
+half's advertise-keys and share-keys replies before the update exists, waits for it before the
+masked input, and turns a failed update into ``RoundFailed`` (the runner then abandons the
+round)."""
 
 from __future__ import annotations
 
