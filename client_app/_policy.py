@@ -12,7 +12,7 @@ from collections import Counter
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sdk.rounds import ROUND_KINDS, RoundFailed, RoundPrivacy
+from sdk.rounds import ROUND_KINDS, RoundFailed, RoundTerms
 from sdk.secagg import composed_epsilon
 from sdk.wire import DPTerms, RewardRequest, RoundInfo
 
@@ -90,14 +90,10 @@ class PolicyDenied(PermissionError):
     """The site policy refuses a reward query (HTTP 403)."""
 
 
-def _privacy(info: RoundInfo) -> RoundPrivacy:
-    return ROUND_KINDS[info.kind].privacy(info)
-
-
-def check_round(policy: SitePolicy, info: RoundInfo) -> RoundPrivacy:
-    """The round's privacy terms; raises ``PolicyRefused`` unless ``policy`` allows taking part
-    in the round (its kind and params, before any local update exists), ``ValueError`` on
-    params its kind refuses."""
+def check_round(policy: SitePolicy, info: RoundInfo) -> RoundTerms:
+    """The round's terms (its params parsed once, by its kind, and its privacy); raises
+    ``PolicyRefused`` unless ``policy`` allows taking part in the round (its kind and params,
+    before any local update exists), ``ValueError`` on params its kind refuses."""
     if info.kind not in policy.round_kinds:
         raise PolicyRefused("round_kind", f"kind {info.kind!r} is not among this site's "
                                           f"round_kinds {policy.round_kinds}")
@@ -108,7 +104,8 @@ def check_round(policy: SitePolicy, info: RoundInfo) -> RoundPrivacy:
         raise PolicyRefused("captured", "the server captures this round (keeps every message "
                                         "for its auditor) and this site has not agreed "
                                         "(allow_captured_rounds)")
-    privacy = _privacy(info)
+    terms = ROUND_KINDS[info.kind].terms(info)
+    privacy = terms.privacy
     if privacy.masked and privacy.min_survivors < policy.min_threshold:
         raise PolicyRefused("threshold", f"an aggregate of {privacy.min_survivors} survivor(s) "
                                          f"could be accepted, min_threshold is "
@@ -116,7 +113,7 @@ def check_round(policy: SitePolicy, info: RoundInfo) -> RoundPrivacy:
     if (policy.require_dp or policy.max_epsilon is not None) and privacy.dp is None:
         raise PolicyRefused("dp", "the round adds no differential-privacy noise and this site "
                                   "requires it (require_dp or max_epsilon)")
-    return privacy
+    return terms
 
 
 def check_epsilon(policy: SitePolicy, spent: list[float], terms: DPTerms) -> float:

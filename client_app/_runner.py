@@ -27,6 +27,7 @@ from client_app._announce import announce_clip_bound, announce_round_terms
 from client_app._causes import UpdateFailed, reported_cause
 from client_app._connection import MemberRevoked, RunnerError, ServerLink, revoked
 from client_app._identity import reload_key
+from client_app._member_round import MemberRound, UpdateSource
 from client_app._policy import (
     PolicyDenied,
     PolicyRefused,
@@ -40,7 +41,7 @@ from client_app._scorer import load_object
 from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
-from sdk.rounds import ROUND_KINDS, RoundFailed, UpdateSource, as_delta
+from sdk.rounds import RoundFailed, RoundTerms, as_delta
 from sdk.wire import (
     EnrollResponse,
     MissingImages,
@@ -283,7 +284,7 @@ class ClientRunner:
             return "not_participant"
         self.store.set_round(round_id, "checking", created_at=info.created_at)
         try:
-            self._admit(info)
+            terms = self._admit(info)
         except PolicyRefused as exc:
             return self._refuse(round_id, exc)
         except (ValueError, KeyError) as exc:
@@ -291,11 +292,10 @@ class ClientRunner:
         sent = self.store.sent(round_id)
         try:
             self._check_roster(info)
-            update = self._local_update(info)
             # A restart mid-round continues from the state saved with the last sent message.
-            half = ROUND_KINDS[info.kind].client(info, client_id=me, key=self.key,
-                                                 update=update,
-                                                 state=self.store.round_state(round_id))
+            half = MemberRound.join(terms, client_id=me, key=self.key,
+                                    update=self._local_update(info),
+                                    state=self.store.round_state(round_id))
         except (RoundFailed, ValueError, KeyError) as exc:
             return self._abandon(round_id, exc)
         self.store.set_round(round_id, "running", created_at=info.created_at)
@@ -379,11 +379,13 @@ class ClientRunner:
         self.store.drop_round(round_id)
         return True
 
-    def _admit(self, info: RoundInfo) -> None:
-        """Check the round against the site policy; a DP round is counted against the site's
-        epsilon budget before anything is sent (a failed round still counts: never less)."""
+    def _admit(self, info: RoundInfo) -> RoundTerms:
+        """Check the round against the site policy and return its terms; a DP round is counted
+        against the site's epsilon budget before anything is sent (a failed round still
+        counts: never less)."""
         policy = self.settings.policy
-        privacy = check_round(policy, info)
+        terms = check_round(policy, info)
+        privacy = terms.privacy
         if self.configured is not None:  # the round's router is the one this member fetched
             self.configured.config_for(info)
         if privacy.dp is not None:
@@ -392,6 +394,7 @@ class ClientRunner:
             self.store.record_dp(*here, privacy.dp.noise_multiplier, epsilon)
             _log.info("round %d: DP (noise multiplier %.3g); this site's epsilon %.3g",
                       info.round_id, privacy.dp.noise_multiplier, epsilon)
+        return terms
 
     def _refuse(self, round_id: int, refusal: PolicyRefused) -> str:
         """Record a policy refusal locally (so it is never retried), then tell the server."""

@@ -228,7 +228,8 @@ class ServerCapture:
         weights: dict[str, float] = dict.fromkeys(members, 1.0)
         messages: list[Any] = []
         kind = ROUND_KINDS[spec.kind]
-        server = kind.server(spec)  # parses each stored message as the live round did
+        terms = kind.terms(spec)
+        server = kind.server(terms)  # parses each stored message as the live round did
         for stage in server.stages:
             for client_id, payload in self.store.messages(round_id, stage).items():
                 msg = server.parse(stage, client_id, payload)
@@ -255,7 +256,7 @@ class ServerCapture:
             plain_updates=plain, router_version=None if failed else row["router_version"],
             status="failed" if failed else "finished",
             failure=str(row["error"] or "unknown") if failed else None, round_kind=spec.kind,
-            threshold=kind.privacy(spec).min_survivors if secagg else None,
+            threshold=terms.privacy.min_survivors if secagg else None,
             secagg_ids={self._name(c): i for c, i in protocol_ids(spec).items()} if secagg
             else {})
         for msg in messages:

@@ -54,12 +54,8 @@ class RoundLookup:
         return spec
 
     def stages(self, round_id: int, row: dict[str, Any]) -> list[str]:
-        """The round's stage names (from its live server, else a fresh one from the spec)."""
-        server = self.live.get(round_id)
-        if server is not None:
-            return list(server.stages)
-        spec = self.spec(round_id, row)
-        return list(ROUND_KINDS[spec.kind].server(spec).stages)
+        """The round's stage names: its kind's."""
+        return list(ROUND_KINDS[self.spec(round_id, row).kind].stages)
 
     def closure(self, round_id: int, stage: str) -> dict[str, Any] | None:
         """``Store.closure`` (read-only; visible once the close committed), cached while the

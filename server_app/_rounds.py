@@ -111,7 +111,7 @@ class RoundManager:
                                                    captured=self.capture is not None)
                 spec = draft.model_copy(update={"round_id": round_id})
                 try:
-                    server = kind.server(spec)
+                    server = kind.server(kind.terms(spec))
                 except (ValueError, RoundFailed) as exc:
                     raise PayloadError(f"cannot start round: {exc}") from exc
                 self.store.update_round(round_id, spec=spec.model_dump_json(),
@@ -131,7 +131,8 @@ class RoundManager:
             round_id = int(row["round_id"])
             try:
                 spec = RoundSpec.model_validate(row["spec"])
-                server = ROUND_KINDS[spec.kind].server(spec)
+                kind = ROUND_KINDS[spec.kind]
+                server = kind.server(kind.terms(spec))
                 for index in range(int(row["stage_index"]) + 1):
                     stage = server.stages[index]
                     for client_id, payload in self.store.messages(round_id, stage).items():

@@ -44,7 +44,7 @@ def _info(config: DemoConfig, index: int) -> RoundInfo:
 def test_the_dp_flag_reaches_the_round_params_and_the_site_policy() -> None:
     plain = _config()
     assert not plain.dp and "dp" not in round_params(plain, 0, 1000)
-    assert check_round(SitePolicy(**site_policy(plain)), _info(plain, 0)).dp is None
+    assert check_round(SitePolicy(**site_policy(plain)), _info(plain, 0)).privacy.dp is None
 
     config = _config("--dp", "--dp-epsilon", "4")
     assert config.dp and config.dp_epsilon == 4.0
@@ -58,7 +58,7 @@ def test_the_dp_flag_reaches_the_round_params_and_the_site_policy() -> None:
     target = DPConfig(target_epsilon=4.0, rounds=config.router_rounds, clip_norm=1.0)
     spent: list[float] = []
     for index in range(config.router_rounds):
-        terms = check_round(policy, _info(config, index)).dp
+        terms = check_round(policy, _info(config, index)).privacy.dp
         assert terms is not None
         assert terms.noise_multiplier == pytest.approx(target.resolved_noise_multiplier())
         check_epsilon(policy, spent, terms)

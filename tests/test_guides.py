@@ -120,13 +120,18 @@ def test_operator_quickstart(tmp_path: Path) -> None:
     out = run_quickstart("operator", tmp_path)
     work = tmp_path / "work"
     # `rounds open --wait` exits 1 unless the round finished: the script went on, so round 1
-    # (secure, three members) finished; the plain round was refused by the site policies
-    assert "refused, as the policies say" in out, out[-3000:]
-    assert "round_kind" in out  # members show: the rule that refused it
+    # (secure, three members) finished; the plain round ended with exit 1 because each site
+    # policy refused it by its kind (the round's own table names each refusal's rule)
+    assert "refused, as the policies say (exit 1)" in out, out[-3000:]
+    assert all(f"{site} (round_kind)" in out for site in ("st-mary", "st-john", "city-bank")), \
+        out[-3000:]
     assert re.search(r"reward -?\d+\.\d{4} \(mor, router version 1\)", out), out[-3000:]
     assert (work / "audit-st-mary" / "report.json").is_file()
     assert "router version 1 restored as version 2" in out
-    assert "refused: st-john exists" in out and "removed city-bank" in out
+    # st-john's new key is nobody's: only the name check can refuse it, and the CLI exits 1
+    assert re.search(r"refused by the server \(409\): 'st-john' exists \(role member\)", out), \
+        out[-3000:]
+    assert "refused (exit 1)" in out and "removed city-bank" in out
     # Alignment goes on after the removal and the join: the removed head is masked, the
     # joined member's lineage carries the router over, a round of three trains its head.
     assert "2 of 3 heads (masked: city-bank: revoked)" in out, out[-3000:]

@@ -14,14 +14,16 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
+from fedmor_local._local import wait_healthy
 from sdk.cli import main
 from sdk.membership import add_to_roster
 from sdk.wire import generate_key, public_key_b64
 from sdk.wire._auth import write_private_key
 from tests._checkout import checkout_env
+
+READY_S = 120  # the longest a fresh server may take to answer /v1/health on a loaded machine
 
 
 def _port() -> int:
@@ -32,33 +34,36 @@ def _port() -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, str]]:
-    """A running server whose roster holds one operator; yields (url, folder, its token)."""
+    """A running server whose roster holds two operators, ``ops`` (whose enrollment a test
+    runs) and ``chief`` (``chief.token``, enrolled once by the ``chief`` fixture); yields (url, folder,
+    ops's token)."""
     work = tmp_path_factory.mktemp("ops")
-    key = generate_key()
-    write_private_key(key, work / "ops.pem")
-    token = add_to_roster(work / "roster.json", name="ops", public_key=public_key_b64(key),
-                          role="operator")
+    for name in ("ops", "chief"):
+        key = generate_key()
+        write_private_key(key, work / f"{name}.pem")
+        (work / f"{name}.token").write_text(add_to_roster(
+            work / "roster.json", name=name, public_key=public_key_b64(key), role="operator"))
+    token = (work / "ops.token").read_text()
     port = _port()
     (work / "server.toml").write_text(
         f'host = "127.0.0.1"\nport = {port}\ndb_path = "{work}/s.db"\n'
         f'identity_key = "{work}/id.pem"\nroster_file = "{work}/roster.json"\n'
         f"tick_interval_s = 0.2\n")
+    log = (work / "server.log").open("wb")  # a file: a pipe nobody reads would fill up
     proc = subprocess.Popen([sys.executable, "-m", "sdk.cli", "server", "--config",
                              str(work / "server.toml")], env=checkout_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        while True:  # until it answers, or it died (its stderr says why)
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            try:
-                if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                continue
+        try:  # until it answers, it died or the deadline passed (its stderr says why)
+            wait_healthy(url, verify=False, proc=proc, timeout_s=READY_S)
+        except (RuntimeError, TimeoutError) as exc:
+            pytest.fail(f"{exc}: {(work / 'server.log').read_text()[-2000:]}")
         yield url, work, token
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        log.close()
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -68,12 +73,35 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 
 @pytest.fixture(autouse=True)
-def config_dir(tmp_path_factory: pytest.TempPathFactory,
-               monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path_factory.getbasetemp() / "config"
+def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own profile folder: no test reads a profile another test wrote."""
+    folder = tmp_path / "config"
     monkeypatch.setenv("FEDMOR_CONFIG_DIR", str(folder))
     monkeypatch.delenv("FEDMOR_ADMIN_TOKEN", raising=False)
     return folder
+
+
+@pytest.fixture(scope="module")
+def chief(server: tuple[str, Path, str], tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The profiles file after the operator ``chief`` enrolled once, as profile ``ops``."""
+    url, work, _ = server
+    folder = tmp_path_factory.mktemp("chief-config")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FEDMOR_CONFIG_DIR", str(folder))
+        patch.delenv("FEDMOR_ADMIN_TOKEN", raising=False)
+        assert main(["enroll", "--server", url, "--identity", str(work / "chief.pem"),
+                     "--token", (work / "chief.token").read_text(), "--name", "chief",
+                     "--role", "operator", "--profile", "ops"]) == 0
+    return (folder / "profiles.toml").read_text()
+
+
+@pytest.fixture
+def chief_profile(chief: str, config_dir: Path) -> None:
+    """This test's profile folder holds the enrolled operator's profile ``ops`` (default)."""
+    config_dir.mkdir(parents=True, exist_ok=True)
+    path = config_dir / "profiles.toml"
+    path.write_text(chief)
+    path.chmod(0o600)
 
 
 def test_enroll_writes_a_private_profile_the_commands_use(
@@ -92,7 +120,7 @@ def test_enroll_writes_a_private_profile_the_commands_use(
     # no connection flag at all: the default profile signs
     code, out, err = _run(capsys, "members", "list", "--json")
     assert code == 0, err
-    assert {m["name"]: m["state"] for m in json.loads(out)} == {"ops": "enrolled"}
+    assert {m["name"]: m["state"] for m in json.loads(out)}["ops"] == "enrolled"
     # fedmor align reads a profile too, and refuses one that is not an aligner's
     code, _, err = _run(capsys, "align", "--policy", "p", "--queries", "q", "--out", "o")
     assert code == 1 and "fedmor align signs as the aligner" in err
@@ -104,6 +132,7 @@ def test_enroll_writes_a_private_profile_the_commands_use(
     assert "other" not in path.read_text()
 
 
+@pytest.mark.usefixtures("chief_profile")
 def test_live_roster_and_rounds(server: tuple[str, Path, str], tmp_path: Path,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     url, _, _ = server

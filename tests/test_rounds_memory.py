@@ -4,9 +4,9 @@ delta arithmetic as the REST drivers, dropouts as lost replies."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from sdk.rounds import ROUND_KINDS, memory_spec, protocol_ids, run_in_memory
-from sdk.rounds._protocols import ready_update
+from sdk.rounds import ROUND_KINDS, UpdateRejected, memory_spec, protocol_ids, run_in_memory
 from sdk.secagg import MaskedInput
 from sdk.wire import RoundSpec, generate_key
 
@@ -50,20 +50,20 @@ def test_every_stage_message_survives_its_wire_form_unchanged() -> None:
     message, and so is a client's saved state."""
     spec, keys = _spec("router_secagg", graph_seed="22" * 32)
     kind = ROUND_KINDS["router_secagg"]
-    server = kind.server(spec)
-    clients = {c: kind.client(spec, client_id=c, key=keys[c], state=None,
-                              update=ready_update(np.full(5, 0.25, np.float32), 2))
-               for c in IDS}
+    terms = kind.terms(spec)
+    server = kind.server(terms)
+    clients = {c: kind.client(terms, client_id=c, key=keys[c], state=None) for c in IDS}
     outbox: dict[str, object] = {c: server.opening(c) for c in IDS}
     checked = 0
     for stage in server.stages:
         for cid, msg in outbox.items():
             assert clients[cid].decode(stage, server.encode(msg)) == msg
+            if stage == clients[cid].update_stage:
+                clients[cid].provide(np.full(5, 0.25, np.float32), 2)
             reply = clients[cid].reply(stage, msg)
             assert server.parse(stage, cid, clients[cid].encode(reply)) == reply
             state = clients[cid].state()
-            assert kind.client(spec, client_id=cid, key=keys[cid], state=state,
-                               update=ready_update(np.zeros(5, np.float32), 1)).state() == state
+            assert kind.client(terms, client_id=cid, key=keys[cid], state=state).state() == state
             server.accept(stage, cid, reply)
             checked += 1
         outbox = server.close_stage(stage)
@@ -88,3 +88,29 @@ def test_on_message_sees_what_the_server_half_receives_under_the_protocol_ids() 
     masked = sorted(cid for cid, msg in seen if isinstance(msg, MaskedInput))
     assert masked == ["m0", "m1"]
     assert len(seen) == 3 + 3 + 2 + 2 + 2  # keys, shares, then the two survivors' stages
+
+
+def test_a_client_half_never_waits_for_its_update() -> None:
+    """A half takes messages in and gives messages out: a reply that needs the local update
+    before any driver provided it is refused at once, never a wait."""
+    for name in ("rm_fedavg", "router_secagg"):
+        spec, keys = _spec(name, **({"graph_seed": "33" * 32} if name == "router_secagg"
+                                    else {}))
+        kind = ROUND_KINDS[name]
+        terms = kind.terms(spec)
+        server = kind.server(terms)
+        half = kind.client(terms, client_id="m0", key=keys["m0"], state=None)
+        others = {c: kind.client(terms, client_id=c, key=keys[c], state=None) for c in IDS}
+        others["m0"] = half
+        outbox = {c: server.opening(c) for c in IDS}
+        for stage in kind.stages:
+            if stage == half.update_stage:
+                assert not half.has_update
+                with pytest.raises(UpdateRejected, match="no local update"):
+                    half.reply(stage, outbox["m0"])
+                break
+            for c, msg in outbox.items():
+                server.accept(stage, c, others[c].reply(stage, msg))
+            outbox = server.close_stage(stage)
+        else:
+            raise AssertionError(f"{name}: no stage carries the update")

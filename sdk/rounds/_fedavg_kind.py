@@ -5,6 +5,7 @@ interface. Each member sends its weight n_k and its update in the clear, as one 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -15,8 +16,10 @@ from sdk.rounds._protocols import (
     ClientRound,
     RoundFailed,
     RoundKind,
+    RoundPrivacy,
+    RoundTerms,
     ServerRound,
-    UpdateSource,
+    UpdateRejected,
 )
 from sdk.wire import UPDATE_PARAMS, PayloadError, RoundSpec, StagePayload, decode_vector
 
@@ -61,12 +64,17 @@ class FedAvgParams(BaseModel):
                              "max_abs)") from None
 
 
-class _FedAvgServer(ServerRound):
+@dataclass(frozen=True)
+class _FedAvgTerms(RoundTerms):
+    bounds: FedAvgParams
+
+
+class _FedAvgServer(ServerRound[FedAvgUpdate, dict[str, Any]]):
     stages = ("update",)
 
-    def __init__(self, spec: RoundSpec) -> None:
-        self.spec = spec
-        self.bounds = FedAvgParams.parse(spec.params)
+    def __init__(self, terms: _FedAvgTerms) -> None:
+        spec = self.spec = terms.spec
+        self.bounds = terms.bounds
         self.aggregate_bound = self.bounds.max_abs
         self._sum = np.zeros(spec.vector_length, dtype=np.float64)
         self._weight = 0.0
@@ -74,7 +82,13 @@ class _FedAvgServer(ServerRound):
         self._senders: list[str] = []
         self._result: np.ndarray | None = None
 
-    def parse(self, stage: str, client_id: str, payload: StagePayload) -> object:
+    def opening(self, client_id: str) -> dict[str, Any]:
+        return {}
+
+    def encode(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return msg
+
+    def parse(self, stage: str, client_id: str, payload: StagePayload) -> FedAvgUpdate:
         length = self.spec.vector_length
         if isinstance(payload, bytes):
             if len(payload) != _WEIGHT.size + 4 * length:
@@ -99,14 +113,13 @@ class _FedAvgServer(ServerRound):
                                f"[-{self.bounds.max_abs:g}, {self.bounds.max_abs:g}] (max_abs)")
         return FedAvgUpdate(float(weight), vec)
 
-    def accept(self, stage: str, client_id: str, parsed: object) -> None:
-        assert isinstance(parsed, FedAvgUpdate)
+    def accept(self, stage: str, client_id: str, parsed: FedAvgUpdate) -> None:
         self._sum += parsed.weight * parsed.vector
         self._weight += parsed.weight
         self._count += 1
         self._senders.append(client_id)
 
-    def close_stage(self, stage: str) -> dict[str, object]:
+    def close_stage(self, stage: str) -> dict[str, dict[str, Any]]:
         if self._count < self.spec.min_clients:
             raise RoundFailed(f"only {self._count} update(s) arrived, min_clients is "
                               f"{self.spec.min_clients}")
@@ -122,34 +135,50 @@ class _FedAvgServer(ServerRound):
         return list(self._senders), self._weight
 
 
-class _FedAvgClient(ClientRound):
-    def __init__(self, update: UpdateSource) -> None:
-        self._update = update
+class _FedAvgClient(ClientRound[dict[str, Any], FedAvgUpdate]):
+    update_stage = "update"
 
-    def reply(self, stage: str, server_msg: object) -> object:
-        vector, weight = self._update.result()
-        return FedAvgUpdate(float(weight), np.asarray(vector, dtype=np.float32))
+    def __init__(self) -> None:
+        self._update: FedAvgUpdate | None = None
 
-    def encode(self, msg: object) -> StagePayload:
-        assert isinstance(msg, FedAvgUpdate)
+    @property
+    def has_update(self) -> bool:
+        return self._update is not None
+
+    def provide(self, vector: np.ndarray, weight: float) -> None:
+        self._update = FedAvgUpdate(float(weight), np.asarray(vector, dtype=np.float32))
+
+    def reply(self, stage: str, server_msg: dict[str, Any]) -> FedAvgUpdate:
+        if self._update is None:
+            raise UpdateRejected(f"stage {stage}: no local update was provided")
+        return self._update
+
+    def decode(self, stage: str, server_input: dict[str, Any]) -> dict[str, Any]:
+        return server_input
+
+    def encode(self, msg: FedAvgUpdate) -> StagePayload:
         return encode_update(msg.vector, msg.weight)
 
 
-class FedAvgKind(RoundKind):
+class FedAvgKind(RoundKind[_FedAvgTerms]):
     """Plain weighted FedAvg: each client sends (n_k, phi_k) in the clear (binary body)."""
 
     name = "rm_fedavg"
+    stages = _FedAvgServer.stages
 
-    def server(self, spec: RoundSpec) -> ServerRound:
-        return _FedAvgServer(spec)
+    def terms(self, spec: RoundSpec) -> _FedAvgTerms:
+        return _FedAvgTerms(spec, RoundPrivacy(masked=False, min_survivors=spec.min_clients),
+                            FedAvgParams.parse(spec.params))
 
-    def client(self, spec: RoundSpec, *, client_id: str, key: Ed25519PrivateKey,
-               update: UpdateSource, state: dict[str, Any] | None,
-               rng: np.random.Generator | None = None) -> ClientRound:
-        return _FedAvgClient(update)
+    def server(self, terms: _FedAvgTerms) -> _FedAvgServer:
+        return _FedAvgServer(terms)
+
+    def client(self, terms: _FedAvgTerms, *, client_id: str, key: Ed25519PrivateKey,
+               state: dict[str, Any] | None,
+               rng: np.random.Generator | None = None) -> _FedAvgClient:
+        return _FedAvgClient()
 
     def wire_size(self, msg: object) -> int:
         if isinstance(msg, FedAvgUpdate):
             return _WEIGHT.size + 4 * int(msg.vector.size)
         return super().wire_size(msg)
-

@@ -24,7 +24,6 @@ from sdk.rounds._protocols import (
     UpdateRejected,
     as_delta,
     from_delta,
-    ready_update,
 )
 from sdk.wire import RoundSpec, public_key_b64
 
@@ -56,7 +55,7 @@ def memory_spec(kind: str, keys: Mapping[str, Ed25519PrivateKey], vector_length:
 
 
 def run_in_memory(
-    kind: RoundKind,
+    kind: RoundKind[Any],
     spec: RoundSpec,
     keys: Mapping[str, Ed25519PrivateKey],
     updates: Mapping[str, tuple[np.ndarray, float]],
@@ -75,11 +74,14 @@ def run_in_memory(
     ``on_message(client_id, message)`` sees each typed message the server half receives (an
     auditor's view of the wire).
     """
-    server = kind.server(spec)
-    clients: dict[str, ClientRound] = {
-        cid: kind.client(spec, client_id=cid, key=keys[cid],
-                         update=ready_update(as_delta(updates[cid][0], base), updates[cid][1]),
-                         state=None, rng=None if rngs is None else rngs[cid])
+    try:
+        terms = kind.terms(spec)
+    except ValueError as exc:
+        raise RoundFailed(str(exc)) from exc
+    server = kind.server(terms)
+    clients: dict[str, ClientRound[Any, Any]] = {
+        cid: kind.client(terms, client_id=cid, key=keys[cid], state=None,
+                         rng=None if rngs is None else rngs[cid])
         for cid in spec.participants
     }
     gone: set[str] = set()
@@ -92,8 +94,11 @@ def run_in_memory(
                 if cid in gone:
                     continue
                 down += kind.wire_size(msg)
+                half = clients[cid]
+                if stage == half.update_stage:  # every update is at hand: nothing to wait on
+                    half.provide(as_delta(updates[cid][0], base), updates[cid][1])
                 try:
-                    reply = clients[cid].reply(stage, msg)
+                    reply = half.reply(stage, msg)
                 except UpdateRejected:
                     raise
                 except RoundFailed:

@@ -7,14 +7,15 @@ edge and otherwise only move stage payloads between these objects, persist them 
 deadlines. A kind chooses the wire form per stage, and its server half parses each payload
 once, outside the round lock (``parse``), before absorbing it under the lock (``accept``).
 Every router round sums deltas (``as_delta`` / ``from_delta``), whichever driver runs it.
+The drivers own every wait and thread: a half takes messages in and gives messages out.
 """
 
 from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from concurrent.futures import Future
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -27,20 +28,12 @@ __all__ = [
     "RoundFailed",
     "RoundKind",
     "RoundPrivacy",
+    "RoundTerms",
     "ServerRound",
     "UpdateRejected",
-    "UpdateSource",
     "as_delta",
     "from_delta",
-    "ready_update",
 ]
-
-
-# The client's local update (vector_length,) and weight n_k. The runner computes it in the
-# background while a kind's input-free stages (SecAgg+'s key agreement) go ahead; a kind waits
-# on it only at the stage that needs it, and gets what the local update raised, if it failed.
-UpdateSource = Future[tuple[np.ndarray, float]]
-"""A member's local update for a round, computed in the background: (vector, weight n_k)."""
 
 
 def as_delta(params: np.ndarray, base: np.ndarray | None) -> np.ndarray:
@@ -64,13 +57,6 @@ def from_delta(mean_delta: np.ndarray, base: np.ndarray | None) -> np.ndarray:
     return out if base is None else (base.astype(np.float32) + out).astype(np.float32)
 
 
-def ready_update(vector: np.ndarray, weight: float) -> UpdateSource:
-    """An ``UpdateSource`` that is already computed."""
-    out: UpdateSource = Future()
-    out.set_result((vector, weight))
-    return out
-
-
 class RoundFailed(RuntimeError):
     """The round cannot finish (too few survivors, protocol abort)."""
 
@@ -92,8 +78,24 @@ class UpdateRejected(RoundFailed):
     """The member's own local update is unusable for this round (shape, weight, values)."""
 
 
-class ServerRound(ABC):
-    """The server half of one round: accepts stage messages, closes stages.
+@dataclass(frozen=True)
+class RoundTerms:
+    """A round's spec with its ``params`` parsed once, by its kind (``RoundKind.terms``): what
+    both halves and the drivers read, so no driver parses the params again. Each kind extends
+    it with its own typed parameters."""
+
+    spec: RoundSpec
+    privacy: RoundPrivacy
+
+
+TermsT = TypeVar("TermsT", bound=RoundTerms)
+ClientMsgT = TypeVar("ClientMsgT")
+ServerMsgT = TypeVar("ServerMsgT")
+
+
+class ServerRound(ABC, Generic[ClientMsgT, ServerMsgT]):
+    """The server half of one round: accepts stage messages (``ClientMsgT``), closes stages
+    into the next stage's inputs (``ServerMsgT``).
 
     Its core is typed (``opening``, ``accept``, ``close_stage``); the REST round manager adds
     the wire form at its edge (``parse``, ``first_broadcast``, ``close``), the in-memory driver
@@ -105,30 +107,29 @@ class ServerRound(ABC):
     # manager publishes nothing outside it (one member's message must not poison the router).
     aggregate_bound: float = float("inf")
 
-    def opening(self, client_id: str) -> object:
-        """The typed message a client receives before the first stage (default: nothing)."""
-        return {}
+    @abstractmethod
+    def opening(self, client_id: str) -> ServerMsgT:
+        """The typed message a client receives before the first stage."""
 
-    def encode(self, msg: object) -> dict[str, Any]:
-        """The wire (JSON) form of a typed server message (default: it already is one)."""
-        assert isinstance(msg, dict)
-        return msg
+    @abstractmethod
+    def encode(self, msg: ServerMsgT) -> dict[str, Any]:
+        """The wire (JSON) form of a typed server message."""
 
     def first_broadcast(self, client_id: str) -> dict[str, Any]:
         """What a client receives before the first stage, in its wire form."""
         return self.encode(self.opening(client_id))
 
     @abstractmethod
-    def parse(self, stage: str, client_id: str, payload: StagePayload) -> object:
+    def parse(self, stage: str, client_id: str, payload: StagePayload) -> ClientMsgT:
         """Decode and validate one client's message without touching round state (it runs
         concurrently, outside the round lock); raise ``PayloadError``."""
 
     @abstractmethod
-    def accept(self, stage: str, client_id: str, parsed: object) -> None:
+    def accept(self, stage: str, client_id: str, parsed: ClientMsgT) -> None:
         """Absorb a typed message (as ``parse`` returns it); raise ``PayloadError``."""
 
     @abstractmethod
-    def close_stage(self, stage: str) -> dict[str, object]:
+    def close_stage(self, stage: str) -> dict[str, ServerMsgT]:
         """End a stage with the messages accepted so far; returns the next stage's typed input
         per client id (empty after the last stage). Raise ``RoundFailed`` to end the round."""
 
@@ -146,25 +147,45 @@ class ServerRound(ABC):
         once the last stage closed."""
 
 
-class ClientRound(ABC):
-    """The client half of one round: turns the server's stage input into its stage message.
+class ClientRound(ABC, Generic[ServerMsgT, ClientMsgT]):
+    """The client half of one round: turns the server's stage input (``ServerMsgT``) into its
+    stage message (``ClientMsgT``), with no I/O, no thread and no wait.
 
-    Its core is typed (``reply``); ``message`` adds the wire form for the REST runner.
+    Its driver hands it the local update (``provide``) before the reply to ``update_stage``,
+    and may run ``precompute`` between replies, off the round's critical path; ``message``
+    adds the wire form for the REST runner.
     """
 
+    update_stage: str  # the stage whose reply carries the local update
+    # Whether ``precompute`` does work worth running in the background once the update is in.
+    precomputes: bool = False
+
+    @property
     @abstractmethod
-    def reply(self, stage: str, server_msg: object) -> object:
+    def has_update(self) -> bool:
+        """Whether ``provide`` has handed this half the local update."""
+
+    @abstractmethod
+    def provide(self, vector: np.ndarray, weight: float) -> None:
+        """Take the local update (vector_length,) and its weight n_k (once); raises
+        ``UpdateRejected`` when the round cannot use it."""
+
+    def precompute(self) -> None:
+        """Work on the provided update that a later reply needs (default: none); the driver
+        never runs it beside ``reply`` or ``provide`` on the same half."""
+
+    @abstractmethod
+    def reply(self, stage: str, server_msg: ServerMsgT) -> ClientMsgT:
         """The typed message for ``stage`` given the server's typed input for it; raises
         ``RoundFailed`` (``UpdateRejected`` when the local update is the reason)."""
 
-    def decode(self, stage: str, server_input: dict[str, Any]) -> object:
-        """The typed form of the server's wire input (default: the JSON object itself)."""
-        return server_input
+    @abstractmethod
+    def decode(self, stage: str, server_input: dict[str, Any]) -> ServerMsgT:
+        """The typed form of the server's wire input; raises ``RoundFailed``."""
 
-    def encode(self, msg: object) -> StagePayload:
-        """The wire form of a typed reply (default: it already is one)."""
-        assert isinstance(msg, (dict, bytes))
-        return msg
+    @abstractmethod
+    def encode(self, msg: ClientMsgT) -> StagePayload:
+        """The wire form of a typed reply."""
 
     def message(self, stage: str, server_input: dict[str, Any]) -> StagePayload:
         """The wire message for ``stage`` given the server's wire input for it."""
@@ -176,30 +197,35 @@ class ClientRound(ABC):
         return {}
 
 
-class RoundKind(ABC):
-    """A factory of both halves of one protocol."""
+class RoundKind(ABC, Generic[TermsT]):
+    """A factory of both halves of one protocol, over its typed round terms (``TermsT``)."""
 
     name: str
+    stages: tuple[str, ...]  # the round's stages in order, the same for every round of the kind
 
     def prepare(self, params: dict[str, Any]) -> dict[str, Any]:
         """Fill in creation-time parameters (seeds) before the spec is persisted."""
         return dict(params)
 
-    def privacy(self, spec: RoundSpec) -> RoundPrivacy:
-        """What the round exposes (default: plain updates to the server); raises
+    @abstractmethod
+    def terms(self, spec: RoundSpec) -> TermsT:
+        """The round ``spec`` with its params parsed and checked, once per round; raises
         ``ValueError`` on params the kind refuses."""
-        return RoundPrivacy(masked=False, min_survivors=spec.min_clients)
+
+    def privacy(self, spec: RoundSpec) -> RoundPrivacy:
+        """What the round exposes (``terms(spec).privacy``), for a caller that needs nothing
+        else of the round; raises ``ValueError`` on params the kind refuses."""
+        return self.terms(spec).privacy
 
     @abstractmethod
-    def server(self, spec: RoundSpec) -> ServerRound:
-        """A fresh server half."""
+    def server(self, terms: TermsT) -> ServerRound[Any, Any]:
+        """A fresh server half; raises ``RoundFailed`` when the round cannot run."""
 
     @abstractmethod
-    def client(self, spec: RoundSpec, *, client_id: str, key: Ed25519PrivateKey,
-               update: UpdateSource, state: dict[str, Any] | None,
-               rng: np.random.Generator | None = None) -> ClientRound:
-        """A client half that waits on ``update`` for (vector (vector_length,), weight n_k) when
-        a stage needs them; ``state`` is what ``ClientRound.state`` returned before a restart,
+    def client(self, terms: TermsT, *, client_id: str, key: Ed25519PrivateKey,
+               state: dict[str, Any] | None,
+               rng: np.random.Generator | None = None) -> ClientRound[Any, Any]:
+        """A client half; ``state`` is what ``ClientRound.state`` returned before a restart,
         if any; ``rng`` seeds its randomized encoding (default: fresh OS entropy)."""
 
     def wire_size(self, msg: object) -> int:

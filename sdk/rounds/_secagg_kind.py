@@ -9,10 +9,9 @@ JSON. A client's ``state`` is ``SecAggClient.export_state``: it resumes the roun
 from __future__ import annotations
 
 import base64
-import contextlib
 import os
 import struct
-import threading
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,11 +23,12 @@ from sdk.rounds._protocols import (
     RoundFailed,
     RoundKind,
     RoundPrivacy,
+    RoundTerms,
     ServerRound,
     UpdateRejected,
-    UpdateSource,
 )
 from sdk.secagg import (
+    ClientMessage,
     ClientState,
     DPConfig,
     MaskedInput,
@@ -45,6 +45,7 @@ from sdk.secagg import (
     parse_client_message,
     parse_server_message,
 )
+from sdk.secagg._schema import ServerMessage
 from sdk.wire import UPDATE_PARAMS, DPTerms, PayloadError, RoundSpec, StagePayload
 
 __all__ = ["SecAggKind", "SecAggRoundParams", "member_weight", "protocol_ids"]
@@ -146,35 +147,39 @@ def _check_dp_range(params: RoundParams) -> None:
                          f"{need:.3g}); raise clip_range to at least that")
 
 
-class _Server(ServerRound):
+@dataclass(frozen=True)
+class _SecAggTerms(RoundTerms):
+    params: RoundParams
+    roster: Roster
+
+
+class _Server(ServerRound[ClientMessage, ServerMessage]):
     stages = _STAGES
 
-    def __init__(self, spec: RoundSpec) -> None:
-        self.spec = spec
+    def __init__(self, terms: _SecAggTerms) -> None:
+        self.spec = terms.spec
         try:
-            params, roster = _round_params(spec)
-            self._sm = SecAggServer(params, roster)
-            # The survivors' weighted mean of clipped values, plus quantization error.
-            self.aggregate_bound = 2 * params.quantization.clip_range
-        except (ValueError, KeyError, ValidationError, SecAggError) as exc:
+            self._sm = SecAggServer(terms.params, terms.roster)
+        except (ValueError, SecAggError) as exc:
             raise RoundFailed(f"bad secure-aggregation parameters: {exc}") from exc
-        self._ids = protocol_ids(spec)
+        # The survivors' weighted mean of clipped values, plus quantization error.
+        self.aggregate_bound = 2 * terms.params.quantization.clip_range
+        self._ids = protocol_ids(terms.spec)
         self._names = {i: cid for cid, i in self._ids.items()}
         self._first = self._sm.start()
 
-    def opening(self, client_id: str) -> object:
+    def opening(self, client_id: str) -> ServerMessage:
         return self._first[self._ids[client_id]]
 
-    def encode(self, msg: object) -> dict[str, Any]:
-        assert isinstance(msg, BaseModel)
+    def encode(self, msg: ServerMessage) -> dict[str, Any]:
         return msg.model_dump(mode="json")
 
-    def parse(self, stage: str, client_id: str, payload: StagePayload) -> object:
+    def parse(self, stage: str, client_id: str, payload: StagePayload) -> ClientMessage:
         try:
             if isinstance(payload, bytes):
                 if stage != Stage.MASKED_INPUT_COLLECTION.value:
                     raise PayloadError(f"stage {stage}: expects a JSON message, not a binary body")
-                msg: Any = MaskedInput.from_bytes(payload)
+                msg: ClientMessage = MaskedInput.from_bytes(payload)
             else:  # the parsed JSON object validates as it is: no second JSON round trip
                 msg = parse_client_message(payload)
         except (ValidationError, ValueError, struct.error) as exc:
@@ -189,13 +194,13 @@ class _Server(ServerRound):
             raise PayloadError(f"stage {stage}: got a {msg.kind} message")
         return msg
 
-    def accept(self, stage: str, client_id: str, parsed: object) -> None:
+    def accept(self, stage: str, client_id: str, parsed: ClientMessage) -> None:
         try:
-            self._sm.receive(parsed)  # type: ignore[arg-type]
+            self._sm.receive(parsed)
         except SecAggError as exc:
             raise PayloadError(str(exc)) from exc
 
-    def close_stage(self, stage: str) -> dict[str, object]:
+    def close_stage(self, stage: str) -> dict[str, ServerMessage]:
         try:
             out = self._sm.close_stage()
         except RoundAborted as exc:
@@ -219,30 +224,33 @@ class _Server(ServerRound):
         return [self._names[i] for i in self._sm.result.survivors], self._sm.result.weight_sum
 
 
-class _Client(ClientRound):
-    def __init__(self, spec: RoundSpec, client_id: str, key: Ed25519PrivateKey,
-                 update: UpdateSource, state: dict[str, Any] | None,
-                 rng: np.random.Generator | None) -> None:
-        index = protocol_ids(spec)[client_id]
-        params, roster = _round_params(spec)
-        self._dp = params.dp is not None
-        self._update = update
-        # The update is provided later (``_provide``): the key stages run while it is computed.
+class _Client(ClientRound[ServerMessage, ClientMessage]):
+    update_stage = Stage.MASKED_INPUT_COLLECTION.value
+    # Masking is the client's one heavy step: a driver runs it while it persists and sends the
+    # key stages' replies (mostly asleep on its socket), off the round's critical path.
+    precomputes = True
+
+    def __init__(self, terms: _SecAggTerms, client_id: str, key: Ed25519PrivateKey,
+                 state: dict[str, Any] | None, rng: np.random.Generator | None) -> None:
+        index = protocol_ids(terms.spec)[client_id]
+        self._dp = terms.params.dp is not None
+        # The update is provided later (``provide``): the key stages run while it is computed.
         if state:
             try:
                 saved = ClientState.model_validate(state)
-                self._sm = SecAggClient.restore(saved, key, roster, None, None, rng=rng)
+                self._sm = SecAggClient.restore(saved, key, terms.roster, None, None, rng=rng)
             except ValueError as exc:  # includes pydantic's ValidationError
                 raise RoundFailed(f"cannot resume from the saved round state: {exc}") from exc
         else:
-            self._sm = SecAggClient(index, key, roster, None, None, rng=rng)
-        self._prep: threading.Thread | None = None
+            self._sm = SecAggClient(index, key, terms.roster, None, None, rng=rng)
 
-    def _provide(self) -> None:
-        """Wait for the local update and hand it to the state machine (once)."""
+    @property
+    def has_update(self) -> bool:
+        return self._sm.has_input
+
+    def provide(self, vector: np.ndarray, weight: float) -> None:
         if self._sm.has_input:
             return
-        vector, weight = self._update.result()
         vector = np.asarray(vector)
         # A float32 update stays as it is: the encoder widens it block by block, exactly, so a
         # float64 copy (8 bytes a parameter) would only cost time and memory.
@@ -253,49 +261,29 @@ class _Client(ClientRound):
         except SecAggError as exc:
             raise UpdateRejected(f"the local update is not valid for this round: {exc}") from exc
 
-    def _prepare(self) -> None:
-        with contextlib.suppress(Exception):  # ``message`` redoes whatever failed, and raises
-            self._provide()
+    def precompute(self) -> None:
+        if self._sm.has_input:
             self._sm.prepare_masked_input()
 
-    def decode(self, stage: str, server_input: dict[str, Any]) -> object:
+    def decode(self, stage: str, server_input: dict[str, Any]) -> ServerMessage:
         try:  # the parsed JSON object validates as it is: no second JSON round trip
             return parse_server_message(server_input)
         except ValidationError as exc:
             raise RoundFailed(f"stage {stage}: {exc}") from exc
 
-    def reply(self, stage: str, server_msg: object) -> object:
-        self.wait_prepared()  # the state machine is not to be used by two threads at once
-        if stage == Stage.MASKED_INPUT_COLLECTION.value:
-            self._provide()
+    def reply(self, stage: str, server_msg: ServerMessage) -> ClientMessage:
+        if stage == self.update_stage and not self._sm.has_input:
+            raise UpdateRejected(f"stage {stage}: no local update was provided")
         try:
-            reply = self._sm.receive(server_msg)  # type: ignore[arg-type]
+            return self._sm.receive(server_msg)
         except SecAggError as exc:
             raise RoundFailed(f"stage {stage}: {exc}") from exc
-        # Mask while the runner persists and sends this reply and waits for the next stage
-        # (mostly asleep on its socket): every client would otherwise mask at once, right after
-        # the share-keys barrier, all on the round's critical path. After the first reply only
-        # if the update is already there: waiting for it belongs to the masked input.
-        if stage == Stage.SHARE_KEYS.value or (stage == Stage.ADVERTISE_KEYS.value
-                                               and self._update.done()):
-            self._prep = threading.Thread(target=self._prepare, name="fedmor-secagg-mask",
-                                          daemon=True)
-            self._prep.start()
-        return reply
 
-    def encode(self, msg: object) -> StagePayload:
+    def encode(self, msg: ClientMessage) -> StagePayload:
         # The one bulky message goes as raw bytes: no base64, no JSON, parsed once by the server.
         if isinstance(msg, MaskedInput):
             return msg.to_bytes()
-        assert isinstance(msg, BaseModel)
         return msg.model_dump(mode="json")
-
-    def wait_prepared(self) -> None:
-        """Join the background masking started by the last reply, if any (a failure there
-        only means ``message`` masks on request, as without it)."""
-        if self._prep is not None:
-            self._prep.join()
-            self._prep = None
 
     def state(self) -> dict[str, Any]:
         return self._sm.export_state().model_dump(mode="json")
@@ -313,29 +301,35 @@ def dp_terms(dp: DPConfig) -> DPTerms:
                    sample_rate=dp.sample_rate, delta=dp.delta)
 
 
-class SecAggKind(RoundKind):
+class SecAggKind(RoundKind[_SecAggTerms]):
     """SecAgg+ (sdk.secagg): the server only learns the weighted sum of the survivors."""
 
     name = "router_secagg"
+    stages = _STAGES
 
     def prepare(self, params: dict[str, Any]) -> dict[str, Any]:
         """Fix the public graph seed at creation so a restart rebuilds the same round."""
         return {"graph_seed": os.urandom(32).hex(), **params}
 
-    def privacy(self, spec: RoundSpec) -> RoundPrivacy:
-        """Masked; every stage needs ``threshold`` answers, and the masked-input close also
+    def terms(self, spec: RoundSpec) -> _SecAggTerms:
+        """The round's SecAgg+ parameters and roster, parsed once, and its privacy: masked;
+        every stage needs ``threshold`` answers, and the masked-input close also
         ``min_clients``: no aggregate combines fewer survivors than the larger of the two."""
-        params, _ = _round_params(spec)
-        return RoundPrivacy(masked=True, dp=None if params.dp is None else dp_terms(params.dp),
-                            min_survivors=max(params.threshold, spec.min_clients))
+        try:
+            params, roster = _round_params(spec)
+        except (ValueError, KeyError, SecAggError) as exc:
+            raise ValueError(f"bad secure-aggregation parameters: {exc}") from exc
+        privacy = RoundPrivacy(masked=True, dp=None if params.dp is None else dp_terms(params.dp),
+                               min_survivors=max(params.threshold, spec.min_clients))
+        return _SecAggTerms(spec, privacy, params, roster)
 
-    def server(self, spec: RoundSpec) -> ServerRound:
-        return _Server(spec)
+    def server(self, terms: _SecAggTerms) -> _Server:
+        return _Server(terms)
 
-    def client(self, spec: RoundSpec, *, client_id: str, key: Ed25519PrivateKey,
-               update: UpdateSource, state: dict[str, Any] | None,
-               rng: np.random.Generator | None = None) -> ClientRound:
-        return _Client(spec, client_id, key, update, state, rng)
+    def client(self, terms: _SecAggTerms, *, client_id: str, key: Ed25519PrivateKey,
+               state: dict[str, Any] | None,
+               rng: np.random.Generator | None = None) -> _Client:
+        return _Client(terms, client_id, key, state, rng)
 
     def wire_size(self, msg: object) -> int:
         """The masked input travels in its binary form (4 bytes per element), the rest as

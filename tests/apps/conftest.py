@@ -18,9 +18,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 
+from client_app._member_round import MemberRound, UpdateSource
 from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.membership import add_to_roster
-from sdk.rounds import ROUND_KINDS, ClientRound, UpdateSource
+from sdk.rounds import ROUND_KINDS
 from sdk.wire import RoundCreate, generate_key, public_key_b64, sign_headers
 from server_app import ServerSettings, Store
 from server_app._app import create_app
@@ -123,7 +124,7 @@ def server(tmp_path: Path) -> Iterator[tuple[TestClient, list[Member]]]:
 
 def in_process_secure_round(tmp_path: Path, length: int, update: Callable[[str], UpdateSource],
                             *, capture: Callable[[Store], ServerCapture] | None = None,
-                            ) -> tuple[RoundManager, Store, int, dict[str, ClientRound]]:
+                            ) -> tuple[RoundManager, Store, int, dict[str, MemberRound]]:
     """A ``router_secagg`` round of three enrolled members on an in-process RoundManager, and
     each member's client half, whose update comes from ``update(client_id)``; ``capture``
     builds the manager's capture mode over the store."""
@@ -138,8 +139,9 @@ def in_process_secure_round(tmp_path: Path, length: int, update: Callable[[str],
                           capture=None if capture is None else capture(store))
     info = rounds.create(RoundCreate(kind="router_secagg", vector_length=length,
                                      min_clients=2, params={"threshold": 2, "degree": 2}))
-    halves = {c: ROUND_KINDS[info.kind].client(info, client_id=c, key=keys[c[2:]],
-                                                update=update(c), state=None)
+    terms = ROUND_KINDS[info.kind].terms(info)
+    halves = {c: MemberRound.join(terms, client_id=c, key=keys[c[2:]], update=update(c),
+                                  state=None)
               for c in info.participants}
     return rounds, store, info.round_id, halves
 

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 from fastapi.testclient import TestClient
 
-from sdk.rounds import ROUND_KINDS, ClientRound
+from client_app._member_round import MemberRound, ready_update
+from sdk.rounds import ROUND_KINDS
 from sdk.rounds._fedavg_kind import encode_update
-from sdk.rounds._protocols import ready_update
 from sdk.secagg import MaskedInput, QuantizationConfig
 from sdk.wire import RoundInfo, generate_key
 from server_app import ServerSettings
@@ -52,13 +52,15 @@ def test_binary_update_malformed_bodies_are_4xx(server: tuple[TestClient, list[M
     assert np.frombuffer(blob, "<f4").tolist() == [2.5, 3.0, 3.5]
 
 
-def _halves(members: list[Member], info: RoundInfo) -> dict[str, ClientRound]:
-    return {m.client_id: ROUND_KINDS[info.kind].client(
-        info, client_id=m.client_id, key=m.key, update=ready_update(np.full(4, 0.25 * (i + 1)), i + 1),
-        state=None) for i, m in enumerate(members)}
+def _halves(members: list[Member], info: RoundInfo) -> dict[str, MemberRound]:
+    terms = ROUND_KINDS[info.kind].terms(info)
+    return {m.client_id: MemberRound.join(
+        terms, client_id=m.client_id, key=m.key,
+        update=ready_update(np.full(4, 0.25 * (i + 1)), i + 1), state=None)
+        for i, m in enumerate(members)}
 
 
-def _stage(members: list[Member], halves: dict[str, ClientRound], rid: int,
+def _stage(members: list[Member], halves: dict[str, MemberRound], rid: int,
            stage: str) -> dict[str, Any]:
     """Every member fetches its input and sends its message; returns the messages."""
     sent = {}
@@ -74,7 +76,7 @@ def _stage(members: list[Member], halves: dict[str, ClientRound], rid: int,
     return sent
 
 
-def _secure_round(tc: TestClient, members: list[Member]) -> tuple[RoundInfo, dict[str, ClientRound]]:
+def _secure_round(tc: TestClient, members: list[Member]) -> tuple[RoundInfo, dict[str, MemberRound]]:
     r = tc.post("/v1/rounds", headers=ADMIN, json={
         "kind": "router_secagg", "vector_length": 4, "min_clients": 2,
         "params": {"threshold": 2, "degree": 1}})

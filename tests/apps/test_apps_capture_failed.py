@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from attacks import audit_capture_dir
+from client_app._member_round import ready_update
 from sdk.capture import CaptureFiles
-from sdk.rounds._protocols import ready_update
 from sdk.secagg._schema import MaskedInput
 from server_app import Store
 from server_app._audit_settings import CaptureSettings

@@ -1,6 +1,7 @@
-"""The local update is computed while SecAgg+'s key stages run: a client half sends its
-advertise-keys and share-keys replies before its update exists, waits for it at the masked
-input, and turns a failed update into ``RoundFailed`` (the runner then abandons the round)."""
+"""The local update is computed while SecAgg+'s key stages run: the member's driver sends its
+half's advertise-keys and share-keys replies before the update exists, waits for it before the
+masked input, and turns a failed update into ``RoundFailed`` (the runner then abandons the
+round)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from fastapi.testclient import TestClient
 
 from client_app import ClientRunner, ClientSettings, ClientStore
 from client_app._demo import TRAIN_PARAM, demo_update
+from client_app._member_round import MemberRound, UpdateSource, ready_update
 from fedmor_local import OPEN_POLICY
-from sdk.rounds import ROUND_KINDS, ClientRound, RoundFailed, UpdateSource
-from sdk.rounds._protocols import ready_update
+from sdk.rounds import ROUND_KINDS, RoundFailed
 from sdk.secagg import QuantizationConfig
 from sdk.wire import RoundInfo, RoundSpec, SignedClient
 from server_app._rounds import RoundManager
@@ -26,7 +27,7 @@ from server_app._rounds import RoundManager
 from .conftest import Member, in_process_secure_round
 
 
-def _run(rounds: RoundManager, rid: int, halves: dict[str, ClientRound],
+def _run(rounds: RoundManager, rid: int, halves: dict[str, MemberRound],
          stages: list[str]) -> None:
     for stage in stages:
         for client, half in halves.items():
@@ -87,8 +88,8 @@ def test_the_plain_round_waits_for_the_update_at_its_only_stage() -> None:
     spec = RoundSpec(round_id=1, kind="rm_fedavg", participants=["a"], public_keys=["k"],
                      vector_length=2, min_clients=1, stage_deadline_s=5.0)
     source: UpdateSource = Future()
-    half = ROUND_KINDS["rm_fedavg"].client(spec, client_id="a", key=None,  # type: ignore[arg-type]
-                                           update=source, state=None)
+    half = MemberRound.join(ROUND_KINDS["rm_fedavg"].terms(spec), client_id="a",
+                            key=None, update=source, state=None)  # type: ignore[arg-type]
     threading.Timer(0.1, source.set_result, args=((np.ones(2, np.float32), 2.0),)).start()
     payload = half.message("update", {})
     assert isinstance(payload, bytes) and len(payload) == 8 + 2 * 4

@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 
 import server_app._broker as broker_module
-from sdk.rounds._protocols import ready_update
+from client_app._member_round import ready_update
 from sdk.wire import ImageRef, RoundSpec, generate_key, public_key_b64
 from server_app import Store
 from server_app._rounds import RoundManager
@@ -138,8 +138,8 @@ def test_closed_stage_is_decoded_once_while_live_and_forgotten_at_the_end(
 def test_secure_client_half_keeps_a_float32_update_without_a_copy(tmp_path: Path) -> None:
     update = np.linspace(-0.5, 0.5, 8, dtype=np.float32)
     _, _, _, halves = _secure_round(tmp_path, update)
-    half = next(iter(halves.values()))
-    half._provide()  # type: ignore[attr-defined]  # what the masked-input stage does first
+    half = next(iter(halves.values())).half
+    half.provide(update, 1)  # what the driver does before the masked-input stage
     kept = half._sm._update  # type: ignore[attr-defined]
     assert kept.dtype == np.float32 and np.shares_memory(kept, update)
 

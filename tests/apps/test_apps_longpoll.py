@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from client_app._member_round import MemberRound, ready_update
 from sdk.rounds import ROUND_KINDS
-from sdk.rounds._protocols import ready_update
 from sdk.wire import RoundCreate, StageBroadcast, generate_key, public_key_b64
 from server_app import Store
 from server_app._rounds import RoundManager
@@ -29,8 +29,9 @@ def test_waiting_request_wakes_on_close_and_acks_carry_next(tmp_path: Path) -> N
     info = rounds.create(RoundCreate(kind="router_secagg", vector_length=4, min_clients=2,
                                      params={"threshold": 2, "degree": 1}))
     rid, (a, b) = info.round_id, info.participants
-    halves = {c: ROUND_KINDS[info.kind].client(info, client_id=c, key=keys[c[2:]],
-                                                update=ready_update(np.zeros(4), 1), state=None)
+    terms = ROUND_KINDS[info.kind].terms(info)
+    halves = {c: MemberRound.join(terms, client_id=c, key=keys[c[2:]],
+                                  update=ready_update(np.zeros(4), 1), state=None)
               for c in (a, b)}
 
     t0 = time.monotonic()

@@ -17,10 +17,11 @@ import httpx
 import numpy as np
 import pytest
 
+from client_app import ClientRunner, ClientSettings
 from client_app._policy import PolicyRefused
 from client_app._router_update import ConfiguredRouterUpdate
 from client_app._settings import RouterTrainingSettings
-from fedmor_local import LocalConsortium
+from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.data import SynthConfig, synthesize
 from sdk.router import HashingEncoder, Router, load_router_update, local_router_update
 from sdk.router._site_update import ROUTER_SPEC_ENV, RouterUpdateError
@@ -29,6 +30,7 @@ from sdk.wire import (
     ConsortiumRouterConfig,
     RoundInfo,
     RouterConfigRef,
+    generate_key,
     load_private_key,
     public_key_b64,
 )
@@ -155,27 +157,54 @@ def _served(config: ConsortiumRouterConfig, claimed: str | None = None) -> dict[
             "config": config.model_dump(mode="json"), "created_at": 0.0, "current": True}
 
 
-def test_a_member_refuses_a_round_whose_configuration_it_was_not_served(tmp_path: Path) -> None:
+def test_a_member_refuses_a_round_whose_configuration_it_was_not_served(
+        consortium: LocalConsortium, data: Path, tmp_path: Path) -> None:
+    """The member app against the real server: a round opened on the current router lineage,
+    then a new lineage started before the member fetched any configuration. The member fetches
+    what the server now serves, whose hash is not the round's, and refuses the round by its
+    site policy's ``router_config`` rule, which the server records."""
+    key = generate_key()
+    added = consortium.admin.post("/v1/roster", json={"name": "site-late",
+                                                      "public_key": public_key_b64(key)})
+    assert added.status_code == 200, added.text
+    settings = ClientSettings.model_validate({
+        **consortium.client_cfg[consortium.names[0]], "name": "site-late",
+        "enrollment_token": added.json()["token"], "db_path": str(tmp_path / "client.db"),
+        "identity_key": str(tmp_path / "identity.pem"), "policy": OPEN_POLICY,
+        "router_training": {"pairs_dir": str(data / "data" / "clients" / CATEGORIES[0] /
+                                             "train")}})
+    runner = ClientRunner(settings, key=key)
+    try:
+        me = runner.enroll()
+        named = ConsortiumRouterConfig.model_validate(
+            consortium.admin.get("/v1/router/config").json()["config"])
+        rid = consortium.create_round(kind="rm_fedavg", participants=[me],
+                                      min_clients=1)["round_id"]
+        assert consortium.round(rid)["router_config"]["sha256"] == named.sha256
+        served = named.model_copy(update={"heads": list(reversed(named.heads))})
+        started = consortium.admin.post("/v1/router/lineage",
+                                        json=served.model_dump(mode="json"))
+        assert started.status_code == 200, started.text
+        assert runner.run_round(rid) == "refused"
+    finally:
+        runner.close()
+    (refusal,) = consortium.round(rid)["refusals"]
+    assert (refusal["client_id"], refusal["reason"]) == (me, "router_config")
+    assert named.sha256[:12] in refusal["detail"] and served.sha256[:12] in refusal["detail"]
+
+
+def test_the_configured_update_believes_no_lying_server_and_needs_a_configuration(
+        tmp_path: Path) -> None:
+    """What no honest server sends: a configuration whose hash is not the one it claims, and
+    a round that names no configuration."""
     other = CONFIG.model_copy(update={"heads": ["site-1", "site-0"]})
-    fetched: list[int] = []
-
-    def fetch() -> dict[str, object]:
-        fetched.append(1)
-        return _served(CONFIG)
-
-    update = ConfiguredRouterUpdate(RouterTrainingSettings(pairs_dir=tmp_path), fetch)
-    assert update.config_for(_round(CONFIG.sha256)) == CONFIG
-    with pytest.raises(PolicyRefused) as refused:
-        update.config_for(_round(other.sha256))
-    assert refused.value.reason == "router_config"
-    assert other.sha256[:12] in refused.value.detail and CONFIG.sha256[:12] in refused.value.detail
-    assert len(fetched) == 2  # a new hash is fetched again before it is refused
-    # A server whose claimed hash is not its configuration's is not believed.
     lying = ConfiguredRouterUpdate(RouterTrainingSettings(pairs_dir=tmp_path),
                                    lambda: _served(CONFIG, claimed=other.sha256))
     with pytest.raises(PolicyRefused, match="hashes to"):
         lying.config_for(_round(other.sha256))
     # A round that names no configuration (a server without [router]) is refused too.
+    update = ConfiguredRouterUpdate(RouterTrainingSettings(pairs_dir=tmp_path),
+                                    lambda: _served(CONFIG))
     bare = RoundInfo.model_construct(round_id=4, vector_length=5, params={},
                                      router_config=None)
     with pytest.raises(PolicyRefused, match="names no router configuration"):

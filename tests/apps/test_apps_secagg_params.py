@@ -4,6 +4,7 @@ than min_clients survivors."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,12 +12,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from client_app._demo import TRAIN_PARAM
-from sdk.rounds import ROUND_KINDS, RoundFailed, memory_spec
-from sdk.rounds._protocols import ready_update
+from client_app._member_round import MemberRound, ready_update
+from client_app._policy import SitePolicy, check_round
+from fedmor_local import OPEN_POLICY
+from sdk.rounds import ROUND_KINDS, RoundFailed, SecAggRoundParams, memory_spec
 from sdk.rounds._secagg_kind import _round_params
 from sdk.wire import ROUTER_ROUND_PARAM, UPDATE_PARAMS, RoundSpec, generate_key, public_key_b64
 
-from .conftest import Member
+from .conftest import Member, in_process_secure_round
 
 ADMIN = {"authorization": "Bearer adm"}
 KIND = ROUND_KINDS["router_secagg"]
@@ -71,9 +74,10 @@ def test_fewer_masked_inputs_than_min_clients_fail_the_round() -> None:
     spec = _spec(4, 4, degree=2)
     keys = [generate_key() for _ in spec.participants]
     spec = spec.model_copy(update={"public_keys": [public_key_b64(k) for k in keys]})
-    server = KIND.server(spec)
-    halves = {c: KIND.client(spec, client_id=c, key=k, update=ready_update(np.ones(4), 1),
-                             state=None) for c, k in zip(spec.participants, keys, strict=True)}
+    terms = KIND.terms(spec)
+    server = KIND.server(terms)
+    halves = {c: MemberRound.join(terms, client_id=c, key=k, update=ready_update(np.ones(4), 1),
+                                  state=None) for c, k in zip(spec.participants, keys, strict=True)}
     inputs = {c: server.first_broadcast(c) for c in halves}
     stages = list(server.stages)
     for stage in stages[:2]:
@@ -85,3 +89,31 @@ def test_fewer_masked_inputs_than_min_clients_fail_the_round() -> None:
         server.accept(stage, c, server.parse(stage, c, halves[c].message(stage, inputs[c])))
     with pytest.raises(RoundFailed, match="only 3 masked input"):
         server.close(stage)
+
+
+def test_a_round_s_params_are_parsed_once_on_each_side(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server parses a round's params when it creates the round (its DP terms, then its
+    terms) and never again to list or show it; a member parses them once, for its site policy
+    and its half together."""
+    parsed: list[dict[str, Any]] = []
+    parse = SecAggRoundParams.parse.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(SecAggRoundParams, "parse", classmethod(
+        lambda cls, params: parsed.append(params) or parse(cls, params)))
+    rounds, _, rid, halves = in_process_secure_round(
+        tmp_path, 4, lambda _: ready_update(np.full(4, 0.25, np.float32), 1))
+    assert len(parsed) == 3  # the draft's DP terms, the round's terms, the members' (the helper)
+    for stage in rounds.info(rid).stages:
+        for client, half in halves.items():
+            inp = rounds.broadcast(rid, stage, client)
+            rounds.submit(rid, stage, client, half.message(stage, inp.payload or {}))
+    info = rounds.info(rid)
+    assert info.status == "finished"  # no live server half any more: stages from the kind
+    rounds.list()
+    rounds.info(rid)
+    assert len(parsed) == 3
+    member = next(iter(halves))
+    terms = check_round(SitePolicy(**OPEN_POLICY), info)
+    MemberRound.join(terms, client_id=member, key=generate_key(), state=None,
+                     update=ready_update(np.zeros(4, np.float32), 1))
+    assert len(parsed) == 4

@@ -62,7 +62,7 @@ def test_an_older_member_parses_the_round_info_of_a_newer_server(
     # The runner's own view of a round (its policy check) reads the parsed info unchanged.
     from client_app._policy import SitePolicy, check_round
 
-    assert check_round(SitePolicy(min_participants=2, min_threshold=2), info).masked
+    assert check_round(SitePolicy(min_participants=2, min_threshold=2), info).privacy.masked
 
 
 def test_a_request_with_an_unknown_field_is_still_refused(

@@ -274,14 +274,37 @@ def test_the_console_in_chromium_shows_what_the_rest_api_says(
     assert "used already" in again and 'id="members"' not in again
 
 
+# Colours only the console itself paints (console.css, _console_chart.py): the green of an
+# enrolled member's or a finished round's tag, and the reward chart's average line. The message
+# page (a spent or unknown link) shares the stylesheet but has neither.
+_ENROLLED_TAG = (0xda, 0xfb, 0xe1)
+_CHART_AVERAGE = (0x05, 0x50, 0xae)
+
+
+def _painted(image: np.ndarray, rgb: tuple[int, int, int]) -> int:
+    """Pixels of exactly the colour ``rgb`` in an (H, W, 3) screenshot."""
+    return int(np.all(image == np.asarray(rgb, dtype=image.dtype), axis=-1).sum())
+
+
+def _screenshot(chromium: str, url: str, profile: Path, shot: Path) -> np.ndarray:
+    _chromium(chromium, url, profile, f"--screenshot={shot}", "--window-size=1400,2400",
+              "--hide-scrollbars")
+    image = np.asarray(Image.open(shot).convert("RGB"))
+    assert image.shape == (2400, 1400, 3)
+    return image
+
+
 def test_the_console_screenshot_reads(live: Live, chromium: str, tmp_path: Path) -> None:
     link = live.who["ops"].call("POST", "/v1/console/links").json()["path"]
     shot = tmp_path / "console.png"
-    _chromium(chromium, live.url + link, tmp_path / "profile", f"--screenshot={shot}",
-              "--window-size=1400,2400", "--hide-scrollbars")
-    image = np.asarray(Image.open(shot).convert("L"))
-    assert image.shape == (2400, 1400)
+    image = _screenshot(chromium, live.url + link, tmp_path / "profile", shot)
+    # The link worked: the console's tables and chart are drawn, not the message page.
+    assert _painted(image, _ENROLLED_TAG) > 200 and _painted(image, _CHART_AVERAGE) > 50
     assert image.std() > 10  # text and tables, not a blank or single-colour page
+    # The same link again opens the message page ("used already"), which the colours tell apart.
+    spent = _screenshot(chromium, live.url + link, tmp_path / "profile-2",
+                        tmp_path / "spent.png")
+    assert _painted(spent, _ENROLLED_TAG) == 0 and _painted(spent, _CHART_AVERAGE) == 0
     if os.environ.get("FEDMOR_TEST_ARTEFACTS"):
         out = Path(os.environ["FEDMOR_TEST_ARTEFACTS"])
         out.mkdir(parents=True, exist_ok=True)

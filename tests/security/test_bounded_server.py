@@ -23,9 +23,10 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from client_app._member_round import MemberRound, UpdateSource
 from fedmor_local import LocalConsortium
 from fedmor_local._local import ADMIN_TOKEN
-from sdk.rounds import ROUND_KINDS, UpdateSource
+from sdk.rounds import ROUND_KINDS
 from sdk.wire import (
     RoundInfo,
     SignedClient,
@@ -248,8 +249,8 @@ def test_a_member_at_its_long_poll_cap_still_gets_its_stage_message_acked(
     info = RoundInfo.model_validate(created.json())
     update: UpdateSource = Future()
     update.set_result((np.zeros(4, np.float32), 1))
-    half = ROUND_KINDS[info.kind].client(info, client_id=member.client_id, key=member.key,
-                                         update=update, state=None)
+    half = MemberRound.join(ROUND_KINDS[info.kind].terms(info), client_id=member.client_id,
+                            key=member.key, update=update, state=None)
     stage = info.stages[0]
     path = f"/v1/rounds/{info.round_id}/stages/{stage}"
     poll = f"/v1/work?wait_s={HELD_S}&rounds=false"

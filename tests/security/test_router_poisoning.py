@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 import sdk.cli
+from client_app._member_round import ready_update
 from fedmor_local import LocalConsortium
 from fedmor_local._local import ADMIN_TOKEN
-from sdk.rounds._protocols import ready_update
 from sdk.secagg._schema import MaskedInput
 from tests.apps.conftest import Member, in_process_secure_round
 
