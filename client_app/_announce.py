@@ -1,7 +1,9 @@
 """The member announces its scorer's clip bound once per run: after a reward model swapped for
 one with another normalizer (or a changed ``clip`` setting) the broker would otherwise refuse
 every answer outside the old bound. It announces its round terms (the rules of its site policy
-that decide which rounds it takes part in) with it, for the operator's views.
+that decide which rounds it takes part in) with it, and that it started (a restart the
+operator sees even when the member resumed its round and nothing failed), for the operator's
+views.
 
 Once per run rather than only on a change the member noticed: a server restored from a backup
 may hold an older bound than the one this member last told it. The server writes nothing for an
@@ -15,7 +17,7 @@ import logging
 from client_app._connection import MemberConnection, MemberRevoked, RunnerError
 from sdk.wire import ClipBoundAck
 
-__all__ = ["announce_clip_bound", "announce_round_terms"]
+__all__ = ["announce_clip_bound", "announce_round_terms", "announce_start"]
 
 _log = logging.getLogger("fedmor.client")
 
@@ -34,6 +36,19 @@ def announce_clip_bound(runner: MemberConnection) -> bool:
     _log.info("announced clip bound %g to the server (it held %s)", ack.clip_bound,
               "none" if ack.previous is None else f"{ack.previous:g}")
     return True
+
+
+def announce_start(runner: MemberConnection) -> None:
+    """Tell the server this member started cleanly (it counts a restart and clears a problem
+    it reported at a refused start). An older server without the endpoint is left alone."""
+    runner.enroll()
+    try:
+        runner.request("POST", "/v1/identity/status", {}, attempts=3)
+    except RunnerError as exc:
+        if exc.status >= 499 or isinstance(exc, MemberRevoked):
+            raise
+        if exc.status not in (404, 405):  # the operator's view only: the member works on
+            _log.warning("the server refused this member's start announcement: %s", exc)
 
 
 def announce_round_terms(runner: MemberConnection) -> None:

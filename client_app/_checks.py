@@ -1,7 +1,9 @@
 """What ``fedmor client`` checks before it starts, and ``fedmor client check`` on demand: every
 path and setting the member will need, and the server, each named by its key in the settings
 file with the fix. A member that would fail later (at its first round, its first reward query,
-or silently waiting for an enrollment it cannot make) refuses to start instead.
+or silently waiting for an enrollment it cannot make) refuses to start instead; an enrolled
+member whose identity and server checks pass tells the server which settings failed (their keys
+and the kind of problem, never a path: see ``_causes``), so the operator sees why it is silent.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from sdk.wire import (
     tls_verify,
 )
 
-__all__ = ["Check", "report", "run_checks"]
+__all__ = ["Check", "report", "report_refused_start", "run_checks"]
 
 _TIMEOUT_S = 10.0  # one answer from a reachable server; a longer wait is the server's problem
 
@@ -34,6 +36,8 @@ class Check:
     key: str
     ok: str
     problem: str | None = None
+    kind: str = "invalid"
+    """The kind of problem in words without a path (what the server may be told)."""
 
 
 def _named(key: str) -> str:
@@ -100,10 +104,11 @@ def _reward_model(cfg: ClientSettings) -> Check:
         if not (found / "normalizer.json").is_file():
             what = "does not exist" if not found.exists() else "holds no normalizer.json"
             return Check("reward_model_dir", "", f"{found} {what}: point it at the folder "
-                         f"`fedmor reward train` wrote (with normalizer.json)")
+                         f"`fedmor reward train` wrote (with normalizer.json)",
+                         "not found" if not found.exists() else "no normalizer.json")
         if cfg.reward_base_dir is not None and not cfg.reward_base_dir.is_dir():
             return Check("reward_base_dir", "", f"{cfg.reward_base_dir} does not exist: point "
-                         f"it at the base model the reward model was trained on")
+                         f"it at the base model the reward model was trained on", "not found")
         return Check("reward_model_dir", f"{found}")
     if cfg.scorer:
         return Check("scorer", cfg.scorer)
@@ -112,7 +117,7 @@ def _reward_model(cfg: ClientSettings) -> Check:
     return Check("reward_model_dir", "", "no reward model configured: set reward_model_dir "
                  "(the folder `fedmor reward train` wrote) or scorer (module:factory), or "
                  "policy.serve_rewards = false; demo = true (--demo) uses the hash scorer "
-                 "instead")
+                 "instead", "not set")
 
 
 def _training(cfg: ClientSettings, rounds: bool) -> Iterator[Check]:
@@ -124,7 +129,7 @@ def _training(cfg: ClientSettings, rounds: bool) -> Iterator[Check]:
         if cfg.update_source is None and not cfg.demo:
             yield Check("router_training.pairs_dir", "", "no router training: add a "
                         "[router_training] section with pairs_dir (this member's pairs "
-                        "folder), or run with --no-rounds")
+                        "folder), or run with --no-rounds", "not set")
         return
     for key, folder in (("pairs_dir", training.pairs_dir),
                         ("eval_pairs_dir", training.eval_pairs_dir)):
@@ -133,7 +138,8 @@ def _training(cfg: ClientSettings, rounds: bool) -> Iterator[Check]:
         if not (folder / "pairs.jsonl").is_file():
             what = "does not exist" if not folder.exists() else "holds no pairs.jsonl"
             yield Check(f"router_training.{key}", "", f"{folder} {what}: import the pairs "
-                        f"there (`fedmor data import ...`) or correct the path")
+                        f"there (`fedmor data import ...`) or correct the path",
+                        "not found" if not folder.exists() else "no pairs.jsonl")
         else:
             yield Check(f"router_training.{key}", f"{folder}")
 
@@ -181,11 +187,11 @@ def run_checks(cfg: ClientSettings, *, rounds: bool, source: str,
     for key, path, what in _files(cfg):
         if path is not None:
             checks.append(Check(key, f"{path}") if path.is_file() else Check(
-                key, "", f"{path} does not exist: set it to {what}"))
+                key, "", f"{path} does not exist: set it to {what}", "not found"))
     if server:
         checks.append(_server(cfg, enrolled, identity.problem is None))
     return [Check(_named(c.key) + ("" if c.problem is None else f" ({source})"), c.ok,
-                  c.problem) for c in checks]
+                  c.problem, c.kind) for c in checks]
 
 
 def report(checks: list[Check], out: Callable[[str], None]) -> bool:
@@ -193,3 +199,33 @@ def report(checks: list[Check], out: Callable[[str], None]) -> bool:
     for c in checks:
         out(f"ok    {c.key}: {c.ok}" if c.problem is None else f"FAIL  {c.key}: {c.problem}")
     return all(c.problem is None for c in checks)
+
+
+_SIGNING = frozenset({"identity_key", "identity_key_passphrase_file", "enrollment_token",
+                      "db_path", "server_url", "server_ca", "tls_client_cert", "tls_client_key"})
+"""Checks without which the member cannot send the server a signed report."""
+
+
+def report_refused_start(cfg: ClientSettings, failed: list[Check]) -> str | None:
+    """Tell the server (one signed ``POST /v1/identity/status``) which of ``failed`` keep
+    this enrolled member from starting, each as its setting key and the kind of problem;
+    returns the line sent, or None when it could not be sent (not enrolled, a failing check
+    it needs to sign or reach the server, or no answer)."""
+    settings = [(c.key.split(" (", 1)[0], c.kind) for c in failed]
+    if not settings or any(key in _SIGNING for key, _ in settings):
+        return None
+    line = "not started: " + "; ".join(f"{key}: {kind}" for key, kind in settings)
+    try:
+        enrolled = _enrolled_id(cfg)
+        if enrolled is None:
+            return None
+        verify = tls_verify(cfg.server_ca, (str(cfg.tls_client_cert), str(cfg.tls_client_key))
+                            if cfg.tls_client_cert and cfg.tls_client_key else None)
+        key = load_private_key(cfg.identity_key,
+                               key_passphrase(cfg.identity_key_passphrase_file))
+        with SignedClient(cfg.server_url, verify=verify, timeout_s=_TIMEOUT_S) as http:
+            resp = http.request("POST", "/v1/identity/status", {"problem": line[:500]},
+                                auth=http.signer(key, enrolled))
+    except (httpx.HTTPError, OSError, ValueError):
+        return None
+    return line if resp.status_code == 204 else None

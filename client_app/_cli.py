@@ -34,8 +34,11 @@ def _client(args: argparse.Namespace) -> int:
     for c in failed:  # every wrong setting at once, each with its key and fix
         print(f"fedmor client: {c.key}: {c.problem}", file=sys.stderr)
     if failed:
-        print("fedmor client: not started (`fedmor client check` runs these checks again)",
-              file=sys.stderr)
+        from client_app._checks import report_refused_start
+
+        told = report_refused_start(cfg, failed)
+        print("fedmor client: not started (`fedmor client check` runs these checks again)"
+              + ("" if told is None else f"; the operator sees: {told}"), file=sys.stderr)
         return 2
     from client_app._app import create_client_app  # the app's imports: only for a start
     from sdk.serving import serve

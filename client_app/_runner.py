@@ -23,7 +23,7 @@ import numpy as np
 import tenacity
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from client_app._announce import announce_clip_bound, announce_round_terms
+from client_app._announce import announce_clip_bound, announce_round_terms, announce_start
 from client_app._causes import UpdateFailed, reported_cause
 from client_app._connection import MemberRevoked, RunnerError, ServerLink, revoked
 from client_app._identity import reload_key
@@ -465,6 +465,7 @@ class ClientRunner:
         if self._announced:
             return
         try:
+            announce_start(self)
             announce_round_terms(self)
             announce_clip_bound(self)
         except RunnerError as exc:

@@ -1,5 +1,6 @@
 """``POST /v1/identity/clip-bound``: a member announces the clip bound of its current scorer;
-``POST /v1/identity/round-terms``: which rounds its site policy takes part in (an ``APIRouter``
+``POST /v1/identity/round-terms``: which rounds its site policy takes part in;
+``POST /v1/identity/status``: that it started, or what kept it from starting (an ``APIRouter``
 that ``create_app`` includes).
 
 A member that swaps its reward model for one with another normalizer would otherwise have every
@@ -13,6 +14,7 @@ import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends
+from pydantic import BaseModel, ConfigDict, Field
 
 from sdk.wire import ClipBoundAck, ClipBoundAnnouncement, MemberInfo, PayloadError
 from server_app._access import Access
@@ -23,6 +25,17 @@ from server_app._store import Store
 __all__ = ["check_clip_bound", "clip_bound_router"]
 
 _log = logging.getLogger("fedmor.server")
+
+
+class _StartReport(BaseModel):
+    """``POST /v1/identity/status``: ``problem`` None for a clean start, else the member's
+    start-up checks that failed, one plain line (setting keys and the kind of problem)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # One printable line: it reaches the server's log and the operator's terminal.
+    problem: str | None = Field(default=None, min_length=1, max_length=500,
+                                pattern=r"^[^\x00-\x1f\x7f]*$")
 
 
 def check_clip_bound(clip_bound: float | None, cfg: ServerSettings) -> None:
@@ -66,5 +79,19 @@ def clip_bound_router(store: Store, broker: RewardBroker, access: Access,
         if store.set_round_terms(caller, terms.model_dump_json()):
             _log.info("member %s announced its round terms: %s", caller,
                       terms.model_dump_json())
+
+    @router.post("/identity/status", status_code=204)
+    def announce_start(caller: Annotated[str, Depends(access.member)],
+                       body: _StartReport) -> None:
+        """The caller started (``problem`` null: counted as a restart when it had started
+        before, and any known problem cleared) or refused to start (its problem shown in the
+        operator's members views until its next clean start)."""
+        open_round = next((int(r["round_id"]) for r in store.rounds("open")
+                           if caller in r["spec"].get("participants", ())), None)
+        if store.set_start(caller, body.problem, open_round):
+            _log.info("member %s restarted%s", caller,
+                      "" if open_round is None else f" during round {open_round}")
+        elif body.problem is not None:
+            _log.warning("member %s did not start: %s", caller, body.problem)
 
     return router

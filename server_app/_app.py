@@ -145,7 +145,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     install_rate_limit(app)
     install_audit(app, store, capture, broker, access, cfg)
     app.include_router(audit_budget_router(store, access, cfg.audit))
-    app.include_router(meta_router())
+    app.include_router(meta_router(rounds.recovered))
     app.include_router(enrollment_router(store, key, cfg, rounds.lineages))
     app.include_router(clip_bound_router(store, broker, access, cfg))
     app.include_router(rounds_router(rounds, access, work, limits))

@@ -49,6 +49,14 @@ def _status(args: argparse.Namespace) -> int:
         conn = connection_from_args(args)
     health = wait_for_server(conn, args.wait)
     print(f"{conn.server}: {health['status']} ({health['app']} {health['version']})")
+    if health.get("started_at") is not None:  # the process start: a restart shows here
+        import time
+
+        resumed = health.get("recovered_rounds") or []
+        at = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(health["started_at"]))
+        print(f"started {at}" + (
+            f"; resumed open round(s) {', '.join(map(str, resumed))} from its store"
+            if resumed else ""))
     return 0
 
 

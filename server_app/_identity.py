@@ -338,7 +338,10 @@ class Identities:
             "rounds": rounds.get(str(client_id), 0),
             "revoked_at": row.get("at") if state == "revoked" else None,
             "round_terms": None if state != "enrolled" or not row.get("round_terms")
-            else json.loads(row["round_terms"])})
+            else json.loads(row["round_terms"]),
+            "started_at": row.get("started_at"), "restarts": row.get("restarts") or 0,
+            "restarted_in_round": row.get("restarted_in_round"),
+            "problem": row.get("problem")})
 
     def _info(self, name: str) -> MemberInfo:
         found = [m for m in self.members() if m.name == name]

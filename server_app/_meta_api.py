@@ -3,6 +3,7 @@ server's gauges over its store) from ``sdk.wire.install_ops``."""
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoint annotations.
 
+import time
 from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter, FastAPI, Request
@@ -49,14 +50,18 @@ def install_server_ops(app: FastAPI, store: Store, limits: Limiter, broker: Rewa
     ])
 
 
-def meta_router() -> APIRouter:
-    """``GET /v1/health``: the process answers (no store read; ``/v1/ready`` does that)."""
+def meta_router(recovered_rounds: list[int]) -> APIRouter:
+    """``GET /v1/health``: the process answers (no store read; ``/v1/ready`` does that), since
+    when, and which open rounds it resumed at start (``recovered_rounds``): the operator sees
+    a server restart even when every round went on."""
+    started_at = time.time()
     router = APIRouter(tags=["meta"])
 
     @router.get("/v1/health", response_model=Health)
     async def health() -> Health:
         """Liveness probe, answered on the event loop: it needs no thread, so a drained
         thread pool does not make a live server look dead."""
-        return Health(app="fedmor-server", version=__version__)
+        return Health(app="fedmor-server", version=__version__, started_at=started_at,
+                      recovered_rounds=recovered_rounds)
 
     return router

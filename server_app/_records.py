@@ -116,7 +116,17 @@ class RoundRecords:
         # Left after sending the last stage it was asked for (revoked, say).
         out += [(cid, last, NO_ANSWER) for cid in sorted(set(reported) & expected)]
         return [{"member": self.name_of(cid), "client_id": cid, "stage": stage,
-                 "reason": _why(reported.get(cid), missed)} for cid, stage, missed in out]
+                 "reason": self._known(cid, _why(reported.get(cid), missed), missed)}
+                for cid, stage, missed in out]
+
+    def _known(self, client_id: str, reason: str, missed: str) -> str:
+        """``reason``, with what kept the member from starting where it gave no answer and
+        reported that problem (``POST /v1/identity/status``): the cause, not just the silence."""
+        if reason != missed:
+            return reason
+        row = self.store.client(client_id)
+        problem = None if row is None else row.get("problem")
+        return f"{reason} ({problem})" if problem else reason
 
     @staticmethod
     def failure_text(cause: str, failures: list[dict[str, str]]) -> str:

@@ -75,6 +75,7 @@ class RoundManager:
         self.records = RoundRecords(store)
         self.lineages = RouterLineages(store)
         self.capture = capture
+        self.recovered: list[int] = []  # open rounds resumed at start, for ``/v1/health``
         self._recover()
 
     # -- creation and recovery -----------------------------------------------------------------
@@ -140,8 +141,14 @@ class RoundManager:
                     if self.store.closure(round_id, stage) is not None:
                         server.close(stage)
                 self._rounds.live[round_id] = server
-                # A fresh deadline: clients could not reach us while we were down.
-                self.store.update_round(round_id, stage_opened_at=time.time())
+                # A fresh deadline: clients could not reach us while we were down; the note
+                # tells the operator why the round took longer.
+                note = (f"resumed after a server restart at stage "
+                        f"{server.stages[int(row['stage_index'])]} "
+                        f"({time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())})")
+                self.store.update_round(round_id, stage_opened_at=time.time(), resumed="; ".join(
+                    n for n in (row.get("resumed"), note) if n))
+                self.recovered.append(round_id)
                 self.store.audit("server", "round_resumed", round_id=round_id)
             except Exception as exc:  # any replay failure ends the round, never the server
                 self._fail(round_id, f"could not resume after restart: {exc}")
@@ -479,7 +486,7 @@ class RoundManager:
             error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],
             refusals=refusals, failures=self._failures(refusals, row, spec, walk),
             dp=self.records.dp_account(round_id, row["status"]),
-            captured=bool(row["captured"]))
+            captured=bool(row["captured"]), resumed=row.get("resumed"))
 
     def _walk(self, round_id: int, row: dict[str, Any], stages: list[str]) -> StageWalk:
         """Who sent each stage up to the current one; the current open stage only where

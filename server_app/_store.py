@@ -106,6 +106,15 @@ class Store(IdentityTables, RoundTables, RewardTables, ConsoleTables):
         self._add_role_columns()
         # A member's announced round terms (sdk.wire RoundTerms as JSON; NULL: none yet).
         self.add_column("clients", "round_terms", "TEXT")
+        # A member's starts as it announces them (``POST /v1/identity/status``): when it last
+        # started cleanly, how often it started again, the round open then, and the problem
+        # that kept it from starting (NULL: none known).
+        self.add_column("clients", "started_at", "REAL")
+        self.add_column("clients", "restarts", "INTEGER NOT NULL DEFAULT 0", fill=0)
+        self.add_column("clients", "restarted_in_round", "INTEGER")
+        self.add_column("clients", "problem", "TEXT")
+        # How a round went on after a server restart (NULL: it never had to).
+        self.add_column("rounds", "resumed", "TEXT")
         self.add_column("images", "stored_at", "REAL", fill=time.time())  # for retention
         # Whether a round is captured is fixed when it opens (what its members agreed to);
         # rounds of a store older than that record were announced uncaptured or unknown:

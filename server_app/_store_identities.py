@@ -133,6 +133,27 @@ class IdentityTables(StoreBase):
             self.audit(client_id, "round_terms", terms=terms)
         return True
 
+    def set_start(self, client_id: str, problem: str | None, open_round: int | None) -> bool:
+        """``client_id`` announced a start: a clean one (``problem`` None) counts a restart
+        when it had started before (``open_round``: the round open then) and clears any known
+        problem; a refused one keeps ``problem`` until the next clean start. True when it is a
+        restart (both audited, in one commit)."""
+        with self.transaction():
+            row = self._one("SELECT started_at FROM clients WHERE client_id=?", (client_id,))
+            if row is None:
+                raise KeyError(client_id)
+            if problem is not None:
+                self._write("UPDATE clients SET problem=? WHERE client_id=?", (problem, client_id))
+                self.audit(client_id, "start_refused", problem=problem)
+                return False
+            restart = row["started_at"] is not None
+            self._write("UPDATE clients SET started_at=?, problem=NULL, restarts=restarts+?, "
+                        "restarted_in_round=? WHERE client_id=?",
+                        (time.time(), int(restart),
+                         open_round if restart else None, client_id))
+            self.audit(client_id, "started", restart=restart, round_id=open_round)
+        return restart
+
     def set_clip_bound(self, client_id: str, clip_bound: float) -> float | None:
         """``client_id`` announced a new clip bound: store it with an audit row (one commit);
         returns the bound it replaces (the same bound again writes nothing)."""

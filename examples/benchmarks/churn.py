@@ -66,7 +66,14 @@ from fedmor_local import OPEN_POLICY, LocalConsortium, free_port
 from fedmor_local._local import wait_healthy
 from sdk.data import SynthConfig, synthesize
 from sdk.membership import RosterFile, add_to_roster
-from sdk.wire import ROUTER_ROUND_PARAM, SignedClient, load_or_create_key, public_key_b64
+from sdk.wire import (
+    ROUTER_ROUND_PARAM,
+    AlignerItem,
+    AlignerRequest,
+    SignedClient,
+    load_or_create_key,
+    public_key_b64,
+)
 
 JOINER = "joiner"
 ROUTER = {"encoder": {"dim": 16},
@@ -121,11 +128,11 @@ class Aligner:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _post(self, step: int, with_image: bool) -> httpx.Response:
-        items = [{"image_sha256": self.sha, "prompt": f"What is shown? ({step})",
-                  "response": f"answer {i}", "group": str(step),
-                  **({"image_b64": self.b64} if with_image else {})} for i in range(BATCH)]
-        return self.http.request("POST", "/v1/rewards",
-                                 {"items": items, "method": "mor", "step": step})
+        items = [AlignerItem(image_sha256=self.sha, prompt=f"What is shown? ({step})",
+                             response=f"answer {i}", image_b64=self.b64 if with_image else None)
+                 for i in range(BATCH)]
+        body = AlignerRequest(items=items, method="mor", step=step)
+        return self.http.request("POST", "/v1/rewards", body.model_dump(exclude_none=True))
 
     def _run(self) -> None:
         step = 0

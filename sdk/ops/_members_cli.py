@@ -24,6 +24,21 @@ def _epsilon(report: dict[str, Any]) -> str:
     return "-" if spent is None else f"{spent:.3g} ({report['dp_rounds']} rounds)"
 
 
+def _problem(report: dict[str, Any]) -> str:
+    return report.get("problem") or "-"
+
+
+def _restarted(report: dict[str, Any]) -> str:
+    """When the member last restarted (and in which round), or ``-``: a member killed and
+    restarted that resumed its round leaves no failure, only this."""
+    if not report.get("restarts"):
+        return "-"
+    during = report.get("restarted_in_round")
+    return (f"restarted at {when(report.get('started_at'))}"
+            + ("" if during is None else f" (during round {during})")
+            + f", {report['restarts']} restart(s) in all")
+
+
 def round_terms(report: dict[str, Any]) -> str:
     """Which rounds a member's site policy takes part in, in one phrase (its announced round
     terms; "-" when it announced none)."""
@@ -46,11 +61,11 @@ def _list(args: argparse.Namespace) -> int:
     if args.role:
         reports = [r for r in reports if r["role"] == args.role]
     rows = [[r["name"], r["role"], r["state"], r["fingerprint"], when(r["last_seen"]),
-             r["rounds"], round_terms(r), _refusals(r), _epsilon(r), r["client_id"]]
-            for r in reports]
+             r["rounds"], round_terms(r), _refusals(r), _epsilon(r), _problem(r),
+             r["client_id"]] for r in reports]
     return emit(reports, args.json, ["NAME", "ROLE", "STATE", "KEY", "LAST SEEN", "ROUNDS",
                                      "TAKES ROUNDS", "REFUSED (RULE)", "DP EPSILON",
-                                     "CLIENT ID"], rows)
+                                     "PROBLEM", "CLIENT ID"], rows)
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -65,7 +80,8 @@ def _show(args: argparse.Namespace) -> int:
               ("clip bound", r["clip_bound"]),
               ("DP epsilon spent", _epsilon(r) + ("" if r["delta"] is None
                                                   else f" at delta {r['delta']:g}")),
-              ("revoked", when(r["revoked_at"]))]
+              ("revoked", when(r["revoked_at"])), ("started", when(r.get("started_at"))),
+              ("restarted", _restarted(r)), ("problem", _problem(r))]
     print_table(["FIELD", "VALUE"], fields, title=f"member {r['name']}")
     if r["refusals"]:
         print_table(["ROUND", "RULE", "WHAT THE SITE POLICY SAID", "AT"],

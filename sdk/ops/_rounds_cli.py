@@ -141,6 +141,8 @@ def _print_round(conn: Connection, info: dict[str, Any], as_json: bool) -> int:
     names = _names(conn)
     fields = [*zip(_COLUMNS, _row(info, names), strict=True), ("error", info["error"]),
               ("finished", when(info["finished_at"]))]
+    if info.get("resumed"):
+        fields.append(("resumed", info["resumed"]))
     print_table(["FIELD", "VALUE"], fields, title=f"round {info['round_id']}")
     if info.get("failures"):
         print_table(["MEMBER", "STAGE", "WHY IT LEFT"],

@@ -21,13 +21,14 @@ def when(at: float | None) -> str:
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *,
                 title: str | None = None) -> None:
     """``rows`` under ``columns`` as a rich table on stdout (plain text when not a terminal:
-    no colour codes in a pipe or a log)."""
+    no colour codes in a pipe or a log); a cell's brackets are printed as they are."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(*columns, title=title, box=None, header_style="bold", pad_edge=False)
-    for row in rows:
-        table.add_row(*("-" if cell is None else str(cell) for cell in row))
+    for row in rows:  # cells as plain text: a setting's "[section] key" is not rich markup
+        table.add_row(*(Text("-" if cell is None else str(cell)) for cell in row))
     console = Console()
     if not console.is_terminal:  # a pipe or a log: one line per row, never wrapped at 80
         console = Console(width=4096)

@@ -133,6 +133,14 @@ class MemberInfo(_Reply):
     round_terms: RoundTerms | None = Field(default=None, description="which rounds its site "
                                            "policy takes part in, as it last announced them "
                                            "(null: not announced)")
+    started_at: float | None = Field(default=None, description="when it last started cleanly, "
+                                     "as it announced (Unix s)")
+    restarts: int = Field(default=0, description="clean starts after its first")
+    restarted_in_round: int | None = Field(default=None, description="the round open when it "
+                                           "last restarted (null: none, or no restart)")
+    problem: str | None = Field(default=None, description="what kept it from starting, as it "
+                                "reported (setting keys and the kind of problem); cleared at "
+                                "its next clean start")
 
     @staticmethod
     def announced_terms(data: Any) -> RoundTerms:

@@ -93,6 +93,10 @@ class Health(_Reply):
     app: str
     version: str
     detail: str | None = Field(default=None, description="why the app is degraded (HTTP 503)")
+    started_at: float | None = Field(default=None, description="when this server process "
+                                     "started (Unix s; the server only)")
+    recovered_rounds: list[int] = Field(default_factory=list, description="open rounds this "
+                                        "server process resumed from its store at start")
 
 
 class EnrollRequest(_Wire):
@@ -323,6 +327,8 @@ class RoundInfo(RoundSpec):
     captured: bool = Field(default=False, description="the server keeps every message of this "
                            "round as received, and what it published, in its capture directory "
                            "(for the consortium's auditor); fixed when the round opens")
+    resumed: str | None = Field(default=None, description="how the round went on after each "
+                                "server restart it lived through (null: none)")
 
     @classmethod
     def of(cls, spec: RoundSpec, **status: Any) -> RoundInfo:

@@ -265,6 +265,101 @@ def test_a_member_that_cannot_reach_the_server_warns_and_says_when_it_is_back(
     team.admin.close()
 
 
+def test_a_member_refused_at_start_tells_the_operator_which_setting(
+        team: Team, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    runners = [ClientRunner(team.settings(n), update_fn=demo_update) for n in NAMES]
+    for r in runners:
+        r.enroll()
+    runners[0].close()  # st-mary enrolled; its data folder is then moved away
+    moved = team.work / "private-folder-of-st-mary"
+    argv, _ = _client(team, "st-mary", router_training={"pairs_dir": str(moved)})
+    started = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                             env=checkout_env())
+    assert started.returncode != 0
+    told = "not started: [router_training] pairs_dir: not found"
+    assert f"the operator sees: {told}" in started.stderr, started.stderr
+    # The operator's members views show the problem, without the member's path.
+    (mary,) = [m for m in team.admin.get("/v1/reports/members").json()
+               if m["name"] == "st-mary"]
+    assert mary["problem"] == told and "private-folder" not in json.dumps(mary)
+    monkeypatch.setenv("FEDMOR_ADMIN_TOKEN", ADMIN)
+    capsys.readouterr()
+    assert main(["members", "list", "--server", team.url]) == 0
+    assert told in capsys.readouterr().out
+    # A round it gives no answer to names the known problem beside the silence.
+    with running(runners[1:]):
+        opened = team.admin.post("/v1/rounds", json={
+            "kind": "router_secagg", "vector_length": 64, "min_clients": 3,
+            "stage_deadline_s": 3.0}).json()
+        info = team.wait_round(opened["round_id"])
+    assert info["status"] == "failed"
+    assert ("st-mary", f"no answer by the stage deadline ({told})") in [
+        (f["member"], f["reason"]) for f in info["failures"]]
+    # Its next clean start clears the problem.
+    with running([ClientRunner(team.settings("st-mary"), update_fn=demo_update)]):
+        _until(lambda: _member(team, "st-mary")["started_at"] is not None)
+    assert _member(team, "st-mary")["problem"] is None
+
+
+def test_a_member_restarted_during_a_round_is_shown_restarted(
+        team: Team, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    runners = [ClientRunner(team.settings(n), update_fn=demo_update) for n in NAMES]
+    with running(runners[:2]):
+        with running(runners[2:]):
+            _until(lambda: all(m["started_at"] for m in team.admin.get("/v1/members").json()))
+        assert _member(team, "st-luke")["restarts"] == 0  # a first start is no restart
+        # st-luke stopped (as if killed); a round opens and waits for it; it starts again.
+        opened = team.admin.post("/v1/rounds", json={
+            "kind": "router_secagg", "vector_length": 64, "min_clients": 3}).json()
+        with running([ClientRunner(team.settings("st-luke"), update_fn=demo_update)]):
+            info = team.wait_round(opened["round_id"])
+    assert info["status"] == "finished" and not info["failures"]  # it resumed: no failure
+    luke = _member(team, "st-luke")
+    assert luke["restarts"] == 1 and luke["restarted_in_round"] == info["round_id"]
+    monkeypatch.setenv("FEDMOR_ADMIN_TOKEN", ADMIN)
+    capsys.readouterr()
+    assert main(["members", "show", "st-luke", "--server", team.url]) == 0
+    assert f"(during round {info['round_id']})" in capsys.readouterr().out
+
+
+def test_a_round_resumed_after_a_server_restart_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    roster = tmp_path / "roster.json"
+    tokens = {n: add_to_roster(roster, name=n, public_key=public_key_b64(
+        load_or_create_key(tmp_path / n / "identity.pem"))) for n in NAMES}
+    cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
+                         roster_file=roster, admin_token=ADMIN)  # type: ignore[arg-type]
+    with served(create_app(cfg)) as url:
+        team = Team(url, tmp_path, tokens)
+        for n in NAMES:
+            ClientRunner(team.settings(n), update_fn=demo_update).enroll()
+        opened = team.admin.post("/v1/rounds", json={
+            "kind": "router_secagg", "vector_length": 64, "min_clients": 3}).json()
+        assert httpx.get(f"{url}/v1/health").json()["recovered_rounds"] == []
+        team.admin.close()
+    with served(create_app(cfg)) as url:  # the server again, on the same store
+        health = httpx.get(f"{url}/v1/health").json()
+        assert health["recovered_rounds"] == [opened["round_id"]] and health["started_at"]
+        admin = httpx.Client(base_url=url, headers={"authorization": f"Bearer {ADMIN}"})
+        info = admin.get(f"/v1/rounds/{opened['round_id']}").json()
+        admin.close()
+        assert info["status"] == "open"
+        assert info["resumed"].startswith(f"resumed after a server restart at stage "
+                                          f"{info['stages'][0]}")
+        monkeypatch.setenv("FEDMOR_ADMIN_TOKEN", ADMIN)
+        capsys.readouterr()
+        assert main(["rounds", "show", str(opened["round_id"]), "--server", url]) == 0
+        assert "resumed after a server restart" in capsys.readouterr().out
+        assert main(["server", "status", "--server", url]) == 0
+        assert f"resumed open round(s) {opened['round_id']}" in capsys.readouterr().out
+
+
+def _member(team: Team, name: str) -> dict[str, Any]:
+    (found,) = [m for m in team.admin.get("/v1/members").json() if m["name"] == name]
+    return dict(found)
+
+
 def _until(condition: Any, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
