@@ -29,8 +29,8 @@ CAUSES: dict[str, tuple[str, ...]] = {
     "server_killed": ("restart", "interrupted", "crash"),
 }
 """Per event kind, the words (lowercase substrings) that count as its cause when they stand
-beside the member's name: in the same text, a key on the path to it, or a sibling value of the
-same record (``{member, stage, reason}``)."""
+beside the member's name: in the same text, a key on the path to it, or a sibling field of the
+same record that has a value (``{member, stage, reason}``, a member row's ``restarts=1``)."""
 
 
 @dataclass
@@ -100,10 +100,17 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
+def _said(value: Any) -> bool:
+    """Whether a record's field says something: a field without a value (null, empty, zero,
+    false: ``restarts=0``, ``revoked_at=None``) names no cause by its key alone."""
+    return not (value is None or value is False or value == "" or
+                (isinstance(value, int | float) and value == 0))
+
+
 def _walk(node: Any, path: tuple[str, ...], siblings: str, w: _Walk) -> None:
     if isinstance(node, Mapping):
         scalars = " | ".join(f"{k}={_text(v)}" for k, v in node.items()
-                             if not isinstance(v, Mapping | list))
+                             if not isinstance(v, Mapping | list) and _said(v))
         for key, value in node.items():
             if any(i in str(key) for i in w.identities):  # a record keyed by the member
                 _check(f"{key}: {scalars if isinstance(value, Mapping) else _text(value)}",

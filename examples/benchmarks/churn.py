@@ -452,10 +452,10 @@ def main() -> None:
                 disabled[round_id] = int(e.kind in ("killed", "data_removed", "slow"))
                 _step(e, "during", run.during, e, round_id)
             info = run.wait_round(round_id)
+            run.snapshot(round_id)  # the operator's views at the round's end
             if e is not None:
                 _step(e, "after", run.after, e)
             run.rounds.append(info)
-            run.snapshot(round_id)
             log(f"round {index} (id {round_id}{', ' + e.kind + ' ' + e.member if e else ''}): "
                 f"{info['status']} in {float(info['finished_at'] or 0) - info['created_at']:.1f}"
                 f" s, dropouts {len(info['dropouts'])}, error {info['error']}")

@@ -66,11 +66,25 @@ def test_free_text_and_members_rows_name_a_member_with_its_cause() -> None:
     assert find_named(rows, ["site-6"], "enrolled")
 
 
+def test_a_members_row_names_a_cause_only_by_a_field_with_a_value() -> None:
+    quiet = [{"name": "site-1", "state": "enrolled", "client_id": "c-1", "restarts": 0,
+              "restarted_in_round": None, "revoked_at": None, "problem": None}]
+    for kind in ("killed", "revoked", "data_removed"):
+        assert find_named(quiet, ["site-1", "c-1"], kind) == [], kind
+    restarted = [{**quiet[0], "restarts": 1, "restarted_in_round": 4}]
+    assert find_named(restarted, ["site-1"], "killed")[0].where == "0.name"
+    refused = [{**quiet[0], "problem": "not started: [router_training] pairs_dir: not found"}]
+    assert "pairs_dir" in find_named(refused, ["site-1"], "data_removed")[0].text
+
+
 def test_the_servers_own_event_is_named_by_its_cause_alone() -> None:
     assert find_named(_round(5), [], "server_killed") == []
     named = find_named(_round(5, error="the server restarted during stage share_keys"), [],
                        "server_killed")
     assert named[0].where == "error"
+    resumed = find_named(_round(5, resumed="resumed after a server restart at stage share_keys"),
+                         [], "server_killed")
+    assert resumed[0].where == "resumed"
 
 
 def test_a_failed_round_counts_only_when_enough_working_members_remained() -> None:
