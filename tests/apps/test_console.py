@@ -199,3 +199,18 @@ def test_the_router_section_groups_versions_by_lineage(tmp_path: Path) -> None:
     assert "latest" in latest_row and "restored version 2" in latest_row
     assert "carried over from version 1" in router and "published" in router
     assert "1 of 3 heads (masked: m1: revoked, m2: not enrolled)" in page
+
+
+def test_a_members_refused_start_and_restart_are_on_the_page(
+        console: tuple[TestClient, dict[str, Member], Clock]) -> None:
+    tc, who, _ = console
+    refused = "not started: [router_training] pairs_dir: not found <b>"
+    assert who["m1"].call("POST", "/v1/identity/status", {"problem": refused}).status_code == 204
+    assert who["m1"].call("POST", "/v1/identity/status",
+                          {"problem": "two\nlines"}).status_code == 422  # one line only
+    for _ in range(2):  # a first start, then a restart
+        assert who["m0"].call("POST", "/v1/identity/status", {}).status_code == 204
+    tc.get(_mint(who["ops"]))
+    page = tc.get("/console").text
+    assert "not started: [router_training] pairs_dir: not found &lt;b&gt;" in page
+    assert page.count("restarted ") == 1
