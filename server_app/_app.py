@@ -106,7 +106,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     verify = tls_verify(cfg.tls_ca)
     broker = RewardBroker(store, key, timeout_s=cfg.reward_timeout_s, poll_s=cfg.reward_poll_s,
                           verify=verify, per_member=cfg.reward_concurrency_per_member,
-                          on_queue=work.bump,
+                          on_queue=work.bump, allow_private=cfg.allow_private_reward_urls,
                           on_scored=None if capture is None else capture.reward_query)
     access = Access(store, cfg)
     identities = Identities(store, access, rounds, cfg.roster_file, broker)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import ipaddress
 import json
 import logging
 import urllib.parse
@@ -37,8 +36,7 @@ from sdk.wire._payload import PayloadError, StagePayload
 from sdk.wire._schemas import StageSubmit
 
 __all__ = ["ERROR_RESPONSES", "ConflictError", "HeaderAuth", "NotFoundError", "SignatureCheck", "SizeLimit",
-           "authenticate",
-           "check_reward_url", "docs_ui", "header_check", "install_errors", "signature_check",
+           "authenticate", "docs_ui", "header_check", "install_errors", "signature_check",
            "stage_payload", "upload_body"]
 
 
@@ -50,36 +48,6 @@ def docs_ui(enabled: bool) -> dict[str, Any]:
     """FastAPI's interactive docs pages (``/docs``, ``/redoc``): off unless ``enabled``, since
     they load JavaScript from a CDN; ``/openapi.json`` is always served."""
     return {} if enabled else {"docs_url": None, "redoc_url": None}
-
-
-def check_reward_url(url: str, *, allow_http: bool, allow_private: bool = False) -> None:
-    """Refuse (``PayloadError``) a member's push URL that is not ``https://host[:port][/path]``
-    (``http://`` only with ``allow_http``): the server sends signed queries and images to it.
-    Unless ``allow_private``, a host that is ``localhost`` or an address in a loopback,
-    link-local (cloud metadata), private, shared, reserved or multicast range is refused too:
-    a member must not point the server at its own network. (A DNS name is not resolved here.)"""
-    parts = urllib.parse.urlsplit(url)
-    schemes = ("https", "http") if allow_http else ("https",)
-    if parts.scheme not in schemes or not parts.hostname or parts.username or parts.password \
-            or parts.query or parts.fragment:
-        raise PayloadError(f"reward_url must be an {' or '.join(schemes)} URL with a host and "
-                           "no credentials, query or fragment")
-    if not allow_private and _internal_host(parts.hostname):
-        raise PayloadError(f"reward_url host {parts.hostname!r} is a loopback, link-local, "
-                           "private or reserved address (allow_private_reward_urls permits it)")
-
-
-def _internal_host(host: str) -> bool:
-    name = host.rstrip(".").lower()
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(name)
-    except ValueError:
-        return False  # a DNS name
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return not address.is_global or address.is_multicast
 
 
 class NotFoundError(LookupError):

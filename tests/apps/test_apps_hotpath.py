@@ -168,7 +168,8 @@ def _enrolled_broker(tmp_path: Path) -> tuple[Store, Any]:
     store.upsert_roster("m0", public_key_b64(key), hashlib.sha256(b"token-m0").hexdigest())
     store.enroll(name="m0", token="token-m0", public_key=public_key_b64(key),
                  reward_url="http://127.0.0.1:9", new_id="c-m0", clip_bound=1.0)
-    return store, broker_module.RewardBroker(store, generate_key(), mode="push")
+    return store, broker_module.RewardBroker(store, generate_key(), mode="push",
+                                               allow_private=True)
 
 
 def test_broker_stores_and_marks_only_new_images(tmp_path: Path,

@@ -67,7 +67,8 @@ class Member:
 
     def broker(self, timeout_s: float, per_member: int = 8) -> RewardBroker:
         return RewardBroker(self.store, self.key, mode="push", verify=False,
-                            timeout_s=timeout_s, per_member=per_member)
+                            timeout_s=timeout_s, per_member=per_member,
+                            allow_private=True)  # members on 127.0.0.1
 
     def metric(self, prefix: str, label: str) -> float:
         """The sum of the member's ``/metrics`` series starting with ``prefix`` whose labels
