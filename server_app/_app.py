@@ -126,7 +126,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                        control_limit=cfg.max_control_bytes,
                        body_timeout_s=cfg.connections.body_timeout_s, auth=HeaderAuth(
         public_key_of=access.key_of, cached_key_of=access.cached_key_of,
-        max_skew_s=cfg.max_clock_skew_s,
+        max_skew_s=cfg.max_clock_skew_s, authorities=access.authorities,
         retired_keys_of=lambda sender: access.retired_keys_of(sender), bearer=access.bearer,
         bearer_identity=ADMIN, limiter=limits,
         anonymous_paths=HeaderAuth.PROBES | {"/v1/enroll", CONSOLE_PATH},

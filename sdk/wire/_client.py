@@ -21,7 +21,7 @@ import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, TypeAdapter
 
-from sdk.wire._auth import SERVER_SENDER, sign_headers
+from sdk.wire._auth import SERVER_SENDER, authority_of, sign_headers
 from sdk.wire._dial import checked_transport
 from sdk.wire._tls import tls_verify
 
@@ -73,13 +73,15 @@ class SignedAuth(httpx.Auth):
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         """Add the signature headers over the path and query as they travel
-        (percent-encoded), less the app's mount point."""
+        (percent-encoded), less the app's mount point, and over the host and port this
+        request dials (so it cannot be relayed to another server)."""
         path = request.url.raw_path.decode("ascii")
         if self.root and path.startswith(self.root + "/"):
             path = path[len(self.root):]
         request.headers.update(sign_headers(
             self.key, sender=self.sender, method=request.method, path=path,
-            body=request.content, recipient=self.recipient))
+            body=request.content, recipient=self.recipient,
+            authority=authority_of(str(request.url))))
         yield request
 
 

@@ -38,6 +38,10 @@ class DialRefused(httpcore.ConnectError):
     as a ``ConnectError``, like any other connection that did not open."""
 
 
+class _Unresolved(DialRefused):
+    """A host name with no address (now): refused at the dial, not at enrollment."""
+
+
 def _plain(address: _Address) -> _Address:
     """An IPv4-mapped IPv6 address as the IPv4 address it dials; any other as it is."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
@@ -86,7 +90,7 @@ def checked_addresses(host: str, port: int) -> list[str]:
             infos = socket.getaddrinfo(host.rstrip("."), port, type=socket.SOCK_STREAM)
         except (OSError, UnicodeError) as exc:
             _log.warning("host %r does not resolve: %s", host, exc)
-            raise DialRefused(f"host {host!r} may not be dialled") from None
+            raise _Unresolved(f"host {host!r} may not be dialled") from None
         addresses = [_plain(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]))
                      for info in infos]
     bad = [str(a) for a in addresses if _refused(a)]
@@ -102,7 +106,8 @@ def check_reward_url(url: str, *, allow_http: bool, allow_private: bool = False)
     (``http://`` only with ``allow_http``): the server sends signed queries and images to it.
     Unless ``allow_private``, a host that resolves to any address :func:`checked_addresses`
     refuses is refused too: a fast fail at enrollment, since the broker checks the host again
-    each time it connects (a DNS answer can change)."""
+    each time it connects (a DNS answer can change; a name that does not resolve yet is left
+    to that check)."""
     parts = urllib.parse.urlsplit(url)
     schemes = ("https", "http") if allow_http else ("https",)
     try:
@@ -117,9 +122,11 @@ def check_reward_url(url: str, *, allow_http: bool, allow_private: bool = False)
         return
     try:
         checked_addresses(parts.hostname, port)
+    except _Unresolved:
+        return
     except DialRefused:
-        raise PayloadError(f"reward_url host {parts.hostname!r} resolves to no address or to "
-                           "a loopback, link-local, private or reserved one "
+        raise PayloadError(f"reward_url host {parts.hostname!r} is or resolves to a loopback, "
+                           "link-local, private or reserved address "
                            "(allow_private_reward_urls permits it)") from None
 
 

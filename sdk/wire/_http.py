@@ -7,7 +7,7 @@ import hashlib
 import json
 import logging
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -104,12 +104,14 @@ class BodyNotSigned(HTTPException):
 @dataclass(frozen=True)
 class HeaderAuth:
     """How an app authenticates a request from its headers alone (``SizeLimit``):
-    ``public_key_of`` a sender (None: unknown), this app's own id (``recipient``), the keys an
+    ``public_key_of`` a sender (None: unknown), this app's own id (``recipient``), the
+    ``host:port`` forms it is reached at (``authorities``: a signature names one), the keys an
     identity rotated away from, an admin bearer check (raises ``AuthError``; None: the app
     takes no bearer token), and the paths an anonymous caller may reach (enrollment, probes)."""
 
     public_key_of: Callable[[str], str | None]
     max_skew_s: float
+    authorities: frozenset[str]
     recipient: Callable[[], str] = lambda: SERVER_SENDER
     retired_keys_of: RetiredKeys | None = None
     bearer: Callable[[str], None] | None = None
@@ -176,7 +178,7 @@ class SizeLimit:
         thread (a store read), as is any failed check (its message may read the store)."""
         kw: dict[str, Any] = {"method": scope["method"], "path": signed_target(scope),
                               "use_nonce": _no_nonce, "max_skew_s": auth.max_skew_s,
-                              "recipient": auth.recipient()}
+                              "recipient": auth.recipient(), "authorities": auth.authorities}
         key = None if auth.cached_key_of is None else auth.cached_key_of(signed.sender)
         if key is not None:
             check = SignatureCheck(signed, public_key_of=lambda sender: key, **kw)
@@ -357,9 +359,11 @@ class SignatureCheck:
     def __init__(self, signed: SignedRequest, *, method: str, path: str,
                  public_key_of: Callable[[str], str | None],
                  use_nonce: Callable[[str, str, float], bool], max_skew_s: float,
-                 recipient: str, retired_keys_of: RetiredKeys | None = None) -> None:
+                 recipient: str, authorities: Collection[str],
+                 retired_keys_of: RetiredKeys | None = None) -> None:
         self._signed, self._method, self._path = signed, method, path
         self._recipient, self._retired_keys_of = recipient, retired_keys_of
+        self._authorities = authorities
         self._public_key_of, self._use_nonce, self._max_skew_s = (public_key_of, use_nonce,
                                                                   max_skew_s)
         self.body = b""  # set by ``signature_check`` once read
@@ -367,7 +371,8 @@ class SignatureCheck:
         self._verified = False
 
     def verify(self) -> None:
-        """Check the sender's key, the recipient, the signature and the clock (no body read)."""
+        """Check the sender's key, the recipient, the authority, the signature and the clock
+        (no body read)."""
         if self._verified:
             return
         signed = self._signed
@@ -378,7 +383,8 @@ class SignatureCheck:
         try:
             verify_signed(signed, parse_public_key(key_text), method=self._method,
                           path=self._path, body=b"", max_skew_s=self._max_skew_s,
-                          body_sha256=self.body_sha256, recipient=self._recipient)
+                          body_sha256=self.body_sha256, recipient=self._recipient,
+                          authorities=self._authorities)
         except AuthError as exc:
             if str(exc) == BAD_SIGNATURE and self._signed_by_retired_key():
                 # Only the old key's holder can get here: telling it so leaks nothing.
@@ -433,7 +439,8 @@ def _check_of(scope: Scope) -> SignatureCheck | None:
 
 async def header_check(request: Request, *, public_key_of: Callable[[str], str | None],
                        use_nonce: Callable[[str, str, float], bool],
-                       max_skew_s: float, recipient: str = SERVER_SENDER,
+                       max_skew_s: float, authorities: Collection[str],
+                       recipient: str = SERVER_SENDER,
                        retired_keys_of: RetiredKeys | None = None) -> SignatureCheck:
     """``request``'s signed headers, verified once per request: the check ``SizeLimit``
     made (its app gives it a ``HeaderAuth``), else one made here and kept in the request's
@@ -445,7 +452,7 @@ async def header_check(request: Request, *, public_key_of: Callable[[str], str |
                                method=request.method, path=signed_target(request.scope),
                                public_key_of=public_key_of, use_nonce=use_nonce,
                                max_skew_s=max_skew_s, recipient=recipient,
-                               retired_keys_of=retired_keys_of)
+                               authorities=authorities, retired_keys_of=retired_keys_of)
         await run_in_threadpool(check.verify)
         request.scope[_CHECK] = check
     check.bind_nonces(use_nonce)
@@ -454,7 +461,8 @@ async def header_check(request: Request, *, public_key_of: Callable[[str], str |
 
 async def signature_check(request: Request, *, public_key_of: Callable[[str], str | None],
                           use_nonce: Callable[[str, str, float], bool],
-                          max_skew_s: float, recipient: str = SERVER_SENDER,
+                          max_skew_s: float, authorities: Collection[str],
+                          recipient: str = SERVER_SENDER,
                           retired_keys_of: RetiredKeys | None = None) -> SignatureCheck:
     """Read ``request``'s auth headers and body (``check.body``); returns the blocking check
     (``recipient``: this app's own id). The body is read only after its headers passed
@@ -465,7 +473,7 @@ async def signature_check(request: Request, *, public_key_of: Callable[[str], st
     hashed = _check_of(request.scope) is not None  # ``SizeLimit`` hashes the body it passes
     check = await header_check(request, public_key_of=public_key_of, use_nonce=use_nonce,
                                max_skew_s=max_skew_s, recipient=recipient,
-                               retired_keys_of=retired_keys_of)
+                               authorities=authorities, retired_keys_of=retired_keys_of)
     check.body = (await request.body() if hashed
                   else await _read_hashed(request, check.body_sha256))
     return check
@@ -473,10 +481,12 @@ async def signature_check(request: Request, *, public_key_of: Callable[[str], st
 
 async def authenticate(request: Request, *, public_key_of: Callable[[str], str | None],
                        use_nonce: Callable[[str, str, float], bool], max_skew_s: float,
+                       authorities: Collection[str],
                        retired_keys_of: RetiredKeys | None = None) -> str:
     """Verify the signed headers of ``request``; returns the sender. Raises ``AuthError``."""
     check = await signature_check(request, public_key_of=public_key_of, use_nonce=use_nonce,
-                                  max_skew_s=max_skew_s, retired_keys_of=retired_keys_of)
+                                  max_skew_s=max_skew_s, authorities=authorities,
+                                  retired_keys_of=retired_keys_of)
     # Off the event loop: the store lookups may wait behind a large durable write.
     return await run_in_threadpool(check)
 

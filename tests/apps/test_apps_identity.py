@@ -26,6 +26,7 @@ from sdk.wire import (
     public_key_b64,
     sign_headers,
 )
+from sdk.wire._auth import authority_of
 
 from .conftest import running
 
@@ -41,7 +42,8 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
 
 def _signed(c: LocalConsortium, key: Ed25519PrivateKey, sender: str, method: str,
             path: str) -> httpx.Response:
-    headers = sign_headers(key, sender=sender, method=method, path=path, body=b"")
+    headers = sign_headers(key, sender=sender, method=method, path=path, body=b"",
+                           authority=authority_of(c.server_url))
     return httpx.request(method, c.server_url + path, headers=headers, verify=c.verify,
                          timeout=10)
 

@@ -30,6 +30,7 @@ from fedmor_local import free_port
 from sdk.curves import moving_average
 from sdk.membership import add_to_roster
 from sdk.wire import generate_key, public_key_b64, sign_headers
+from sdk.wire._auth import authority_of
 from server_app import ServerSettings
 from server_app._app import create_app
 from tests._checkout import checkout_env
@@ -55,7 +56,7 @@ class Caller:
         body = raw if raw is not None else b"" if payload is None else json.dumps(
             payload).encode()
         headers = sign_headers(self.key, sender=self.client_id, method=method, path=path,
-                               body=body)
+                               body=body, authority=authority_of(str(self.http.base_url)))
         headers["content-type"] = "application/octet-stream" if raw is not None \
             else "application/json"
         return self.http.request(method, path, content=body, headers=headers)

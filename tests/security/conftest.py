@@ -30,6 +30,7 @@ from sdk.wire import (
     public_key_b64,
     sign_headers,
 )
+from sdk.wire._auth import authority_of
 from server_app import RewardBroker, Store
 from tests.apps.conftest import server  # noqa: F401  (an in-process server, two members)
 
@@ -96,7 +97,7 @@ def server_signed_post(c: LocalConsortium, url: str, path: str, payload: object,
     body = json.dumps(payload).encode()
     key = load_private_key(Path(c.server_cfg["identity_key"]))
     headers = sign_headers(key, sender=SERVER_SENDER, method="POST", path=path, body=body,
-                           **sign)
+                           **{"authority": authority_of(url), **sign})
     return httpx.post(url + path, content=body, verify=c.verify, timeout=30,
                       headers=headers | {"content-type": "application/json"})
 
