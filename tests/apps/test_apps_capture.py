@@ -197,7 +197,7 @@ def test_the_auditor_reads_captures_and_queries_within_its_budget_only(
     pairs = tmp_path / "data" / "clients" / "detail"
     out = tmp_path / "live"
     cfg = consortium.identity_cfg[AUDITOR]
-    assert _audit(["live", "--server", consortium.server_url, "--key-file", cfg["identity_key"],
+    assert _audit(["live", "--server", consortium.server_url, "--insecure-http", "--key-file", cfg["identity_key"],
                    "--sender", auditor.client_id, "--member", "site-1",
                    "--truth-pairs", str(pairs), "--max-pairs", "8", "--out", str(out)]) == 0
     report = AuditReport.model_validate(json.loads((out / "report.json").read_text()))

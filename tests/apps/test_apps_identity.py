@@ -176,7 +176,8 @@ def test_the_operator_sees_every_identity(team: LocalConsortium) -> None:
     assert _signed(team, key, ids["site-0"], "POST",
                    "/v1/members/site-1/revoke").status_code == 403
     listed = subprocess.run(
-        [sys.executable, "-m", "sdk.cli", "roster", "list", "--server", team.server_url],
+        [sys.executable, "-m", "sdk.cli", "roster", "list", "--server", team.server_url,
+         "--insecure-http"],
         capture_output=True, text=True, cwd=_REPO, timeout=120,
         env={**os.environ, "FEDMOR_ADMIN_TOKEN": ADMIN_TOKEN})
     assert listed.returncode == 0, listed.stderr
@@ -195,7 +196,7 @@ def test_the_operator_sees_every_identity(team: LocalConsortium) -> None:
             load_private_key(Path(ops["identity_key"])))})
     assert enrolled.status_code == 200, enrolled.text
     signed = subprocess.run(
-        [sys.executable, "-m", "sdk.cli", "roster", "list", "--server", team.server_url,
+        [sys.executable, "-m", "sdk.cli", "roster", "list", "--server", team.server_url, "--insecure-http",
          "--key-file", ops["identity_key"], "--sender", enrolled.json()["client_id"]],
         capture_output=True, text=True, cwd=_REPO, timeout=120,
         env={k: v for k, v in os.environ.items() if k != "FEDMOR_ADMIN_TOKEN"})

@@ -154,7 +154,7 @@ def _console_link(live: Live, name: str) -> subprocess.CompletedProcess[str]:
     """``fedmor console --json`` as identity ``name``."""
     caller = live.who[name]
     return subprocess.run(
-        [sys.executable, "-m", "sdk.cli", "console", "--server", live.url, "--key-file",
+        [sys.executable, "-m", "sdk.cli", "console", "--server", live.url, "--insecure-http", "--key-file",
          str(caller.key_file), "--sender", caller.client_id, "--json"],
         capture_output=True, text=True, timeout=300, env=checkout_env())
 
@@ -293,7 +293,7 @@ def test_fedmor_console_prints_a_link_that_opens_one_session(live: Live) -> None
     """(Without a browser: runs where Chromium is missing too.)"""
     caller = live.who["ops"]
     made = subprocess.run(
-        [sys.executable, "-m", "sdk.cli", "console", "--server", live.url + "/", "--key-file",
+        [sys.executable, "-m", "sdk.cli", "console", "--server", live.url + "/", "--insecure-http", "--key-file",
          str(caller.key_file), "--sender", caller.client_id],
         capture_output=True, text=True, timeout=300, env=checkout_env())
     assert made.returncode == 0, made.stderr
