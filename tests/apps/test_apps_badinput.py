@@ -74,7 +74,7 @@ def test_unknown_sender_is_403_like_a_bad_signature(http: httpx.Client) -> None:
 def test_garbled_auth_headers_are_401(http: httpx.Client) -> None:
     headers = {"x-fedmor-sender": "x", "x-fedmor-timestamp": "soon", "x-fedmor-nonce": "abc",
                "x-fedmor-signature": "!!", "x-fedmor-recipient": "server",
-               "x-fedmor-content-sha256": "0" * 64}
+               "x-fedmor-content-sha256": "0" * 64, "x-fedmor-authority": "x:1"}
     _detail(http.get("/v1/rounds", headers=headers), 401, "not an integer")
 
 
