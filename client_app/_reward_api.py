@@ -52,6 +52,11 @@ class RewardCallers:
         self._cfg, self._store = cfg, store
         self._server_key: str | None = cfg.server_public_key or None
         self._own: str | None = None
+        # The host:port forms this app is reached at (its announced reward URL among them):
+        # a query signed for another is refused.
+        self.authorities = cfg.signed_authorities(
+            host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert,
+            also=[cfg.public_url] if cfg.public_url else [])
 
     def key_of(self, sender: str) -> str | None:
         if sender != SERVER_SENDER:
@@ -99,7 +104,8 @@ def reward_router(cfg: ClientSettings, service: RewardService, ids: RewardCaller
         started = time.perf_counter()
         check = await signature_check(request, public_key_of=ids.key_of,
                                       use_nonce=ids.use_nonce,
-                                      max_skew_s=cfg.max_clock_skew_s, recipient=ids.own_id())
+                                      max_skew_s=cfg.max_clock_skew_s, recipient=ids.own_id(),
+                                      authorities=ids.authorities)
         out, scored_s = await run_in_threadpool(_timed, check, check.body, service)
         if isinstance(out, MissingImages):
             return JSONResponse(out.model_dump(), status_code=409)

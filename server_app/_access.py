@@ -50,6 +50,9 @@ class Access:
 
     def __init__(self, store: Store, cfg: ServerSettings) -> None:
         self.store, self.cfg = store, cfg
+        # The host:port forms this server is reached at: a signature naming another is refused.
+        self.authorities = cfg.signed_authorities(host=cfg.host, port=cfg.port,
+                                                  tls_cert=cfg.tls_cert)
         self._rows: dict[str, tuple[str, str]] = {}  # caller id -> (public key, role)
         self._seen: dict[str, float] = {}  # caller id -> time of its last signed request
         # The key a revoked identity last had (set by server_app._identity): its signed
@@ -107,7 +110,8 @@ class Access:
 
     def _kw(self) -> dict[str, Any]:
         return {"public_key_of": self.key_of, "use_nonce": self.use_nonce,
-                "max_skew_s": self.cfg.max_clock_skew_s, "retired_keys_of": self.retired_keys_of}
+                "max_skew_s": self.cfg.max_clock_skew_s, "retired_keys_of": self.retired_keys_of,
+                "authorities": self.authorities}
 
     async def identity(self, request: Request) -> Identity:
         """A signed caller and its role."""

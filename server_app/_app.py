@@ -109,7 +109,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     verify = tls_verify(cfg.tls_ca)
     broker = RewardBroker(store, key, timeout_s=cfg.reward_timeout_s, poll_s=cfg.reward_poll_s,
                           verify=verify, per_member=cfg.reward_concurrency_per_member,
-                          on_queue=work.bump,
+                          on_queue=work.bump, allow_private=cfg.allow_private_reward_urls,
                           on_scored=None if capture is None else capture.reward_query)
     access = Access(store, cfg)
     identities = Identities(store, access, rounds, cfg.roster_file, broker)
@@ -129,7 +129,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                        control_limit=cfg.max_control_bytes,
                        body_timeout_s=cfg.connections.body_timeout_s, auth=HeaderAuth(
         public_key_of=access.key_of, cached_key_of=access.cached_key_of,
-        max_skew_s=cfg.max_clock_skew_s,
+        max_skew_s=cfg.max_clock_skew_s, authorities=access.authorities,
         retired_keys_of=lambda sender: access.retired_keys_of(sender), bearer=access.bearer,
         bearer_identity=ADMIN, limiter=limits,
         anonymous_paths=HeaderAuth.PROBES | {"/v1/enroll", CONSOLE_PATH},

@@ -44,7 +44,7 @@ def _status(args: argparse.Namespace) -> int:
 
     if args.server is not None and args.profile is None:  # no identity needed to ask
         conn = Connection(server=args.server, ca=args.ca, client_cert=args.client_cert,
-                          client_key=args.client_key)
+                          client_key=args.client_key, insecure_http=args.insecure_http)
     else:
         conn = connection_from_args(args)
     health = wait_for_server(conn, args.wait)

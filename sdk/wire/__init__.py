@@ -38,6 +38,7 @@ from sdk.wire._auth import (
 )
 from sdk.wire._client import AsyncSignedClient, RequestRefused, SignedAuth, SignedClient
 from sdk.wire._console import ConsoleLink
+from sdk.wire._dial import check_reward_url
 from sdk.wire._http import (
     ERROR_RESPONSES,
     ConflictError,
@@ -46,7 +47,6 @@ from sdk.wire._http import (
     SignatureCheck,
     SizeLimit,
     authenticate,
-    check_reward_url,
     docs_ui,
     install_errors,
     signature_check,

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import ipaddress
 import json
 import logging
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -37,8 +36,7 @@ from sdk.wire._payload import PayloadError, StagePayload
 from sdk.wire._schemas import StageSubmit
 
 __all__ = ["ERROR_RESPONSES", "ConflictError", "HeaderAuth", "NotFoundError", "SignatureCheck", "SizeLimit",
-           "authenticate",
-           "check_reward_url", "docs_ui", "header_check", "install_errors", "signature_check",
+           "authenticate", "docs_ui", "header_check", "install_errors", "signature_check",
            "stage_payload", "upload_body"]
 
 
@@ -50,36 +48,6 @@ def docs_ui(enabled: bool) -> dict[str, Any]:
     """FastAPI's interactive docs pages (``/docs``, ``/redoc``): off unless ``enabled``, since
     they load JavaScript from a CDN; ``/openapi.json`` is always served."""
     return {} if enabled else {"docs_url": None, "redoc_url": None}
-
-
-def check_reward_url(url: str, *, allow_http: bool, allow_private: bool = False) -> None:
-    """Refuse (``PayloadError``) a member's push URL that is not ``https://host[:port][/path]``
-    (``http://`` only with ``allow_http``): the server sends signed queries and images to it.
-    Unless ``allow_private``, a host that is ``localhost`` or an address in a loopback,
-    link-local (cloud metadata), private, shared, reserved or multicast range is refused too:
-    a member must not point the server at its own network. (A DNS name is not resolved here.)"""
-    parts = urllib.parse.urlsplit(url)
-    schemes = ("https", "http") if allow_http else ("https",)
-    if parts.scheme not in schemes or not parts.hostname or parts.username or parts.password \
-            or parts.query or parts.fragment:
-        raise PayloadError(f"reward_url must be an {' or '.join(schemes)} URL with a host and "
-                           "no credentials, query or fragment")
-    if not allow_private and _internal_host(parts.hostname):
-        raise PayloadError(f"reward_url host {parts.hostname!r} is a loopback, link-local, "
-                           "private or reserved address (allow_private_reward_urls permits it)")
-
-
-def _internal_host(host: str) -> bool:
-    name = host.rstrip(".").lower()
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(name)
-    except ValueError:
-        return False  # a DNS name
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return not address.is_global or address.is_multicast
 
 
 class NotFoundError(LookupError):
@@ -136,12 +104,14 @@ class BodyNotSigned(HTTPException):
 @dataclass(frozen=True)
 class HeaderAuth:
     """How an app authenticates a request from its headers alone (``SizeLimit``):
-    ``public_key_of`` a sender (None: unknown), this app's own id (``recipient``), the keys an
+    ``public_key_of`` a sender (None: unknown), this app's own id (``recipient``), the
+    ``host:port`` forms it is reached at (``authorities``: a signature names one), the keys an
     identity rotated away from, an admin bearer check (raises ``AuthError``; None: the app
     takes no bearer token), and the paths an anonymous caller may reach (enrollment, probes)."""
 
     public_key_of: Callable[[str], str | None]
     max_skew_s: float
+    authorities: frozenset[str]
     recipient: Callable[[], str] = lambda: SERVER_SENDER
     retired_keys_of: RetiredKeys | None = None
     bearer: Callable[[str], None] | None = None
@@ -208,7 +178,7 @@ class SizeLimit:
         thread (a store read), as is any failed check (its message may read the store)."""
         kw: dict[str, Any] = {"method": scope["method"], "path": signed_target(scope),
                               "use_nonce": _no_nonce, "max_skew_s": auth.max_skew_s,
-                              "recipient": auth.recipient()}
+                              "recipient": auth.recipient(), "authorities": auth.authorities}
         key = None if auth.cached_key_of is None else auth.cached_key_of(signed.sender)
         if key is not None:
             check = SignatureCheck(signed, public_key_of=lambda sender: key, **kw)
@@ -389,9 +359,11 @@ class SignatureCheck:
     def __init__(self, signed: SignedRequest, *, method: str, path: str,
                  public_key_of: Callable[[str], str | None],
                  use_nonce: Callable[[str, str, float], bool], max_skew_s: float,
-                 recipient: str, retired_keys_of: RetiredKeys | None = None) -> None:
+                 recipient: str, authorities: Collection[str],
+                 retired_keys_of: RetiredKeys | None = None) -> None:
         self._signed, self._method, self._path = signed, method, path
         self._recipient, self._retired_keys_of = recipient, retired_keys_of
+        self._authorities = authorities
         self._public_key_of, self._use_nonce, self._max_skew_s = (public_key_of, use_nonce,
                                                                   max_skew_s)
         self.body = b""  # set by ``signature_check`` once read
@@ -399,7 +371,8 @@ class SignatureCheck:
         self._verified = False
 
     def verify(self) -> None:
-        """Check the sender's key, the recipient, the signature and the clock (no body read)."""
+        """Check the sender's key, the recipient, the authority, the signature and the clock
+        (no body read)."""
         if self._verified:
             return
         signed = self._signed
@@ -410,7 +383,8 @@ class SignatureCheck:
         try:
             verify_signed(signed, parse_public_key(key_text), method=self._method,
                           path=self._path, body=b"", max_skew_s=self._max_skew_s,
-                          body_sha256=self.body_sha256, recipient=self._recipient)
+                          body_sha256=self.body_sha256, recipient=self._recipient,
+                          authorities=self._authorities)
         except AuthError as exc:
             if str(exc) == BAD_SIGNATURE and self._signed_by_retired_key():
                 # Only the old key's holder can get here: telling it so leaks nothing.
@@ -465,7 +439,8 @@ def _check_of(scope: Scope) -> SignatureCheck | None:
 
 async def header_check(request: Request, *, public_key_of: Callable[[str], str | None],
                        use_nonce: Callable[[str, str, float], bool],
-                       max_skew_s: float, recipient: str = SERVER_SENDER,
+                       max_skew_s: float, authorities: Collection[str],
+                       recipient: str = SERVER_SENDER,
                        retired_keys_of: RetiredKeys | None = None) -> SignatureCheck:
     """``request``'s signed headers, verified once per request: the check ``SizeLimit``
     made (its app gives it a ``HeaderAuth``), else one made here and kept in the request's
@@ -477,7 +452,7 @@ async def header_check(request: Request, *, public_key_of: Callable[[str], str |
                                method=request.method, path=signed_target(request.scope),
                                public_key_of=public_key_of, use_nonce=use_nonce,
                                max_skew_s=max_skew_s, recipient=recipient,
-                               retired_keys_of=retired_keys_of)
+                               authorities=authorities, retired_keys_of=retired_keys_of)
         await run_in_threadpool(check.verify)
         request.scope[_CHECK] = check
     check.bind_nonces(use_nonce)
@@ -486,7 +461,8 @@ async def header_check(request: Request, *, public_key_of: Callable[[str], str |
 
 async def signature_check(request: Request, *, public_key_of: Callable[[str], str | None],
                           use_nonce: Callable[[str, str, float], bool],
-                          max_skew_s: float, recipient: str = SERVER_SENDER,
+                          max_skew_s: float, authorities: Collection[str],
+                          recipient: str = SERVER_SENDER,
                           retired_keys_of: RetiredKeys | None = None) -> SignatureCheck:
     """Read ``request``'s auth headers and body (``check.body``); returns the blocking check
     (``recipient``: this app's own id). The body is read only after its headers passed
@@ -497,7 +473,7 @@ async def signature_check(request: Request, *, public_key_of: Callable[[str], st
     hashed = _check_of(request.scope) is not None  # ``SizeLimit`` hashes the body it passes
     check = await header_check(request, public_key_of=public_key_of, use_nonce=use_nonce,
                                max_skew_s=max_skew_s, recipient=recipient,
-                               retired_keys_of=retired_keys_of)
+                               authorities=authorities, retired_keys_of=retired_keys_of)
     check.body = (await request.body() if hashed
                   else await _read_hashed(request, check.body_sha256))
     return check
@@ -505,10 +481,12 @@ async def signature_check(request: Request, *, public_key_of: Callable[[str], st
 
 async def authenticate(request: Request, *, public_key_of: Callable[[str], str | None],
                        use_nonce: Callable[[str, str, float], bool], max_skew_s: float,
+                       authorities: Collection[str],
                        retired_keys_of: RetiredKeys | None = None) -> str:
     """Verify the signed headers of ``request``; returns the sender. Raises ``AuthError``."""
     check = await signature_check(request, public_key_of=public_key_of, use_nonce=use_nonce,
-                                  max_skew_s=max_skew_s, retired_keys_of=retired_keys_of)
+                                  max_skew_s=max_skew_s, authorities=authorities,
+                                  retired_keys_of=retired_keys_of)
     # Off the event loop: the store lookups may wait behind a large durable write.
     return await run_in_threadpool(check)
 

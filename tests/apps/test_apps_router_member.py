@@ -131,7 +131,7 @@ def test_the_operator_command_starts_a_new_lineage(consortium: LocalConsortium,
     settings = data / "server-next.json"
     settings.write_text(json.dumps({"router": swapped.model_dump(mode="json")}))
     argv = [sys.executable, "-m", "sdk.cli", "router", "lineage", "--config", str(settings),
-            "--server", consortium.server_url, "--key-file", ops["identity_key"],
+            "--server", consortium.server_url, "--insecure-http", "--key-file", ops["identity_key"],
             "--sender", sender]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -28,6 +28,7 @@ from client_app import ClientSettings, HashScorer
 from client_app._app import create_client_app
 from fedmor_local import LocalConsortium
 from sdk.wire import generate_key, load_private_key, sign_headers
+from sdk.wire._auth import authority_of
 from tests.apps.conftest import Member
 from tests.security.conftest import PUSH, client_id
 
@@ -50,7 +51,8 @@ def _routes(app: FastAPI) -> list[tuple[str, str]]:
 
 def _apps(server: tuple[TestClient, list[Member]], tmp: Path) -> list[TestClient]:
     client = TestClient(create_client_app(ClientSettings(
-        db_path=tmp / "c.db", identity_key=tmp / "c.pem"), HashScorer()))
+        db_path=tmp / "c.db", identity_key=tmp / "c.pem", public_urls=["http://testserver"]),
+        HashScorer()))
     return [server[0], client]
 
 
@@ -109,7 +111,8 @@ def test_a_stranger_is_refused_before_its_body_is_read(hostile: LocalConsortium)
     path = "/v1/rounds/1/stages/update"
     body_claimed = b"y" * (1_500_000)
     forged = sign_headers(generate_key(), sender=client_id(hostile, PUSH), method="POST",
-                          path=path, body=body_claimed)
+                          path=path, body=body_claimed,
+                          authority=authority_of(hostile.server_url))
     answer = _announce(hostile, path, forged, len(body_claimed))
     assert answer.startswith(b"HTTP/1.1 403"), answer[:200]
     assert b"unknown sender or bad signature" in answer
@@ -140,7 +143,7 @@ def test_a_body_that_is_not_the_signed_one_is_refused(hostile: LocalConsortium) 
     key = load_private_key(Path(hostile.client_cfg[PUSH]["identity_key"]))
     path = "/v1/rounds?status=open"
     headers = sign_headers(key, sender=client_id(hostile, PUSH), method="GET", path=path,
-                           body=b"")
+                           body=b"", authority=authority_of(hostile.server_url))
     swapped = httpx.request("GET", hostile.server_url + path, content=b"other bytes",
                             headers=headers, verify=hostile.verify, timeout=30)
     assert swapped.status_code == 403, swapped.text

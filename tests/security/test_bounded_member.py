@@ -14,6 +14,7 @@ import httpx
 from client_app import ClientSettings, ClientStore, HashScorer
 from client_app._app import create_client_app
 from sdk.wire import SERVER_SENDER, generate_key, public_key_b64, sign_headers
+from sdk.wire._auth import authority_of
 
 MEMBER = "c-bounded"
 
@@ -32,7 +33,8 @@ def test_one_caller_is_capped_at_the_member_app(tmp_path: Path) -> None:
     app = create_client_app(ClientSettings(
         db_path=tmp_path / "c.db", identity_key=tmp_path / "c.pem",
         server_public_key=public_key_b64(server_key),
-        limits={"per_identity": 2, "long_polls_per_identity": 1}), HashScorer())
+        limits={"per_identity": 2, "long_polls_per_identity": 1},
+        public_urls=["http://member"]), HashScorer())
     body = b'{"items": []}'
     release = asyncio.Event()
 
@@ -43,7 +45,8 @@ def test_one_caller_is_capped_at_the_member_app(tmp_path: Path) -> None:
 
     def signed(path: str = "/v1/reward") -> dict[str, str]:
         return sign_headers(server_key, sender=SERVER_SENDER, method="POST", path=path,
-                            body=body, recipient=MEMBER) | {"content-type": "application/json"}
+                            body=body, recipient=MEMBER,
+                            authority=authority_of("http://member")) | {"content-type": "application/json"}
 
     async def scenario() -> None:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),

@@ -15,6 +15,7 @@ from client_app import ClientSettings, HashScorer
 from client_app._app import create_client_app
 from sdk.membership import add_to_roster
 from sdk.wire import ConflictError, generate_key, public_key_b64, sign_headers
+from sdk.wire._auth import authority_of
 from tests.apps.conftest import Member
 from tests.security.conftest import enroll_new
 
@@ -66,7 +67,8 @@ def test_unknown_sender_and_bad_signature_look_the_same(
     for sender in (a.client_id, "c-nobody"):
         for now in (None, 0.0):  # a stale timestamp must not tell the two apart either
             headers = sign_headers(generate_key(), sender=sender, method="GET",
-                                   path="/v1/rounds", body=b"", now=now)
+                                   path="/v1/rounds", body=b"", now=now,
+                                   authority=authority_of(str(tc.base_url)))
             r = tc.get("/v1/rounds", headers=headers)
             answers.append((r.status_code, r.json()["detail"]))
     assert set(answers) == {(403, "unknown sender or bad signature")}
