@@ -75,6 +75,12 @@ def _status(args: argparse.Namespace) -> int:
 
     cfg = load_settings(ClientSettings, args.config)
     client_id, rounds = read_rounds(cfg.db_path)
+    if args.id:
+        if client_id is None:
+            raise ValueError(f"{cfg.name} is not enrolled yet: start the client app with its "
+                             f"enrollment token first")
+        print(client_id)
+        return 0
     if args.json:
         print(json.dumps({"name": cfg.name, "client_id": client_id, "rounds": rounds}))
         return 0
@@ -127,5 +133,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                "its update used and its local router loss before and after")
     status.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
     status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument("--id", action="store_true", help="print only this member's client "
+                        "id (the --sender of `fedmor router pull`)")
     status.set_defaults(handler=_status)
     add_backup_command(groups, settings=_settings, app="client")

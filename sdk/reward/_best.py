@@ -69,8 +69,9 @@ def write_curve(out_dir: Path, history: Sequence[dict[str, float]], *,
         writer.writerow(["step", "loss", "lr", "eval_accuracy"])
         for h in history:
             accuracy = h.get("eval_accuracy")
-            writer.writerow([int(h["step"]), f"{h['loss']:.6g}", f"{h['lr']:.6g}",
-                             "" if accuracy is None else f"{accuracy:.6g}"])
+            # repr: the shortest text that reads back as the same float
+            writer.writerow([int(h["step"]), repr(float(h["loss"])), repr(float(h["lr"])),
+                             "" if accuracy is None else repr(float(accuracy))])
     return [table, _plot(out_dir / CURVE_PNG, history, best_step)]
 
 
