@@ -181,7 +181,8 @@ class ClientStore(SQLiteFile):
                   created_at: float | None = None) -> None:
         """Record this client's progress in a round (``created_at``: the server's, kept once
         given)."""
-        self._exec("INSERT INTO rounds VALUES (?,?,?,?) ON CONFLICT(round_id) DO UPDATE SET "
+        self._exec("INSERT INTO rounds(round_id, status, detail, created_at) VALUES (?,?,?,?) "
+                   "ON CONFLICT(round_id) DO UPDATE SET "
                    "status=excluded.status, detail=excluded.detail, "
                    "created_at=COALESCE(excluded.created_at, created_at)",
                    (round_id, status, detail, created_at))
