@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedmor_local import free_port
 from sdk.cli import main
 from sdk.data import SynthConfig, load_pairs, synthesize
 from sdk.membership import add_to_roster
@@ -44,14 +45,15 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]
                                   public_key=public_key_b64(key if name == "st-mary"
                                                             else generate_key()))
               for name in HEADS}
+    port = free_port()  # the settings name it: requests are signed for the server they reach
     cfg = ServerSettings(db_path=work / "s.db", identity_key=work / "id.pem",
                          roster_file=work / "roster.json", admin_token="adm",  # type: ignore[arg-type]
-                         router=CONFIG)
+                         router=CONFIG, port=port)
     router = Router(CONFIG.router, HEADS, HashingEncoder(CONFIG.encoder).encoder_id)
     with torch.no_grad():
         router.head.bias.copy_(torch.tensor([20.0, -20.0]))  # every response: st-mary
     params = router.get_flat_params()
-    with served(create_app(cfg)) as url:
+    with served(create_app(cfg), port) as url:
         enrolled = httpx.post(f"{url}/v1/enroll", json={
             "name": "st-mary", "token": tokens["st-mary"], "public_key": public_key_b64(key)})
         assert enrolled.status_code == 200, enrolled.text
