@@ -13,7 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from sdk.wire import ClipBoundAck, ClipBoundAnnouncement, PayloadError
+from sdk.wire import ClipBoundAck, ClipBoundAnnouncement, PayloadError, for_roles
 from server_app._access import Access
 from server_app._broker import RewardBroker
 from server_app._settings import ServerSettings
@@ -37,8 +37,9 @@ def clip_bound_router(store: Store, broker: RewardBroker, access: Access,
     """The endpoint over ``store``; ``broker`` re-reads the caller's row at its next query."""
     router = APIRouter(prefix="/v1", tags=["identity"])
 
-    @router.post("/identity/clip-bound", response_model=ClipBoundAck)
-    def announce(caller: Annotated[str, Depends(access.member)],
+    @router.post("/identity/clip-bound", response_model=ClipBoundAck,
+                 openapi_extra=for_roles("member"))
+    def announce(caller: Annotated[str, Depends(access.caller_id)],
                  body: ClipBoundAnnouncement) -> ClipBoundAck:
         """Set the caller's own clip bound (members): every score it answers from now on
         must lie in [-clip_bound, clip_bound]. A bound above the server's ``max_clip_bound``

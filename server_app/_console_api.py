@@ -19,7 +19,7 @@ from fastapi import APIRouter, Cookie, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from sdk.wire import AuthError, ConsoleLink, NotFoundError
+from sdk.wire import ConsoleLink, NotFoundError, for_roles
 from server_app._access import Access
 from server_app._console_auth import COOKIE, ConsoleLogins, LoginRefused
 from server_app._console_page import ASSETS, ConsoleSources, ConsoleView, message_page, render
@@ -47,15 +47,9 @@ def console_router(logins: ConsoleLogins, sources: ConsoleSources, access: Acces
     """The console's endpoints over ``logins`` (its tokens) and ``sources`` (what it shows)."""
     router = APIRouter(tags=["console"])
 
-    async def operator(request: Request) -> str:
-        if request.headers.get("authorization"):
-            raise AuthError("console links are minted by a signed operator identity, not the "
-                            "admin bearer token", status=403)
-        return Access.require(await access.identity(request), ("operator",),
-                              "console login links")
-
-    @router.post("/v1/console/links", response_model=ConsoleLink)
-    def mint(who: Annotated[str, Depends(operator)]) -> ConsoleLink:
+    @router.post("/v1/console/links", response_model=ConsoleLink,
+                 openapi_extra=for_roles("operator"))  # a signed operator: not the admin token
+    def mint(who: Annotated[str, Depends(access.caller_id)]) -> ConsoleLink:
         """A single-use login link to the operator console, valid ``console.link_ttl_s``
         (signed ``operator`` identities only)."""
         return logins.mint(who)
@@ -99,7 +93,8 @@ def _disabled_router() -> APIRouter:
     """With ``console.enabled`` false: the link endpoint answers 404 (and no page exists)."""
     router = APIRouter(tags=["console"])
 
-    @router.post("/v1/console/links", response_model=ConsoleLink)
+    @router.post("/v1/console/links", response_model=ConsoleLink,
+                 openapi_extra=for_roles("operator"))
     def mint() -> ConsoleLink:
         """Disabled on this server (``console.enabled``)."""
         raise NotFoundError("the operator console is disabled on this server (console.enabled)")

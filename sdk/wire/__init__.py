@@ -48,10 +48,10 @@ from sdk.wire._http import (
     authenticate,
     check_reward_url,
     docs_ui,
+    for_roles,
     install_errors,
     signature_check,
     stage_payload,
-    upload_body,
 )
 from sdk.wire._identity import (
     ROLES,
@@ -187,6 +187,7 @@ __all__ = [
     "decode_vector",
     "docs_ui",
     "endorsement_message",
+    "for_roles",
     "generate_key",
     "image_bytes",
     "install_errors",
@@ -205,5 +206,4 @@ __all__ = [
     "signature_checks",
     "stage_payload",
     "tls_verify",
-    "upload_body",
 ]
