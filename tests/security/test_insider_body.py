@@ -10,14 +10,18 @@ import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 from fastapi import FastAPI
 
 from client_app import ClientSettings, HashScorer
 from client_app._app import create_client_app
-from sdk.wire import sign_headers
+from fedmor_local import LocalConsortium
+from fedmor_local._insider import InsiderPost, insider_bodies, rss_mb
+from sdk.wire import load_or_create_key, public_key_b64, sign_headers
 from tests.apps.conftest import Member, enrolled_team
 
 ROLES = {"m0": "member", "ops": "operator", "job": "aligner", "audit": "auditor"}
+INSIDER_RSS_BOUND_MB = 64  # the stated bound (docs/threat-model.md): less than one body
 BIG = 63 * 2**20  # the declared body: more than any limit a refused caller could be given
 # Reachable without a role: probes, enrollment, the console pages (their own session cookie).
 ANONYMOUS = re.compile(r"^(/v1/health|/v1/ready|/metrics|/openapi\.json|/v1/enroll|/console.*)$")
@@ -112,3 +116,32 @@ def test_an_allowed_role_gets_its_routes_limit(tmp_path: Path) -> None:
 
 def _signed(member: Member, method: str, path: str, body: bytes = b"{}") -> dict[str, str]:
     return sign_headers(member.key, sender=member.client_id, method=method, path=path, body=body)
+
+
+def test_insiders_large_bodies_cost_the_server_nothing(tmp_path: Path) -> None:
+    """Eight correctly signed 48 MiB bodies at once, from an enrolled member to operator,
+    aligner and auditor routes and from an aligner to a stage route: each is refused 403 and
+    the real server's resident memory grows by less than one body."""
+    limit = 64 * 2**20
+    with LocalConsortium(tmp_path, 1, identities={"job": "aligner"},
+                         server={"max_request_bytes": limit}) as c:
+        c.start_server()
+        member = _enroll(c, c.client_cfg["site-0"])
+        aligner = _enroll(c, c.identity_cfg["job"])
+        posts = [InsiderPost(*member, "/v1/router"), InsiderPost(*member, "/v1/rewards"),
+                 InsiderPost(*member, "/v1/audit/members/site-0/reward"),
+                 InsiderPost(*aligner, "/v1/rounds/1/stages/update")] * 2
+        pid = c.procs["server"].pid
+        before = rss_mb(pid)
+        statuses = insider_bodies(c.server_url, c.verify, posts, 48 * 2**20)
+        grown = rss_mb(pid) - before
+        assert statuses == [403] * len(posts)
+        assert grown < INSIDER_RSS_BOUND_MB, f"server RSS grew {grown:.0f} MiB"
+
+
+def _enroll(c: LocalConsortium, cfg: dict[str, Any]) -> tuple[Any, str]:
+    key = load_or_create_key(Path(cfg["identity_key"]))
+    resp = httpx.post(f"{c.server_url}/v1/enroll", verify=c.verify, timeout=60, json={
+        "name": cfg["name"], "token": cfg["enrollment_token"], "public_key": public_key_b64(key)})
+    assert resp.status_code == 200, resp.text
+    return key, str(resp.json()["client_id"])
