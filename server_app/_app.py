@@ -150,7 +150,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(router_versions_router(store, access, rounds.lineages))
     install_work_routes(app, store, rounds, work, access, limits, broker.answered)
     install_console(app, ConsoleSources(store, identities, rounds, app.state.rewards, capture),
-                    access, cfg.console)
+                    access, cfg.console, tls=cfg.tls_cert is not None)
     return app
 
 

@@ -43,8 +43,10 @@ def _page(body: str, status: int = 200) -> HTMLResponse:
 
 
 def console_router(logins: ConsoleLogins, sources: ConsoleSources, access: Access,
-                   refresh_s: int) -> APIRouter:
-    """The console's endpoints over ``logins`` (its tokens) and ``sources`` (what it shows)."""
+                   refresh_s: int, *, tls: bool = False) -> APIRouter:
+    """The console's endpoints over ``logins`` (its tokens) and ``sources`` (what it shows);
+    with ``tls`` (the server serves HTTPS) the session cookie is ``Secure`` whatever scheme a
+    request names."""
     router = APIRouter(tags=["console"])
 
     @router.post("/v1/console/links", response_model=ConsoleLink,
@@ -63,7 +65,7 @@ def console_router(logins: ConsoleLogins, sources: ConsoleSources, access: Acces
         response = RedirectResponse(CONSOLE_PATH, status_code=303, headers=SECURITY_HEADERS)
         response.set_cookie(COOKIE, session, max_age=int(logins.cfg.session_s), path=CONSOLE_PATH,
                             httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https")
+                            secure=tls or request.url.scheme == "https")
         return response
 
     @router.get(CONSOLE_PATH, response_class=HTMLResponse, include_in_schema=False)
@@ -76,7 +78,13 @@ def console_router(logins: ConsoleLogins, sources: ConsoleSources, access: Acces
         return _page(render(view, refresh_s=refresh_s, session_expires=found[1]))
 
     @router.post(CONSOLE_PATH + "/logout", response_class=HTMLResponse, include_in_schema=False)
-    def logout(session: Annotated[str | None, Cookie(alias=COOKIE)] = None) -> Response:
+    def logout(request: Request,
+               session: Annotated[str | None, Cookie(alias=COOKIE)] = None) -> Response:
+        origin = request.headers.get("origin")
+        own = str(request.base_url).rstrip("/")
+        if origin is not None and origin.rstrip("/") != own:  # another site's form or script
+            return _page(message_page("sign-out refused", f"a sign-out from {origin} is not "
+                                      "this console's own"), 403)
         logins.end(session)
         response = _page(message_page("signed out", "The console session ended."))
         response.delete_cookie(COOKIE, path=CONSOLE_PATH, httponly=True, samesite="strict")
@@ -103,7 +111,7 @@ def _disabled_router() -> APIRouter:
 
 
 def install_console(app: FastAPI, sources: ConsoleSources, access: Access,
-                    cfg: ConsoleSettings) -> ConsoleLogins | None:
+                    cfg: ConsoleSettings, *, tls: bool = False) -> ConsoleLogins | None:
     """The console's routes on ``app`` (``app.state.console``: its logins, whose ``clock``
     tests move), or only a 404 for link requests when ``cfg.enabled`` is false."""
     if not cfg.enabled:
@@ -111,5 +119,5 @@ def install_console(app: FastAPI, sources: ConsoleSources, access: Access,
         return None
     logins = ConsoleLogins(sources.store, access, cfg)
     app.state.console = logins
-    app.include_router(console_router(logins, sources, access, cfg.refresh_s))
+    app.include_router(console_router(logins, sources, access, cfg.refresh_s, tls=tls))
     return logins

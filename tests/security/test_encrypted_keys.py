@@ -66,7 +66,8 @@ def test_the_server_starts_with_its_passphrase_file_and_writes_its_key_encrypted
     config = tmp_path / "server.json"
     config.write_text(json.dumps({"db_path": str(tmp_path / "s.db"), "port": port,
                                   "identity_key": str(tmp_path / "id.pem"),
-                                  "identity_key_passphrase_file": str(secret)}))
+                                  "identity_key_passphrase_file": str(secret),
+                                  "allow_plain_http": True}))
     proc = subprocess.Popen([sys.executable, "-m", "server_app", "--config", str(config)],
                             env=_env(), cwd=_REPO, stderr=subprocess.DEVNULL)
     try:

@@ -52,7 +52,7 @@ def test_the_server_process_exits_with_the_reason(tmp_path: Path) -> None:
     key.chmod(0o640)
     config = tmp_path / "server.json"
     config.write_text(f'{{"db_path": "{tmp_path / "s.db"}", "identity_key": "{key}", '
-                      f'"port": 0}}')
+                      f'"port": 0, "allow_plain_http": true}}')
     proc = subprocess.run([sys.executable, "-m", "server_app", "--config", str(config)],
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(Path.cwd())})
