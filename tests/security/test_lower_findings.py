@@ -9,6 +9,7 @@ import json
 import logging
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from fedmor_local import free_port
 from fedmor_local._local import make_pki
 from sdk.membership import add_to_roster
 from sdk.wire import ConflictError, generate_key, public_key_b64, sign_headers
+from server_app import Store
 from tests._checkout import checkout_env
 from tests.apps.conftest import Member, enrolled_team
 from tests.security.conftest import enroll_new
@@ -252,3 +254,17 @@ def test_console_logout_refuses_a_foreign_origin(tmp_path: Path) -> None:
     own = tc.post("/console/logout", headers={"origin": "http://testserver"})
     assert own.status_code == 200
     assert tc.get("/console").status_code == 401
+
+
+def test_one_members_signed_requests_leave_a_bounded_wal(tmp_path: Path) -> None:
+    """Each signed request commits its nonce (at least one 64 KiB page in the log): after a
+    checkpoint the -wal file is cut back to its limit however many came."""
+    store = Store(tmp_path / "s.db")
+    wal = tmp_path / "s.db-wal"
+    for i in range(400):  # one member's many requests: ~25 MiB of log frames
+        assert store.use_nonce("c-hostile", f"nonce-{i:04d}", time.time(), keep_s=600)
+    grown = wal.stat().st_size
+    store.checkpoints.request()
+    assert store.checkpoints.wait_idle()
+    store.use_nonce("c-hostile", "after", time.time(), keep_s=600)  # resets the log
+    assert grown > 16 * 2**20 >= wal.stat().st_size, (grown, wal.stat().st_size)
