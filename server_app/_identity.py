@@ -254,10 +254,13 @@ class Identities:
             replaced = None if client is None else str(client["client_id"])
             if current is not None:
                 self.revoke(req.name, actor=actor, reason="replaced by the operator")
-            self._write_with_store(roster, lambda: (
-                self.store.upsert_roster(req.name, req.public_key, digest, req.role),
+
+            def write() -> None:
+                self.store.upsert_roster(req.name, req.public_key, digest, req.role)
                 self.store.audit(actor, "roster_entry_added", name=req.name, role=req.role,
-                                 key=key_fingerprint(req.public_key), replaced=replaced)))
+                                 key=key_fingerprint(req.public_key), replaced=replaced)
+
+            self._write_with_store(roster, write)
         _log.info("%s added %s (%s) to the roster%s", actor, req.name, req.role,
                   "" if current is None else ", replacing the old identity")
         return RosterAdded(name=req.name, role=req.role, token=token, replaced=replaced)
