@@ -48,7 +48,6 @@ from sdk.wire._http import (
     authenticate,
     check_reward_url,
     docs_ui,
-    for_roles,
     install_errors,
     signature_check,
     stage_payload,
@@ -70,6 +69,7 @@ from sdk.wire._images import ImageCache, ImageRef, image_bytes
 from sdk.wire._limits import Busy, Limiter, RequestLimits, install_limits
 from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel
 from sdk.wire._payload import PayloadError, StagePayload, decode_vector
+from sdk.wire._roles import for_roles
 from sdk.wire._router_config import ConsortiumRouterConfig
 from sdk.wire._schemas import (
     DEMO_SAMPLES_PARAM,

@@ -7,14 +7,12 @@ import hashlib
 import ipaddress
 import json
 import logging
-import re
 import urllib.parse
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import fastapi.routing
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -22,7 +20,6 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sdk.wire._auth import (
@@ -37,6 +34,7 @@ from sdk.wire._auth import (
 )
 from sdk.wire._limits import Busy, Limiter, send_busy
 from sdk.wire._payload import PayloadError, StagePayload
+from sdk.wire._roles import RouteTable, refused, route_rule, route_table
 from sdk.wire._schemas import StageSubmit
 
 __all__ = [
@@ -49,7 +47,6 @@ __all__ = [
     "authenticate",
     "check_reward_url",
     "docs_ui",
-    "for_roles",
     "header_check",
     "install_errors",
     "signature_check",
@@ -122,76 +119,6 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body exceeds {limit} bytes ({setting})")
 
 
-_BODY_KIND = "x-fedmor-body"  # in a route's openapi_extra: "upload" lifts its body limit
-_ROLES = "x-fedmor-roles"  # in a route's openapi_extra: the roles that may call it
-
-
-def for_roles(*roles: str, upload: bool = False,
-              openapi_extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``openapi_extra`` that declares who may call a route: the roles a signed (or
-    bearer) caller must have, checked by ``SizeLimit`` from the headers before a byte of the
-    body is read, and whether its body may reach the app's ``max_request_bytes`` (``upload``:
-    stage messages, router blobs, image batches) rather than ``max_control_bytes`` (control
-    messages are small JSON). The declaration is the route's one list of roles."""
-    if not roles:
-        raise ValueError("a route declares at least one role")
-    extra = {**(openapi_extra or {}), _ROLES: list(roles)}
-    return {**extra, _BODY_KIND: "upload"} if upload else extra
-
-
-@dataclass(frozen=True)
-class _RouteRule:
-    """What the route a request matched declared: its roles (None: it declared none, so only
-    an anonymous path serves it) and whether it takes uploads."""
-
-    roles: frozenset[str] | None
-    upload: bool
-
-
-def _refused(scope: Scope, roles: frozenset[str], sender: str, role: str, *,
-             bearer: bool) -> AuthError:
-    """The 403 of a caller whose role the route does not declare, naming the roles it does."""
-    allowed = " or ".join(sorted(roles)) or "no"
-    where = f"{scope['method']} {scope['path']}"
-    if bearer:
-        return AuthError(f"{where} is for a signed {allowed} identity (the {allowed} role), "
-                         "not the admin bearer token", status=403)
-    return AuthError(f"{where} is for the {allowed} role; caller {sender!r} has role "
-                     f"{role!r}", status=403)
-
-
-_RouteTable = list[tuple[re.Pattern[str], frozenset[str], _RouteRule]]
-
-
-def _route_table(app: Any) -> _RouteTable:
-    """Each route of ``app`` (with its routers' prefixes) as its path pattern, its methods and
-    its declaration, in the order the app's router tries them."""
-    routes = getattr(getattr(app, "router", None), "routes", [])
-    contexts = (fastapi.routing.iter_route_contexts(routes)
-                if hasattr(fastapi.routing, "iter_route_contexts") else routes)
-    table: _RouteTable = []
-    for route in contexts:
-        path, methods = getattr(route, "path", None), getattr(route, "methods", None)
-        if not isinstance(path, str) or not methods:
-            continue
-        extra = getattr(route, "openapi_extra", None) or {}
-        roles = extra.get(_ROLES)
-        rule = _RouteRule(None if roles is None else frozenset(roles),
-                          extra.get(_BODY_KIND) == "upload")
-        table.append((compile_path(path)[0], frozenset(methods), rule))
-    return table
-
-
-def _route_rule(table: _RouteTable, scope: Scope) -> _RouteRule | None:
-    """The declaration of the route ``scope``'s method and path match (None: no route), found
-    before the body, as the app's router will match it."""
-    path, method = scope["path"], scope["method"]
-    for pattern, methods, rule in table:
-        if method in methods and pattern.match(path):
-            return rule
-    return None
-
-
 class BodyNotSigned(HTTPException):
     """A signed request's body does not hash to the digest its signature covers (HTTP 403; an
     ``HTTPException``, so FastAPI's body parsing passes it on as it is)."""
@@ -261,7 +188,7 @@ class SizeLimit:
         self.control_limit = limit if control_limit is None else min(control_limit, limit)
         self.unsigned_limit = min(unsigned_limit, limit)
         self.auth = auth
-        self._routes: _RouteTable | None = None
+        self._routes: RouteTable | None = None
 
     @staticmethod
     async def _answer(send: Send, status: int, detail: str) -> None:
@@ -320,8 +247,8 @@ class SizeLimit:
                 return self.limit, "max_request_bytes"
             return self.unsigned_limit, "unsigned body limit"
         if self._routes is None:  # the app's routes are all added before its first request
-            self._routes = _route_table(scope.get("app"))
-        rule = _route_rule(self._routes, scope)
+            self._routes = route_table(scope.get("app"))
+        rule = route_rule(self._routes, scope)
         path = scope["path"]
         anonymous = path in auth.anonymous_paths or path.startswith(auth.anonymous_prefixes)
         caller = await self._identify(scope, headers)
@@ -331,7 +258,7 @@ class SizeLimit:
             return self.unsigned_limit, "unsigned body limit"
         sender, role = caller
         if rule is not None and not anonymous and (rule.roles is None or role not in rule.roles):
-            raise _refused(scope, rule.roles or frozenset(), sender, role,
+            raise refused(scope, rule.roles or frozenset(), sender, role,
                            bearer=HEADER_SIGNATURE.encode() not in headers)
         if auth.limiter is not None:
             auth.limiter.admit(scope, sender)
