@@ -21,8 +21,8 @@ from sdk.wire import (
     MissingImages,
     RewardRequest,
     RewardResponse,
+    for_roles,
     signature_check,
-    upload_body,
 )
 
 __all__ = ["RewardCallers", "install_reward_schemas", "reward_router"]
@@ -97,7 +97,8 @@ def reward_router(cfg: ClientSettings, service: RewardService, ids: RewardCaller
     router = APIRouter(tags=["reward"])
 
     @router.post("/v1/reward", response_model=RewardResponse,
-                 openapi_extra=upload_body({"requestBody": _REWARD_BODY}), responses=_REWARD_ERRORS)
+                 openapi_extra=for_roles(
+                     SERVER_SENDER, upload=True, openapi_extra={"requestBody": _REWARD_BODY}), responses=_REWARD_ERRORS)
     async def reward(request: Request) -> Any:
         """Score a batch (a JSON ``RewardRequest``): normalized, clipped floats only; every query
         audited by hash."""

@@ -48,7 +48,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     (work / "server.toml").write_text(
         f'host = "127.0.0.1"\nport = {port}\ndb_path = "{work}/s.db"\n'
         f'identity_key = "{work}/id.pem"\nroster_file = "{work}/roster.json"\n'
-        f"tick_interval_s = 0.2\n")
+        f"tick_interval_s = 0.2\nallow_plain_http = true\n")
     log = (work / "server.log").open("wb")  # a file: a pipe nobody reads would fill up
     proc = subprocess.Popen([sys.executable, "-m", "sdk.cli", "server", "--config",
                              str(work / "server.toml")], env=checkout_env(),
