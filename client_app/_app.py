@@ -183,6 +183,7 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
                        control_limit=cfg.max_control_bytes,
                        body_timeout_s=cfg.connections.body_timeout_s, auth=HeaderAuth(
         public_key_of=ids.key_of, max_skew_s=cfg.max_clock_skew_s, recipient=ids.own_id,
+        authorities=ids.authorities,
         limiter=limits, anonymous_paths=HeaderAuth.PROBES))
     install_client_ops(app, store, limits)
     install_limits(app, limits)  # outside the header check: a refusal costs nothing more

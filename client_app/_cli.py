@@ -1,6 +1,6 @@
 """``fedmor client`` (registered by sdk.cli; it checks its settings first and refuses to start
-on a wrong one), ``fedmor client check``, ``fedmor client policy show`` and ``fedmor client
-rotate-key``."""
+on a wrong one), ``fedmor client check``, ``fedmor client policy show``, ``fedmor client
+status`` and ``fedmor client rotate-key``."""
 
 from __future__ import annotations
 
@@ -104,6 +104,44 @@ def _rotate_key(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    import json
+
+    from client_app._settings import ClientSettings
+    from client_app._store import read_rounds
+    from sdk.serving import load_settings
+
+    cfg = load_settings(ClientSettings, args.config)
+    client_id, rounds = read_rounds(cfg.db_path)
+    if args.id:
+        if client_id is None:
+            raise ValueError(f"{cfg.name} is not enrolled yet: start the client app with its "
+                             f"enrollment token first")
+        print(client_id)
+        return 0
+    if args.json:
+        print(json.dumps({"name": cfg.name, "client_id": client_id, "rounds": rounds}))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    print(f"{cfg.name}: client id {client_id or '- (not enrolled yet)'}, server "
+          f"{cfg.server_url}, {len(rounds)} round(s)")
+    table = Table("ROUND", "STATUS", "PAIRS", "LOSS BEFORE", "LOSS AFTER", "DETAIL", box=None,
+                  header_style="bold", pad_edge=False)
+    for r in rounds:
+        table.add_row(str(r["round_id"]), r["status"], _cell(r["pairs"], "d"),
+                      _cell(r["loss_before"], ".4f"), _cell(r["loss_after"], ".4f"),
+                      (r["detail"] or "")[:120])
+    console = Console()
+    (console if console.is_terminal else Console(width=4096)).print(table)
+    return 0
+
+
+def _cell(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def _settings() -> type[Any]:
     from client_app._settings import ClientSettings
 
@@ -135,4 +173,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                "current one); the old key stops working")
     rotate.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
     rotate.set_defaults(handler=_rotate_key)
+    status = groups.add_parser("status", help="this member's rounds: status, the local pairs "
+                               "its update used and its local router loss before and after")
+    status.add_argument("--config", type=Path, default=None, help="TOML/JSON settings file")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument("--id", action="store_true", help="print only this member's client "
+                        "id (the --sender of `fedmor router pull`)")
+    status.set_defaults(handler=_status)
     add_backup_command(groups, settings=_settings, app="client")

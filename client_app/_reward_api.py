@@ -21,8 +21,8 @@ from sdk.wire import (
     MissingImages,
     RewardRequest,
     RewardResponse,
+    for_roles,
     signature_check,
-    upload_body,
 )
 
 __all__ = ["RewardCallers", "install_reward_schemas", "reward_router"]
@@ -52,6 +52,11 @@ class RewardCallers:
         self._cfg, self._store = cfg, store
         self._server_key: str | None = cfg.server_public_key or None
         self._own: str | None = None
+        # The host:port forms this app is reached at (its announced reward URL among them):
+        # a query signed for another is refused.
+        self.authorities = cfg.signed_authorities(
+            host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert,
+            also=[cfg.public_url] if cfg.public_url else [])
 
     def key_of(self, sender: str) -> str | None:
         if sender != SERVER_SENDER:
@@ -92,14 +97,16 @@ def reward_router(cfg: ClientSettings, service: RewardService, ids: RewardCaller
     router = APIRouter(tags=["reward"])
 
     @router.post("/v1/reward", response_model=RewardResponse,
-                 openapi_extra=upload_body({"requestBody": _REWARD_BODY}), responses=_REWARD_ERRORS)
+                 openapi_extra=for_roles(
+                     SERVER_SENDER, upload=True, openapi_extra={"requestBody": _REWARD_BODY}), responses=_REWARD_ERRORS)
     async def reward(request: Request) -> Any:
         """Score a batch (a JSON ``RewardRequest``): normalized, clipped floats only; every query
         audited by hash."""
         started = time.perf_counter()
         check = await signature_check(request, public_key_of=ids.key_of,
                                       use_nonce=ids.use_nonce,
-                                      max_skew_s=cfg.max_clock_skew_s, recipient=ids.own_id())
+                                      max_skew_s=cfg.max_clock_skew_s, recipient=ids.own_id(),
+                                      authorities=ids.authorities)
         out, scored_s = await run_in_threadpool(_timed, check, check.body, service)
         if isinstance(out, MissingImages):
             return JSONResponse(out.model_dump(), status_code=409)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,10 +21,32 @@ from client_app._policy import PolicyRefused
 from client_app._settings import RouterTrainingSettings
 from sdk.wire import ConsortiumRouterConfig, RoundInfo, RouterConfigInfo
 
-__all__ = ["ConfiguredRouterUpdate", "check_update_name", "router_update"]
+__all__ = ["ConfiguredRouterUpdate", "RoundUpdate", "check_update_name", "router_update",
+           "unpack_update"]
 
 REFUSAL = "router_config"
 """The refusal reason of a round whose router configuration this member cannot confirm."""
+
+
+@dataclass(frozen=True)
+class RoundUpdate:
+    """A member's update for one round and what it tells the member: phi_k (P,) float32, n_k
+    (local pairs used) and the router's mean local loss before and after the local training
+    (None when the update function does not say)."""
+
+    params: np.ndarray
+    samples: int
+    loss_before: float | None = None
+    loss_after: float | None = None
+
+
+def unpack_update(out: tuple[np.ndarray, int] | RoundUpdate) -> RoundUpdate:
+    """What an update function returned, as a :class:`RoundUpdate`: an ``update_source``
+    may return ``(phi_k, n_k)``."""
+    if isinstance(out, RoundUpdate):
+        return out
+    params, samples = out
+    return RoundUpdate(np.asarray(params, dtype=np.float32), int(samples))
 
 
 def router_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
@@ -83,12 +106,16 @@ class ConfiguredRouterUpdate:
                                 f"{info.vector_length}, its {config.describe()}")
         return config
 
-    def __call__(self, name: str, info: RoundInfo,
-                 base: np.ndarray | None) -> tuple[np.ndarray, int]:
-        """(phi_k (P,) float32 trained on this member's pairs, n_k = local pairs used)."""
+    def __call__(self, name: str, info: RoundInfo, base: np.ndarray | None) -> RoundUpdate:
+        """phi_k (P,) float32 trained on this member's pairs, n_k = local pairs used, and the
+        local loss before and after when the update gives them (the built-in one does)."""
         from sdk.router import SiteRound
 
         job = SiteRound(config=self.config_for(info), name=name, info=info, base=base,
                         pairs_dir=self.training.pairs_dir)
-        params, samples = self._update(job)
-        return np.asarray(params, dtype=np.float32), int(samples)
+        out = self._update(job)
+        if isinstance(out, tuple):  # a plug-in's (phi_k, n_k)
+            return unpack_update(out)
+        # the built-in update's LocalRouterUpdate
+        return RoundUpdate(np.asarray(out.params, dtype=np.float32), int(out.num_samples),
+                           out.loss_before, out.loss_after)

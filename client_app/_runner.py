@@ -36,7 +36,7 @@ from client_app._policy import (
     check_update,
 )
 from client_app._roster_copy import RosterCopy
-from client_app._router_update import ConfiguredRouterUpdate
+from client_app._router_update import ConfiguredRouterUpdate, RoundUpdate, unpack_update
 from client_app._scorer import load_object
 from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
@@ -64,8 +64,9 @@ __all__ = ["ClientRunner", "RunnerError", "UpdateFn", "resolve_update_fn"]
 
 _log = logging.getLogger("fedmor.client")
 
-UpdateFn = Callable[[str, RoundInfo, "np.ndarray | None"], tuple[np.ndarray, int]]
-"""``update_source`` signature: ``(name, round, base router or None) -> (update, n_k)``."""
+UpdateFn = Callable[[str, RoundInfo, "np.ndarray | None"], "tuple[np.ndarray, int] | RoundUpdate"]
+"""``update_source`` signature: ``(name, round, base router or None) -> (update, n_k)`` (or a
+``RoundUpdate``, which also gives the local loss before and after)."""
 _RETRYABLE = {408, 425, 429, 500, 502, 503, 504}
 _FINISHED = ("done", "abandoned", "ended", "refused")  # local round statuses with nothing left to do
 
@@ -87,6 +88,16 @@ def resolve_update_fn(settings: ClientSettings) -> UpdateFn:
     if not callable(loaded):
         raise ValueError(f"update_source {name!r} is not callable")
     return loaded  # type: ignore[no-any-return]
+
+
+def _gave(update: dict[str, Any] | None) -> str:
+    """What the member's update was made of, for its round log line."""
+    if update is None:
+        return ""
+    before, after = update["loss_before"], update["loss_after"]
+    losses = "" if before is None or after is None \
+        else f", local router loss {before:.4f} -> {after:.4f}"
+    return f" ({update['pairs']} local pairs{losses})"
 
 
 def _no_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
@@ -260,9 +271,11 @@ class ClientRunner:
         def run() -> None:  # whatever it raises goes to the stage that waits for the update
             try:
                 base = self._base(info)
-                params, samples = self.update_fn(self.settings.name, info, base)
-                check_update(self.settings.policy, samples)
-                out.set_result((as_delta(params, base), samples))
+                update = unpack_update(self.update_fn(self.settings.name, info, base))
+                check_update(self.settings.policy, update.samples)
+                self.store.record_update(info.round_id, update.samples, update.loss_before,
+                                         update.loss_after)
+                out.set_result((as_delta(update.params, base), update.samples))
             except (PolicyRefused, RunnerError) as exc:
                 out.set_exception(exc)
             except Exception as exc:  # any failure of the site's own update: named, reported
@@ -324,7 +337,7 @@ class ClientRunner:
             return self._refuse(round_id, exc)
         except Exception as exc:  # this member's half failed: it leaves and says why
             return self._abandon(round_id, exc)
-        _log.info("round %d: done", round_id)
+        _log.info("round %d: done%s", round_id, _gave(self.store.round_update(round_id)))
         return self._end(round_id, "done")
 
     def _end(self, round_id: int, status: str, detail: str = "") -> str:

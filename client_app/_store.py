@@ -16,7 +16,7 @@ from typing import Any
 from sdk.storage import SQLiteFile
 from sdk.wire import StagePayload, record_nonce
 
-__all__ = ["ClientStore"]
+__all__ = ["ClientStore", "read_rounds"]
 
 _log = logging.getLogger("fedmor.client")
 
@@ -44,6 +44,31 @@ CREATE TABLE IF NOT EXISTS dp_ledger (round_id INTEGER NOT NULL, created_at REAL
 """
 
 
+_UPDATE_COLUMNS = (("pairs", "INTEGER"), ("loss_before", "REAL"), ("loss_after", "REAL"))
+_ROUND_FIELDS = ("round_id", "status", "detail", "created_at", *(c for c, _ in _UPDATE_COLUMNS))
+
+
+def read_rounds(path: Path | str) -> tuple[str | None, list[dict[str, Any]]]:
+    """(this member's client id, its rounds oldest first: status, detail, pairs used, local
+    loss before and after), read from its store without writing to it, so a running client
+    app is not disturbed."""
+    import sqlite3
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no client store at {path} (the db_path setting): the client "
+                                f"app has not run with these settings yet")
+    db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        columns = {r[1] for r in db.execute("PRAGMA table_info(rounds)")}
+        fields = [c for c in _ROUND_FIELDS if c in columns]
+        rows = db.execute(f"SELECT {', '.join(fields)} FROM rounds ORDER BY round_id").fetchall()
+        found = db.execute("SELECT value FROM kv WHERE key='client_id'").fetchone()
+    finally:
+        db.close()
+    return (None if found is None else str(found[0]),
+            [{c: dict(zip(fields, r, strict=True)).get(c) for c in _ROUND_FIELDS} for r in rows])
+
+
 class ClientStore(SQLiteFile):
     """Thread-safe access to the client's SQLite file (WAL)."""
 
@@ -58,6 +83,9 @@ class ClientStore(SQLiteFile):
             if "created_at" not in columns:
                 self._db.execute("ALTER TABLE rounds ADD COLUMN created_at REAL")
         self.add_column("images", "stored_at", "REAL", fill=time.time())  # for retention
+        # What this member gave in each round it computed an update for (fedmor client status).
+        for column, decl in _UPDATE_COLUMNS:
+            self.add_column("rounds", column, decl)
         # A crash between a round's DELETE and its scrub left old frames in the log.
         self.scrub()
 
@@ -153,10 +181,26 @@ class ClientStore(SQLiteFile):
                   created_at: float | None = None) -> None:
         """Record this client's progress in a round (``created_at``: the server's, kept once
         given)."""
-        self._exec("INSERT INTO rounds VALUES (?,?,?,?) ON CONFLICT(round_id) DO UPDATE SET "
+        self._exec("INSERT INTO rounds(round_id, status, detail, created_at) VALUES (?,?,?,?) "
+                   "ON CONFLICT(round_id) DO UPDATE SET "
                    "status=excluded.status, detail=excluded.detail, "
                    "created_at=COALESCE(excluded.created_at, created_at)",
                    (round_id, status, detail, created_at))
+
+    def record_update(self, round_id: int, pairs: int, loss_before: float | None,
+                      loss_after: float | None) -> None:
+        """Record what this member's update for a round was made of: the local pairs used and
+        the router's mean local loss before and after its local training."""
+        self._exec("UPDATE rounds SET pairs=?, loss_before=?, loss_after=? WHERE round_id=?",
+                   (pairs, loss_before, loss_after, round_id))
+
+    def round_update(self, round_id: int) -> dict[str, Any] | None:
+        """The pairs and local losses recorded for a round, or None."""
+        with self._lock:
+            row = self._db.execute("SELECT pairs, loss_before, loss_after FROM rounds WHERE "
+                                   "round_id=? AND pairs IS NOT NULL", (round_id,)).fetchone()
+        return None if row is None else dict(zip(("pairs", "loss_before", "loss_after"), row,
+                                                 strict=True))
 
     def round_created(self, round_id: int) -> float | None:
         """The server's creation time of the round this client recorded under ``round_id``."""

@@ -1,9 +1,10 @@
 """Who may call what: signed identities with a roster role, and the admin bearer token.
 
 Every signed request names its sender; the sender's enrolled row gives its public key and its
-role (``member``, ``aligner``, ``auditor``, ``operator``). Member endpoints (stages, work,
-pending queries, answers) refuse the other roles, the aligner's endpoints refuse everyone but an
-aligner, and the admin token opens only the admin endpoints.
+role (``member``, ``aligner``, ``auditor``, ``operator``; ``admin`` for the bearer token). Each
+route declares the roles that may call it (``sdk.wire.for_roles``); the app's header check
+(``SizeLimit``) reads that declaration and the caller's role (:meth:`Access.role_of`) and
+refuses any other role before a byte of the body is read.
 """
 
 from __future__ import annotations
@@ -25,10 +26,14 @@ from sdk.wire import (
 from server_app._settings import ServerSettings
 from server_app._store import Store
 
-__all__ = ["ADMIN", "Access", "Identity"]
+__all__ = ["ADMIN", "ANY_ROLE", "SIGNED_ROLES", "Access", "Identity"]
 
 ADMIN = "admin"
-"""The caller id of a request that presented the admin bearer token."""
+"""The caller id (and role) of a request that presented the admin bearer token."""
+SIGNED_ROLES = ("member", "aligner", "auditor", "operator")
+"""The roles of enrolled (signing) identities."""
+ANY_ROLE = (*SIGNED_ROLES, ADMIN)
+"""Every role: a route any enrolled identity or the admin token may call declares these."""
 _REVOKED = "revoked"  # the cached role of a revoked identity: its signature still checks out
 
 
@@ -39,17 +44,15 @@ class Identity(NamedTuple):
     role: str
 
 
-def _refuse(identity: Identity, allowed: tuple[str, ...], what: str) -> AuthError:
-    return AuthError(f"{what} are for the {' or '.join(allowed)} role; caller "
-                     f"{identity.caller_id!r} has role {identity.role!r}", status=403)
-
-
 class Access:
     """The server's authentication: key and role lookups (cached until a rotation or a
     revocation calls :meth:`forget`), nonces, and one check per kind of endpoint."""
 
     def __init__(self, store: Store, cfg: ServerSettings) -> None:
         self.store, self.cfg = store, cfg
+        # The host:port forms this server is reached at: a signature naming another is refused.
+        self.authorities = cfg.signed_authorities(host=cfg.host, port=cfg.port,
+                                                  tls_cert=cfg.tls_cert)
         self._rows: dict[str, tuple[str, str]] = {}  # caller id -> (public key, role)
         self._seen: dict[str, float] = {}  # caller id -> time of its last signed request
         # The key a revoked identity last had (set by server_app._identity): its signed
@@ -107,12 +110,8 @@ class Access:
 
     def _kw(self) -> dict[str, Any]:
         return {"public_key_of": self.key_of, "use_nonce": self.use_nonce,
-                "max_skew_s": self.cfg.max_clock_skew_s, "retired_keys_of": self.retired_keys_of}
-
-    async def identity(self, request: Request) -> Identity:
-        """A signed caller and its role."""
-        sender = await authenticate(request, **self._kw())
-        return Identity(sender, self.role_of(sender))
+                "max_skew_s": self.cfg.max_clock_skew_s, "retired_keys_of": self.retired_keys_of,
+                "authorities": self.authorities}
 
     def admin(self, request: Request) -> None:
         """Accept only the admin bearer token (the header check counted it against the
@@ -128,56 +127,35 @@ class Access:
             raise AuthError("missing or wrong admin bearer token")
 
     async def caller(self, request: Request) -> Identity:
-        """A signed identity of any role, or the admin bearer token."""
+        """The route's caller, its nonce recorded: the admin bearer token or a signed
+        identity. Its role is one the route declared (``for_roles``): the header check
+        refused any other before the body."""
         if request.headers.get("authorization"):
             self.admin(request)
             return Identity(ADMIN, ADMIN)
-        return await self.identity(request)
+        sender = await authenticate(request, **self._kw())
+        return Identity(sender, self.role_of(sender))
 
-    async def operator(self, request: Request) -> Identity:
-        """The admin bearer token or a signed ``operator`` identity (opening rounds)."""
-        found = await self.caller(request)
-        if found.role not in (ADMIN, "operator"):
-            raise _refuse(found, ("operator", ADMIN), "admin endpoints")
-        return found
+    async def operator_view(self, request: Request) -> bool:
+        """Whether a request with credentials comes from the operator role or the admin token
+        (``/metrics`` shows them per-member series); a bad credential raises."""
+        return (await self.caller(request)).role in ("operator", ADMIN)
 
-    async def operator_with_body(self, request: Request) -> tuple[Identity, bytes]:
-        """Like :meth:`operator`, for an endpoint that reads a raw body: the body too, read
+    async def caller_id(self, request: Request) -> str:
+        """The id of the route's caller (see :meth:`caller`)."""
+        return (await self.caller(request)).caller_id
+
+    async def caller_with_body(self, request: Request) -> tuple[Identity, bytes]:
+        """Like :meth:`caller`, for an endpoint that reads a raw body: the body too, read
         after the headers checked out (a signed body is read once, by the signature check)."""
         if request.headers.get("authorization"):
             self.admin(request)
             return Identity(ADMIN, ADMIN), await request.body()
         check = await signature_check(request, **self._kw())
         sender = await run_in_threadpool(check)
-        found = Identity(sender, self.role_of(sender))
-        self.require(found, ("operator", ADMIN), "admin endpoints")
-        return found, check.body
+        return Identity(sender, self.role_of(sender)), check.body
 
-    async def member(self, request: Request) -> str:
-        """A signed ``member`` (the round and reward-query endpoints); returns its id."""
-        return self.as_member((await self.identity(request)).caller_id)
-
-    async def aligner(self, request: Request) -> str:
-        """A signed ``aligner`` (the GRPO job's reward endpoints); returns its id."""
-        if request.headers.get("authorization"):
-            raise AuthError("the alignment endpoints take a signed aligner identity, not the "
-                            "admin bearer token", status=403)
-        found = await self.identity(request)
-        return self.require(found, ("aligner",), "alignment endpoints")
-
-    @staticmethod
-    def require(found: Identity, allowed: tuple[str, ...], what: str) -> str:
-        """``found``'s id if its role is allowed, else a 403 naming the role."""
-        if found.role not in allowed:
-            raise _refuse(found, allowed, what)
-        return found.caller_id
-
-    def as_member(self, sender: str) -> str:
-        """``sender`` if its role is ``member`` (after its signature checked out), else 403."""
-        return self.require(Identity(sender, self.role_of(sender)), ("member",),
-                            "round and reward-query endpoints")
-
-    async def member_check(self, request: Request) -> SignatureCheck:
-        """A signature check to run in the endpoint's own worker thread, followed there by
-        :meth:`as_member` (the round endpoints then cost one thread hop, not two)."""
+    async def check(self, request: Request) -> SignatureCheck:
+        """A signed request's check (body read) to run in the endpoint's own worker thread:
+        the round endpoints then cost one thread hop, not two."""
         return await signature_check(request, **self._kw())

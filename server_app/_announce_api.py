@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
-from sdk.wire import ClipBoundAck, ClipBoundAnnouncement, MemberInfo, PayloadError
+from sdk.wire import ClipBoundAck, ClipBoundAnnouncement, MemberInfo, PayloadError, for_roles
 from server_app._access import Access
 from server_app._broker import RewardBroker
 from server_app._settings import ServerSettings
@@ -51,8 +51,9 @@ def clip_bound_router(store: Store, broker: RewardBroker, access: Access,
     """The endpoint over ``store``; ``broker`` re-reads the caller's row at its next query."""
     router = APIRouter(prefix="/v1", tags=["identity"])
 
-    @router.post("/identity/clip-bound", response_model=ClipBoundAck)
-    def announce(caller: Annotated[str, Depends(access.member)],
+    @router.post("/identity/clip-bound", response_model=ClipBoundAck,
+                 openapi_extra=for_roles("member"))
+    def announce(caller: Annotated[str, Depends(access.caller_id)],
                  body: ClipBoundAnnouncement) -> ClipBoundAck:
         """Set the caller's own clip bound (members): every score it answers from now on
         must lie in [-clip_bound, clip_bound]. A bound above the server's ``max_clip_bound``
@@ -65,8 +66,8 @@ def clip_bound_router(store: Store, broker: RewardBroker, access: Access,
                       "none" if previous is None else f"{previous:g}")
         return ClipBoundAck(client_id=caller, clip_bound=body.clip_bound, previous=previous)
 
-    @router.post("/identity/round-terms", status_code=204)
-    def announce_terms(caller: Annotated[str, Depends(access.member)],
+    @router.post("/identity/round-terms", status_code=204, openapi_extra=for_roles("member"))
+    def announce_terms(caller: Annotated[str, Depends(access.caller_id)],
                        body: Annotated[dict[str, Any], Body()]) -> None:
         """Set the caller's own round terms (members; ``MemberInfo.round_terms``): the
         operator's ``fedmor members list`` shows them, so a round a member's policy would
@@ -80,8 +81,8 @@ def clip_bound_router(store: Store, broker: RewardBroker, access: Access,
             _log.info("member %s announced its round terms: %s", caller,
                       terms.model_dump_json())
 
-    @router.post("/identity/status", status_code=204)
-    def announce_start(caller: Annotated[str, Depends(access.member)],
+    @router.post("/identity/status", status_code=204, openapi_extra=for_roles("member"))
+    def announce_start(caller: Annotated[str, Depends(access.caller_id)],
                        body: _StartReport) -> None:
         """The caller started (``problem`` null: counted as a restart when it had started
         before, and any known problem cleared) or refused to start (its problem shown in the

@@ -109,7 +109,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     verify = tls_verify(cfg.tls_ca)
     broker = RewardBroker(store, key, timeout_s=cfg.reward_timeout_s, poll_s=cfg.reward_poll_s,
                           verify=verify, per_member=cfg.reward_concurrency_per_member,
-                          on_queue=work.bump,
+                          on_queue=work.bump, allow_private=cfg.allow_private_reward_urls,
                           on_scored=None if capture is None else capture.reward_query)
     access = Access(store, cfg)
     identities = Identities(store, access, rounds, cfg.roster_file, broker)
@@ -129,12 +129,12 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                        control_limit=cfg.max_control_bytes,
                        body_timeout_s=cfg.connections.body_timeout_s, auth=HeaderAuth(
         public_key_of=access.key_of, cached_key_of=access.cached_key_of,
-        max_skew_s=cfg.max_clock_skew_s,
+        max_skew_s=cfg.max_clock_skew_s, authorities=access.authorities,
         retired_keys_of=lambda sender: access.retired_keys_of(sender), bearer=access.bearer,
-        bearer_identity=ADMIN, limiter=limits,
+        bearer_identity=ADMIN, role_of=access.role_of, limiter=limits,
         anonymous_paths=HeaderAuth.PROBES | {"/v1/enroll", CONSOLE_PATH},
         anonymous_prefixes=(CONSOLE_PATH + "/",)))  # the console checks its session cookie
-    install_server_ops(app, store, limits, broker, access.operator)
+    install_server_ops(app, store, limits, broker, access.operator_view)
     install_limits(app, limits)  # the outermost middleware: a refusal costs nothing more
 
     app.state.access = access
@@ -153,7 +153,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(router_versions_router(store, access, rounds.lineages))
     install_work_routes(app, store, rounds, work, access, limits, broker)
     install_console(app, ConsoleSources(store, identities, rounds, app.state.rewards, capture),
-                    access, cfg.console)
+                    access, cfg.console, tls=cfg.tls_cert is not None)
     return app
 
 

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse
 
@@ -33,7 +33,7 @@ from sdk.wire import (
     PayloadError,
     RewardRequest,
     RewardResponse,
-    upload_body,
+    for_roles,
 )
 from server_app._access import ADMIN, Access
 from server_app._audit_settings import AuditSettings
@@ -85,30 +85,24 @@ def audit_router(store: Store, capture: ServerCapture | None, broker: RewardBrok
     router = APIRouter(tags=["audit"])
     budget = _Budget(store, cfg)
 
-    async def reader(request: Request) -> str:
-        return Access.require(await access.caller(request), ("auditor", ADMIN), "captures")
-
-    async def auditor(request: Request) -> str:
-        return Access.require(await access.identity(request), ("auditor",),
-                              "membership queries")
-
-    Reader = Annotated[str, Depends(reader)]
-    Auditor = Annotated[str, Depends(auditor)]
+    Caller = Annotated[str, Depends(access.caller_id)]
 
     def opened() -> ServerCapture:
         if capture is None:
             raise NotFoundError("capture mode is off on this server (capture.enabled)")
         return capture
 
-    @router.get("/v1/captures", response_model=CaptureManifest)
-    def manifest(_: Reader) -> CaptureManifest:
+    @router.get("/v1/captures", response_model=CaptureManifest,
+                openapi_extra=for_roles("auditor", ADMIN))
+    def manifest(_: Caller) -> CaptureManifest:
         """The capture directory's manifest: every captured round, its artefacts (with their
         sha256) and the number of logged reward queries."""
         return opened().manifest()
 
     @router.get("/v1/captures/files/{path:path}", response_class=FileResponse,
-                responses={200: {"content": {"application/octet-stream": {}}}})
-    def capture_file(_: Reader, path: str) -> FileResponse:
+                responses={200: {"content": {"application/octet-stream": {}}}},
+                openapi_extra=for_roles("auditor", ADMIN))
+    def capture_file(_: Caller, path: str) -> FileResponse:
         """One file of the capture, as the manifest names it (``manifest.json`` and the
         reward-query log too); anything else is 404."""
         cap = opened()
@@ -122,8 +116,8 @@ def audit_router(store: Store, capture: ServerCapture | None, broker: RewardBrok
     @router.post("/v1/audit/members/{name}/reward", response_model=RewardResponse,
                  responses={429: {"description": "this auditor's query budget is spent"},
                             502: {"description": "the member refused or did not answer"}},
-                 openapi_extra=upload_body())
-    async def member_reward(who: Auditor, req: RewardRequest,
+                 openapi_extra=for_roles("auditor", upload=True))
+    async def member_reward(who: Caller, req: RewardRequest,
                             name: Annotated[str, PathParam(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
                             ) -> RewardResponse:
         """Scores of ``items`` from member ``name``, relayed through the reward broker (the

@@ -8,9 +8,9 @@ itself (``audit.query_budget`` scored items per ``audit.window_s``) is charged b
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
-from sdk.wire import AuditBudget
+from sdk.wire import AuditBudget, for_roles
 from server_app._access import Access
 from server_app._audit_settings import AuditSettings
 from server_app._store import Store
@@ -22,11 +22,9 @@ def audit_budget_router(store: Store, access: Access, cfg: AuditSettings) -> API
     """The budget endpoint, for signed ``auditor`` identities only."""
     router = APIRouter(tags=["audit"])
 
-    async def auditor(request: Request) -> str:
-        return Access.require(await access.identity(request), ("auditor",), "audit budgets")
-
-    @router.get("/v1/audit/budget", response_model=AuditBudget)
-    def budget_left(who: Annotated[str, Depends(auditor)]) -> AuditBudget:
+    @router.get("/v1/audit/budget", response_model=AuditBudget,
+                openapi_extra=for_roles("auditor"))
+    def budget_left(who: Annotated[str, Depends(access.caller_id)]) -> AuditBudget:
         """This auditor's query budget: items used in the current window and left."""
         used = store.auditor_items(who, time.time() - cfg.window_s)
         return AuditBudget(auditor=who, budget=cfg.query_budget, used=used,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import logging
 import math
 import ssl
 import threading
@@ -49,6 +50,8 @@ from server_app._store import Store
 from server_app._work import wake
 
 __all__ = ["BrokerError", "OnScored", "RewardBroker"]
+
+_log = logging.getLogger("fedmor.broker")
 
 _REVOKED = "withdrawn: the member was revoked"
 _LATE = "withdrawn: not answered within the server's reward_timeout_s"
@@ -124,7 +127,7 @@ class RewardBroker:
     def __init__(self, store: Store, key: Ed25519PrivateKey, *, timeout_s: float = 60.0,
                  poll_s: float = 0.05, verify: ssl.SSLContext | bool = True, mode: str = "auto",
                  per_member: int = 8, on_queue: Callable[[str], None] | None = None,
-                 on_scored: OnScored | None = None) -> None:
+                 on_scored: OnScored | None = None, allow_private: bool = False) -> None:
         if mode not in ("push", "pull", "auto"):
             raise ValueError(f"broker mode must be push, pull or auto, not {mode!r}")
         if per_member < 1:
@@ -148,7 +151,10 @@ class RewardBroker:
         # The last push answer's ``Server-Timing`` in ms (``score``, ``app``): where a query's
         # time went, for the benchmark; empty when the client sent none.
         self.last_server_timing: dict[str, float] = {}
-        self._http = AsyncSignedClient(timeout_s=timeout_s, verify=verify)
+        # A reward URL is the member's text: unless ``allow_private`` (members on the server's
+        # own network), each connection dials only the public address it checked.
+        self._http = AsyncSignedClient(timeout_s=timeout_s, verify=verify,
+                                       public_only=not allow_private)
         # Enrolled clients' rows, read once: only a member's clip-bound announcement changes
         # one (``reread`` drops it; ``check`` re-reads before refusing a score).
         self._clients: dict[str, dict[str, Any]] = {}
@@ -335,7 +341,11 @@ class RewardBroker:
                 resp = await self._http.request("POST", url, body, media="application/json",
                                                 auth=auth)
             except httpx.HTTPError as exc:
-                raise BrokerError(f"client {client_id} unreachable at {base_url}: {exc}") from exc
+                # One text for a refused address, a closed port, a timeout and a TLS failure:
+                # the caller (an auditor, an aligner) learns nothing of what listens there.
+                _log.warning("reward query to %s at %s did not connect: %r", client_id,
+                             base_url, exc)
+                raise BrokerError(f"client {client_id} could not be reached") from None
             finally:
                 slot.release()
             if resp.status_code != 429:

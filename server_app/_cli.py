@@ -27,6 +27,11 @@ def _server(args: argparse.Namespace) -> int:
     configure_logging(cfg.log_level, cfg.log_format)
     if args.port is not None:
         cfg = cfg.model_copy(update={"port": args.port})
+    if cfg.tls_cert is None and not cfg.allow_plain_http:  # signed requests, cookies in clear
+        print(f"fedmor server: no tls_cert/tls_key in {args.config or 'the settings'}: set "
+              "them to serve HTTPS, or allow_plain_http = true to serve plain HTTP (a local "
+              "test, or TLS ended by a proxy in front)", file=sys.stderr)
+        return 2
     try:
         app = create_app(cfg)
     except (ValueError, PermissionError) as exc:  # a key or setting to fix: say which, no traceback
@@ -44,7 +49,7 @@ def _status(args: argparse.Namespace) -> int:
 
     if args.server is not None and args.profile is None:  # no identity needed to ask
         conn = Connection(server=args.server, ca=args.ca, client_cert=args.client_cert,
-                          client_key=args.client_key)
+                          client_key=args.client_key, insecure_http=args.insecure_http)
     else:
         conn = connection_from_args(args)
     health = wait_for_server(conn, args.wait)

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Cookie, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from sdk.wire import AuthError, ConsoleLink, NotFoundError
+from sdk.wire import ConsoleLink, NotFoundError, for_roles
 from server_app._access import Access
 from server_app._console_auth import COOKIE, ConsoleLogins, LoginRefused
 from server_app._console_page import ASSETS, ConsoleSources, ConsoleView, message_page, render
@@ -43,19 +43,15 @@ def _page(body: str, status: int = 200) -> HTMLResponse:
 
 
 def console_router(logins: ConsoleLogins, sources: ConsoleSources, access: Access,
-                   refresh_s: int) -> APIRouter:
-    """The console's endpoints over ``logins`` (its tokens) and ``sources`` (what it shows)."""
+                   refresh_s: int, *, tls: bool = False) -> APIRouter:
+    """The console's endpoints over ``logins`` (its tokens) and ``sources`` (what it shows);
+    with ``tls`` (the server serves HTTPS) the session cookie is ``Secure`` whatever scheme a
+    request names."""
     router = APIRouter(tags=["console"])
 
-    async def operator(request: Request) -> str:
-        if request.headers.get("authorization"):
-            raise AuthError("console links are minted by a signed operator identity, not the "
-                            "admin bearer token", status=403)
-        return Access.require(await access.identity(request), ("operator",),
-                              "console login links")
-
-    @router.post("/v1/console/links", response_model=ConsoleLink)
-    def mint(who: Annotated[str, Depends(operator)]) -> ConsoleLink:
+    @router.post("/v1/console/links", response_model=ConsoleLink,
+                 openapi_extra=for_roles("operator"))  # a signed operator: not the admin token
+    def mint(who: Annotated[str, Depends(access.caller_id)]) -> ConsoleLink:
         """A single-use login link to the operator console, valid ``console.link_ttl_s``
         (signed ``operator`` identities only)."""
         return logins.mint(who)
@@ -69,7 +65,7 @@ def console_router(logins: ConsoleLogins, sources: ConsoleSources, access: Acces
         response = RedirectResponse(CONSOLE_PATH, status_code=303, headers=SECURITY_HEADERS)
         response.set_cookie(COOKIE, session, max_age=int(logins.cfg.session_s), path=CONSOLE_PATH,
                             httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https")
+                            secure=tls or request.url.scheme == "https")
         return response
 
     @router.get(CONSOLE_PATH, response_class=HTMLResponse, include_in_schema=False)
@@ -82,7 +78,13 @@ def console_router(logins: ConsoleLogins, sources: ConsoleSources, access: Acces
         return _page(render(view, refresh_s=refresh_s, session_expires=found[1]))
 
     @router.post(CONSOLE_PATH + "/logout", response_class=HTMLResponse, include_in_schema=False)
-    def logout(session: Annotated[str | None, Cookie(alias=COOKIE)] = None) -> Response:
+    def logout(request: Request,
+               session: Annotated[str | None, Cookie(alias=COOKIE)] = None) -> Response:
+        origin = request.headers.get("origin")
+        own = str(request.base_url).rstrip("/")
+        if origin is not None and origin.rstrip("/") != own:  # another site's form or script
+            return _page(message_page("sign-out refused", f"a sign-out from {origin} is not "
+                                      "this console's own"), 403)
         logins.end(session)
         response = _page(message_page("signed out", "The console session ended.",
                                          logins.cfg.link_ttl_s))
@@ -100,7 +102,8 @@ def _disabled_router() -> APIRouter:
     """With ``console.enabled`` false: the link endpoint answers 404 (and no page exists)."""
     router = APIRouter(tags=["console"])
 
-    @router.post("/v1/console/links", response_model=ConsoleLink)
+    @router.post("/v1/console/links", response_model=ConsoleLink,
+                 openapi_extra=for_roles("operator"))
     def mint() -> ConsoleLink:
         """Disabled on this server (``console.enabled``)."""
         raise NotFoundError("the operator console is disabled on this server (console.enabled)")
@@ -109,7 +112,7 @@ def _disabled_router() -> APIRouter:
 
 
 def install_console(app: FastAPI, sources: ConsoleSources, access: Access,
-                    cfg: ConsoleSettings) -> ConsoleLogins | None:
+                    cfg: ConsoleSettings, *, tls: bool = False) -> ConsoleLogins | None:
     """The console's routes on ``app`` (``app.state.console``: its logins, whose ``clock``
     tests move), or only a 404 for link requests when ``cfg.enabled`` is false."""
     if not cfg.enabled:
@@ -117,5 +120,5 @@ def install_console(app: FastAPI, sources: ConsoleSources, access: Access,
         return None
     logins = ConsoleLogins(sources.store, access, cfg)
     app.state.console = logins
-    app.include_router(console_router(logins, sources, access, cfg.refresh_s))
+    app.include_router(console_router(logins, sources, access, cfg.refresh_s, tls=tls))
     return logins

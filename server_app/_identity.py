@@ -24,6 +24,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,13 @@ __all__ = ["Identities"]
 
 _log = logging.getLogger("fedmor.server")
 _SEEN_FLUSH_S = 10.0  # last-seen times reach the store at most this often (not per request)
+def _first_error(exc: ValueError) -> str:
+    """The message of a roster validation error, without pydantic's framing."""
+    if isinstance(exc, ValidationError):
+        return str(exc.errors()[0].get("msg", exc)).removeprefix("Value error, ")
+    return str(exc)
+
+
 def _signs(public_key: str, signature: str, message: bytes) -> bool:
     """Whether base64 ``signature`` is ``public_key``'s over ``message``."""
     try:
@@ -100,9 +108,8 @@ class Identities:
                                     "changed")
             try:
                 roster = RosterFile.load(self.roster_file)
-            except ValidationError as exc:
-                raise PayloadError(f"roster file {self.roster_file} is not a valid roster: "
-                                   f"{exc.errors()[0]['msg']}") from None
+            except ValueError as exc:  # it names the file, the line and the mend
+                raise PayloadError(str(exc)) from None
             revoked = self.store.revoked_pairs()
             skipped = []
             known = {str(r["name"]): r for r in self.store.roster()}
@@ -177,6 +184,47 @@ class Identities:
                 _log.warning("could not update the roster file %s for %s: %s",
                              self.roster_file, name, exc)
 
+    def _roster_with(self, entry: RosterEntry) -> RosterFile | None:
+        """The roster file's entries with ``entry`` in place of its name's, validated (a
+        clash with the file or the server's roster raises ``ConflictError``); None without a
+        roster file."""
+        folded = entry.name.casefold()
+        for row in self.store.roster():
+            if row["name"] != entry.name and str(row["name"]).casefold() == folded:
+                raise ConflictError(f"roster names {row['name']!r} and {entry.name!r} differ "
+                                    "only by case: choose another name")
+        if self.roster_file is None:
+            return None
+        try:
+            kept = [c for c in RosterFile.load(self.roster_file).clients if c.name != entry.name]
+            return RosterFile(clients=[*kept, entry])
+        except ValueError as exc:  # a clash in the file (a ValidationError is a ValueError)
+            raise ConflictError(f"{entry.name!r} cannot join roster file "
+                                f"{self.roster_file}: {_first_error(exc)}") from None
+
+    def _write_with_store(self, roster: RosterFile | None, write: Callable[[], object]) -> None:
+        """Write ``roster`` to the roster file (atomically) and run ``write`` in one store
+        transaction: if the store refuses, the file's old bytes are put back, so the two
+        change together or not at all."""
+        if roster is None or self.roster_file is None:
+            with self.store.transaction():
+                write()
+            return
+        old = self.roster_file.read_bytes() if self.roster_file.exists() else None
+        roster.save(self.roster_file)
+        try:
+            with self.store.transaction():
+                write()
+        except BaseException:
+            if old is None:
+                self.roster_file.unlink(missing_ok=True)
+            else:
+                tmp = self.roster_file.with_suffix(self.roster_file.suffix + ".tmp")
+                tmp.write_bytes(old)
+                tmp.replace(self.roster_file)
+            raise
+        self._stamp = self._file_stamp()
+
     def add(self, req: RosterAdd, *, actor: str) -> RosterAdded:
         """Add ``req``'s identity to the running roster (and to the roster file, which the
         server follows) and return its one-time token. A name that exists is refused unless
@@ -199,21 +247,21 @@ class Identities:
             if owner is not None or (req.name, req.public_key) in self.store.revoked_pairs():
                 raise ConflictError("that key belongs to another identity or was revoked: "
                                     "the site must generate a new one (`fedmor keys new`)")
+            token = secrets.token_hex(24)
+            digest = hashlib.sha256(token.encode()).hexdigest()
+            # Validated whole before anything changes: a refused add leaves file and store be.
+            roster = self._roster_with(RosterEntry(name=req.name, public_key=req.public_key,
+                                                   token_sha256=digest, role=req.role))
             replaced = None if client is None else str(client["client_id"])
             if current is not None:
                 self.revoke(req.name, actor=actor, reason="replaced by the operator")
-            token = secrets.token_hex(24)
-            digest = hashlib.sha256(token.encode()).hexdigest()
-            if self.roster_file is not None:
-                roster = RosterFile.load(self.roster_file)
-                roster.clients = [c for c in roster.clients if c.name != req.name] + [
-                    RosterEntry(name=req.name, public_key=req.public_key,
-                                token_sha256=digest, role=req.role)]
-                roster.save(self.roster_file)
-                self._stamp = self._file_stamp()
-            self.store.upsert_roster(req.name, req.public_key, digest, req.role)
-            self.store.audit(actor, "roster_entry_added", name=req.name, role=req.role,
-                             key=key_fingerprint(req.public_key), replaced=replaced)
+
+            def write() -> None:
+                self.store.upsert_roster(req.name, req.public_key, digest, req.role)
+                self.store.audit(actor, "roster_entry_added", name=req.name, role=req.role,
+                                 key=key_fingerprint(req.public_key), replaced=replaced)
+
+            self._write_with_store(roster, write)
         _log.info("%s added %s (%s) to the roster%s", actor, req.name, req.role,
                   "" if current is None else ", replacing the old identity")
         return RosterAdded(name=req.name, role=req.role, token=token, replaced=replaced)

@@ -18,11 +18,11 @@ __all__ = ["install_server_ops", "meta_router"]
 
 
 def install_server_ops(app: FastAPI, store: Store, limits: Limiter, broker: RewardBroker,
-                       operator: Callable[[Request], Awaitable[object]]) -> None:
+                       full_view: Callable[[Request], Awaitable[bool]]) -> None:
     """Readiness and Prometheus metrics, with rounds, refusals and queued queries as gauges,
     the requests in progress by ``limits``' pool and the ``broker``'s waits; the queries by
-    member for the ``operator`` only."""
-    install_ops(app, prefix="fedmor_server", store=store, operator=operator, gauges=[
+    member for the callers ``full_view`` accepts only."""
+    install_ops(app, prefix="fedmor_server", store=store, full_view=full_view, gauges=[
         StoredGauge("fedmor_server_requests_in_progress", "requests in progress by pool "
                     "(anonymous, unverified, identified; long_polls: held ones among the "
                     "identified)", "pool", limits.in_progress),

@@ -16,8 +16,9 @@ from sdk.wire import (
     RosterAdded,
     RoundCancel,
     RoundInfo,
+    for_roles,
 )
-from server_app._access import Access, Identity
+from server_app._access import ADMIN, Access, Identity
 from server_app._identity import Identities
 from server_app._member_usage import dp_terms_by_member, epsilon_by_member
 from server_app._rounds import RoundManager
@@ -51,28 +52,32 @@ def member_reports(identities: Identities, rounds: list[RoundInfo]) -> list[Memb
 def operator_router(identities: Identities, rounds: RoundManager, access: Access) -> APIRouter:
     """The endpoints, each for the operator role or the admin token."""
     router = APIRouter(prefix="/v1", tags=["operator"])
-    Operator = Annotated[Identity, Depends(access.operator)]
+    Operator = Annotated[Identity, Depends(access.caller)]
+    operators = for_roles("operator", ADMIN)
 
-    @router.post("/roster", response_model=RosterAdded)
+    @router.post("/roster", response_model=RosterAdded, openapi_extra=operators)
     def roster_add(caller: Operator, req: RosterAdd) -> RosterAdded:
         """Add an identity to the running server's roster (and its roster file) and return
         its one-time enrollment token; it may enroll at once. A name that exists is refused
         (409) unless ``replace``: then the old identity is revoked first."""
         return identities.add(req, actor=caller.caller_id)
 
-    @router.post("/rounds/{round_id}/cancel", response_model=RoundInfo)
+    @router.post("/rounds/{round_id}/cancel", response_model=RoundInfo,
+                 openapi_extra=operators)
     def cancel(caller: Operator, round_id: Annotated[int, Path(ge=1, le=2**62)],
                body: Annotated[RoundCancel | None, Body()] = None) -> RoundInfo:
         """End an open round as failed now (409 if it already ended)."""
         return rounds.cancel(round_id, caller.caller_id, "" if body is None else body.reason)
 
-    @router.get("/reports/members", response_model=list[MemberReport])
+    @router.get("/reports/members", response_model=list[MemberReport],
+                openapi_extra=operators)
     def reports(_: Operator) -> list[MemberReport]:
         """Every identity with the rounds its site policy refused (rule and words) and the
         DP budget its updates spent."""
         return member_reports(identities, rounds.list())
 
-    @router.get("/reports/members/{name}", response_model=MemberReport)
+    @router.get("/reports/members/{name}", response_model=MemberReport,
+                openapi_extra=operators)
     def report(_: Operator, name: Annotated[str, _NAME]) -> MemberReport:
         """One identity's report (404 if the server never knew the name)."""
         for found in member_reports(identities, rounds.list()):

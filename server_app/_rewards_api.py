@@ -6,7 +6,7 @@
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI
 
 from sdk.serving import RateLimited
 from sdk.wire import (
@@ -16,7 +16,7 @@ from sdk.wire import (
     AlignerResponse,
     AlignerStats,
     AlignmentStep,
-    upload_body,
+    for_roles,
 )
 from server_app._access import ADMIN, Access
 from server_app._rewards import AlignmentService
@@ -32,10 +32,11 @@ def rewards_router(service: AlignmentService, access: Access) -> APIRouter:
     """The endpoints over ``service``; only a signed ``aligner`` identity may call them (the
     stats also take the admin bearer token)."""
     router = APIRouter(prefix="/v1/rewards", tags=["alignment"])
-    Aligner = Annotated[str, Depends(access.aligner)]
+    Aligner = Annotated[str, Depends(access.caller_id)]
+    readers = for_roles("aligner", "operator", ADMIN)
 
     @router.post("", response_model=AlignerResponse, responses=_429,
-                 openapi_extra=upload_body())
+                 openapi_extra=for_roles("aligner", upload=True))
     async def rewards(aligner: Aligner, req: AlignerRequest) -> AlignerResponse:
         """One normalized, clipped reward per item, chosen by ``method`` (MoR by default: the
         server's router picks one member per item and asks it). When the server lacks an
@@ -44,24 +45,21 @@ def rewards_router(service: AlignmentService, access: Access) -> APIRouter:
         service.admit(aligner, len(req.items))
         return await service.score(req)
 
-    @router.post("/feedback", response_model=AlignerFeedbackAck)
+    @router.post("/feedback", response_model=AlignerFeedbackAck,
+                 openapi_extra=for_roles("aligner"))
     async def feedback(_: Aligner, fb: AlignerFeedback) -> AlignerFeedbackAck:
         """The trainer's loss after ``step``: the online router's Neural TS update, applied
         once per step (a repeated step is acknowledged with ``applied`` false)."""
         return await service.feedback(fb)
 
-    async def reader(request: Request) -> str:
-        found = await access.caller(request)
-        return Access.require(found, ("aligner", "operator", ADMIN), "the reward statistics")
-
-    @router.get("/stats", response_model=AlignerStats)
-    def stats(_: Annotated[str, Depends(reader)]) -> AlignerStats:
+    @router.get("/stats", response_model=AlignerStats, openapi_extra=readers)
+    def stats(_: Aligner) -> AlignerStats:
         """Counters since the server started (batches, items, failures, empty and off-format
         completions, feedback) and the online router's step, last loss and version."""
         return service.stats()
 
-    @router.get("/progress", response_model=list[AlignmentStep])
-    def progress(_: Annotated[str, Depends(reader)]) -> list[AlignmentStep]:
+    @router.get("/progress", response_model=list[AlignmentStep], openapi_extra=readers)
+    def progress(_: Aligner) -> list[AlignmentStep]:
         """The aligner's applied feedback steps, oldest first (the latest 2000): loss, the
         mean reward and KL the trainer logged, and the bandit feedback r_t."""
         return service.progress()

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from sdk.wire import RotationRecord
+from sdk.wire import RotationRecord, for_roles
 from server_app._access import Access
 from server_app._identity import Identities
 
@@ -19,8 +19,9 @@ def rotations_router(identities: Identities, access: Access) -> APIRouter:
     """The endpoint over ``identities``."""
     router = APIRouter(prefix="/v1", tags=["identity"])
 
-    @router.get("/identity/rotations", response_model=list[RotationRecord])
-    def rotations(_: Annotated[str, Depends(access.member)]) -> list[RotationRecord]:
+    @router.get("/identity/rotations", response_model=list[RotationRecord],
+                openapi_extra=for_roles("member"))
+    def rotations(_: Annotated[str, Depends(access.caller_id)]) -> list[RotationRecord]:
         """Every rotation, oldest first (members): client id, old and new public key, time,
         and the old key's base64 signature of 'fedmor key endorsement\\n{client_id}\\n{old}\\n
         {new}'. A member accepts a new key only along such signatures from a key it knows."""

@@ -21,10 +21,10 @@ from sdk.wire import (
     StageAck,
     StageBroadcast,
     StageSubmit,
+    for_roles,
     stage_payload,
-    upload_body,
 )
-from server_app._access import Access, Identity
+from server_app._access import ADMIN, ANY_ROLE, Access, Identity
 from server_app._rounds import RoundManager
 from server_app._visibility import visible_round, visible_rounds
 from server_app._work import Signal, wait_broadcast
@@ -56,14 +56,17 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
         """The signature check of ``request`` to run in the endpoint's own worker thread: the
         round endpoints then cost one thread hop, not two (auth, then the work): each hop is a
         wake-up a busy machine may delay."""
-        return await access.member_check(request)
+        return await access.check(request)
 
-    Client = Annotated[str, Depends(access.member)]
+    Client = Annotated[str, Depends(access.caller_id)]
     ClientCheck = Annotated[SignatureCheck, Depends(client_check)]
     Caller = Annotated[Identity, Depends(access.caller)]
 
-    @router.post("", response_model=RoundInfo)
-    def create_round(caller: Annotated[Identity, Depends(access.operator)],
+    everyone = for_roles(*ANY_ROLE)
+    members = for_roles("member")
+
+    @router.post("", response_model=RoundInfo, openapi_extra=for_roles("operator", ADMIN))
+    def create_round(caller: Caller,
                      req: RoundCreate) -> RoundInfo:
         """Open a round (admin token, or a signed ``operator`` identity)."""
         info = rounds.create(req, actor=caller.caller_id)
@@ -71,20 +74,21 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
                   len(info.participants))
         return info
 
-    @router.get("", response_model=list[RoundInfo])
+    @router.get("", response_model=list[RoundInfo], openapi_extra=everyone)
     def list_rounds(caller: Caller, status: Annotated[str | None, Query(
             pattern="^(open|finished|failed)$")] = None) -> list[RoundInfo]:
         """All rounds, oldest first (a member: the ones it takes part in)."""
         return visible_rounds(rounds, caller, status)
 
-    @router.get("/{round_id}", response_model=RoundInfo)
+    @router.get("/{round_id}", response_model=RoundInfo, openapi_extra=everyone)
     def get_round(caller: Caller, round_id: RoundId) -> RoundInfo:
         """Status of one round (a member: only of its own rounds, without other members'
         refusals, dropouts or ids)."""
         return visible_round(rounds, caller, round_id)
 
     @router.post("/{round_id}/stages/{stage}", response_model=StageAck,
-                 openapi_extra=upload_body({"requestBody": _STAGE_BODY}))
+                 openapi_extra=for_roles("member", upload=True,
+                                             openapi_extra={"requestBody": _STAGE_BODY}))
     async def submit(request: Request, check: ClientCheck, round_id: RoundId,
                      stage: Annotated[str, _STAGE],
                      wait_next_s: Annotated[float, Query(ge=0, le=30)] = 0.0) -> Response:
@@ -96,7 +100,7 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
         seen = changes.token()  # before the submission: the close it causes is not missed
 
         def run() -> tuple[StageAck, str, StageBroadcast | None]:
-            client = access.as_member(check())  # authentication first, as with a dependency
+            client = check()  # authentication first, as with a dependency
             ack = rounds.submit(round_id, stage, client, stage_payload(media, body),
                                 body_sha256=check.body_sha256)
             following = rounds.next_stage(round_id, stage) if wait_next_s > 0 else None
@@ -119,7 +123,7 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
             ack = ack.model_copy(update={"next": nxt})
         return _json_response(ack)
 
-    @router.post("/{round_id}/refusal", response_model=RoundInfo)
+    @router.post("/{round_id}/refusal", response_model=RoundInfo, openapi_extra=members)
     def refuse(client: Client, round_id: RoundId, body: RoundRefusal) -> RoundInfo:
         """A participant's site policy refuses the round, or its own half failed (reason
         ``abandoned``): it sends nothing more there; the refusal and its reason show in the
@@ -131,7 +135,8 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
                          body.detail)
         return rounds.refuse(round_id, client, body.reason, body.detail)
 
-    @router.get("/{round_id}/stages/{stage}", response_model=StageBroadcast)
+    @router.get("/{round_id}/stages/{stage}", response_model=StageBroadcast,
+                openapi_extra=members)
     async def stage_input(request: Request, check: ClientCheck, round_id: RoundId,
                           stage: Annotated[str, _STAGE],
                           wait_s: Annotated[float, Query(ge=0, le=30)] = 0.0) -> Response:
@@ -140,7 +145,7 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
         seen = changes.token()
 
         def run() -> tuple[str, StageBroadcast]:
-            client = access.as_member(check())
+            client = check()
             return client, rounds.broadcast(round_id, stage, client)
 
         client, out = await run_in_threadpool(run)

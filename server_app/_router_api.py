@@ -16,9 +16,9 @@ from sdk.wire import (
     RouterConfigInfo,
     RouterRollback,
     RouterVersionInfo,
-    upload_body,
+    for_roles,
 )
-from server_app._access import Access, Identity
+from server_app._access import ADMIN, ANY_ROLE, Access, Identity
 from server_app._router_config import RouterLineages
 from server_app._store import ConflictError, Store
 
@@ -101,9 +101,10 @@ def router_versions_router(store: Store, access: Access, lineages: RouterLineage
     (or the admin token) publishes the first version, rolls back and starts a lineage."""
     router = APIRouter(prefix="/v1/router", tags=["router"])
     Caller = Annotated[Identity, Depends(access.caller)]
-    Operator = Annotated[Identity, Depends(access.operator)]
+    everyone = for_roles(*ANY_ROLE)
+    operators = for_roles("operator", ADMIN)
 
-    @router.get("/config", response_model=RouterConfigInfo)
+    @router.get("/config", response_model=RouterConfigInfo, openapi_extra=everyone)
     def router_config(_: Caller, lineage: Annotated[int | None, Query(ge=1, le=2**62)] = None
                       ) -> RouterConfigInfo:
         """The consortium's router configuration (encoder, router, head order, schedule), its
@@ -111,14 +112,14 @@ def router_versions_router(store: Store, access: Access, lineages: RouterLineage
         on it after recomputing its hash and comparing it with the round's."""
         return lineages.get(lineage)
 
-    @router.get("/lineages", response_model=list[RouterConfigInfo])
+    @router.get("/lineages", response_model=list[RouterConfigInfo], openapi_extra=everyone)
     def router_lineages(_: Caller) -> list[RouterConfigInfo]:
         """Every router lineage with its first and latest version, oldest first (the last is
         current)."""
         return lineages.history()
 
-    @router.post("/lineage", response_model=RouterConfigInfo)
-    def router_lineage(caller: Operator, config: ConsortiumRouterConfig) -> RouterConfigInfo:
+    @router.post("/lineage", response_model=RouterConfigInfo, openapi_extra=operators)
+    def router_lineage(caller: Caller, config: ConsortiumRouterConfig) -> RouterConfigInfo:
         """Start a new router lineage on ``config`` (operator or admin; audited): rounds open
         on it from now on. With the same encoder and trunk its first version carries the
         current router over (trunk and kept heads as they are, a new head zero); no version
@@ -126,22 +127,23 @@ def router_versions_router(store: Store, access: Access, lineages: RouterLineage
         next restart."""
         return lineages.start(config, caller.caller_id)
 
-    @router.get("/latest", response_model=RouterVersionInfo)
+    @router.get("/latest", response_model=RouterVersionInfo, openapi_extra=everyone)
     def router_latest(_: Caller) -> RouterVersionInfo:
         """Metadata and sha256 of the newest global router."""
         return _version_info(lineages)
 
-    @router.get("/versions", response_model=list[RouterVersionInfo])
+    @router.get("/versions", response_model=list[RouterVersionInfo], openapi_extra=everyone)
     def list_versions(_: Caller) -> list[RouterVersionInfo]:
         """Every router version's metadata, oldest first (versions only grow)."""
         return router_versions(lineages)
 
-    @router.post("", response_model=RouterVersionInfo, openapi_extra=upload_body(_BINARY_BODY))
+    @router.post("", response_model=RouterVersionInfo, openapi_extra=for_roles(
+        "operator", ADMIN, upload=True, openapi_extra=_BINARY_BODY))
     async def router_initial(request: Request) -> RouterVersionInfo:
         """Publish the federation's starting router (operator or admin): little-endian
         float32 parameters, accepted only while no version exists. Rounds then sum deltas
         from it, which one fixed-point clip range holds."""
-        caller, body = await access.operator_with_body(request)
+        caller, body = await access.caller_with_body(request)
         vector = _initial_router(body)
         if store.version() is not None:
             raise ConflictError("a router version exists already; rounds build on it")
@@ -152,7 +154,8 @@ def router_versions_router(store: Store, access: Access, lineages: RouterLineage
         store.audit(caller.caller_id, "router_published", version=version)
         return _version_info(lineages, version)
 
-    @router.get("/{version}", response_class=Response, responses=_BLOB_RESPONSE)
+    @router.get("/{version}", response_class=Response, responses=_BLOB_RESPONSE,
+                openapi_extra=everyone)
     def router_blob(_: Caller, version: Annotated[int, Path(ge=1, le=2**62)]) -> Response:
         """The parameters of one router version; header ``x-fedmor-sha256`` is their hash."""
         row = store.version(version)
@@ -161,8 +164,8 @@ def router_versions_router(store: Store, access: Access, lineages: RouterLineage
         return Response(bytes(row["blob"]), media_type="application/octet-stream",
                         headers={"x-fedmor-sha256": row["sha256"]})
 
-    @router.post("/rollback", response_model=RouterVersionInfo)
-    def router_rollback(caller: Operator, req: RouterRollback) -> RouterVersionInfo:
+    @router.post("/rollback", response_model=RouterVersionInfo, openapi_extra=operators)
+    def router_rollback(caller: Caller, req: RouterRollback) -> RouterVersionInfo:
         """Publish an earlier router version again as the newest (operator or admin):
         members fetch it as ``latest`` and the next round starts from it. Nothing is deleted;
         versions only grow."""

@@ -12,7 +12,15 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, Path, Query, Request
 
-from sdk.wire import Limiter, NotFoundError, PayloadError, PendingQuery, RewardAnswer, Work
+from sdk.wire import (
+    Limiter,
+    NotFoundError,
+    PayloadError,
+    PendingQuery,
+    RewardAnswer,
+    Work,
+    for_roles,
+)
 from server_app._access import Access
 from server_app._broker import BrokerError, RewardBroker
 from server_app._rounds import RoundManager
@@ -27,14 +35,16 @@ def install_work_routes(app: FastAPI, store: Store, rounds: RoundManager, work: 
     """Add the member-only endpoints that find and answer its work; ``work`` wakes long
     polls, each counted by ``limits``; ``broker`` checks an answer's scores (as it checks a
     pushed one) and is woken once an answer (or refusal) is stored."""
-    Client = Annotated[str, Depends(access.member)]
+    Client = Annotated[str, Depends(access.caller_id)]
+    members = for_roles("member")
 
-    @app.get("/v1/reward/pending", response_model=list[PendingQuery], tags=["reward"])
+    @app.get("/v1/reward/pending", response_model=list[PendingQuery], tags=["reward"],
+             openapi_extra=members)
     def pending(client: Client) -> list[PendingQuery]:
         """Pull mode: this client's queued reward queries."""
         return [PendingQuery.model_validate(q) for q in store.pending_queries(client)]
 
-    @app.get("/v1/work", response_model=Work, tags=["rounds", "reward"])
+    @app.get("/v1/work", response_model=Work, tags=["rounds", "reward"], openapi_extra=members)
     async def find(request: Request, client: Client,
                    wait_s: Annotated[float, Query(ge=0, le=30)] = 0.0,
                    include_rounds: Annotated[bool, Query(alias="rounds")] = True) -> Work:
@@ -49,7 +59,7 @@ def install_work_routes(app: FastAPI, store: Store, rounds: RoundManager, work: 
         return found or Work()
 
     @app.post("/v1/reward/answers/{query_id}", response_model=None, tags=["reward"],
-              status_code=204)
+              status_code=204, openapi_extra=members)
     def answer(client: Client, query_id: Annotated[int, Path(ge=1, le=2**62)],
                body: RewardAnswer) -> None:
         """Pull mode: scores for one query (or the image hashes the client lacks)."""

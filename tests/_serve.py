@@ -17,8 +17,9 @@ from fedmor_local._local import wait_healthy
 @contextlib.contextmanager
 def served(app: Any, port: int | None = None) -> Iterator[str]:
     """``app`` listening on ``port`` (default: a free one) of 127.0.0.1 (its URL), once its
-    ``/v1/health`` answers; stopped on exit."""
-    port = port or free_port()
+    ``/v1/health`` answers; stopped on exit. A fedmor app whose settings name that port
+    accepts the requests signed for it."""
+    port = free_port() if port is None else port
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -86,13 +86,14 @@ def test_demo_stage_b_router_is_the_secure_mean_of_the_clients_local_training(
             config=declared, name=site, info=info, base=base,
             pairs_dir=run_dir / "data" / "clients" / client / "train"))
             for site, client in zip(("site-0", "site-1"), CONFIG.clients, strict=True)]
-        expected = sum(n * u.astype(np.float64) for u, n in ups) / sum(n for _, n in ups)
+        expected = sum(u.num_samples * u.params.astype(np.float64) for u in ups) \
+            / sum(u.num_samples for u in ups)
         published = versions[r["router_version"]]
         # Quantization (one step) plus float rounding: the client processes train with other
         # thread counts, which reorders sums (measured: max 3e-5 over 10k parameters).
         assert np.max(np.abs(published - expected)) <= step + 1e-4
         assert np.median(np.abs(published - expected)) <= step + 1e-6
-        assert np.max(np.abs(published - ups[0][0])) > 1e-3  # not one client's update (~8e-3 off)
+        assert np.max(np.abs(published - ups[0].params)) > 1e-3  # not one client's update (~8e-3 off)
         base = published.copy()
     final = Router.load(run_dir / "router" / "final")
     np.testing.assert_array_equal(final.get_flat_params(), versions[max(versions)])

@@ -106,10 +106,19 @@ def test_member_quickstart(tmp_path: Path) -> None:
     out = run_quickstart("member", tmp_path)
     accuracy = re.search(r'"pairwise_accuracy": \{"data/clients/detail/eval": ([0-9.]+)\}', out)
     assert accuracy and float(accuracy.group(1)) >= 0.75, out[-2000:]  # fedmor rm eval's line
-    final = json.loads(out.strip().splitlines()[-1])  # fedmor rounds open --wait --json
+    documents = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    final = next(d for d in documents if "participants" in d)  # fedmor rounds open --wait --json
     assert final["round_id"] == 1 and final["status"] == "finished", out[-2000:]
     assert len(final["participants"]) == 1  # the member's own client did the round
     assert (tmp_path / "work" / "reward" / "normalizer.json").is_file()
+    # What the member gave: its status table and its log give the round's pairs and losses.
+    assert re.search(r"^\s*1\s+done\s+\d+\s+\d+\.\d{4}\s+\d+\.\d{4}", out, re.M), out[-2000:]
+    assert "round 1: done (" in (tmp_path / "work" / "client.log").read_text()
+    # The pulled router, evaluated with the member's own files: its one head is the member's,
+    # and its model's accuracy is the one fedmor rm eval printed.
+    evaluation = next(d for d in documents if "routed_to_self" in d)
+    assert evaluation["member"] == "st-mary" and evaluation["routed_to_self"] == 1.0
+    assert evaluation["accuracy"] == float(accuracy.group(1))
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the TLS quickstart needs openssl")

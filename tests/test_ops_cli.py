@@ -48,7 +48,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     (work / "server.toml").write_text(
         f'host = "127.0.0.1"\nport = {port}\ndb_path = "{work}/s.db"\n'
         f'identity_key = "{work}/id.pem"\nroster_file = "{work}/roster.json"\n'
-        f"tick_interval_s = 0.2\n")
+        f"tick_interval_s = 0.2\nallow_plain_http = true\n")
     log = (work / "server.log").open("wb")  # a file: a pipe nobody reads would fill up
     proc = subprocess.Popen([sys.executable, "-m", "sdk.cli", "server", "--config",
                              str(work / "server.toml")], env=checkout_env(),
@@ -108,7 +108,7 @@ def test_enroll_writes_a_private_profile_the_commands_use(
         server: tuple[str, Path, str], config_dir: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     url, work, token = server
-    code, out, err = _run(capsys, "enroll", "--server", url, "--identity",
+    code, out, err = _run(capsys, "enroll", "--server", url, "--insecure-http", "--identity",
                           str(work / "ops.pem"), "--token", token, "--name", "ops",
                           "--role", "operator")
     assert code == 0, err
@@ -125,7 +125,7 @@ def test_enroll_writes_a_private_profile_the_commands_use(
     code, _, err = _run(capsys, "align", "--policy", "p", "--queries", "q", "--out", "o")
     assert code == 1 and "fedmor align signs as the aligner" in err
     # a wrong role is refused before any profile is written
-    code, _, err = _run(capsys, "enroll", "--server", url, "--identity", str(work / "ops.pem"),
+    code, _, err = _run(capsys, "enroll", "--server", url, "--insecure-http", "--identity", str(work / "ops.pem"),
                         "--token", token, "--name", "ops", "--role", "member",
                         "--profile", "other")
     assert code == 1 and "operator" in err
@@ -145,7 +145,7 @@ def test_live_roster_and_rounds(server: tuple[str, Path, str], tmp_path: Path,
     code, _, err = _run(capsys, "roster", "add", "--name", "st-luke", "--public-key",
                         public_key_b64(generate_key()))
     assert code == 1 and "--replace" in err
-    code, _, err = _run(capsys, "enroll", "--server", url, "--identity",
+    code, _, err = _run(capsys, "enroll", "--server", url, "--insecure-http", "--identity",
                         str(tmp_path / "luke.pem"), "--token", token, "--name", "st-luke",
                         "--profile", "luke")
     assert code == 0, err
@@ -177,3 +177,30 @@ def test_live_roster_and_rounds(server: tuple[str, Path, str], tmp_path: Path,
     assert code == 0, err
     code, out, _ = _run(capsys, "members", "show", "st-luke", "--json", "--profile", "ops")
     assert json.loads(out)["state"] == "revoked"
+
+
+def test_plain_http_and_files_others_may_open_are_refused(
+        server: tuple[str, Path, str], config_dir: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    url, work, token = server
+    path = config_dir / "profiles.toml"
+    before = path.read_text()
+    code, _, err = _run(capsys, "enroll", "--server", url, "--identity", str(work / "ops.pem"),
+                        "--token", token, "--name", "ops", "--profile", "plain")
+    assert code == 1 and "plain http" in err and "--insecure-http" in err, err
+    assert path.read_text() == before  # no http profile written
+    code, _, err = _run(capsys, "members", "list", "--server", url, "--key-file",
+                        str(work / "ops.pem"), "--sender", "c-any")
+    assert code == 1 and "--insecure-http" in err, err
+    # A profiles file, then a key file, that other users may change or read: refused, as ssh.
+    for private, mode in ((path, 0o666), (work / "ops.pem", 0o644)):
+        os.chmod(private, mode)
+        try:
+            code, _, err = _run(capsys, "members", "list", "--json", "--profile", "ops")
+        finally:
+            os.chmod(private, 0o600)
+        assert code == 1, err
+        assert f"permissions {mode:04o} for '{private}' are too open" in err, err
+        assert f"chmod 600 {private}" in err
+    code, _, err = _run(capsys, "members", "list", "--json", "--profile", "ops")
+    assert code == 0, err

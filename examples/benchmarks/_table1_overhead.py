@@ -126,7 +126,8 @@ def routed_step_overhead(policy: Path, queries: Sequence[Query], grpo: GRPOSetti
             ids = consortium.wait_enrolled()
             broker = RewardBroker(Store(consortium.server_cfg["db_path"]),
                                   load_private_key(Path(consortium.server_cfg["identity_key"])),
-                                  verify=consortium.verify, timeout_s=120)
+                                  verify=consortium.verify, timeout_s=120,
+                                  allow_private=True)  # members on 127.0.0.1
             rest = step_times(_AsAligner(BrokerRewardSource(broker, ids)), "rest")
             with contextlib.suppress(RuntimeError):  # trl's loop owns the broker's connections
                 asyncio.run(broker.aclose())

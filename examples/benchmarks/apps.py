@@ -202,7 +202,8 @@ def main() -> None:
         scorer = ClientScorer.from_pretrained(model_dir)
         store = Store(c.server_cfg["db_path"])
         broker = RewardBroker(store, load_private_key(Path(c.server_cfg["identity_key"])),
-                              mode="push", timeout_s=120)
+                              mode="push", timeout_s=120,
+                              allow_private=True)  # members on 127.0.0.1
         images = [ImageRef.of(png(i)) for i in range(batches * batch)]
         queries = [images[b * batch:(b + 1) * batch] for b in range(batches)]
         prompts = ["What color is the square?"] * batch

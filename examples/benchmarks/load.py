@@ -8,7 +8,10 @@ secure round (``router_secagg``, SecAgg+) of all N runs to completion and an ali
 sends batches of reward queries (``POST /v1/rewards``, ``random`` selection: each item goes to
 one member, which answers from its queue); a probe process asks ``GET /v1/health`` every
 100 ms throughout. The second phase adds one hostile enrolled member (not in the round) that
-keeps 500 long polls open: each refused one is re-sent after the server's Retry-After.
+keeps 500 long polls open: each refused one is re-sent after the server's Retry-After (the
+server's RSS growth over that phase and its ``-wal`` size are reported). Last, the hostile
+member and the aligner send 16 correctly signed 63 MiB bodies at once to routes their roles
+may not call (``insider_body_rss_mb``: the server's RSS growth meanwhile).
 
 The member and hostile processes run at ``nice 19``: in a deployment they are other machines,
 here they share the cores with the server and the probe. An honest request fails when a
@@ -45,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 from _scratch import scratch_dir
 
 from fedmor_local import OPEN_POLICY, LocalConsortium
+from fedmor_local._insider import InsiderPost, insider_bodies, rss_mb
 from sdk.wire import AsyncSignedClient, SignedClient, load_or_create_key, public_key_b64
 
 HOSTILE = "hostile"
@@ -263,6 +267,23 @@ def _enroll(c: LocalConsortium, cfg: dict[str, Any]) -> str:
     return str(resp.json()["client_id"])
 
 
+def _insider_bodies(c: LocalConsortium, pid: int, member_id: str, aligner_id: str
+                    ) -> tuple[float, dict[str, int]]:
+    """Server RSS growth (MiB) while the hostile member and the aligner send 16 correctly
+    signed maximum-size bodies at once to routes their roles may not call; the statuses."""
+    member = load_or_create_key(Path(c.client_cfg[c.names[-1]]["identity_key"]))
+    aligner = load_or_create_key(Path(c.identity_cfg["aligner"]["identity_key"]))
+    posts = [InsiderPost(member, member_id, "/v1/router"),
+             InsiderPost(member, member_id, "/v1/rewards"),
+             InsiderPost(member, member_id, "/v1/audit/members/site-0/reward"),
+             InsiderPost(aligner, aligner_id, "/v1/rounds/1/stages/update")] * 4
+    before = rss_mb(pid)
+    statuses = insider_bodies(c.server_url, c.verify, posts, 63 * 2**20)
+    grown = round(rss_mb(pid) - before, 1)
+    log(f"16 insider bodies of 63 MiB: {collections.Counter(statuses)}, server RSS +{grown} MiB")
+    return grown, {str(k): v for k, v in collections.Counter(statuses).items()}
+
+
 def _p99(latencies: list[float | None]) -> float:
     values = [PROBE_TIMEOUT_S * 1000 if v is None else v for v in latencies]
     return round(float(np.percentile(values, 99)), 1) if values else float("nan")
@@ -402,6 +423,8 @@ def main() -> None:
         idle_p99 = phase.idle(10.0)
         calm = phase.run("without the hostile member")
 
+        server_pid = c.procs["server"].pid
+        rss_before_polls = rss_mb(server_pid)
         hostile, hostile_end = ctx.Pipe()
         procs.append(ctx.Process(target=_hostile, daemon=True, args=(
             c.server_url, hostile_id, hostile_cfg["identity_key"], args.hostile_polls,
@@ -409,8 +432,12 @@ def main() -> None:
         procs[-1].start()
         assert hostile.recv() == "attacking"
         attack = phase.run(f"with one member holding {args.hostile_polls} long polls")
+        hostile_poll_rss = rss_mb(server_pid) - rss_before_polls
+        wal = Path(c.server_cfg["db_path"] + "-wal")
+        server_wal_mb = wal.stat().st_size / 2**20 if wal.exists() else 0.0
         hostile.send("stop")
         hostile_counts = hostile.recv()
+        insider_rss, insider_statuses = _insider_bodies(c, server_pid, hostile_id, aligner_id)
         probe.send("stop")
         for conn in workers:
             conn.send("stop")
@@ -432,6 +459,9 @@ def main() -> None:
            "idle_health_p99_ms": idle_p99, "round_status": calm["round_status"], "attack_round_status": attack["round_status"],
            "vector_length": args.vector, "hostile_polls": args.hostile_polls,
            "worker_threads": threads,
+           "insider_body_rss_mb": insider_rss, "insider_body_statuses": insider_statuses,
+           "hostile_poll_rss_mb": round(hostile_poll_rss, 1),
+           "server_wal_mb": round(server_wal_mb, 1),
            "hostile_refused": hostile_counts["refused"],
            "hostile_answered": hostile_counts["answered"],
            "health_probes": calm["health_probes"],

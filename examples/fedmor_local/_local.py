@@ -203,6 +203,7 @@ class LocalConsortium:
             "identity_key": str(workdir / "server" / "identity.pem"),
             "roster_file": str(roster), "admin_token": ADMIN_TOKEN, "port": self.server_port,
             "tick_interval_s": 0.2, "allow_http_reward_urls": not tls,
+            "allow_plain_http": not tls,
             "allow_private_reward_urls": True, **self._tls("tls_ca"),  # members on 127.0.0.1
             **({"capture": {"enabled": True, "dir": str(capture)}} if capture else {}),
             "require_client_cert": mtls, **(server or {})}

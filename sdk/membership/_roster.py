@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sdk.wire import Role, parse_public_key
 
@@ -34,31 +35,84 @@ class RosterFile(BaseModel):
 
     @model_validator(mode="after")
     def _one_name_one_key(self) -> RosterFile:
-        # Names that differ only by case read as one institution to a person; one key under two
-        # names would let one holder act as two members (two shares of every round).
-        names: dict[str, str] = {}
-        keys: dict[str, str] = {}
-        for c in self.clients:
-            other = names.setdefault(c.name.casefold(), c.name)
-            if other != c.name:
-                raise ValueError(f"roster names {other!r} and {c.name!r} differ only by case")
-            other = keys.setdefault(c.public_key, c.name)
-            if other != c.name:
-                raise ValueError(f"{other!r} and {c.name!r} have the same public key: one key "
-                                 "is one identity")
+        clash = _clash([(c.name, c.public_key) for c in self.clients])
+        if clash is not None:
+            raise ValueError(clash[1])
         return self
 
     @classmethod
     def load(cls, path: Path) -> RosterFile:
-        """Read a roster; a missing file is an empty roster."""
-        return cls() if not path.exists() else cls.model_validate_json(path.read_text())
+        """Read a roster; a missing file is an empty roster. An invalid one raises
+        ``ValueError`` naming the file, the line of the entry at fault and the command that
+        mends it."""
+        if not path.exists():
+            return cls()
+        text = path.read_text()
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as exc:
+            raise ValueError(_invalid(path, text, exc)) from None
 
     def save(self, path: Path) -> None:
-        """Write the roster atomically."""
+        """Write the roster atomically: a temporary file, flushed to disk, then renamed over
+        the old one, so a reader sees the old roster or the new one, never a part."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.model_dump(), indent=2) + "\n")
+        with tmp.open("w") as out:
+            out.write(json.dumps(self.model_dump(), indent=2) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
         tmp.replace(path)
+
+
+def _clash(entries: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """The later name of the first clash among (name, key) entries and why, else None. Names
+    that differ only by case read as one institution to a person; one key under two names
+    would let one holder act as two members (two shares of every round)."""
+    names: dict[str, str] = {}
+    keys: dict[str, str] = {}
+    for name, key in entries:
+        other = names.setdefault(name.casefold(), name)
+        if other != name:
+            return name, f"roster names {other!r} and {name!r} differ only by case"
+        other = keys.setdefault(key, name)
+        if other != name:
+            return name, f"{other!r} and {name!r} have the same public key: one key is one identity"
+    return None
+
+
+def _invalid(path: Path, text: str, exc: ValidationError) -> str:
+    """What is wrong with roster file ``path``: the line of the entry at fault and the
+    ``fedmor`` command that removes it (or the first error, where no entry is at fault)."""
+    try:
+        entries = [(str(c.get("name", "")), str(c.get("public_key", "")))
+                   for c in json.loads(text).get("clients", [])]
+    except (ValueError, AttributeError):
+        entries = []
+    clash = _clash(entries)
+    if clash is None:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        return (f"roster file {path} is not a valid roster: {where}: {first.get('msg', '')} "
+                f"(mend the file, or write it again with `fedmor roster add --roster {path}`)")
+    name, why = clash
+    needle = json.dumps(name)
+    line = next((n for n, text_line in enumerate(text.splitlines(), 1)
+                 if needle in text_line), 0)
+    return (f"roster file {path}, line {line}: {why}; remove the entry with "
+            f"`fedmor roster remove --roster {path} --name {name}`")
+
+
+def remove_from_roster(path: Path, name: str) -> bool:
+    """Remove ``name``'s entry from roster file ``path`` (even from an invalid roster, so the
+    command that mends one works on it); False if it lists no such name."""
+    raw = json.loads(path.read_text())
+    clients = raw.get("clients", [])
+    kept = [c for c in clients if c.get("name") != name]
+    if len(kept) == len(clients):
+        return False
+    RosterFile.model_validate({**raw, "clients": kept}).save(path)
+    return True
 
 
 def add_to_roster(path: Path, *, name: str, public_key: str, role: Role = "member") -> str:
@@ -72,5 +126,5 @@ def add_to_roster(path: Path, *, name: str, public_key: str, role: Role = "membe
     entry = RosterEntry(name=name, public_key=public_key,
                         token_sha256=hashlib.sha256(token.encode()).hexdigest(), role=role)
     roster = RosterFile(clients=[c for c in roster.clients if c.name != name] + [entry])
-    roster.save(path)
+    roster.save(path)  # validated above (a clash raises): nothing is written
     return token

@@ -1,6 +1,8 @@
 """How a command reaches the server: ``--profile`` (the default profile when none is given),
 with ``--server --ca --client-cert --client-key --key-file --sender`` as overrides, and the
-admin token (``FEDMOR_ADMIN_TOKEN``) as the fallback of the operator commands."""
+admin token (``FEDMOR_ADMIN_TOKEN``) as the fallback of the operator commands. A plain
+``http://`` server needs ``--insecure-http`` (or a profile enrolled with it), and a key file
+other users may read or write is refused, as ssh does."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sdk.ops._profiles import CONFIG_DIR_ENV, ProfileBook, profiles_path
+from sdk.ops._profiles import CONFIG_DIR_ENV, ProfileBook, check_owner_only, profiles_path
 
 __all__ = ["ADMIN_TOKEN_ENV", "Connection", "ServerError", "add_connection_options",
            "connection_from_args", "wait_for_server"]
@@ -41,6 +43,16 @@ class Connection:
     sender: str | None = None
     role: str | None = None
     profile: str | None = None
+    insecure_http: bool = False
+
+    def __post_init__(self) -> None:
+        scheme = self.server.split("://", 1)[0].lower() if "://" in self.server else ""
+        if scheme == "http" and not self.insecure_http:
+            raise ValueError(f"server {self.server} is plain http: requests and their answers "
+                             f"cross the network unencrypted; use its https:// URL, or give "
+                             f"--insecure-http (local tests only)")
+        if scheme not in ("http", "https"):
+            raise ValueError(f"server {self.server!r} is not an https:// URL")
 
     def verify(self) -> Any:
         """What an HTTP client verifies the server with (and the client certificate it
@@ -58,10 +70,13 @@ class Connection:
         with the admin token (``unsigned``: neither, for enrollment)."""
         from sdk.wire import SignedClient, key_passphrase, load_private_key
 
+        if self.client_key is not None:
+            check_owner_only(self.client_key)
         kw: dict[str, Any] = {"ca": self.ca, "client_cert": self._cert(), "timeout_s": timeout_s}
         if unsigned:
             return SignedClient(self.server.rstrip("/"), **kw)
         if self.key_file is not None and self.sender:
+            check_owner_only(self.key_file)
             return SignedClient(self.server.rstrip("/"), sender=self.sender,
                                 key=load_private_key(self.key_file, key_passphrase()), **kw)
         # On the server's host the operator has the server's own variable; either names it.
@@ -122,6 +137,8 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
                    help="the identity key that signs (else the profile's, else the admin "
                         f"token in {ADMIN_TOKEN_ENV})")
     g.add_argument("--sender", default=None, help="that identity's client id")
+    g.add_argument("--insecure-http", action="store_true",
+                   help="allow a plain http:// server URL (local tests only)")
 
 
 def connection_from_args(args: argparse.Namespace) -> Connection:
@@ -135,11 +152,14 @@ def connection_from_args(args: argparse.Namespace) -> Connection:
         fields = {"server": profile.server, "ca": profile.ca,
                   "client_cert": profile.client_cert, "client_key": profile.client_key,
                   "key_file": profile.identity, "sender": profile.client_id,
-                  "role": profile.role, "profile": name}
+                  "role": profile.role, "profile": name,
+                  "insecure_http": profile.insecure_http}
     for field in ("server", "ca", "client_cert", "client_key", "key_file", "sender"):
         value = getattr(args, field, None)
         if value is not None:
             fields[field] = value
+    if getattr(args, "insecure_http", False):
+        fields["insecure_http"] = True
     if not fields.get("server"):
         raise ValueError(f"no server: {profiles_path()} holds no profile; give --profile "
                          f"(after `fedmor enroll`; {CONFIG_DIR_ENV} moves that folder) or "

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from sdk.ops._profiles import Profile, ProfileBook, profiles_path
+from sdk.ops._profiles import Profile, ProfileBook, check_owner_only, profiles_path
 from sdk.ops._tables import print_table
 from sdk.wire import ROLES
 
@@ -44,9 +44,13 @@ def _enroll(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--identity {identity} does not exist: create it with `fedmor "
                                 f"keys new --out {args.identity}` and send the public key it "
                                 f"prints to the operator")
-    key = load_private_key(identity, key_passphrase())
-    conn = Connection(server=args.server, ca=absolute["ca"],
+    insecure = args.server.lower().startswith("http://") and args.insecure_http
+    conn = Connection(server=args.server, ca=absolute["ca"], insecure_http=insecure,
                       client_cert=absolute["client_cert"], client_key=absolute["client_key"])
+    for private in (identity, absolute["client_key"]):
+        if private is not None:
+            check_owner_only(private)
+    key = load_private_key(identity, key_passphrase())
     body = EnrollRequest(name=name, token=args.token, public_key=public_key_b64(key))
     answer = conn.request("POST", "/v1/enroll", body.model_dump(), unsigned=True,
                           what=f"enrollment of {name!r}")
@@ -57,7 +61,7 @@ def _enroll(args: argparse.Namespace) -> int:
     profile = Profile(server=args.server.rstrip("/"), ca=absolute["ca"],
                       client_cert=absolute["client_cert"], client_key=absolute["client_key"],
                       identity=identity, client_id=enrolled.client_id, name=name,
-                      role=enrolled.role)  # type: ignore[arg-type]
+                      role=enrolled.role, insecure_http=insecure)  # type: ignore[arg-type]
     book.add(profile_name, profile)
     path = book.save()
     print(f"enrolled {name} as {enrolled.client_id} ({enrolled.role}); profile "
@@ -119,6 +123,8 @@ def register_enroll(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="client certificate (PEM), for a server with require_client_cert")
     p.add_argument("--client-key", type=Path, default=None, help="the key of --client-cert")
     p.add_argument("--force", action="store_true", help="replace a profile of that name")
+    p.add_argument("--insecure-http", action="store_true", help="allow a plain http:// "
+                   "server and record it in the profile (local tests only)")
     p.set_defaults(handler=_enroll)
 
 

@@ -5,13 +5,15 @@ A profile holds where the server is, how to verify it (CA) and present a client 
 ``profiles.toml`` in the user's config folder (``$FEDMOR_CONFIG_DIR``, else the platform's:
 ``$XDG_CONFIG_HOME/fedmor`` or ``~/.config/fedmor``, ``~/Library/Application Support/fedmor``
 on macOS, ``%APPDATA%\\fedmor`` on Windows), mode 0600: it names key files, never their
-contents.
+contents. Like ssh, the commands refuse a profiles file or key file that other users may read
+or write (another user could point the commands at their own server, or sign as you).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -20,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sdk.wire import Role
 
-__all__ = ["CONFIG_DIR_ENV", "Profile", "ProfileBook", "config_dir", "profiles_path"]
+__all__ = ["CONFIG_DIR_ENV", "Profile", "ProfileBook", "check_owner_only", "config_dir",
+           "profiles_path"]
 
 CONFIG_DIR_ENV = "FEDMOR_CONFIG_DIR"
 """The environment variable that moves the config folder (a test, a second user on one
@@ -38,6 +41,18 @@ def config_dir() -> Path:
         return Path.home() / "Library" / "Application Support" / "fedmor"
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "fedmor"
+
+
+def check_owner_only(path: Path) -> None:
+    """Refuse (``PermissionError``, with the command that mends it) a file that users other
+    than its owner may read or write: a profiles file they could point at their own server,
+    or a key they could sign with."""
+    if sys.platform == "win32":  # no POSIX modes: the folder's ACL protects it
+        return
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise PermissionError(f"permissions {mode:04o} for '{path}' are too open: other users "
+                              f"may read or change it; run chmod 600 {path}")
 
 
 def profiles_path() -> Path:
@@ -60,11 +75,13 @@ class Profile(BaseModel):
     client_id: str = Field(description="the id enrollment gave this identity")
     name: str = Field(pattern=_NAME, description="the identity's roster name")
     role: Role = Field(description="what the identity may do at the server")
+    insecure_http: bool = Field(default=False, description="the server is plain http:// "
+                                "(enrolled with --insecure-http: local tests only)")
 
 
 def _toml_value(value: object) -> str:
     # JSON strings are TOML basic strings (same escapes), so json.dumps quotes safely.
-    return json.dumps(str(value))
+    return "true" if value is True else json.dumps(str(value))
 
 
 class ProfileBook(BaseModel):
@@ -81,6 +98,7 @@ class ProfileBook(BaseModel):
         path = path or profiles_path()
         if not path.exists():
             return cls()
+        check_owner_only(path)
         try:
             return cls.model_validate(tomllib.loads(path.read_text()))
         except (tomllib.TOMLDecodeError, ValidationError) as exc:
@@ -94,7 +112,8 @@ class ProfileBook(BaseModel):
         for name, profile in sorted(self.profiles.items()):
             lines.append(f"[profiles.{_toml_value(name)}]")
             lines += [f"{key} = {_toml_value(value)}"
-                      for key, value in profile.model_dump().items() if value is not None]
+                      for key, value in profile.model_dump().items()
+                      if value is not None and value is not False]
             lines.append("")
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -64,18 +64,14 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _remove(args: argparse.Namespace) -> int:
-    from sdk.membership import RosterFile
+    from sdk.membership._roster import remove_from_roster
 
     if args.roster is None:
         from sdk.ops._members_cli import revoke
 
         return revoke(args, "removed")
-    roster = RosterFile.load(args.roster)
-    kept = [c for c in roster.clients if c.name != args.name]
-    if len(kept) == len(roster.clients):
+    if not remove_from_roster(args.roster, args.name):
         raise ValueError(f"{args.name!r} is not in {args.roster}")
-    roster.clients = kept
-    roster.save(args.roster)
     print(f"removed {args.name} from {args.roster}; a running server revokes it within a tick")
     return 0
 

@@ -6,9 +6,17 @@ import argparse
 import json
 from pathlib import Path
 
+from sdk.progress import say
 from sdk.runtime_options import add_runtime_arguments, runtime_from_args
 
 __all__ = ["register"]
+
+_TRIAL_NOTICE = (
+    "[rm] no --base: training a tiny randomly initialised {arch} built here, a trial backbone "
+    "for checking your data and settings; on real images expect accuracy near chance "
+    "(docs/guides/member.md). For a reward model the consortium can use, name a pretrained "
+    "checkpoint: --base DIR (a local Qwen2-VL, Qwen2.5-VL or LLaVA-OneVision directory), with "
+    "--lora for large ones.")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,14 +29,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     train.add_argument("--eval", type=Path, help="eval directory with pairs.jsonl")
     train.add_argument("--arch", default="qwen2_5_vl",
                        help="tiny backbone architecture: qwen2_vl, qwen2_5_vl, llava_onevision")
-    train.add_argument("--backbone", type=Path,
-                       help="local VLM checkpoint directory (default: build a tiny --arch one)")
+    train.add_argument("--backbone", "--base", dest="backbone", type=Path, metavar="DIR",
+                       help="a pretrained local VLM checkpoint directory to train on (default: "
+                       "build a tiny random-init --arch one, a trial backbone)")
     train.add_argument("--size", choices=("tiny", "small"), default="tiny")
     train.add_argument("--out", type=Path, required=True, help="checkpoint directory")
     train.add_argument("--steps", type=int, help="optimizer steps (default: one epoch)")
     train.add_argument("--batch-size", type=int, default=32, help="pairs per step")
     train.add_argument("--lr", type=float, default=3e-4)
     train.add_argument("--lora", action="store_true", help="train LoRA adapters + head only")
+    train.add_argument("--eval-every", type=int, metavar="N",
+                       help="evaluate on --eval every N steps and at the last; the best "
+                       "evaluation's model is the one saved (default: about ten evaluations "
+                       "per run, at most 50 steps apart; 0: the last step only)")
+    train.add_argument("--patience", type=int, metavar="N",
+                       help="stop after N evaluations without a better eval accuracy "
+                       "(default: off)")
     train.add_argument("--dp-epsilon", type=float, help="record-level DP-SGD target epsilon")
     train.add_argument("--dp-delta", type=float, default=1e-5)
     train.add_argument("--seed", type=int, default=0)
@@ -70,10 +86,13 @@ def _train(args: argparse.Namespace) -> int:
     evals = load_pairs(args.eval) if args.eval else []
     config = RewardTrainingConfig(
         steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+        eval_every=args.eval_every, patience=args.patience,
         lora=LoraSettings() if args.lora else None,
         dp=None if args.dp_epsilon is None
         else DPSettings(target_epsilon=args.dp_epsilon, delta=args.dp_delta),
     )
+    if args.backbone is None:
+        say(_TRIAL_NOTICE.format(arch=args.arch))
     backbone = args.backbone or build_tiny_vlm(
         args.arch, args.out / "backbone-init", corpus=pair_texts(train), seed=args.seed,
         size=args.size,
@@ -83,6 +102,7 @@ def _train(args: argparse.Namespace) -> int:
     summary = {
         "checkpoint": str(result.checkpoint), "architecture": model.architecture,
         "steps": result.steps, "eval_accuracy": result.eval_accuracy,
+        "best_step": result.best_step, "stopped_early": result.stopped_early,
         "spent_epsilon": result.spent_epsilon, "wall_s": round(result.wall_s, 2),
         "device": str(model.device), "dtype": str(next(model.backbone.parameters()).dtype),
     }

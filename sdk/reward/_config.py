@@ -53,7 +53,10 @@ class DPSettings(BaseModel):
 class RewardTrainingConfig(BaseModel):
     """Bradley-Terry training of one client's reward model.
 
-    ``steps`` wins over ``epochs`` when both are given. ``eval_every=0`` evaluates only at the end.
+    ``steps`` wins over ``epochs`` when both are given. With eval pairs the model is evaluated
+    every ``eval_every`` steps and at the last step (``eval_every=0``: at the last step only;
+    None: :meth:`eval_interval`'s default), the weights of the best evaluation are the ones kept,
+    and ``patience`` (None: off) stops the run after that many evaluations without improvement.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -65,7 +68,9 @@ class RewardTrainingConfig(BaseModel):
     steps: int | None = Field(default=None, ge=1)
     epochs: float = Field(default=1.0, gt=0.0)
     seed: int = 0
-    eval_every: int = Field(default=50, ge=0)
+    eval_every: int | None = Field(default=None, ge=0)
+    patience: int | None = Field(default=None, ge=1, description="evaluations without a new "
+                                 "best before training stops (None: never)")
     eval_batch_size: int = Field(default=64, ge=1)
     max_grad_norm: float | None = Field(default=1.0, gt=0.0, description="clipping without DP")
     lora: LoraSettings | None = None
@@ -79,3 +84,13 @@ class RewardTrainingConfig(BaseModel):
             return self.steps
         per_epoch = max(1, -(-n_pairs // self.batch_size))
         return max(1, round(per_epoch * self.epochs))
+
+    def eval_interval(self, total: int) -> int:
+        """Steps between evaluations in a run of ``total`` steps (0: the last step only).
+
+        Default: about ten evaluations per run, at most 50 steps apart, so a short run still
+        has earlier checkpoints to choose from and a long one does not spend its time scoring.
+        """
+        if self.eval_every is not None:
+            return self.eval_every
+        return min(50, max(1, total // 10))

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from sdk.progress import Steps
+from sdk.reward._best import BestWeights, write_curve
 from sdk.reward._config import RewardTrainingConfig
 from sdk.reward._dp import PairDPSGD
 from sdk.reward._model import PairLike, RewardModel, length_bucket
@@ -49,7 +50,9 @@ def pairwise_accuracy(model: RewardModel, pairs: Sequence[PairLike], *, batch_si
 
 @dataclass
 class RewardTrainingResult:
-    """What one training run produced."""
+    """What one training run produced. ``eval_accuracy`` is the kept model's (the best
+    evaluation's, from ``best_step``); ``steps`` the optimizer steps run (fewer than planned
+    when ``stopped_early``)."""
 
     history: list[dict[str, float]]
     eval_accuracy: float | None
@@ -60,6 +63,8 @@ class RewardTrainingResult:
     normalizer: ScoreNormalizer | None = None
     checkpoint: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    best_step: int | None = None
+    stopped_early: bool = False
 
 
 def _pair_rows(pairs: Sequence[PairLike]) -> tuple[list[Any], list[str], list[str]]:
@@ -195,17 +200,22 @@ def _evaluate(model: RewardModel, eval_pairs: Sequence[PairLike], config: Reward
     return accuracy
 
 
-def _save(model: RewardModel, out_dir: str | Path, config: RewardTrainingConfig, *, steps: int,
-          eval_accuracy: float | None, spent: float | None,
-          normalizer: ScoreNormalizer | None) -> Path:
+def _save(model: RewardModel, out_dir: str | Path, config: RewardTrainingConfig, *,
+          result: RewardTrainingResult, planned: int) -> Path:
     # "config" is the whole recipe: an auditor's LiRA shadows train with it (attacks).
+    evals = [h for h in result.history if "eval_accuracy" in h]
     checkpoint = model.save_pretrained(out_dir, extra={"training": {
-        "steps": steps, "seed": config.seed, "eval_accuracy": eval_accuracy,
-        "spent_epsilon": spent, "dp": None if config.dp is None else config.dp.model_dump(),
+        "steps": result.steps, "planned_steps": planned, "seed": config.seed,
+        "eval_accuracy": result.eval_accuracy, "best_step": result.best_step,
+        "last_eval_accuracy": evals[-1]["eval_accuracy"] if evals else None,
+        "stopped_early": result.stopped_early,
+        "spent_epsilon": result.spent_epsilon,
+        "dp": None if config.dp is None else config.dp.model_dump(),
         "config": config.model_dump(mode="json"),
     }})
-    if normalizer is not None:
-        normalizer.save(checkpoint)
+    if result.normalizer is not None:
+        result.normalizer.save(checkpoint)
+    write_curve(checkpoint, result.history, best_step=result.best_step)
     return checkpoint
 
 
@@ -223,8 +233,11 @@ def train_reward_model(
 
     LoRA must already be set on the model (``RewardModel(..., lora=...)``): a ``config.lora``
     other than the model's raises ValueError, and None accepts the model's. DP-SGD comes from
-    ``config.dp``. With ``out_dir`` the model and normalizer are saved there once, at the end
-    (evaluations do not rewrite the checkpoint). The model trains where it was loaded
+    ``config.dp``. With eval pairs, the weights of the best evaluation (``config.eval_every``,
+    ``config.patience``) are put back into ``model`` at the end, and the normalizer is fitted
+    on them; the last step's weights are not kept. With ``out_dir`` the kept model, its
+    normalizer and the learning curve (``curve.csv``, ``curve.png``) are saved there once, at
+    the end, with the best step in ``reward_config.json``. The model trains where it was loaded
     (``RewardModel.from_backbone(..., runtime=...)``), in its dtype. ``progress`` shows a bar
     (on a terminal) and a step line every 10 steps on stderr (or ``stream``), unless quiet
     mode (``sdk.progress``) is on.
@@ -234,43 +247,62 @@ def train_reward_model(
         raise ValueError("train_reward_model needs at least one training pair")
     _check_lora(model, config)
     torch.manual_seed(config.seed)
+    total = config.total_steps(len(train_pairs))
+    params = [p for p in model.parameters() if p.requires_grad]
+    dp = None if config.dp is None else PairDPSGD(
+        params, config.dp, n_records=len(train_pairs), batch_size=config.batch_size, steps=total)
+    best = BestWeights(config.patience)
+    start = time.perf_counter()
+    history = _run(model, train_pairs, eval_pairs, config, params, dp, best,
+                   progress=progress, stream=stream)
+    best.restore(model)  # the normalizer and the checkpoint are the kept model's
+    model.eval()
+    wall = time.perf_counter() - start
+    result = RewardTrainingResult(
+        history=history, eval_accuracy=best.accuracy, wall_s=wall, steps=len(history),
+        spent_epsilon=None if dp is None else dp.spent_epsilon(),
+        noise_multiplier=None if dp is None else dp.noise_multiplier,
+        normalizer=_fit_normalizer(model, train_pairs, config) if config.fit_normalizer else None,
+        best_step=best.step, stopped_early=len(history) < total,
+    )
+    if out_dir is not None:
+        result.checkpoint = _save(model, out_dir, config, result=result, planned=total)
+    return result
+
+
+def _run(model: RewardModel, train_pairs: Sequence[PairLike], eval_pairs: Sequence[PairLike],
+         config: RewardTrainingConfig, params: list[torch.nn.Parameter], dp: PairDPSGD | None,
+         best: BestWeights, *, progress: bool, stream: TextIO | None) -> list[dict[str, float]]:
+    """The optimizer steps, with an evaluation every ``eval_interval`` steps and at the last
+    (each offered to ``best``); stops when ``best`` runs out of patience. Returns the history."""
     rng = random.Random(config.seed)
     generator = torch.Generator().manual_seed(config.seed + 1)
     total = config.total_steps(len(train_pairs))
-    params = [p for p in model.parameters() if p.requires_grad]
+    every = config.eval_interval(total)
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    dp = None if config.dp is None else PairDPSGD(
-        params, config.dp, n_records=len(train_pairs), batch_size=config.batch_size, steps=total)
     batches = _Batches(train_pairs, config.batch_size, rng, dp)
     history: list[dict[str, float]] = []
-    eval_acc: float | None = None
-    start = time.perf_counter()
+    name = f"[rm {model.architecture}]"
     model.train()
-    with Steps(f"[rm {model.architecture}]", total, enabled=progress, stream=stream) as steps:
+    with Steps(name, total, enabled=progress, stream=stream) as steps:
         for step in range(1, total + 1):
             lr = config.lr * _lr_factor(step - 1, config.warmup_steps, total)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             loss = _train_step(model, batches.next(), optimizer, params, config, dp, generator)
             record: dict[str, float] = {"step": step, "loss": loss, "lr": lr}
-            if eval_pairs and (step == total or (config.eval_every
-                                                 and step % config.eval_every == 0)):
-                eval_acc = record["eval_accuracy"] = _evaluate(model, eval_pairs, config)
             history.append(record)
             steps.advance()
-            if step == total or "eval_accuracy" in record or step % 10 == 1:
-                steps.line(f"[rm {model.architecture}] step {step}/{total} loss {loss:.4f}"
-                           + ("" if "eval_accuracy" not in record
-                              else f" eval_acc {record['eval_accuracy']:.3f}"))
-    model.eval()
-    wall = time.perf_counter() - start
-    normalizer = _fit_normalizer(model, train_pairs, config) if config.fit_normalizer else None
-    spent = dp.spent_epsilon() if dp is not None else None
-    checkpoint = None if out_dir is None else _save(
-        model, out_dir, config, steps=total, eval_accuracy=eval_acc, spent=spent,
-        normalizer=normalizer)
-    return RewardTrainingResult(
-        history=history, eval_accuracy=eval_acc, wall_s=wall, steps=total, spent_epsilon=spent,
-        noise_multiplier=None if dp is None else dp.noise_multiplier, normalizer=normalizer,
-        checkpoint=checkpoint,
-    )
+            note = ""
+            if eval_pairs and (step == total or (every and step % every == 0)):
+                accuracy = record["eval_accuracy"] = _evaluate(model, eval_pairs, config)
+                note = f" eval_acc {accuracy:.3f}" + (
+                    " (best)" if best.offer(model, step, accuracy)
+                    else f" (best {best.accuracy:.3f} at step {best.step})")
+            if step == total or note or step % 10 == 1:
+                steps.line(f"{name} step {step}/{total} loss {loss:.4f}{note}")
+            if best.exhausted:
+                steps.line(f"{name} stopped at step {step}: no better eval accuracy in "
+                           f"{best.patience} evaluations; keeping step {best.step}")
+                break
+    return history

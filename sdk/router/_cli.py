@@ -1,5 +1,6 @@
 """``fedmor router ...``: simulate federated router training, evaluate a router (Table 4) on a
-benchmark folder or a member's own pairs folders, and start a new router lineage (operator)."""
+benchmark folder or a member's own pairs folders (or one member's, ``_member_cli``), pull a
+published version, and start a new router lineage (operator)."""
 
 from __future__ import annotations
 
@@ -55,10 +56,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                           "folder; repeat per member; replaces --data's clients/<id>/eval)")
     evaluate.add_argument("--heldout", action="append", default=[], metavar="CATEGORY=DIR",
                           help="pairs folder of a category no member holds (repeatable)")
-    evaluate.add_argument("--models", type=Path, required=True,
+    evaluate.add_argument("--models", type=Path,
                           help="directory with one reward-model checkpoint per client id")
     _encoder_option(evaluate)
     evaluate.set_defaults(handler=_eval)
+    from sdk.router._member_cli import add_member_eval_options, add_pull_command
+
+    add_member_eval_options(evaluate)  # --member, --model: one member's files only
+    add_pull_command(commands)  # a published version, as a router folder
     from sdk.ops._router_cli import add_router_commands
 
     add_router_commands(commands)  # show, history, rollback: the server's published versions
@@ -162,6 +167,13 @@ def _eval(args: argparse.Namespace) -> int:
     from sdk.router._model import Router
     from sdk.runtime_options import runtime_from_args
 
+    if args.model is not None or args.member is not None:
+        from sdk.router._member_cli import member_eval
+
+        return member_eval(args, _encoder(args))
+    if args.models is None:
+        raise ValueError("give --models DIR (every member's reward model), or --member NAME "
+                         "--model CKPT --pairs DIR (yours only)")
     encoder = _encoder(args)
     router = Router.load(args.router, encoder_id=encoder.encoder_id)
     ids = router.client_ids

@@ -27,11 +27,15 @@ RouterData = EncodedBatch | Sequence[EncodedBatch] | tuple[Tensor, Tensor]
 
 @dataclass(frozen=True)
 class LocalRouterUpdate:
-    """What a client contributes to a round: its flat parameters phi_k, n_k and its mean loss."""
+    """What a client contributes to a round: its flat parameters phi_k, n_k and its mean
+    training loss; a member's round update (``sdk.router.local_router_update``) also gives
+    the router's mean loss on all its local responses before and after the local training."""
 
     params: np.ndarray
     num_samples: int
     loss: float
+    loss_before: float | None = None
+    loss_after: float | None = None
 
 
 def _as_batch(data: RouterData) -> EncodedBatch:
@@ -94,6 +98,27 @@ def train_router_locally(
             total += float(loss.detach()) * len(idx)
             seen += len(idx)
     return LocalRouterUpdate(params=local.get_flat_params(), num_samples=n, loss=total / seen)
+
+
+@torch.no_grad()
+def router_loss(router: Router, data: RouterData, client_index: int, *,
+                batch_size: int = 256) -> float:
+    """The mean BCE-with-logits of ``router``'s K logits against e_k over every row of
+    ``data``, in eval mode (no dropout): the loss local training lowers."""
+    batch = _as_batch(data)
+    was_training = router.training
+    router.eval()
+    device = next(router.parameters()).device
+    target = torch.zeros(router.num_clients, device=device)
+    target[client_index] = 1.0
+    total = 0.0
+    for start in range(0, len(batch), batch_size):
+        logits = router(batch.hidden[start : start + batch_size].to(device),
+                        batch.mask[start : start + batch_size].to(device))  # (b, K)
+        total += float(torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, target.expand_as(logits), reduction="sum")) / router.num_clients
+    router.train(was_training)
+    return total / len(batch)
 
 
 def fedavg_plain(updates: Sequence[LocalRouterUpdate]) -> np.ndarray:

@@ -15,6 +15,7 @@ JSON file named in ``$FEDMOR_ROUTER_SPEC``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +29,12 @@ from sdk.router._encoder import EncodedBatch
 from sdk.router._evaluation import encode_pairs
 from sdk.router._federated import FederatedConfig
 from sdk.router._hashing_encoder import HashingEncoder, HashingEncoderConfig
-from sdk.router._local import LocalTrainingConfig, train_router_locally
+from sdk.router._local import (
+    LocalRouterUpdate,
+    LocalTrainingConfig,
+    router_loss,
+    train_router_locally,
+)
 from sdk.router._model import Router, RouterConfig
 from sdk.wire import ROUTER_ROUND_PARAM, ConsortiumRouterConfig, RoundInfo
 from sdk.wire._router_config import default_federated_config
@@ -49,7 +55,8 @@ ROUTER_SPEC_ENV = "FEDMOR_ROUTER_SPEC"
 """The environment variable naming the member's ``RouterUpdateSpec`` JSON file (older path)."""
 ROUTER_UPDATES_GROUP = "fedmor.router_updates"
 """The entry-point group of custom router updates: ``NAME = "module:function"``, the function
-taking a :class:`SiteRound` and returning ``(phi_k, n_k)`` as :func:`local_router_update`."""
+taking a :class:`SiteRound` and returning ``(phi_k, n_k)``, or a ``LocalRouterUpdate`` as
+:func:`local_router_update` does (then the member also sees its local loss)."""
 
 
 class RouterUpdateError(ValueError):
@@ -120,7 +127,7 @@ class SiteRound:
         return _router_round(self.info)
 
 
-SiteUpdateFn = Callable[[SiteRound], tuple[np.ndarray, int]]
+SiteUpdateFn = Callable[[SiteRound], "tuple[np.ndarray, int] | LocalRouterUpdate"]
 
 # Encoding is the costly part and the pairs do not change between rounds: once per process.
 _ENCODED: dict[tuple[str, str, int | None], tuple[EncodedBatch, int]] = {}
@@ -140,27 +147,34 @@ def _encoded(encoder: HashingEncoderConfig, pairs_dir: Path,
 
 
 def _train(router: Router, info: RoundInfo, base: np.ndarray | None, encoded: EncodedBatch,
-           index: int, federated: FederatedConfig) -> np.ndarray:
-    """phi_k (P,) float32: ``router`` (from ``base``) trained locally for head ``index``."""
+           index: int, federated: FederatedConfig) -> LocalRouterUpdate:
+    """``router`` (from ``base``) trained locally for head ``index``: phi_k (P,) float32 and
+    the mean loss on ``encoded`` before and after."""
     if router.num_params() != info.vector_length:
         raise RouterUpdateError(f"round {info.round_id} expects {info.vector_length} parameters, "
                                 f"the router configuration gives {router.num_params()}")
     if base is not None:
         router.set_flat_params(base)
+    before = router_loss(router, encoded, index)
     update = train_router_locally(router, encoded, index,
                                   federated.local_config(_router_round(info), index))
-    return update.params.astype(np.float32)
+    router.set_flat_params(update.params)
+    return LocalRouterUpdate(params=update.params.astype(np.float32),
+                             num_samples=update.num_samples, loss=update.loss,
+                             loss_before=before, loss_after=router_loss(router, encoded, index))
 
 
-def local_router_update(job: SiteRound) -> tuple[np.ndarray, int]:
-    """The built-in update: (phi_k (P,) float32 after local training from ``job.base`` on the
-    member's pairs with the consortium's recipe, n_k = local pairs used)."""
+def local_router_update(job: SiteRound) -> LocalRouterUpdate:
+    """The built-in update: phi_k (P,) float32 after local training from ``job.base`` on the
+    member's pairs with the consortium's recipe, ``num_samples`` = n_k = local pairs used,
+    and the router's mean local loss before and after (what the member's log and ``fedmor
+    client status`` show)."""
     config = job.config
     encoded, n_pairs = _encoded(config.encoder, job.pairs_dir, config.max_pairs)
     encoder_id = HashingEncoder(config.encoder).encoder_id
     router = Router(config.router, config.heads, encoder_id)
-    return _train(router, job.info, job.base, encoded, job.head_index,
-                  config.federated), n_pairs
+    update = _train(router, job.info, job.base, encoded, job.head_index, config.federated)
+    return dataclasses.replace(update, num_samples=n_pairs)
 
 
 def load_router_update(name: str) -> SiteUpdateFn:
@@ -213,4 +227,4 @@ def router_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[
     """
     spec, encoded, n_pairs = _load(name)
     return _train(spec.build_router(), info, base, encoded, spec.sites[name].index,
-                  spec.federated), n_pairs
+                  spec.federated).params, n_pairs

@@ -96,12 +96,12 @@ class _RequestMetrics:
 
 def install_ops(app: FastAPI, *, prefix: str, store: SQLiteFile,
                 gauges: Iterable[StoredGauge] = (),
-                operator: Callable[[Request], Awaitable[object]] | None = None) -> None:
+                full_view: Callable[[Request], Awaitable[bool]] | None = None) -> None:
     """Add ``GET /v1/ready`` (503 with the reason unless the database answers) and
     ``GET /metrics`` (Prometheus text: ``{prefix}_requests_total``,
-    ``{prefix}_request_seconds`` and the ``gauges``) to ``app``. A request with credentials
-    must pass ``operator`` (which raises for anyone else) and reads the per-member gauges by
-    member; an anonymous one reads their sums."""
+    ``{prefix}_request_seconds`` and the ``gauges``) to ``app``. With ``full_view``, one rule
+    for every caller: those it accepts (it authenticates a request's credentials) read the
+    per-member gauges by member, and everyone else (anonymous or signed) reads their sums."""
     from prometheus_client import (
         CONTENT_TYPE_LATEST,
         CollectorRegistry,
@@ -135,12 +135,12 @@ def install_ops(app: FastAPI, *, prefix: str, store: SQLiteFile,
              responses={200: {"content": {CONTENT_TYPE_LATEST: {}},
                               "description": "Prometheus text format"}})
     async def metrics(request: Request) -> Response:
-        """Prometheus metrics: per-member series for the operator only."""
+        """Prometheus metrics: per-member series for the callers ``full_view`` accepts (the
+        operator), sums for everyone else."""
         credentials = "authorization" in request.headers or HEADER_SIGNATURE in request.headers
-        if operator is not None and credentials:
-            await operator(request)
+        if full_view is None:
             chosen = registry
         else:
-            chosen = public if operator is not None else registry
+            chosen = registry if credentials and await full_view(request) else public
         return Response(await run_in_threadpool(generate_latest, chosen),
                         media_type=CONTENT_TYPE_LATEST)

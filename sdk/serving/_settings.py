@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import re
+import socket
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import tomllib
-from pydantic import BaseModel, Field, ValidationError
+from cryptography import x509
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from sdk.serving._serve import ConnectionLimits
+from sdk.wire._auth import authority_of
 
 __all__ = ["AppHardening", "EnvOverFile", "SettingsError", "load_settings"]
 
@@ -58,6 +63,62 @@ class AppHardening(EnvOverFile):
     connections: ConnectionLimits = Field(
         default_factory=ConnectionLimits, description="header and keep-alive timeouts and the "
         "cap on connections at once")
+    public_urls: list[str] = Field(
+        default_factory=list, description="the URLs callers reach this app at "
+        "(scheme://host[:port], e.g. https://fedmor.example.org); a signed request names the "
+        "host and port its signer dialled and is refused (401) unless they are one of these, "
+        "so a request captured by another server cannot be relayed here. Empty: the bind "
+        "host and port (with localhost, 127.0.0.1 and ::1 for a loopback or wildcard bind, "
+        "and this machine's name for a wildcard one) and the TLS certificate's names")
+
+    @field_validator("public_urls")
+    @classmethod
+    def _urls_have_hosts(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            authority_of(url)  # raises ValueError naming the URL
+        return urls
+
+    def signed_authorities(self, *, host: str, port: int, tls_cert: Path | None,
+                           also: Iterable[str] = ()) -> frozenset[str]:
+        """The ``host:port`` forms a signed request to this app may name: ``public_urls``
+        when set, else those the bind address and the TLS certificate give; plus the URLs in
+        ``also`` (a member's announced reward URL)."""
+        extra = {authority_of(url) for url in also}
+        if self.public_urls:
+            return frozenset({authority_of(url) for url in self.public_urls} | extra)
+        names = {host, *_certificate_names(tls_cert)}
+        if host in ("", "0.0.0.0", "::"):
+            names |= {"localhost", "127.0.0.1", "::1", socket.gethostname(), socket.getfqdn()}
+        elif host == "localhost" or _is_loopback(host):
+            names |= {"localhost", "127.0.0.1", "::1"}
+        scheme = "https" if tls_cert is not None else "http"
+        names.discard("")
+        return frozenset({authority_of(f"{scheme}://{_bracketed(name)}:{port}")
+                          for name in names} | extra)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bracketed(name: str) -> str:
+    return f"[{name}]" if ":" in name else name
+
+
+def _certificate_names(path: Path | None) -> list[str]:
+    """The DNS names (no wildcards) and IP addresses a PEM certificate is valid for."""
+    if path is None or not path.exists():
+        return []
+    cert = x509.load_pem_x509_certificate(path.read_bytes())
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return [*(n for n in names.get_values_for_type(x509.DNSName) if "*" not in n),
+            *(str(ip) for ip in names.get_values_for_type(x509.IPAddress))]
 
 
 class SettingsError(ValueError):

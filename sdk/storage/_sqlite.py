@@ -11,6 +11,9 @@ from typing import Literal
 from sdk.storage._wal import WalCheckpointer
 from sdk.wire import PurgeClock
 
+_WAL_LIMIT_BYTES = 16 * 2**20
+"""The size a checkpointed ``-wal`` file is truncated back to."""
+
 __all__ = ["NONCES_TABLE", "SQLiteFile"]
 
 # WITHOUT ROWID: one b-tree, so recording a nonce writes one page, not two (pages are 64 KB
@@ -46,6 +49,9 @@ class SQLiteFile:
         # Checkpoints run in the background (``WalCheckpointer``), never inside a request's
         # commit under ``_lock``, where an automatic one stalls every request behind it.
         self._db.execute("PRAGMA wal_autocheckpoint=0")
+        # A checkpoint that reached the end of the log cuts the file back to this size: the
+        # -wal of a busy store (one frame per signed request's nonce) stays bounded on disk.
+        self._db.execute(f"PRAGMA journal_size_limit={_WAL_LIMIT_BYTES}")
         self.checkpoints = WalCheckpointer(self.path)
         self._nonce_purge = PurgeClock()
 

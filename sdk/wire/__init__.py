@@ -38,6 +38,7 @@ from sdk.wire._auth import (
 )
 from sdk.wire._client import AsyncSignedClient, RequestRefused, SignedAuth, SignedClient
 from sdk.wire._console import ConsoleLink
+from sdk.wire._dial import check_reward_url
 from sdk.wire._http import (
     ERROR_RESPONSES,
     ConflictError,
@@ -46,12 +47,10 @@ from sdk.wire._http import (
     SignatureCheck,
     SizeLimit,
     authenticate,
-    check_reward_url,
     docs_ui,
     install_errors,
     signature_check,
     stage_payload,
-    upload_body,
 )
 from sdk.wire._identity import (
     ROLES,
@@ -70,6 +69,7 @@ from sdk.wire._images import ImageCache, ImageRef, image_bytes
 from sdk.wire._limits import Busy, Limiter, RequestLimits, install_limits
 from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel
 from sdk.wire._payload import PayloadError, StagePayload, decode_vector
+from sdk.wire._roles import for_roles
 from sdk.wire._router_config import ConsortiumRouterConfig
 from sdk.wire._schemas import (
     DEMO_SAMPLES_PARAM,
@@ -187,6 +187,7 @@ __all__ = [
     "decode_vector",
     "docs_ui",
     "endorsement_message",
+    "for_roles",
     "generate_key",
     "image_bytes",
     "install_errors",
@@ -205,5 +206,4 @@ __all__ = [
     "signature_checks",
     "stage_payload",
     "tls_verify",
-    "upload_body",
 ]

@@ -1,10 +1,12 @@
 """Request signing and verification with Ed25519 identity keys (shared by both apps).
 
-Every authenticated request carries five headers; the signature covers
-``METHOD \\n path?query \\n sha256(body) \\n timestamp \\n nonce \\n sender \\n recipient``
-(path and query percent-encoded, as they travel) so a captured request cannot be moved to
-another path, body, time, sender or recipient (a member that receives a server-signed query
-cannot replay it to another member), and the nonce makes it single-use.
+Every authenticated request carries seven headers; the signature covers
+``METHOD \\n path?query \\n sha256(body) \\n timestamp \\n nonce \\n sender \\n recipient
+\\n authority`` (path and query percent-encoded, as they travel; ``authority``: the receiver's
+``host:port`` as the signer dialled it) so a captured request cannot be moved to another
+path, body, time, sender, recipient (a member that receives a server-signed query cannot
+replay it to another member) or server (a listener that captured a request signed for its
+own address cannot relay it to the real server), and the nonce makes it single-use.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import secrets
 import sqlite3
 import threading
 import time
+import urllib.parse
+from collections.abc import Collection
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -26,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 __all__ = [
     "BAD_SIGNATURE",
+    "HEADER_AUTHORITY",
     "HEADER_CONTENT_SHA256",
     "HEADER_NONCE",
     "HEADER_RECIPIENT",
@@ -37,6 +42,7 @@ __all__ = [
     "AuthError",
     "PurgeClock",
     "SignedRequest",
+    "authority_of",
     "canonical_message",
     "check_private_files",
     "generate_key",
@@ -100,6 +106,9 @@ HEADER_SIGNATURE = "x-fedmor-signature"
 HEADER_RECIPIENT = "x-fedmor-recipient"
 """Request header: the id of the party the request is for (a signed request cannot be replayed to
 another)."""
+HEADER_AUTHORITY = "x-fedmor-authority"
+"""Request header: the receiver's ``host:port`` as the signer dialled it (lower-case, the port
+always given); the receiver refuses one that is not its own, so a request cannot be relayed."""
 HEADER_CONTENT_SHA256 = "x-fedmor-content-sha256"  # signed: checked before the body is read
 """Request header: the body's hex sha256, signed, so the signature is checked before the body is
 read."""
@@ -129,7 +138,8 @@ class SignedRequest:
     """The authentication fields parsed from one request's headers."""
 
     def __init__(self, *, sender: str, timestamp: int, nonce: str, signature: bytes,
-                 recipient: str, content_sha256: str) -> None:
+                 recipient: str, content_sha256: str, authority: str) -> None:
+        self.authority = authority
         self.content_sha256 = content_sha256
         self.sender = sender
         self.recipient = recipient
@@ -139,10 +149,11 @@ class SignedRequest:
 
     @classmethod
     def from_headers(cls, headers: dict[str, str]) -> SignedRequest:
-        """Parse the four auth headers; raise ``AuthError`` (401) naming the missing/bad one."""
+        """Parse the auth headers; raise ``AuthError`` (401) naming the missing/bad one."""
         lower = {k.lower(): v for k, v in headers.items()}
         missing = [h for h in (HEADER_SENDER, HEADER_TIMESTAMP, HEADER_NONCE, HEADER_SIGNATURE,
-                               HEADER_RECIPIENT, HEADER_CONTENT_SHA256) if not lower.get(h)]
+                               HEADER_RECIPIENT, HEADER_CONTENT_SHA256, HEADER_AUTHORITY)
+                   if not lower.get(h)]
         if missing:
             raise AuthError(f"missing authentication header(s): {', '.join(missing)}")
         try:
@@ -161,31 +172,55 @@ class SignedRequest:
             raise AuthError(f"header {HEADER_CONTENT_SHA256} must be a hex sha256")
         return cls(sender=lower[HEADER_SENDER], timestamp=timestamp, nonce=nonce,
                    signature=signature, recipient=lower[HEADER_RECIPIENT],
-                   content_sha256=content)
+                   content_sha256=content, authority=lower[HEADER_AUTHORITY])
+
+
+_DEFAULT_PORTS = {"https": 443, "http": 80}
+
+
+def authority_of(url: str) -> str:
+    """The ``host:port`` a signature names for a receiver at ``url``: the host lower-case
+    (an IPv6 address in brackets), the port always given (443 for https, 80 for http when the
+    URL leaves it out), so a signer and a verifier write one receiver one way."""
+    parts = urllib.parse.urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http(s) URL with a host")
+    try:
+        port = parts.port or _DEFAULT_PORTS[scheme]
+    except ValueError:
+        raise ValueError(f"{url!r} has no valid port") from None
+    host = parts.hostname.rstrip(".").lower()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def canonical_message(*, method: str, path: str, body: bytes, timestamp: int, nonce: str,
-                      sender: str, recipient: str, body_sha256: str | None = None) -> bytes:
-    """The exact bytes that are signed for one request (``body_sha256``: the body's hex sha256
-    if the caller already has it)."""
+                      sender: str, recipient: str, authority: str,
+                      body_sha256: str | None = None) -> bytes:
+    """The exact bytes that are signed for one request (``authority``: see
+    :func:`authority_of`; ``body_sha256``: the body's hex sha256 if the caller already has
+    it)."""
     digest = hashlib.sha256(body).hexdigest() if body_sha256 is None else body_sha256
     return "\n".join([method.upper(), path, digest, str(timestamp), nonce, sender,
-                      recipient]).encode()
+                      recipient, authority]).encode()
 
 
 def sign_headers(key: Ed25519PrivateKey, *, sender: str, method: str, path: str, body: bytes,
-                 recipient: str = SERVER_SENDER, now: float | None = None) -> dict[str, str]:
+                 authority: str, recipient: str = SERVER_SENDER,
+                 now: float | None = None) -> dict[str, str]:
     """Headers that authenticate one request from ``sender`` to ``recipient`` (a member's
-    client id, or the server); ``path`` includes the query."""
+    client id, or the server) reached at ``authority`` (the receiver's ``host:port`` as
+    dialled: :func:`authority_of` of its URL); ``path`` includes the query."""
     timestamp = int(time.time() if now is None else now)
     nonce = secrets.token_hex(16)
     digest = hashlib.sha256(body).hexdigest()
     message = canonical_message(method=method, path=path, body=body, timestamp=timestamp,
                                 nonce=nonce, sender=sender, recipient=recipient,
-                                body_sha256=digest)
+                                authority=authority, body_sha256=digest)
     return {
         HEADER_SENDER: sender,
         HEADER_RECIPIENT: recipient,
+        HEADER_AUTHORITY: authority,
         HEADER_CONTENT_SHA256: digest,
         HEADER_TIMESTAMP: str(timestamp),
         HEADER_NONCE: nonce,
@@ -195,9 +230,11 @@ def sign_headers(key: Ed25519PrivateKey, *, sender: str, method: str, path: str,
 
 def verify_signed(request: SignedRequest, public_key: Ed25519PublicKey, *, method: str,
                   path: str, body: bytes, max_skew_s: float, recipient: str,
-                  now: float | None = None, body_sha256: str | None = None) -> None:
-    """Check the recipient (``recipient``: this receiver's own id), the signature and the
-    clock skew; raise ``AuthError`` otherwise.
+                  authorities: Collection[str], now: float | None = None,
+                  body_sha256: str | None = None) -> None:
+    """Check the recipient (``recipient``: this receiver's own id), the authority (one of
+    ``authorities``: the ``host:port`` forms this receiver is reached at), the signature and
+    the clock skew; raise ``AuthError`` otherwise.
 
     The signature comes before the clock: a caller without the sender's key learns nothing
     about the sender (``BAD_SIGNATURE`` is also the answer to an unknown sender). Nonce reuse is
@@ -206,6 +243,12 @@ def verify_signed(request: SignedRequest, public_key: Ed25519PublicKey, *, metho
     current = time.time() if now is None else now
     if request.recipient != recipient:
         raise AuthError("request addressed to another recipient", status=403)
+    if request.authority not in authorities:
+        # A relayed request, or a caller that reaches this app by a name it was not told of.
+        raise AuthError(f"request signed for {request.authority!r}, not for this receiver "
+                        f"(reached at {', '.join(sorted(authorities)) or 'no address'}; "
+                        f"setting public_urls): a request signed for another server is "
+                        f"refused")
     if not signed_by(request, public_key, method=method, path=path, body=body,
                      recipient=recipient, body_sha256=body_sha256):
         _log.info("bad signature for sender %r", request.sender)
@@ -217,11 +260,12 @@ def verify_signed(request: SignedRequest, public_key: Ed25519PublicKey, *, metho
 
 def signed_by(request: SignedRequest, public_key: Ed25519PublicKey, *, method: str, path: str,
               body: bytes, recipient: str, body_sha256: str | None = None) -> bool:
-    """Whether ``public_key`` made ``request``'s signature (no recipient or clock check)."""
+    """Whether ``public_key`` made ``request``'s signature over its own authority header (no
+    recipient, authority or clock check)."""
     message = canonical_message(method=method, path=path, body=body,
                                 timestamp=request.timestamp, nonce=request.nonce,
                                 sender=request.sender, recipient=recipient,
-                                body_sha256=body_sha256)
+                                authority=request.authority, body_sha256=body_sha256)
     try:
         public_key.verify(request.signature, message)
     except InvalidSignature:

@@ -21,7 +21,8 @@ import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, TypeAdapter
 
-from sdk.wire._auth import SERVER_SENDER, sign_headers
+from sdk.wire._auth import SERVER_SENDER, authority_of, sign_headers
+from sdk.wire._dial import checked_transport
 from sdk.wire._tls import tls_verify
 
 __all__ = ["AsyncSignedClient", "RequestRefused", "SignedAuth", "SignedClient"]
@@ -72,13 +73,15 @@ class SignedAuth(httpx.Auth):
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         """Add the signature headers over the path and query as they travel
-        (percent-encoded), less the app's mount point."""
+        (percent-encoded), less the app's mount point, and over the host and port this
+        request dials (so it cannot be relayed to another server)."""
         path = request.url.raw_path.decode("ascii")
         if self.root and path.startswith(self.root + "/"):
             path = path[len(self.root):]
         request.headers.update(sign_headers(
             self.key, sender=self.sender, method=request.method, path=path,
-            body=request.content, recipient=self.recipient))
+            body=request.content, recipient=self.recipient,
+            authority=authority_of(str(request.url))))
         yield request
 
 
@@ -123,9 +126,12 @@ class _Base(Generic[_H]):
                  admin_token: str | None = None, ca: Path | str | None = None,
                  client_cert: tuple[str, str] | None = None,
                  verify: ssl.SSLContext | bool | None = None, timeout_s: float = 30.0,
-                 http: _H | None = None) -> None:
+                 http: _H | None = None, public_only: bool = False) -> None:
         if (key is None) != (sender is None):
             raise ValueError("give both key and sender (a signed client), or neither")
+        if public_only and (http is not None or self._http_type is not httpx.AsyncClient):
+            raise ValueError("public_only is for an AsyncSignedClient that makes its own "
+                             "connections")
         self._root = urlsplit(str(http.base_url) if http is not None else base_url).path
         self.auth: httpx.Auth | None = (
             self.signer(key, sender, recipient=recipient)
@@ -133,9 +139,12 @@ class _Base(Generic[_H]):
             else _Bearer(admin_token) if admin_token else None)
         self.bytes_sent = 0  # request bodies, for the benchmarks
         self._owned = http is None
+        trust = tls_verify(ca, client_cert) if verify is None else verify
+        # A party-supplied URL: each connection dials the public address it checked.
+        checked: dict[str, Any] = ({"transport": checked_transport(trust), "trust_env": False}
+                                   if public_only else {})
         self.http = http if http is not None else self._http_type(
-            base_url=base_url, timeout=timeout_s,
-            verify=tls_verify(ca, client_cert) if verify is None else verify)
+            base_url=base_url, timeout=timeout_s, verify=trust, **checked)
 
     def signer(self, key: Ed25519PrivateKey, sender: str, *,
                recipient: str = SERVER_SENDER) -> SignedAuth:
@@ -206,7 +215,10 @@ class SignedClient(_Base[httpx.Client]):
 
 class AsyncSignedClient(_Base[httpx.AsyncClient]):
     """The asynchronous twin of :class:`SignedClient`: the same arguments (``http``: an
-    ``httpx.AsyncClient``), the same signing and errors, awaitable calls."""
+    ``httpx.AsyncClient``), the same signing and errors, awaitable calls. With
+    ``public_only``, every connection resolves its host once, refuses it unless every address
+    is public (not private, loopback, link-local, reserved, unspecified or multicast) and
+    dials the address it checked: for URLs another party supplied (a member's reward URL)."""
 
     _http_type = httpx.AsyncClient
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import ipaddress
 import json
 import logging
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -34,12 +33,23 @@ from sdk.wire._auth import (
 )
 from sdk.wire._limits import Busy, Limiter, send_busy
 from sdk.wire._payload import PayloadError, StagePayload
+from sdk.wire._roles import RouteTable, refused, route_rule, route_table
 from sdk.wire._schemas import StageSubmit
 
-__all__ = ["ERROR_RESPONSES", "ConflictError", "HeaderAuth", "NotFoundError", "SignatureCheck", "SizeLimit",
-           "authenticate",
-           "check_reward_url", "docs_ui", "header_check", "install_errors", "signature_check",
-           "stage_payload", "upload_body"]
+__all__ = [
+    "ERROR_RESPONSES",
+    "ConflictError",
+    "HeaderAuth",
+    "NotFoundError",
+    "SignatureCheck",
+    "SizeLimit",
+    "authenticate",
+    "docs_ui",
+    "header_check",
+    "install_errors",
+    "signature_check",
+    "stage_payload",
+]
 
 
 _log = logging.getLogger("fedmor.auth")
@@ -50,36 +60,6 @@ def docs_ui(enabled: bool) -> dict[str, Any]:
     """FastAPI's interactive docs pages (``/docs``, ``/redoc``): off unless ``enabled``, since
     they load JavaScript from a CDN; ``/openapi.json`` is always served."""
     return {} if enabled else {"docs_url": None, "redoc_url": None}
-
-
-def check_reward_url(url: str, *, allow_http: bool, allow_private: bool = False) -> None:
-    """Refuse (``PayloadError``) a member's push URL that is not ``https://host[:port][/path]``
-    (``http://`` only with ``allow_http``): the server sends signed queries and images to it.
-    Unless ``allow_private``, a host that is ``localhost`` or an address in a loopback,
-    link-local (cloud metadata), private, shared, reserved or multicast range is refused too:
-    a member must not point the server at its own network. (A DNS name is not resolved here.)"""
-    parts = urllib.parse.urlsplit(url)
-    schemes = ("https", "http") if allow_http else ("https",)
-    if parts.scheme not in schemes or not parts.hostname or parts.username or parts.password \
-            or parts.query or parts.fragment:
-        raise PayloadError(f"reward_url must be an {' or '.join(schemes)} URL with a host and "
-                           "no credentials, query or fragment")
-    if not allow_private and _internal_host(parts.hostname):
-        raise PayloadError(f"reward_url host {parts.hostname!r} is a loopback, link-local, "
-                           "private or reserved address (allow_private_reward_urls permits it)")
-
-
-def _internal_host(host: str) -> bool:
-    name = host.rstrip(".").lower()
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(name)
-    except ValueError:
-        return False  # a DNS name
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return not address.is_global or address.is_multicast
 
 
 class NotFoundError(LookupError):
@@ -107,24 +87,6 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body exceeds {limit} bytes ({setting})")
 
 
-_BODY_KIND = "x-fedmor-body"  # in a route's openapi_extra: "upload" lifts its body limit
-
-
-def upload_body(openapi_extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``openapi_extra`` of a route that takes bulk uploads (stage messages, router
-    blobs, image batches): its body may reach the app's ``max_request_bytes``; every other
-    route's body is held to ``max_control_bytes`` (control messages are small JSON)."""
-    return {**(openapi_extra or {}), _BODY_KIND: "upload"}
-
-
-def _route_limit(scope: Scope, upload: int, control: int) -> tuple[int, str]:
-    """The body limit the matched route declared, with the setting it comes from."""
-    extra = getattr(scope.get("route"), "openapi_extra", None) or {}
-    if extra.get(_BODY_KIND) == "upload":
-        return upload, "max_request_bytes"
-    return control, "max_control_bytes"
-
-
 class BodyNotSigned(HTTPException):
     """A signed request's body does not hash to the digest its signature covers (HTTP 403; an
     ``HTTPException``, so FastAPI's body parsing passes it on as it is)."""
@@ -136,12 +98,14 @@ class BodyNotSigned(HTTPException):
 @dataclass(frozen=True)
 class HeaderAuth:
     """How an app authenticates a request from its headers alone (``SizeLimit``):
-    ``public_key_of`` a sender (None: unknown), this app's own id (``recipient``), the keys an
+    ``public_key_of`` a sender (None: unknown), this app's own id (``recipient``), the
+    ``host:port`` forms it is reached at (``authorities``: a signature names one), the keys an
     identity rotated away from, an admin bearer check (raises ``AuthError``; None: the app
     takes no bearer token), and the paths an anonymous caller may reach (enrollment, probes)."""
 
     public_key_of: Callable[[str], str | None]
     max_skew_s: float
+    authorities: frozenset[str]
     recipient: Callable[[], str] = lambda: SERVER_SENDER
     retired_keys_of: RetiredKeys | None = None
     bearer: Callable[[str], None] | None = None
@@ -149,7 +113,10 @@ class HeaderAuth:
     """A sender's key if it is at hand without a store read (else None): its signature is
     then checked on the event loop, without a hop to a worker thread."""
     bearer_identity: str = "admin"
-    """Whom a valid bearer token counts against (the per-identity caps)."""
+    """Whom a valid bearer token counts against (the per-identity caps), and its role."""
+    role_of: Callable[[str], str] | None = None
+    """A verified sender's role, read before the body (raises ``AuthError`` for one that may
+    call nothing, such as a revoked identity); None: each sender is its own role."""
     limiter: Limiter | None = None
     """The per-identity caps: a request counts against its sender once its headers check out
     (before any body byte); None: no caps."""
@@ -168,18 +135,19 @@ _CHECK = "fedmor.check"  # the scope key of a request's verified ``SignatureChec
 
 
 class SizeLimit:
-    """ASGI middleware: authenticate each request from its headers before a byte of its body is
-    read (``auth``), then bound the body. A signature header counts only once it verifies over
-    the headers (sender, recipient, method, path, clock, declared body hash): a request that
-    carries one that does not is refused (401/403) without reading its body, and its body is
-    then hashed as it streams in (403 unless it is the signed one). A valid admin bearer token
-    counts too. Only those lift the body limit from ``unsigned_limit`` to the route's own:
-    ``limit`` for a route declared with :func:`upload_body`, ``control_limit`` for any other;
-    an anonymous request may reach only ``auth.anonymous_paths``. Nothing is buffered here: a
-    declared length over the limit is refused at once (413), a body is counted as the
-    endpoint reads it, and a caller that hangs up mid-body costs one log line. With
-    ``body_timeout_s``, a body not complete that long after the request started is refused
-    408 and its connection closed."""
+    """ASGI middleware: authenticate and authorize each request from its headers before a
+    byte of its body is read (``auth``), then bound the body. The request's method and path
+    give its route, and the route's :func:`for_roles` declaration the roles that may call it;
+    the signature headers (sender, recipient, method, path, clock, declared body hash) or the
+    admin bearer token give the caller and its role. A caller that does not check out (401/403)
+    or whose role the route refuses (403) is answered without reading its body; an accepted
+    signed body is hashed as it streams in (403 unless it is the signed one). An accepted
+    caller may send the route's own limit: ``limit`` for an upload route, ``control_limit``
+    for any other; an anonymous request, only ``unsigned_limit`` and only to
+    ``auth.anonymous_paths``. Nothing is buffered here: a declared length over the limit is
+    refused at once (413), a body is counted as the endpoint reads it, and a caller that hangs
+    up mid-body costs one log line. With ``body_timeout_s``, a body not complete that long
+    after the request started is refused 408 and its connection closed."""
 
     def __init__(self, app: ASGIApp, *, limit: int, control_limit: int | None = None,
                  unsigned_limit: int = 2**20, auth: HeaderAuth | None = None,
@@ -190,6 +158,7 @@ class SizeLimit:
         self.control_limit = limit if control_limit is None else min(control_limit, limit)
         self.unsigned_limit = min(unsigned_limit, limit)
         self.auth = auth
+        self._routes: RouteTable | None = None
 
     @staticmethod
     async def _answer(send: Send, status: int, detail: str) -> None:
@@ -208,7 +177,7 @@ class SizeLimit:
         thread (a store read), as is any failed check (its message may read the store)."""
         kw: dict[str, Any] = {"method": scope["method"], "path": signed_target(scope),
                               "use_nonce": _no_nonce, "max_skew_s": auth.max_skew_s,
-                              "recipient": auth.recipient()}
+                              "recipient": auth.recipient(), "authorities": auth.authorities}
         key = None if auth.cached_key_of is None else auth.cached_key_of(signed.sender)
         if key is not None:
             check = SignatureCheck(signed, public_key_of=lambda sender: key, **kw)
@@ -220,29 +189,52 @@ class SizeLimit:
         await run_in_threadpool(check.verify)
         return check
 
-    async def _authenticate(self, scope: Scope, headers: dict[bytes, bytes]) -> int:
-        """The body limit this request earned; raises ``AuthError`` before any body byte."""
+    async def _identify(self, scope: Scope, headers: dict[bytes, bytes]
+                        ) -> tuple[str, str] | None:
+        """The caller's id and role from the headers alone (None: anonymous); raises
+        ``AuthError`` for a signature or bearer token that does not check out."""
         auth = self.auth
-        if auth is None:  # no header auth configured: the old rule (tests of bare apps)
-            return self.limit if HEADER_SIGNATURE.encode() in headers else self.unsigned_limit
+        assert auth is not None
         if HEADER_SIGNATURE.encode() in headers:
             signed = SignedRequest.from_headers(
                 {k.decode("latin-1"): v.decode("latin-1") for k, v in headers.items()})
-            check = await self._verified(auth, signed, scope)
-            scope[_CHECK] = check
-            if auth.limiter is not None:
-                auth.limiter.admit(scope, signed.sender)
-            return self.limit
+            scope[_CHECK] = await self._verified(auth, signed, scope)
+            role = signed.sender if auth.role_of is None else auth.role_of(signed.sender)
+            return signed.sender, role
         bearer = headers.get(b"authorization")
         if bearer is not None and auth.bearer is not None:
             auth.bearer(bearer.decode("latin-1"))
-            if auth.limiter is not None:
-                auth.limiter.admit(scope, auth.bearer_identity)
-            return self.limit
+            return auth.bearer_identity, auth.bearer_identity
+        return None
+
+    async def _authorize(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str]:
+        """The body limit (and its setting) this request may send to the route its method and
+        path match: known from the headers and the route's declared roles alone, so a caller
+        the route refuses gets ``AuthError`` (403) before any body byte is read."""
+        auth = self.auth
+        if auth is None:  # no header auth configured: the old rule (tests of bare apps)
+            if HEADER_SIGNATURE.encode() in headers:
+                return self.limit, "max_request_bytes"
+            return self.unsigned_limit, "unsigned body limit"
+        if self._routes is None:  # the app's routes are all added before its first request
+            self._routes = route_table(scope.get("app"))
+        rule = route_rule(self._routes, scope)
         path = scope["path"]
-        if path not in auth.anonymous_paths and not path.startswith(auth.anonymous_prefixes):
-            SignedRequest.from_headers({})  # raises: which headers are missing
-        return self.unsigned_limit
+        anonymous = path in auth.anonymous_paths or path.startswith(auth.anonymous_prefixes)
+        caller = await self._identify(scope, headers)
+        if caller is None:
+            if not anonymous:
+                SignedRequest.from_headers({})  # raises: which headers are missing
+            return self.unsigned_limit, "unsigned body limit"
+        sender, role = caller
+        if rule is not None and not anonymous and (rule.roles is None or role not in rule.roles):
+            raise refused(scope, rule.roles or frozenset(), sender, role,
+                           bearer=HEADER_SIGNATURE.encode() not in headers)
+        if auth.limiter is not None:
+            auth.limiter.admit(scope, sender)
+        if rule is not None and rule.upload:
+            return self.limit, "max_request_bytes"
+        return self.control_limit, "max_control_bytes"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -250,7 +242,7 @@ class SizeLimit:
             return
         headers = dict(scope["headers"])
         try:
-            limit = await self._authenticate(scope, headers)
+            limit, setting = await self._authorize(scope, headers)
         except AuthError as exc:
             await self._answer(send, exc.status, str(exc))
             return
@@ -258,13 +250,12 @@ class SizeLimit:
             assert self.auth is not None and self.auth.limiter is not None
             await send_busy(send, str(exc), self.auth.limiter.cfg.retry_after_s)
             return
-        setting = "max_request_bytes" if limit == self.limit else "unsigned body limit"
         raw_length = headers.get(b"content-length")
         declared = int(raw_length) if raw_length is not None and raw_length.isdigit() else 0
         if declared > limit:
             await self._answer(send, 413, f"request body exceeds {limit} bytes ({setting})")
             return
-        body = _Body(self, scope, receive, limit=(limit, setting), declared=declared)
+        body = _Body(self, scope, receive, limit=(limit, setting))
         with suppress(ClientDisconnect):  # logged as it happened; nobody is left to answer
             await self.app(scope, body.receive, send)
 
@@ -279,18 +270,18 @@ class BodyTimeout(HTTPException):
 
 
 class _Body:
-    """One request's body as the app reads it: bounded by the matched route's limit (known at
-    the first read), hashed against the signed digest, and due whole within the body
+    """One request's body as the app reads it: bounded by the limit ``SizeLimit`` found for
+    its route and caller, hashed against the signed digest, and due whole within the body
     deadline from the request's start (a client that trickles it holds nothing longer)."""
 
     def __init__(self, owner: SizeLimit, scope: Scope, receive: Receive, *,
-                 limit: tuple[int, str], declared: int) -> None:
+                 limit: tuple[int, str]) -> None:
         self.owner, self.scope, self._receive = owner, scope, receive
         self.limit, self.setting = limit
-        self.declared, self.size = declared, 0
+        self.size = 0
         self.check: SignatureCheck | None = scope.get(_CHECK)
         self.digest = hashlib.sha256()
-        self.routed = self.done = False
+        self.done = False
         self.deadline = (None if owner.body_timeout_s is None
                          else asyncio.get_running_loop().time() + owner.body_timeout_s)
 
@@ -307,13 +298,6 @@ class _Body:
             raise BodyTimeout(self.owner.body_timeout_s or 0.0) from None
 
     async def receive(self) -> Message:  # chunked uploads are bounded too
-        if not self.routed:  # the first read comes from the matched route: its own limit
-            self.routed = True
-            own = _route_limit(self.scope, self.owner.limit, self.owner.control_limit)
-            if own[0] < self.limit:
-                self.limit, self.setting = own
-            if self.declared > self.limit:
-                raise BodyTooLarge(self.limit, self.setting)
         message = await self._next()
         if message["type"] == "http.disconnect":  # one line, whoever turns it into what
             _log.info("%s %s: the caller hung up after %d body bytes", self.scope["method"],
@@ -389,9 +373,11 @@ class SignatureCheck:
     def __init__(self, signed: SignedRequest, *, method: str, path: str,
                  public_key_of: Callable[[str], str | None],
                  use_nonce: Callable[[str, str, float], bool], max_skew_s: float,
-                 recipient: str, retired_keys_of: RetiredKeys | None = None) -> None:
+                 recipient: str, authorities: Collection[str],
+                 retired_keys_of: RetiredKeys | None = None) -> None:
         self._signed, self._method, self._path = signed, method, path
         self._recipient, self._retired_keys_of = recipient, retired_keys_of
+        self._authorities = authorities
         self._public_key_of, self._use_nonce, self._max_skew_s = (public_key_of, use_nonce,
                                                                   max_skew_s)
         self.body = b""  # set by ``signature_check`` once read
@@ -399,7 +385,8 @@ class SignatureCheck:
         self._verified = False
 
     def verify(self) -> None:
-        """Check the sender's key, the recipient, the signature and the clock (no body read)."""
+        """Check the sender's key, the recipient, the authority, the signature and the clock
+        (no body read)."""
         if self._verified:
             return
         signed = self._signed
@@ -410,7 +397,8 @@ class SignatureCheck:
         try:
             verify_signed(signed, parse_public_key(key_text), method=self._method,
                           path=self._path, body=b"", max_skew_s=self._max_skew_s,
-                          body_sha256=self.body_sha256, recipient=self._recipient)
+                          body_sha256=self.body_sha256, recipient=self._recipient,
+                          authorities=self._authorities)
         except AuthError as exc:
             if str(exc) == BAD_SIGNATURE and self._signed_by_retired_key():
                 # Only the old key's holder can get here: telling it so leaks nothing.
@@ -465,7 +453,8 @@ def _check_of(scope: Scope) -> SignatureCheck | None:
 
 async def header_check(request: Request, *, public_key_of: Callable[[str], str | None],
                        use_nonce: Callable[[str, str, float], bool],
-                       max_skew_s: float, recipient: str = SERVER_SENDER,
+                       max_skew_s: float, authorities: Collection[str],
+                       recipient: str = SERVER_SENDER,
                        retired_keys_of: RetiredKeys | None = None) -> SignatureCheck:
     """``request``'s signed headers, verified once per request: the check ``SizeLimit``
     made (its app gives it a ``HeaderAuth``), else one made here and kept in the request's
@@ -477,7 +466,7 @@ async def header_check(request: Request, *, public_key_of: Callable[[str], str |
                                method=request.method, path=signed_target(request.scope),
                                public_key_of=public_key_of, use_nonce=use_nonce,
                                max_skew_s=max_skew_s, recipient=recipient,
-                               retired_keys_of=retired_keys_of)
+                               authorities=authorities, retired_keys_of=retired_keys_of)
         await run_in_threadpool(check.verify)
         request.scope[_CHECK] = check
     check.bind_nonces(use_nonce)
@@ -486,7 +475,8 @@ async def header_check(request: Request, *, public_key_of: Callable[[str], str |
 
 async def signature_check(request: Request, *, public_key_of: Callable[[str], str | None],
                           use_nonce: Callable[[str, str, float], bool],
-                          max_skew_s: float, recipient: str = SERVER_SENDER,
+                          max_skew_s: float, authorities: Collection[str],
+                          recipient: str = SERVER_SENDER,
                           retired_keys_of: RetiredKeys | None = None) -> SignatureCheck:
     """Read ``request``'s auth headers and body (``check.body``); returns the blocking check
     (``recipient``: this app's own id). The body is read only after its headers passed
@@ -497,7 +487,7 @@ async def signature_check(request: Request, *, public_key_of: Callable[[str], st
     hashed = _check_of(request.scope) is not None  # ``SizeLimit`` hashes the body it passes
     check = await header_check(request, public_key_of=public_key_of, use_nonce=use_nonce,
                                max_skew_s=max_skew_s, recipient=recipient,
-                               retired_keys_of=retired_keys_of)
+                               authorities=authorities, retired_keys_of=retired_keys_of)
     check.body = (await request.body() if hashed
                   else await _read_hashed(request, check.body_sha256))
     return check
@@ -505,10 +495,12 @@ async def signature_check(request: Request, *, public_key_of: Callable[[str], st
 
 async def authenticate(request: Request, *, public_key_of: Callable[[str], str | None],
                        use_nonce: Callable[[str, str, float], bool], max_skew_s: float,
+                       authorities: Collection[str],
                        retired_keys_of: RetiredKeys | None = None) -> str:
     """Verify the signed headers of ``request``; returns the sender. Raises ``AuthError``."""
     check = await signature_check(request, public_key_of=public_key_of, use_nonce=use_nonce,
-                                  max_skew_s=max_skew_s, retired_keys_of=retired_keys_of)
+                                  max_skew_s=max_skew_s, authorities=authorities,
+                                  retired_keys_of=retired_keys_of)
     # Off the event loop: the store lookups may wait behind a large durable write.
     return await run_in_threadpool(check)
 

@@ -166,11 +166,13 @@ def test_the_aligner_cannot_reach_member_endpoints(consortium: LocalConsortium) 
     # The role check happens server side; here over real HTTP with the aligner's own key.
     from sdk.alignment import enroll_identity
     from sdk.wire import load_private_key, sign_headers
+    from sdk.wire._auth import authority_of
 
     cfg = consortium.identity_cfg["trainer"]
     key = load_private_key(Path(cfg["identity_key"]))
     sender = enroll_identity(consortium.server_url, key, name="trainer",
                              token=cfg["enrollment_token"]).client_id
-    headers = sign_headers(key, sender=sender, method="GET", path="/v1/reward/pending", body=b"")
+    headers = sign_headers(key, sender=sender, method="GET", path="/v1/reward/pending", body=b"",
+                           authority=authority_of(consortium.server_url))
     resp = httpx.get(f"{consortium.server_url}/v1/reward/pending", headers=headers)
     assert resp.status_code == 403

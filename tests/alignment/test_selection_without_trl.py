@@ -31,7 +31,8 @@ _SCRIPT = textwrap.dedent("""
     tokens = [add_to_roster(roster, name=f"m{i}", public_key=public_key_b64(k))
               for i, k in enumerate(keys)]
     cfg = ServerSettings(db_path=tmp / "s.db", identity_key=tmp / "id.pem", roster_file=roster,
-                         admin_token="adm", alignment={"router": router_cfg})
+                         admin_token="adm", alignment={"router": router_cfg},
+                         public_urls=["http://testserver"])
     with TestClient(create_app(cfg)) as tc:
         for i, (key, token) in enumerate(zip(keys, tokens)):
             enrolled = tc.post("/v1/enroll", json={"name": f"m{i}", "token": token,

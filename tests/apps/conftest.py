@@ -23,6 +23,7 @@ from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.membership import add_to_roster
 from sdk.rounds import ROUND_KINDS
 from sdk.wire import RoundCreate, generate_key, public_key_b64, sign_headers
+from sdk.wire._auth import authority_of
 from server_app import ServerSettings, Store
 from server_app._app import create_app
 from server_app._capture import ServerCapture
@@ -60,14 +61,15 @@ class Member:
     def call(self, method: str, path: str, payload: object = None) -> Any:
         body = b"" if payload is None else json.dumps(payload).encode()
         headers = sign_headers(self.key, sender=self.client_id, method=method, path=path,
-                               body=body) | {"content-type": "application/json"}
+                               body=body, authority=authority_of(str(self.tc.base_url))) | {"content-type": "application/json"}
         return self.tc.request(method, path, content=body, headers=headers)
 
     def send(self, path: str, body: bytes, *, media: str = "application/octet-stream",
              signed_body: bytes | None = None) -> Any:
         """POST raw bytes; ``signed_body`` signs other bytes than those sent (tampering)."""
         headers = sign_headers(self.key, sender=self.client_id, method="POST", path=path,
-                               body=body if signed_body is None else signed_body)
+                               body=body if signed_body is None else signed_body,
+                               authority=authority_of(str(self.tc.base_url)))
         return self.tc.post(path, content=body, headers=headers | {"content-type": media})
 
 
@@ -84,7 +86,7 @@ def enrolled_team(tmp_path: Path, role_of: dict[str, str], *,
               for n, k in keys.items()}
     cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
                          roster_file=roster, admin_token="adm",  # type: ignore[arg-type]
-                         **settings)
+                         **{"public_urls": [base_url], **settings})
     tc = TestClient(create_app(cfg), base_url=base_url)
     out = {}
     for name, key in keys.items():
@@ -107,6 +109,7 @@ def server(tmp_path: Path) -> Iterator[tuple[TestClient, list[Member]]]:
               for i, k in enumerate(keys)]
     cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
                          roster_file=roster, admin_token="adm",  # type: ignore[arg-type]
+                         public_urls=["http://testserver"],  # the test client's address
                          # Only a bump may wake a held /v1/work here, never the store re-read.
                          work_recheck_s=30.0)
     with TestClient(create_app(cfg)) as tc:

@@ -28,6 +28,7 @@ from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.alignment import RestRewardFunction, enroll_identity
 from sdk.router import image_ref
 from sdk.wire import ImageRef, load_private_key, sign_headers
+from sdk.wire._auth import authority_of
 
 ROUTER = {"d_model": 16, "num_layers": 1, "num_heads": 2, "dim_feedforward": 32}
 FAILURE = -2.5
@@ -63,12 +64,14 @@ class Aligner:
     def post(self, path: str, payload: Any) -> httpx.Response:
         body = json.dumps(payload).encode()
         headers = sign_headers(self.key, sender=self.sender, method="POST", path=path,
-                               body=body) | {"content-type": "application/json"}
+                               body=body, authority=authority_of(str(self.http.base_url))) | {"content-type": "application/json"}
         return self.http.post(path, content=body, headers=headers)
 
     def get(self, path: str) -> httpx.Response:
         return self.http.get(path, headers=sign_headers(self.key, sender=self.sender,
-                                                        method="GET", path=path, body=b""))
+                                                        method="GET", path=path, body=b"",
+                                                        authority=authority_of(
+                                                            str(self.http.base_url))))
 
 
 @pytest.fixture(scope="module")

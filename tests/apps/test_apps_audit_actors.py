@@ -26,7 +26,8 @@ def test_admin_actions_are_audited_with_who_did_them(tmp_path: Path) -> None:
                                role="operator" if n == "ops" else "member")
               for n, k in keys.items()}
     app = create_app(ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
-                                    roster_file=roster, admin_token="adm"))  # type: ignore[arg-type]
+                                    roster_file=roster, admin_token="adm",  # type: ignore[arg-type]
+                                    public_urls=["http://testserver"]))
     tc = TestClient(app)
     who = {}
     for name, key in keys.items():

@@ -12,13 +12,14 @@ import pytest
 
 from fedmor_local import LocalConsortium
 from sdk.wire import generate_key, load_private_key, sign_headers
+from sdk.wire._auth import authority_of
 
 
 def _signed(c: LocalConsortium, index: int, method: str, path: str, body: bytes = b"",
             *, key_override: object = None, now: float | None = None) -> dict[str, str]:
     key = key_override or load_private_key(Path(c.client_cfg[c.names[index]]["identity_key"]))
     headers = sign_headers(key, sender=c.enrolled()[index], method=method, path=path,  # type: ignore[arg-type]
-                           body=body, now=now)
+                           body=body, now=now, authority=authority_of(c.server_url))
     return headers | {"content-type": "application/json"}
 
 
@@ -66,14 +67,14 @@ def test_stale_timestamp_is_401(consortium: LocalConsortium, http: httpx.Client)
 
 def test_unknown_sender_is_403_like_a_bad_signature(http: httpx.Client) -> None:
     headers = sign_headers(generate_key(), sender="c-nobody", method="GET", path="/v1/rounds",
-                           body=b"")
+                           body=b"", authority=authority_of(str(http.base_url)))
     _detail(http.get("/v1/rounds", headers=headers), 403, "unknown sender or bad signature")
 
 
 def test_garbled_auth_headers_are_401(http: httpx.Client) -> None:
     headers = {"x-fedmor-sender": "x", "x-fedmor-timestamp": "soon", "x-fedmor-nonce": "abc",
                "x-fedmor-signature": "!!", "x-fedmor-recipient": "server",
-               "x-fedmor-content-sha256": "0" * 64}
+               "x-fedmor-content-sha256": "0" * 64, "x-fedmor-authority": "x:1"}
     _detail(http.get("/v1/rounds", headers=headers), 401, "not an integer")
 
 
@@ -138,10 +139,10 @@ def test_client_app_refuses_non_server_callers(consortium: LocalConsortium) -> N
         key = load_private_key(Path(consortium.client_cfg[consortium.names[1]]["identity_key"]))
         me = consortium.enrolled()[0]  # the recipient (roster names sort as the sites do)
         headers = sign_headers(key, sender="server", method="POST", path="/v1/reward", body=body,
-                               recipient=me)
+                               recipient=me, authority=authority_of(url))
         _detail(client.post("/v1/reward", content=body, headers=headers), 403, "bad signature")
         headers = sign_headers(key, sender="c-peer", method="POST", path="/v1/reward", body=body,
-                               recipient=me)
+                               recipient=me, authority=authority_of(url))
         _detail(client.post("/v1/reward", content=body, headers=headers), 403, "unknown sender or bad signature")
         big = b"x" * (3 * 2**20)  # anonymous: refused from its headers, before its size
         _detail(client.post("/v1/reward", content=big), 401, "missing authentication")

@@ -142,7 +142,8 @@ def test_restart_replays_binary_messages(server: tuple[TestClient, list[Member]]
     # A second server process on the same store rebuilds the round from the stored messages
     # (the first member's masked input is a BLOB) and finishes it.
     cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
-                         roster_file=tmp_path / "roster.json", admin_token="adm")  # type: ignore[arg-type]
+                         roster_file=tmp_path / "roster.json", admin_token="adm",  # type: ignore[arg-type]
+                         public_urls=["http://testserver"])
     with TestClient(create_app(cfg)) as tc2:
         again = [Member(tc2, m.key, m.client_id) for m in members]
         _stage(again[1:], halves, rid, "masked_input_collection")

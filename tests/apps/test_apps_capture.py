@@ -23,6 +23,7 @@ from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.capture import CaptureFiles
 from sdk.membership import add_to_roster
 from sdk.wire import generate_key, load_private_key, public_key_b64, sign_headers
+from sdk.wire._auth import authority_of
 from server_app import ServerSettings
 from server_app._app import create_app
 from tests.apps._capture_update import MEMBERS, ROUTER
@@ -40,7 +41,7 @@ class Signed:
     def __call__(self, method: str, path: str, payload: Any = None) -> httpx.Response:
         body = b"" if payload is None else json.dumps(payload).encode()
         headers = sign_headers(self.key, sender=self.client_id, method=method, path=path,
-                               body=body) | {"content-type": "application/json"}
+                               body=body, authority=authority_of(str(self.http.base_url))) | {"content-type": "application/json"}
         return self.http.request(method, path, content=body, headers=headers)
 
 
@@ -146,10 +147,13 @@ def test_captured_rounds_are_announced_and_audited_from_the_capture_alone(
         assert resp.status_code == 200, (name, resp.text)
         (local / name).parent.mkdir(parents=True, exist_ok=True)
         (local / name).write_bytes(resp.content)
-    # A path out of the capture folder never reads the server's files: refused before routing
-    # (its client-normalized path is not the one signed) or not found.
-    escaped = auditor("GET", "/v1/captures/files/../server/server.db")
-    assert escaped.status_code in (403, 404) and b"SQLite format" not in escaped.content
+    # A path out of the capture folder never reads the server's files: sent as it is (an
+    # encoded dot or slash: no client normalizes it away), it reaches the capture route,
+    # which serves only what the manifest names.
+    for escape in ("%2e%2e/server/server.db", "..%2Fserver%2Fserver.db"):
+        escaped = auditor("GET", f"/v1/captures/files/{escape}")
+        assert escaped.status_code == 404, escaped.text
+        assert "'../server/server.db' is not a file of the capture" in escaped.json()["detail"]
     files = CaptureFiles.open(local)  # every file matches the manifest's sha256
     first = next(a for a in files.manifest.rounds[0].artefacts if a.kind == "masked_input")
     assert files.masked(first).size == length + 1  # the ring element, weight last
@@ -196,7 +200,7 @@ def test_the_auditor_reads_captures_and_queries_within_its_budget_only(
     pairs = tmp_path / "data" / "clients" / "detail"
     out = tmp_path / "live"
     cfg = consortium.identity_cfg[AUDITOR]
-    assert _audit(["live", "--server", consortium.server_url, "--key-file", cfg["identity_key"],
+    assert _audit(["live", "--server", consortium.server_url, "--insecure-http", "--key-file", cfg["identity_key"],
                    "--sender", auditor.client_id, "--member", "site-1",
                    "--truth-pairs", str(pairs), "--max-pairs", "8", "--out", str(out)]) == 0
     report = AuditReport.model_validate(json.loads((out / "report.json").read_text()))

@@ -27,6 +27,7 @@ from client_app import ClientSettings, ClientStore, HashScorer
 from client_app._app import create_client_app
 from sdk.membership import add_to_roster
 from sdk.wire import SERVER_SENDER, generate_key, public_key_b64, sign_headers
+from sdk.wire._auth import authority_of
 from server_app import ServerSettings
 from server_app._app import create_app
 
@@ -50,7 +51,7 @@ def _server() -> tuple[TestClient, dict[str, str]]:
               for role, key in _KEYS.items()}
     tc = TestClient(create_app(ServerSettings(
         db_path=_ROOT / "s.db", identity_key=_ROOT / "s.pem", roster_file=roster,
-        reward_timeout_s=1.0)))
+        reward_timeout_s=1.0, public_urls=["http://testserver"])))
     ids = {}
     for role, key in _KEYS.items():
         resp = tc.post("/v1/enroll", json={"name": f"fuzz-{role}", "token": tokens[role],
@@ -84,7 +85,8 @@ ClientStore(_ROOT / "c.db").put("client_id", "c-fuzz")
 
 def _client() -> FastAPI:
     return create_client_app(ClientSettings(db_path=_ROOT / "c.db", identity_key=_ROOT / "c.pem",
-                                            server_public_key=public_key_b64(_SERVER_KEY)),
+                                            server_public_key=public_key_b64(_SERVER_KEY),
+                                            public_urls=["http://testserver"]),
                              HashScorer())
 
 
@@ -105,7 +107,7 @@ def _send(tc: TestClient, case: schemathesis.Case, key: Ed25519PrivateKey | None
     headers = {"content-type": case.media_type or "application/json"}
     if key is not None:
         headers |= sign_headers(key, sender=sender, method=case.method, path=path, body=body,
-                                recipient=recipient)
+                                recipient=recipient, authority=authority_of(str(tc.base_url)))
     response = tc.request(case.method, path, content=body or None, headers=headers)
     assert response.status_code < 500, (case.method, path, response.text)
     if response.status_code >= 400:

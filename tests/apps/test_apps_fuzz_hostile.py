@@ -28,6 +28,7 @@ from client_app import ClientSettings, ClientStore, HashScorer
 from client_app._app import create_client_app
 from sdk.membership import add_to_roster
 from sdk.wire import SERVER_SENDER, generate_key, public_key_b64, sign_headers
+from sdk.wire._auth import authority_of
 from server_app import ServerSettings
 from server_app._app import create_app
 
@@ -142,7 +143,8 @@ def _server() -> tuple[TestClient, dict[str, str]]:
                                       ("job", _ALIGNER_KEY, "aligner"))}
     tc = TestClient(create_app(ServerSettings(
         db_path=_ROOT / "s.db", identity_key=_ROOT / "s.pem", roster_file=roster,
-        admin_token="adm", reward_timeout_s=1.0)))  # type: ignore[arg-type]
+        admin_token="adm", reward_timeout_s=1.0,  # type: ignore[arg-type]
+        public_urls=["http://testserver"])))
     ids = {}
     for name, key in (("m0", _MEMBER_KEY), ("job", _ALIGNER_KEY)):
         resp = tc.post("/v1/enroll", json={"name": name, "token": tokens[name],
@@ -160,11 +162,13 @@ server_schema = schemathesis.openapi.from_asgi("/openapi.json", _SERVER.app)
 
 # -- a member app, enrolled as far as it knows, that trusts one server key ----------------------
 _SERVER_KEY = generate_key()
+_TESTSERVER = authority_of("http://testserver")  # both test clients' address
 _CLIENT_DB = _ROOT / "c.db"
 ClientStore(_CLIENT_DB).put("client_id", "c-fuzz")
 _CLIENT = TestClient(create_client_app(ClientSettings(
     db_path=_CLIENT_DB, identity_key=_ROOT / "c.pem",
-    server_public_key=public_key_b64(_SERVER_KEY)), HashScorer()))
+    server_public_key=public_key_b64(_SERVER_KEY), public_urls=["http://testserver"]),
+    HashScorer()))
 _CLIENT_TABLES = ("images", "query_audit", "rounds", "sent")
 client_schema = schemathesis.openapi.from_asgi("/openapi.json", _CLIENT.app)
 
@@ -188,10 +192,10 @@ def test_server_survives_hostile_peers(case: schemathesis.Case) -> None:
                else "application/json"}
     if case.path.startswith("/v1/rewards"):
         headers |= sign_headers(_ALIGNER_KEY, sender=_IDS["job"], method=case.method,
-                                path=path, body=body)
+                                path=path, body=body, authority=_TESTSERVER)
     elif case.path.startswith(_MEMBER_PATHS):
         headers |= sign_headers(_MEMBER_KEY, sender=_IDS["m0"], method=case.method, path=path,
-                                body=body)
+                                body=body, authority=_TESTSERVER)
     else:
         headers["authorization"] = "Bearer adm"
     read = _SERVER.app.state.store.read  # type: ignore[attr-defined]
@@ -205,7 +209,7 @@ def test_server_survives_hostile_peers(case: schemathesis.Case) -> None:
 def test_member_app_survives_a_hostile_server(case: schemathesis.Case) -> None:
     path, body = _request(case, _HOSTILE)
     headers = sign_headers(_SERVER_KEY, sender=SERVER_SENDER, method=case.method, path=path,
-                           body=body, recipient="c-fuzz")
+                           body=body, recipient="c-fuzz", authority=_TESTSERVER)
     read = _CLIENT.app.state.store.read  # type: ignore[attr-defined]
     before = _counts(read, _CLIENT_TABLES)
     response = _CLIENT.request(case.method, path, content=body or None,
@@ -220,7 +224,7 @@ def test_every_hostile_image_is_a_422_that_stores_nothing(image: bytes) -> None:
             "image_b64": base64.b64encode(image).decode()}
     body = json.dumps({"items": [item]}).encode()
     headers = sign_headers(_SERVER_KEY, sender=SERVER_SENDER, method="POST", path="/v1/reward",
-                           body=body, recipient="c-fuzz")
+                           body=body, recipient="c-fuzz", authority=_TESTSERVER)
     read = _CLIENT.app.state.store.read  # type: ignore[attr-defined]
     before = _counts(read, _CLIENT_TABLES)
     response = _CLIENT.post("/v1/reward", content=body,

@@ -21,6 +21,7 @@ from PIL import Image
 import server_app._broker as broker_module
 from client_app._member_round import ready_update
 from sdk.wire import ImageRef, RoundSpec, generate_key, public_key_b64
+from sdk.wire._auth import authority_of
 from server_app import Store
 from server_app._rounds import RoundManager
 
@@ -203,7 +204,8 @@ def _enrolled_broker(tmp_path: Path) -> tuple[Store, Any]:
     store.upsert_roster("m0", public_key_b64(key), hashlib.sha256(b"token-m0").hexdigest())
     store.enroll(name="m0", token="token-m0", public_key=public_key_b64(key),
                  reward_url="http://127.0.0.1:9", new_id="c-m0", clip_bound=1.0)
-    return store, broker_module.RewardBroker(store, generate_key(), mode="push")
+    return store, broker_module.RewardBroker(store, generate_key(), mode="push",
+                                               allow_private=True)
 
 
 def test_broker_stores_and_marks_only_new_images(tmp_path: Path,
@@ -258,7 +260,8 @@ def test_client_app_reads_the_learned_server_key_once(tmp_path: Path,
     first.put("client_id", "c-me")
     first.close()
     app = create_client_app(ClientSettings(db_path=tmp_path / "c.db",
-                                           identity_key=tmp_path / "c.pem"), HashScorer())
+                                           identity_key=tmp_path / "c.pem",
+                                           public_urls=["http://testserver"]), HashScorer())
     reads: list[str] = []
     get = app.state.store.get
     monkeypatch.setattr(app.state.store, "get", lambda k: reads.append(k) or get(k))
@@ -268,11 +271,13 @@ def test_client_app_reads_the_learned_server_key_once(tmp_path: Path,
         for _ in range(3):
             body = json.dumps({"items": [item]}).encode()
             headers = sign_headers(key, sender="server", method="POST", path="/v1/reward",
-                                   body=body, recipient="c-me")
+                                   body=body, recipient="c-me",
+                                   authority=authority_of(str(tc.base_url)))
             resp = tc.post("/v1/reward", content=body, headers=headers)
             assert resp.status_code == 409  # authenticated (the image is simply unknown)
         forged = sign_headers(generate_key(), sender="server", method="POST",
-                              path="/v1/reward", body=body, recipient="c-me")
+                              path="/v1/reward", body=body, recipient="c-me",
+                              authority=authority_of(str(tc.base_url)))
         assert tc.post("/v1/reward", content=body, headers=forged).status_code == 403
     assert reads.count("server_public_key") == 1
 

@@ -26,6 +26,7 @@ from sdk.wire import (
     public_key_b64,
     sign_headers,
 )
+from sdk.wire._auth import authority_of
 
 from .conftest import running
 
@@ -41,7 +42,8 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
 
 def _signed(c: LocalConsortium, key: Ed25519PrivateKey, sender: str, method: str,
             path: str) -> httpx.Response:
-    headers = sign_headers(key, sender=sender, method=method, path=path, body=b"")
+    headers = sign_headers(key, sender=sender, method=method, path=path, body=b"",
+                           authority=authority_of(c.server_url))
     return httpx.request(method, c.server_url + path, headers=headers, verify=c.verify,
                          timeout=10)
 
@@ -174,7 +176,8 @@ def test_the_operator_sees_every_identity(team: LocalConsortium) -> None:
     assert _signed(team, key, ids["site-0"], "POST",
                    "/v1/members/site-1/revoke").status_code == 403
     listed = subprocess.run(
-        [sys.executable, "-m", "sdk.cli", "roster", "list", "--server", team.server_url],
+        [sys.executable, "-m", "sdk.cli", "roster", "list", "--server", team.server_url,
+         "--insecure-http"],
         capture_output=True, text=True, cwd=_REPO, timeout=120,
         env={**os.environ, "FEDMOR_ADMIN_TOKEN": ADMIN_TOKEN})
     assert listed.returncode == 0, listed.stderr
@@ -193,7 +196,7 @@ def test_the_operator_sees_every_identity(team: LocalConsortium) -> None:
             load_private_key(Path(ops["identity_key"])))})
     assert enrolled.status_code == 200, enrolled.text
     signed = subprocess.run(
-        [sys.executable, "-m", "sdk.cli", "roster", "list", "--server", team.server_url,
+        [sys.executable, "-m", "sdk.cli", "roster", "list", "--server", team.server_url, "--insecure-http",
          "--key-file", ops["identity_key"], "--sender", enrolled.json()["client_id"]],
         capture_output=True, text=True, cwd=_REPO, timeout=120,
         env={k: v for k, v in os.environ.items() if k != "FEDMOR_ADMIN_TOKEN"})

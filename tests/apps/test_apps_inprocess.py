@@ -19,6 +19,7 @@ from client_app import ClientSettings, HashScorer
 from client_app._app import create_client_app
 from sdk.reward import DEFAULT_CLIP
 from sdk.wire import generate_key, public_key_b64, sign_headers
+from sdk.wire._auth import authority_of
 from sdk.wire._payload import encode_vector
 from server_app._settings import load_settings
 
@@ -77,7 +78,7 @@ def _reward_call(tc: TestClient, key: Ed25519PrivateKey,
                  items: list[dict[str, Any]]) -> Any:
     body = json.dumps({"items": items}).encode()
     headers = sign_headers(key, sender="server", method="POST", path="/v1/reward", body=body,
-                           recipient="c-me")
+                           recipient="c-me", authority=authority_of(str(tc.base_url)))
     return tc.post("/v1/reward", content=body, headers=headers | {
         "content-type": "application/json"})
 
@@ -89,7 +90,8 @@ class _Wild:
 
 def _client_app(tmp_path: Path, key: Ed25519PrivateKey, scorer: object, **kw: object) -> TestClient:
     cfg = ClientSettings(db_path=tmp_path / "c.db", identity_key=tmp_path / "c.pem",
-                         server_public_key=public_key_b64(key), **kw)  # type: ignore[arg-type]
+                         server_public_key=public_key_b64(key),  # type: ignore[arg-type]
+                         public_urls=["http://testserver"], **kw)  # the test client's address
     app = create_client_app(cfg, scorer)  # type: ignore[arg-type]
     app.state.store.put("client_id", "c-me")  # as enrollment leaves it: the recipient's id
     return TestClient(app)

@@ -70,10 +70,11 @@ def team(tmp_path: Path) -> Iterator[Team]:
     roster = tmp_path / "roster.json"
     tokens = {n: add_to_roster(roster, name=n, public_key=public_key_b64(
         load_or_create_key(tmp_path / n / "identity.pem"))) for n in NAMES}
+    port = free_port()  # the settings name it: requests are signed for the server they reach
     cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
                          roster_file=roster, admin_token=ADMIN,  # type: ignore[arg-type]
-                         tick_interval_s=0.1, stage_deadline_s=20.0)
-    with served(create_app(cfg)) as url:
+                         tick_interval_s=0.1, stage_deadline_s=20.0, port=port)
+    with served(create_app(cfg), port) as url:
         t = Team(url, tmp_path, tokens)
         yield t
         t.admin.close()

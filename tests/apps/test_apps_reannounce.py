@@ -17,6 +17,7 @@ import pytest
 
 from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.wire import load_private_key, sign_headers
+from sdk.wire._auth import authority_of
 
 from ._wide_scorer import SCORE
 from .test_apps_aligner import Aligner, _items
@@ -42,7 +43,7 @@ def _wait_bound(c: LocalConsortium, name: str, expected: float, timeout_s: float
 def _signed_post(c: LocalConsortium, key_path: str, sender: str, payload: Any) -> httpx.Response:
     body = json.dumps(payload).encode()
     headers = sign_headers(load_private_key(Path(key_path)), sender=sender, method="POST",
-                           path=PATH, body=body)
+                           path=PATH, body=body, authority=authority_of(c.server_url))
     return httpx.post(c.server_url + PATH, content=body, verify=c.verify, timeout=30,
                       headers=headers | {"content-type": "application/json"})
 

@@ -71,7 +71,7 @@ def test_without_an_admin_token_the_operator_role_runs_the_consortium(tmp_path: 
                                role="operator" if n == "ops" else "member")
               for n, k in keys.items()}
     cfg = ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
-                         roster_file=roster)
+                         roster_file=roster, public_urls=["http://testserver"])
     assert cfg.admin_token is None
     tc = TestClient(create_app(cfg))
     who = {}

@@ -26,7 +26,8 @@ SECOND = ConsortiumRouterConfig.model_validate({**SMALL, "heads": ["m0", "m1", "
 def _settings(tmp_path: Path, router: ConsortiumRouterConfig | None) -> ServerSettings:
     return ServerSettings(db_path=tmp_path / "s.db", identity_key=tmp_path / "id.pem",
                           roster_file=tmp_path / "roster.json", admin_token="adm",  # type: ignore[arg-type]
-                          router=router, preload_dp_accountant=False)
+                          router=router, preload_dp_accountant=False,
+                          public_urls=["http://testserver"])
 
 
 @pytest.fixture

@@ -10,8 +10,10 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -23,7 +25,13 @@ from client_app._router_update import ConfiguredRouterUpdate
 from client_app._settings import RouterTrainingSettings
 from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.data import SynthConfig, synthesize
-from sdk.router import HashingEncoder, Router, load_router_update, local_router_update
+from sdk.router import (
+    HashingEncoder,
+    Router,
+    SiteRound,
+    load_router_update,
+    local_router_update,
+)
 from sdk.router._site_update import ROUTER_SPEC_ENV, RouterUpdateError
 from sdk.wire import (
     ROUTER_ROUND_PARAM,
@@ -116,6 +124,53 @@ def test_members_with_only_a_router_training_section_finish_a_secure_round(
     # site-1 ran the entry-point plug-in, on the configuration it fetched from the server.
     assert (data / "site" / "called-site-1").read_text() == CONFIG.sha256
     assert not (data / "site" / "called-site-0").exists()  # site-0: the built-in one
+    _members_see_what_they_gave(consortium, data, done, seeded.get_flat_params())
+
+
+def _members_see_what_they_gave(consortium: LocalConsortium, data: Path, done: dict[str, Any],
+                                base: np.ndarray) -> None:
+    """Each member's store, its ``fedmor client status`` and its log give the round's local
+    pairs and the router's local loss before and after its update: the values the same
+    update gives when redone here from the round's base."""
+    info = RoundInfo.model_construct(round_id=done["round_id"], vector_length=len(base),
+                                     params={ROUTER_ROUND_PARAM: 0})
+    for name, category in zip(consortium.names, CATEGORIES, strict=True):
+        expected = local_router_update(SiteRound(
+            config=CONFIG, name=name, info=info, base=base,
+            pairs_dir=data / "data" / "clients" / category / "train"))
+        assert expected.loss_before is not None and expected.loss_after is not None
+        assert expected.loss_after < expected.loss_before  # local training lowers it
+        config = consortium.dir / f"{name}.json"
+        row = _wait_done(config, done["round_id"])
+        assert row["pairs"] == expected.num_samples == 16
+        assert row["loss_before"] == pytest.approx(expected.loss_before, rel=1e-3)
+        assert row["loss_after"] == pytest.approx(expected.loss_after, rel=1e-3)
+        log = (consortium.dir / f"{name}.log").read_text()
+        assert (f"round {done['round_id']}: done (16 local pairs, local router loss "
+                f"{row['loss_before']:.4f} -> {row['loss_after']:.4f})") in log
+        table = _fedmor("client", "status", "--config", str(config)).splitlines()
+        cells = next(line.split() for line in table if line.split()[:1] == [str(row["round_id"])])
+        assert cells[:5] == [str(row["round_id"]), "done", "16", f"{row['loss_before']:.4f}",
+                             f"{row['loss_after']:.4f}"]
+
+
+def _fedmor(*argv: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "sdk.cli", *argv], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def _wait_done(config: Path, round_id: int) -> dict[str, Any]:
+    """The member's own record of the round once it marked it done (its last stage's
+    acknowledgement can reach it just after the server finished the round)."""
+    deadline = time.monotonic() + 60
+    while True:
+        answer = json.loads(_fedmor("client", "status", "--config", str(config), "--json"))
+        rows = [r for r in answer["rounds"] if r["round_id"] == round_id]
+        if (rows and rows[0]["status"] == "done") or time.monotonic() > deadline:
+            assert rows and rows[0]["status"] == "done", answer
+            return dict(rows[0])
 
 
 def test_the_operator_command_starts_a_new_lineage(consortium: LocalConsortium,
@@ -131,7 +186,7 @@ def test_the_operator_command_starts_a_new_lineage(consortium: LocalConsortium,
     settings = data / "server-next.json"
     settings.write_text(json.dumps({"router": swapped.model_dump(mode="json")}))
     argv = [sys.executable, "-m", "sdk.cli", "router", "lineage", "--config", str(settings),
-            "--server", consortium.server_url, "--key-file", ops["identity_key"],
+            "--server", consortium.server_url, "--insecure-http", "--key-file", ops["identity_key"],
             "--sender", sender]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

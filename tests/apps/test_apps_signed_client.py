@@ -15,6 +15,7 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from fedmor_local import free_port
 from sdk.membership import add_to_roster
 from sdk.wire import (
     AsyncSignedClient,
@@ -63,9 +64,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Memb
     keys = {name: generate_key() for name in ("sync", "async", "proxied")}
     members = {name: (key, add_to_roster(roster, name=name, public_key=public_key_b64(key)))
                for name, key in keys.items()}
+    port = free_port()  # the settings name it: a signature names the port it dials
     cfg = ServerSettings(db_path=tmp / "s.db", identity_key=tmp / "id.pem", roster_file=roster,
-                         admin_token=ADMIN)  # type: ignore[arg-type]
-    with served(create_app(cfg)) as url:
+                         admin_token=ADMIN, port=port)  # type: ignore[arg-type]
+    with served(create_app(cfg), port) as url:
         yield url, members
 
 

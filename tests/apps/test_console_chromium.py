@@ -30,6 +30,7 @@ from fedmor_local import free_port
 from sdk.curves import moving_average
 from sdk.membership import add_to_roster
 from sdk.wire import generate_key, public_key_b64, sign_headers
+from sdk.wire._auth import authority_of
 from server_app import ServerSettings
 from server_app._app import create_app
 from tests._checkout import checkout_env
@@ -55,7 +56,7 @@ class Caller:
         body = raw if raw is not None else b"" if payload is None else json.dumps(
             payload).encode()
         headers = sign_headers(self.key, sender=self.client_id, method=method, path=path,
-                               body=body)
+                               body=body, authority=authority_of(str(self.http.base_url)))
         headers["content-type"] = "application/octet-stream" if raw is not None \
             else "application/json"
         return self.http.request(method, path, content=body, headers=headers)
@@ -153,7 +154,7 @@ def _console_link(live: Live, name: str) -> subprocess.CompletedProcess[str]:
     """``fedmor console --json`` as identity ``name``."""
     caller = live.who[name]
     return subprocess.run(
-        [sys.executable, "-m", "sdk.cli", "console", "--server", live.url, "--key-file",
+        [sys.executable, "-m", "sdk.cli", "console", "--server", live.url, "--insecure-http", "--key-file",
          str(caller.key_file), "--sender", caller.client_id, "--json"],
         capture_output=True, text=True, timeout=300, env=checkout_env())
 
@@ -315,7 +316,7 @@ def test_fedmor_console_prints_a_link_that_opens_one_session(live: Live) -> None
     """(Without a browser: runs where Chromium is missing too.)"""
     caller = live.who["ops"]
     made = subprocess.run(
-        [sys.executable, "-m", "sdk.cli", "console", "--server", live.url + "/", "--key-file",
+        [sys.executable, "-m", "sdk.cli", "console", "--server", live.url + "/", "--insecure-http", "--key-file",
          str(caller.key_file), "--sender", caller.client_id],
         capture_output=True, text=True, timeout=300, env=checkout_env())
     assert made.returncode == 0, made.stderr

@@ -148,6 +148,7 @@ def test_audit_attacks_a_live_client_app_and_pays_its_budget(run_dir: Path, tmp_
         identity_key=tmp_path / "client.pem",
         server_public_key=public_key_b64(server_key),
         policy={"reward_budget": 64},  # type: ignore[arg-type]
+        public_urls=["http://testserver"],  # the test client's address
     )
     scorer = ClientScorer.from_pretrained(run_dir / "reward_models" / CLIENT)
     app = create_client_app(settings, scorer=scorer)

@@ -54,7 +54,7 @@ def _audit(c: LocalConsortium, caller: str, out: Path, *extra: str) -> AuditRepo
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
     args = parser.parse_args([
-        "audit", "live", "--server", c.server_url, "--key-file",
+        "audit", "live", "--server", c.server_url, "--insecure-http", "--key-file",
         c.identity_cfg[AUDITOR]["identity_key"], "--sender", caller, "--member", "site-0", "--out", str(out), *extra])
     assert args.handler(args) == 0
     return AuditReport.model_validate(json.loads((out / "report.json").read_text()))

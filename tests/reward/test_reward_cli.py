@@ -27,11 +27,15 @@ def test_rm_train_eval_score(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     ckpt = tmp_path / "ckpt"
     assert _run(["rm", "train", "--data", str(split / "train"), "--eval", str(split / "eval"),
                  "--arch", "qwen2_vl", "--out", str(ckpt), "--steps", "2",
-                 "--batch-size", "4", "--lora"]) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+                 "--batch-size", "4", "--lora", "--eval-every", "1", "--patience", "5"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out.strip().splitlines()[-1])
     assert summary["architecture"] == "qwen2_vl" and summary["steps"] == 2
-    assert 0.0 <= summary["eval_accuracy"] <= 1.0
+    assert 0.0 <= summary["eval_accuracy"] <= 1.0 and summary["best_step"] in (1, 2)
     assert (ckpt / "reward_head.safetensors").is_file() and (ckpt / "normalizer.json").is_file()
+    assert (ckpt / "curve.csv").read_text().count("\n") == 3  # header and two steps
+    # The tiny random-init backbone is named a trial backbone, once, with the way out.
+    assert captured.err.count("trial backbone") == 1 and "--base DIR" in captured.err
 
     assert _run(["rm", "eval", str(ckpt), "--data", str(split / "eval")]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -30,6 +30,7 @@ from sdk.wire import (
     public_key_b64,
     sign_headers,
 )
+from sdk.wire._auth import authority_of
 from server_app import RewardBroker, Store
 from tests.apps.conftest import server  # noqa: F401  (an in-process server, two members)
 
@@ -74,7 +75,8 @@ def client_db(c: LocalConsortium, name: str, sql: str, args: tuple[Any, ...] = (
 def broker(c: LocalConsortium, mode: str = "auto", timeout_s: float = 30) -> RewardBroker:
     """The server's broker, in this process, on the running server's own store and key."""
     return RewardBroker(Store(c.server_cfg["db_path"]), load_private_key(
-        Path(c.server_cfg["identity_key"])), verify=c.verify, mode=mode, timeout_s=timeout_s)
+        Path(c.server_cfg["identity_key"])), verify=c.verify, mode=mode, timeout_s=timeout_s,
+        allow_private=True)  # members on 127.0.0.1
 
 
 def query(b: RewardBroker, cid: str, items: list[tuple[bytes, str, str]]) -> list[float]:
@@ -95,7 +97,7 @@ def server_signed_post(c: LocalConsortium, url: str, path: str, payload: object,
     body = json.dumps(payload).encode()
     key = load_private_key(Path(c.server_cfg["identity_key"]))
     headers = sign_headers(key, sender=SERVER_SENDER, method="POST", path=path, body=body,
-                           **sign)
+                           **{"authority": authority_of(url), **sign})
     return httpx.post(url + path, content=body, verify=c.verify, timeout=30,
                       headers=headers | {"content-type": "application/json"})
 

@@ -6,16 +6,28 @@ requests are bodies that stop arriving until the test lets them finish."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import io
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+from PIL import Image
 
 from client_app import ClientSettings, ClientStore, HashScorer
 from client_app._app import create_client_app
 from sdk.wire import SERVER_SENDER, generate_key, public_key_b64, sign_headers
+from sdk.wire._auth import authority_of
 
 MEMBER = "c-bounded"
+
+
+def _png() -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), "red").save(buf, format="PNG")
+    return buf.getvalue()
 
 
 async def _identified(http: httpx.AsyncClient) -> float:
@@ -32,27 +44,35 @@ def test_one_caller_is_capped_at_the_member_app(tmp_path: Path) -> None:
     app = create_client_app(ClientSettings(
         db_path=tmp_path / "c.db", identity_key=tmp_path / "c.pem",
         server_public_key=public_key_b64(server_key),
-        limits={"per_identity": 2, "long_polls_per_identity": 1}), HashScorer())
-    body = b'{"items": []}'
-    release = asyncio.Event()
+        limits={"per_identity": 2, "long_polls_per_identity": 1},
+        public_urls=["http://member"]), HashScorer())
+    png = _png()
+    body = json.dumps({"items": [{
+        "image_sha256": hashlib.sha256(png).hexdigest(),
+        "image_b64": base64.b64encode(png).decode(), "prompt": "p", "response": "r"}]}).encode()
+    release, holding = asyncio.Event(), asyncio.Event()
+    read = 0
 
     async def stalled() -> AsyncIterator[bytes]:  # the body arrives once the test says so
+        nonlocal read
         yield body[:5]
+        read += 1  # the app asked for more: it was admitted and holds its slot
+        if read == 2:
+            holding.set()
         await release.wait()
         yield body[5:]
 
     def signed(path: str = "/v1/reward") -> dict[str, str]:
         return sign_headers(server_key, sender=SERVER_SENDER, method="POST", path=path,
-                            body=body, recipient=MEMBER) | {"content-type": "application/json"}
+                            body=body, recipient=MEMBER,
+                            authority=authority_of("http://member")) | {"content-type": "application/json"}
 
     async def scenario() -> None:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://member") as http:
             held = [asyncio.create_task(http.post("/v1/reward", content=stalled(),
                                                   headers=signed())) for _ in range(2)]
-            for _ in range(10_000):  # until both hold their slot (a bounded wait)
-                if await _identified(http) >= 2:
-                    break
+            await asyncio.wait_for(holding.wait(), 60)  # both admitted, reading their bodies
             assert await _identified(http) == 2 and not any(t.done() for t in held)
             third = await http.post("/v1/reward", content=body, headers=signed())
             assert third.status_code == 429, third.text
@@ -61,8 +81,8 @@ def test_one_caller_is_capped_at_the_member_app(tmp_path: Path) -> None:
             assert "limits.per_identity" in third.json()["detail"]
             release.set()
             for done in await asyncio.gather(*held):
-                assert done.status_code != 429, done.text
+                assert done.status_code == 200, done.text  # scored once the body came
             after = await http.post("/v1/reward", content=body, headers=signed())
-            assert after.status_code != 429, after.text  # the slots were given back
+            assert after.status_code == 200, after.text  # the slots were given back
 
     asyncio.run(scenario())

@@ -24,6 +24,7 @@ from PIL import Image
 
 from client_app import ClientSettings, ClientStore, HashScorer
 from client_app._app import create_client_app
+from fedmor_local import free_port
 from sdk.wire import ImageRef, generate_key, public_key_b64
 from server_app import BrokerError, RewardBroker, Store
 from server_app._broker import retry_after_s
@@ -67,7 +68,8 @@ class Member:
 
     def broker(self, timeout_s: float, per_member: int = 8) -> RewardBroker:
         return RewardBroker(self.store, self.key, mode="push", verify=False,
-                            timeout_s=timeout_s, per_member=per_member)
+                            timeout_s=timeout_s, per_member=per_member,
+                            allow_private=True)  # members on 127.0.0.1
 
     def metric(self, prefix: str, label: str) -> float:
         """The sum of the member's ``/metrics`` series starting with ``prefix`` whose labels
@@ -90,13 +92,14 @@ def member(tmp_path: Path) -> Iterator[Member]:
     server_key = generate_key()
     ClientStore(tmp_path / "c.db").put("client_id", MEMBER)
     scorer = GatedScorer()
+    port = free_port()  # the settings name it: the broker's signature names the port it dials
     app = create_client_app(ClientSettings(
-        db_path=tmp_path / "c.db", identity_key=tmp_path / "c.pem",
+        db_path=tmp_path / "c.db", identity_key=tmp_path / "c.pem", port=port,
         server_public_key=public_key_b64(server_key),
         limits={"per_identity": CAP, "long_polls_per_identity": 1, "retry_after_s": 1}),
         scorer)
     store = Store(tmp_path / "s.db")
-    with served(app) as url:
+    with served(app, port) as url:
         member_key = public_key_b64(generate_key())
         store.upsert_roster("capped", member_key, hashlib.sha256(b"token-capped").hexdigest())
         store.enroll(name="capped", token="token-capped", public_key=member_key,

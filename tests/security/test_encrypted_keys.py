@@ -44,6 +44,8 @@ def test_an_encrypted_key_without_its_passphrase_stops_the_app(tmp_path: Path,
     settings = {"db_path": str(tmp_path / "app.db"), "identity_key": str(key), "port": 0}
     if app == "client_app":
         settings |= {"demo": True, "run_rounds": False}
+    else:
+        settings |= {"allow_plain_http": True}  # the key is what stops it here
     config.write_text(json.dumps(settings))
     proc = subprocess.run([sys.executable, "-m", app, "--config", str(config)],
                           capture_output=True, text=True, timeout=60, env=_env(), cwd=_REPO)
@@ -66,7 +68,8 @@ def test_the_server_starts_with_its_passphrase_file_and_writes_its_key_encrypted
     config = tmp_path / "server.json"
     config.write_text(json.dumps({"db_path": str(tmp_path / "s.db"), "port": port,
                                   "identity_key": str(tmp_path / "id.pem"),
-                                  "identity_key_passphrase_file": str(secret)}))
+                                  "identity_key_passphrase_file": str(secret),
+                                  "allow_plain_http": True}))
     proc = subprocess.Popen([sys.executable, "-m", "server_app", "--config", str(config)],
                             env=_env(), cwd=_REPO, stderr=subprocess.DEVNULL)
     try:

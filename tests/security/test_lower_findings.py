@@ -5,17 +5,27 @@ ids exist; the docs UI (CDN JavaScript) is off while ``/openapi.json`` stays."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from client_app import ClientSettings, HashScorer
 from client_app._app import create_client_app
+from fedmor_local import free_port
+from fedmor_local._local import make_pki
 from sdk.membership import add_to_roster
 from sdk.wire import ConflictError, generate_key, public_key_b64, sign_headers
-from tests.apps.conftest import Member
+from sdk.wire._auth import authority_of
+from server_app import Store
+from tests._checkout import checkout_env
+from tests.apps.conftest import Member, enrolled_team
 from tests.security.conftest import enroll_new
 
 ADMIN = {"authorization": "Bearer adm", "content-type": "application/json"}
@@ -66,7 +76,8 @@ def test_unknown_sender_and_bad_signature_look_the_same(
     for sender in (a.client_id, "c-nobody"):
         for now in (None, 0.0):  # a stale timestamp must not tell the two apart either
             headers = sign_headers(generate_key(), sender=sender, method="GET",
-                                   path="/v1/rounds", body=b"", now=now)
+                                   path="/v1/rounds", body=b"", now=now,
+                                   authority=authority_of(str(tc.base_url)))
             r = tc.get("/v1/rounds", headers=headers)
             answers.append((r.status_code, r.json()["detail"]))
     assert set(answers) == {(403, "unknown sender or bad signature")}
@@ -156,17 +167,22 @@ def test_a_refusal_text_cannot_forge_log_lines(server: tuple[TestClient, list[Me
     assert "\n" not in stored and "\x1b" not in stored
 
 
-@pytest.mark.parametrize("score", ["1e300", "Infinity", "NaN", "-2.5"])
+@pytest.mark.parametrize(("score", "checked"), [("1e300", True), ("Infinity", False),
+                                               ("NaN", False), ("-2.5", True)])
 def test_a_refused_score_is_not_stored(server: tuple[TestClient, list[Member]],
-                                       score: str) -> None:
+                                       score: str, checked: bool) -> None:
     tc, (a, _) = server
     store = tc.app.state.store  # type: ignore[attr-defined]
     qid = store.queue_query(a.client_id, [{"sha256": "0" * 64, "prompt": "p"}])
     body = f'{{"scores": [{score}]}}'.encode()  # a's announced clip bound is 1.0
     r = a.send(f"/v1/reward/answers/{qid}", body, media="application/json")
     assert r.status_code == 422, r.text
-    stored = store.query(qid)["scores"]
-    assert stored is None or score.lstrip("-") not in stored, stored
+    row = store.query(qid)
+    if not checked:  # not a finite number: refused by the request schema, nothing is kept
+        assert (row["status"], row["scores"]) == ("pending", None), dict(row)
+        return
+    # Outside the clip bound: the refusal alone is kept, for the broker to read, no score.
+    assert json.loads(row["scores"]) == {"error": r.json()["detail"]}, row["scores"]
 
 
 def test_roster_names_differing_only_by_case_are_refused(
@@ -202,3 +218,55 @@ def test_one_public_key_cannot_enroll_under_two_names(
                                     "public_key": store.client(a.client_id)["public_key"]})
     assert r.status_code == 403, r.text
     assert store.client_named("twin") is None
+
+
+def test_a_server_without_tls_refuses_plain_http_unless_allowed(tmp_path: Path) -> None:
+    config = tmp_path / "server.json"
+    config.write_text(json.dumps({"db_path": str(tmp_path / "s.db"), "port": free_port(),
+                                  "identity_key": str(tmp_path / "id.pem")}))
+    proc = subprocess.run([sys.executable, "-m", "server_app", "--config", str(config)],
+                          capture_output=True, text=True, timeout=120, env=checkout_env())
+    assert proc.returncode == 2, proc.stderr
+    assert "allow_plain_http = true" in proc.stderr and str(config) in proc.stderr
+    assert not (tmp_path / "s.db").exists()  # refused before anything was opened
+
+
+def _console_team(tmp_path: Path, **settings: Any) -> dict[str, Member]:
+    team = enrolled_team(tmp_path, {"ops": "operator"}, **settings)
+    return team
+
+
+def test_the_console_cookie_is_secure_whenever_tls_is_on(tmp_path: Path) -> None:
+    _, cert, key = make_pki(tmp_path / "pki")
+    ops = _console_team(tmp_path, tls_cert=cert, tls_key=key)["ops"]
+    link = ops.call("POST", "/v1/console/links").json()["path"]
+    # the request names http (a proxy, a test client): the cookie is Secure all the same
+    opened = ops.tc.get(link, follow_redirects=False)
+    assert opened.status_code == 303
+    assert "secure" in {a.strip().lower() for a in opened.headers["set-cookie"].split(";")}
+
+
+def test_console_logout_refuses_a_foreign_origin(tmp_path: Path) -> None:
+    ops = _console_team(tmp_path)["ops"]
+    tc = ops.tc
+    assert tc.get(ops.call("POST", "/v1/console/links").json()["path"]).status_code == 200
+    foreign = tc.post("/console/logout", headers={"origin": "https://evil.example"})
+    assert foreign.status_code == 403
+    assert tc.get("/console").status_code == 200  # the session lives on
+    own = tc.post("/console/logout", headers={"origin": "http://testserver"})
+    assert own.status_code == 200
+    assert tc.get("/console").status_code == 401
+
+
+def test_one_members_signed_requests_leave_a_bounded_wal(tmp_path: Path) -> None:
+    """Each signed request commits its nonce (at least one 64 KiB page in the log): after a
+    checkpoint the -wal file is cut back to its limit however many came."""
+    store = Store(tmp_path / "s.db")
+    wal = tmp_path / "s.db-wal"
+    for i in range(400):  # one member's many requests: ~25 MiB of log frames
+        assert store.use_nonce("c-hostile", f"nonce-{i:04d}", time.time(), keep_s=600)
+    grown = wal.stat().st_size
+    store.checkpoints.request()
+    assert store.checkpoints.wait_idle()
+    store.use_nonce("c-hostile", "after", time.time(), keep_s=600)  # resets the log
+    assert grown > 16 * 2**20 >= wal.stat().st_size, (grown, wal.stat().st_size)

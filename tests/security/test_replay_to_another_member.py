@@ -12,7 +12,7 @@ import httpx
 
 from fedmor_local import LocalConsortium
 from sdk.wire import load_private_key, sign_headers
-from sdk.wire._auth import HEADER_RECIPIENT
+from sdk.wire._auth import HEADER_AUTHORITY, HEADER_RECIPIENT, authority_of
 from tests.security.conftest import PUSH, PUSH2, client_db, client_id, png
 
 
@@ -24,7 +24,8 @@ def test_a_query_signed_for_one_member_is_refused_by_another(hostile: LocalConso
     server_key = load_private_key(Path(hostile.server_cfg["identity_key"]))
     # What the broker sends site-0 (and what site-0, turned hostile, replays to site-2).
     captured = sign_headers(server_key, sender="server", method="POST", path="/v1/reward",
-                            body=body, recipient=client_id(hostile, PUSH)) | {
+                            body=body, recipient=client_id(hostile, PUSH),
+                            authority=authority_of(hostile.client_cfg[PUSH]["public_url"])) | {
         "content-type": "application/json"}
     victim = hostile.client_cfg[PUSH2]["public_url"]
     audited = client_db(hostile, PUSH2, "SELECT COUNT(*) FROM query_audit")
@@ -34,8 +35,13 @@ def test_a_query_signed_for_one_member_is_refused_by_another(hostile: LocalConso
     assert client_db(hostile, PUSH2, "SELECT COUNT(*) FROM query_audit") == audited
     assert client_db(hostile, PUSH2, "SELECT sha256 FROM images WHERE sha256=?",
                      (hashlib.sha256(data).hexdigest(),)) == []
-    # Changing the header breaks the signature; leaving it out is a missing header.
-    forged = captured | {HEADER_RECIPIENT: client_id(hostile, PUSH2)}
+    # Readdressed, it still names the first member's address: refused, saying so.
+    readdressed = captured | {HEADER_RECIPIENT: client_id(hostile, PUSH2)}
+    moved = httpx.post(victim + "/v1/reward", content=body, headers=readdressed,
+                       verify=hostile.verify, timeout=30)
+    assert moved.status_code == 401 and "signed for" in moved.json()["detail"], moved.text
+    # Changing both headers breaks the signature; leaving one out is a missing header.
+    forged = readdressed | {HEADER_AUTHORITY: authority_of(victim)}
     assert httpx.post(victim + "/v1/reward", content=body, headers=forged,
                       verify=hostile.verify, timeout=30).status_code == 403
     bare = {k: v for k, v in captured.items() if k != HEADER_RECIPIENT}
@@ -52,6 +58,7 @@ def test_a_member_request_names_the_server(hostile: LocalConsortium) -> None:
     path = "/v1/rounds"
     for recipient, status in ((client_id(hostile, PUSH2), 403), ("server", 200)):
         headers = sign_headers(key, sender=client_id(hostile, PUSH), method="GET", path=path,
-                               body=b"", recipient=recipient)
+                               body=b"", recipient=recipient,
+                               authority=authority_of(hostile.server_url))
         assert httpx.get(hostile.server_url + path, headers=headers, verify=hostile.verify,
                          timeout=30).status_code == status

@@ -3,11 +3,8 @@ a pull-mode answer of [1e300, -1e300] is refused (the query fails, the server st
 
 from __future__ import annotations
 
-import asyncio
 import io
 import sqlite3
-import threading
-import time
 from typing import Any
 
 import pytest
@@ -26,33 +23,20 @@ def _png() -> bytes:
     return buf.getvalue()
 
 
-def _answer_in_pull_mode(tc: TestClient, member: Member,
-                         scores: list[float]) -> Exception | list[float]:
-    """Query ``member`` through the server's broker while the member answers ``scores``."""
+def _answer_in_pull_mode(tc: TestClient, member: Member, scores: list[float],
+                         status: int) -> BaseException | list[float]:
+    """Query ``member`` through the server's own broker (on the app's event loop) while the
+    member answers ``scores``, its answer getting ``status``: the query's result or error."""
     broker = tc.app.state.broker  # type: ignore[attr-defined]
-    broker.poll_s = 0.01
-    out: list[Exception | list[float]] = []
-
-    def ask() -> None:
-        image = ImageRef.of(_png())
-        try:
-            out.append(asyncio.run(broker.query(member.client_id, [image, image], ["p", "p"],
-                                                ["r0", "r1"])))
-        except BrokerError as exc:
-            out.append(exc)
-
-    thread = threading.Thread(target=ask)
-    thread.start()
-    deadline = time.monotonic() + 10
-    pending: list[Any] = []
-    while not pending and time.monotonic() < deadline:
-        pending = member.call("GET", "/v1/reward/pending").json()
-        time.sleep(0.01)
-    assert pending, "the broker queued nothing"
+    image = ImageRef.of(_png())
+    asked = tc.portal.start_task_soon(broker.query, member.client_id, [image, image],
+                                      ["p", "p"], ["r0", "r1"])
+    # The member's long poll returns as soon as the broker queued the query (its wake).
+    pending = member.call("GET", "/v1/work?wait_s=10&rounds=false").json()["queries"]
+    assert len(pending) == 1, "the broker queued nothing"
     r = member.call("POST", f"/v1/reward/answers/{pending[0]['query_id']}", {"scores": scores})
-    assert r.status_code in (204, 422), r.text  # 422: refused at the door, never stored
-    thread.join(10)
-    return out[0]
+    assert r.status_code == status, r.text
+    return asked.exception(timeout=30) or asked.result()
 
 
 def test_scores_outside_the_announced_bound_are_refused(
@@ -61,10 +45,10 @@ def test_scores_outside_the_announced_bound_are_refused(
     resp, key = enroll_new(tc, "evil", 2.0)
     assert resp.status_code == 200, resp.text
     evil = Member(tc, key, resp.json()["client_id"])
-    refused = _answer_in_pull_mode(tc, evil, [1e300, -1e300])
+    refused = _answer_in_pull_mode(tc, evil, [1e300, -1e300], 422)  # refused at the door
     assert isinstance(refused, BrokerError)
     assert "outside its announced clip bound [-2, 2]" in str(refused)
-    assert _answer_in_pull_mode(tc, evil, [1.5, -2.0]) == [1.5, -2.0]  # in range: accepted
+    assert _answer_in_pull_mode(tc, evil, [1.5, -2.0], 204) == [1.5, -2.0]  # in range
     assert tc.get("/v1/health").status_code == 200
 
 
@@ -74,7 +58,7 @@ def test_an_answer_with_the_wrong_count_is_refused(
     resp, key = enroll_new(tc, "short", 2.0)
     assert resp.status_code == 200, resp.text
     short = Member(tc, key, resp.json()["client_id"])
-    refused = _answer_in_pull_mode(tc, short, [1.0])  # one score for two items
+    refused = _answer_in_pull_mode(tc, short, [1.0], 204)  # one score for two items
     assert isinstance(refused, BrokerError) and "instead of 2 scores" in str(refused)
 
 
@@ -83,7 +67,8 @@ def test_a_member_without_a_bound_is_not_trusted_and_bad_bounds_are_422(
     tc, _ = server
     resp, key = enroll_new(tc, "silent", None)  # an old client: it announces no bound
     assert resp.status_code == 200, resp.text
-    refused = _answer_in_pull_mode(tc, Member(tc, key, resp.json()["client_id"]), [0.1, 0.2])
+    refused = _answer_in_pull_mode(tc, Member(tc, key, resp.json()["client_id"]), [0.1, 0.2],
+                                   422)
     assert isinstance(refused, BrokerError) and "announced no clip bound" in str(refused), refused
     for bad in (-1, 0, 1e300):
         resp, _ = enroll_new(tc, f"bad{bad}".replace(".", "").replace("+", ""), bad)
@@ -114,11 +99,11 @@ def test_a_bound_announced_through_another_process_is_read_before_refusing(
     tc, _ = server
     resp, key = enroll_new(tc, "retrained", 1.0)
     member = Member(tc, key, resp.json()["client_id"])
-    assert _answer_in_pull_mode(tc, member, [0.5, -0.5]) == [0.5, -0.5]  # the row is cached
+    assert _answer_in_pull_mode(tc, member, [0.5, -0.5], 204) == [0.5, -0.5]  # the row is cached
     # What another server process's POST /v1/identity/clip-bound writes: this broker's cached
     # row still says 1.
     store = tc.app.state.store  # type: ignore[attr-defined]
     assert store.set_clip_bound(member.client_id, 3.0) == 1.0
-    assert _answer_in_pull_mode(tc, member, [2.5, -2.5]) == [2.5, -2.5]
-    refused = _answer_in_pull_mode(tc, member, [3.5, 0.0])
+    assert _answer_in_pull_mode(tc, member, [2.5, -2.5], 204) == [2.5, -2.5]
+    refused = _answer_in_pull_mode(tc, member, [3.5, 0.0], 422)
     assert isinstance(refused, BrokerError) and "[-3, 3]" in str(refused)

@@ -106,16 +106,17 @@ def test_no_copy_of_a_finished_rounds_secrets_is_left(hostile: LocalConsortium) 
 
 
 def test_no_copy_is_left_after_a_failed_round_and_a_crash(hostile: LocalConsortium) -> None:
-    # Threshold 3 of 3: the round fails once one member is gone. The members' (demo) update
-    # takes 3 s: each waits at the masked-input stage with its round keys stored, and that is
-    # when site-2 is killed.
+    # Threshold 3 of 3: the round cannot finish without site-2. The members' (demo) update
+    # holds each at the masked-input stage with its round keys stored; site-2 is killed once
+    # its keys are seen, and the operator then ends the round (an event, not a deadline).
     rid = hostile.create_round(kind="router_secagg", vector_length=8, min_clients=2,
-                               stage_deadline_s=4, params={"threshold": 3,
-                                                           "demo_train_s": 3})["round_id"]
+                               params={"threshold": 3, "demo_train_s": 3})["round_id"]
     seen = _Collector(hostile, rid)
     _until(lambda: (seen.look(hostile.names), bool(seen.secrets[PUSH2]))[1],
            lambda: "site-2 stored no round state")
     hostile.kill(PUSH2)
+    cancelled = hostile.admin.post(f"/v1/rounds/{rid}/cancel", json={"reason": "site-2 died"})
+    assert cancelled.status_code == 200, cancelled.text
     assert seen.watch([PUSH, PULL]) == "failed"
     for name in (PUSH, PULL):  # the round failed while they ran
         _no_copy_left(hostile, name, rid, seen.secrets[name])

@@ -12,6 +12,7 @@ import httpx
 
 from fedmor_local import LocalConsortium
 from sdk.wire import Refusal, RoundInfo, load_private_key, sign_headers
+from sdk.wire._auth import authority_of
 from server_app._visibility import member_view
 from tests.security.conftest import PULL, PUSH, PUSH2, client_id
 
@@ -21,7 +22,8 @@ def _as(c: LocalConsortium, name: str, method: str, path: str,
     """A request signed with member ``name``'s own identity key, as its app would send it."""
     body = b"" if payload is None else json.dumps(payload).encode()
     key = load_private_key(Path(c.client_cfg[name]["identity_key"]))
-    headers = sign_headers(key, sender=client_id(c, name), method=method, path=path, body=body)
+    headers = sign_headers(key, sender=client_id(c, name), method=method, path=path, body=body,
+                           authority=authority_of(c.server_url))
     return httpx.request(method, c.server_url + path, content=body, verify=c.verify, timeout=30,
                          headers=headers | {"content-type": "application/json"})
 
