@@ -89,7 +89,8 @@ def chief(server: tuple[str, Path, str], tmp_path_factory: pytest.TempPathFactor
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("FEDMOR_CONFIG_DIR", str(folder))
         patch.delenv("FEDMOR_ADMIN_TOKEN", raising=False)
-        assert main(["enroll", "--server", url, "--identity", str(work / "chief.pem"),
+        assert main(["enroll", "--server", url, "--insecure-http", "--identity",
+                     str(work / "chief.pem"),
                      "--token", (work / "chief.token").read_text(), "--name", "chief",
                      "--role", "operator", "--profile", "ops"]) == 0
     return (folder / "profiles.toml").read_text()
@@ -180,7 +181,7 @@ def test_live_roster_and_rounds(server: tuple[str, Path, str], tmp_path: Path,
 
 
 def test_plain_http_and_files_others_may_open_are_refused(
-        server: tuple[str, Path, str], config_dir: Path,
+        server: tuple[str, Path, str], config_dir: Path, chief_profile: None,
         capsys: pytest.CaptureFixture[str]) -> None:
     url, work, token = server
     path = config_dir / "profiles.toml"
@@ -193,7 +194,7 @@ def test_plain_http_and_files_others_may_open_are_refused(
                         str(work / "ops.pem"), "--sender", "c-any")
     assert code == 1 and "--insecure-http" in err, err
     # A profiles file, then a key file, that other users may change or read: refused, as ssh.
-    for private, mode in ((path, 0o666), (work / "ops.pem", 0o644)):
+    for private, mode in ((path, 0o666), (work / "chief.pem", 0o644)):
         os.chmod(private, mode)
         try:
             code, _, err = _run(capsys, "members", "list", "--json", "--profile", "ops")

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sdk.wire import sign_headers
+from sdk.wire._auth import authority_of
 
 __all__ = ["InsiderPost", "insider_bodies", "rss_mb"]
 
@@ -43,7 +44,7 @@ def _post(url: str, verify: Any, post: InsiderPost, body: bytes) -> int:
     answer's status (the body may be cut short by the server's answer and close)."""
     parts = urlsplit(url)
     headers = sign_headers(post.key, sender=post.sender, method="POST", path=post.path,
-                           body=body)
+                           body=body, authority=authority_of(url))
     head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     raw = socket.create_connection((parts.hostname, parts.port), timeout=120)
     conn: socket.socket = raw

@@ -118,11 +118,11 @@ def test_an_abandoned_round_names_the_member_and_its_cause(
         _until(lambda: all(m["round_terms"] for m in team.admin.get("/v1/members").json()))
         capsys.readouterr()
         assert main(["rounds", "check", "--members", "st-mary,city-bank", "--server",
-                     team.url, "--json"]) == 1
+                     team.url, "--insecure-http", "--json"]) == 1
         assert json.loads(capsys.readouterr().out) == [
             {"member": n, "refusal": "participants: 2 < its min_participants 3"}
             for n in ("city-bank", "st-mary")]
-        assert main(["rounds", "check", "--server", team.url]) == 0
+        assert main(["rounds", "check", "--server", team.url, "--insecure-http"]) == 0
         assert "no member's announced round terms refuse" in capsys.readouterr().out
         opened = team.admin.post("/v1/rounds", json={
             "kind": "router_secagg", "vector_length": 64, "min_clients": 3}).json()
@@ -144,10 +144,10 @@ def test_an_abandoned_round_names_the_member_and_its_cause(
     assert warned, [r.getMessage() for r in caplog.records]
     # ``fedmor rounds show`` names it; its JSON carries the list.
     capsys.readouterr()
-    assert main(["rounds", "show", str(info["round_id"]), "--server", team.url]) == 0
+    assert main(["rounds", "show", str(info["round_id"]), "--server", team.url, "--insecure-http"]) == 0
     out = capsys.readouterr().out
     assert "st-mary" in out and "local update failed: data directory not found" in out
-    assert main(["rounds", "show", str(info["round_id"]), "--server", team.url,
+    assert main(["rounds", "show", str(info["round_id"]), "--server", team.url, "--insecure-http",
                  "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert [{k: f[k] for k in ("member", "stage", "reason")} for f in shown["failures"]] == [
@@ -285,7 +285,7 @@ def test_a_member_refused_at_start_tells_the_operator_which_setting(
     assert mary["problem"] == told and "private-folder" not in json.dumps(mary)
     monkeypatch.setenv("FEDMOR_ADMIN_TOKEN", ADMIN)
     capsys.readouterr()
-    assert main(["members", "list", "--server", team.url]) == 0
+    assert main(["members", "list", "--server", team.url, "--insecure-http"]) == 0
     assert told in capsys.readouterr().out
     # A round it gives no answer to names the known problem beside the silence.
     with running(runners[1:]):
@@ -319,7 +319,7 @@ def test_a_member_restarted_during_a_round_is_shown_restarted(
     assert luke["restarts"] == 1 and luke["restarted_in_round"] == info["round_id"]
     monkeypatch.setenv("FEDMOR_ADMIN_TOKEN", ADMIN)
     capsys.readouterr()
-    assert main(["members", "show", "st-luke", "--server", team.url]) == 0
+    assert main(["members", "show", "st-luke", "--server", team.url, "--insecure-http"]) == 0
     assert f"(during round {info['round_id']})" in capsys.readouterr().out
 
 
@@ -350,9 +350,9 @@ def test_a_round_resumed_after_a_server_restart_says_so(
                                           f"{info['stages'][0]}")
         monkeypatch.setenv("FEDMOR_ADMIN_TOKEN", ADMIN)
         capsys.readouterr()
-        assert main(["rounds", "show", str(opened["round_id"]), "--server", url]) == 0
+        assert main(["rounds", "show", str(opened["round_id"]), "--server", url, "--insecure-http"]) == 0
         assert "resumed after a server restart" in capsys.readouterr().out
-        assert main(["server", "status", "--server", url]) == 0
+        assert main(["server", "status", "--server", url, "--insecure-http"]) == 0
         assert f"resumed open round(s) {opened['round_id']}" in capsys.readouterr().out
 
 

@@ -65,7 +65,7 @@ def fedmor(consortium: LocalConsortium, tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("FEDMOR_ADMIN_TOKEN", ADMIN_TOKEN)
 
     def run(*argv: str) -> _Run:
-        code = main([*argv, "--server", consortium.server_url])
+        code = main([*argv, "--server", consortium.server_url, "--insecure-http"])
         out = capsys.readouterr()
         return _Run(code, out.out, out.err)
 

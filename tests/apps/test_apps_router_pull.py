@@ -68,7 +68,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]
 def _member(site: dict[str, object]) -> list[str]:
     work = site["work"]
     assert isinstance(work, Path)
-    return ["--server", str(site["url"]), "--key-file", str(work / "mary.pem"),
+    return ["--server", str(site["url"]), "--insecure-http", "--key-file", str(work / "mary.pem"),
             "--sender", str(site["client_id"])]
 
 

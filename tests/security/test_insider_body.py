@@ -18,6 +18,7 @@ from client_app._app import create_client_app
 from fedmor_local import LocalConsortium
 from fedmor_local._insider import InsiderPost, insider_bodies, rss_mb
 from sdk.wire import load_or_create_key, public_key_b64, sign_headers
+from sdk.wire._auth import authority_of
 from tests.apps.conftest import Member, enrolled_team
 
 ROLES = {"m0": "member", "ops": "operator", "job": "aligner", "audit": "auditor"}
@@ -115,7 +116,8 @@ def test_an_allowed_role_gets_its_routes_limit(tmp_path: Path) -> None:
 
 
 def _signed(member: Member, method: str, path: str, body: bytes = b"{}") -> dict[str, str]:
-    return sign_headers(member.key, sender=member.client_id, method=method, path=path, body=body)
+    return sign_headers(member.key, sender=member.client_id, method=method, path=path, body=body,
+                        authority=authority_of(str(member.tc.base_url)))
 
 
 def test_insiders_large_bodies_cost_the_server_nothing(tmp_path: Path) -> None:
