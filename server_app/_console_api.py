@@ -84,7 +84,7 @@ def console_router(logins: ConsoleLogins, sources: ConsoleSources, access: Acces
         own = str(request.base_url).rstrip("/")
         if origin is not None and origin.rstrip("/") != own:  # another site's form or script
             return _page(message_page("sign-out refused", f"a sign-out from {origin} is not "
-                                      "this console's own"), 403)
+                                      "this console's own", logins.cfg.link_ttl_s), 403)
         logins.end(session)
         response = _page(message_page("signed out", "The console session ended.",
                                          logins.cfg.link_ttl_s))

@@ -162,7 +162,7 @@ class RouterLineages:
         first version carries the current router over (:func:`carried_router`) when the
         encoder and trunk are the same, so rounds and the reward service go on from what was
         trained; otherwise rounds start from no version, and the reward service keeps serving
-        the newest earlier version until one is published. 409 when ``config`` is the current
+        the latest version of the lineage before until one is published. 409 when ``config`` is the current
         configuration already."""
         with self.store.transaction():
             current = self.store.lineage()

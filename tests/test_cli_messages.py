@@ -75,7 +75,7 @@ def test_a_server_that_is_down_without_wait_says_how_to_wait() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(ValueError) as err:
-        wait_for_server(Connection(server=f"http://127.0.0.1:{port}"), 0)
+        wait_for_server(Connection(server=f"http://127.0.0.1:{port}", insecure_http=True), 0)
     assert "within 0 s" not in str(err.value) and "--wait SECONDS" in str(err.value)
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sdk.wire import sign_headers
-from sdk.wire._auth import authority_of
+from sdk.wire import SignedAuth
 
 __all__ = ["InsiderPost", "insider_bodies", "rss_mb"]
 
@@ -43,8 +43,11 @@ def _post(url: str, verify: Any, post: InsiderPost, body: bytes) -> int:
     """POST ``body`` signed by ``post``'s signer, sending it while reading the answer; the
     answer's status (the body may be cut short by the server's answer and close)."""
     parts = urlsplit(url)
-    headers = sign_headers(post.key, sender=post.sender, method="POST", path=post.path,
-                           body=body, authority=authority_of(url))
+    # The signed client's own signature (one signing path), sent over a raw socket so the
+    # body can stream while the server's early answer is read.
+    request = httpx.Request("POST", url.rstrip("/") + post.path, content=body)
+    next(SignedAuth(post.key, post.sender).auth_flow(request))
+    headers = {k: v for k, v in request.headers.items() if k.startswith("x-fedmor-")}
     head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     raw = socket.create_connection((parts.hostname, parts.port), timeout=120)
     conn: socket.socket = raw

@@ -35,6 +35,7 @@ JUNK = b'{"not json'
 # Well-formed auth headers whose signature is 64 bytes of nothing (no key made it).
 GARBAGE = {"x-fedmor-sender": "c-nobody", "x-fedmor-timestamp": str(int(time.time())),
            "x-fedmor-nonce": "abcdefgh12345678", "x-fedmor-recipient": "server",
+           "x-fedmor-authority": "testserver:80",
            "x-fedmor-content-sha256": hashlib.sha256(JUNK).hexdigest(),
            "x-fedmor-signature": base64.b64encode(bytes(64)).decode(),
            "content-type": "application/json"}
