@@ -159,12 +159,15 @@ def push_member(workdir: Path, store: Store, server_key: Ed25519PrivateKey, name
     from client_app._app import create_client_app
     from tests._serve import served
 
+    from fedmor_local import free_port
+
     db = workdir / f"{name}.db"
     ClientStore(db).put("client_id", f"c-{name}")  # as enrollment leaves it
+    port = free_port()  # the settings name it: the server's queries are signed for it
     app = create_client_app(ClientSettings(db_path=db, identity_key=workdir / f"{name}.pem",
-                                           server_public_key=public_key_b64(server_key)),
-                            scorer)
-    with served(wrap(app)) as url:
+                                           server_public_key=public_key_b64(server_key),
+                                           port=port), scorer)
+    with served(wrap(app), port) as url:
         key = public_key_b64(generate_key())
         store.upsert_roster(name, key, hashlib.sha256(f"token-{name}".encode()).hexdigest())
         store.enroll(name=name, token=f"token-{name}", public_key=key, reward_url=url,

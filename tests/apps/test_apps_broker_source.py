@@ -69,7 +69,8 @@ def test_index_k_asks_member_k_with_the_references_as_they_are(tmp_path: Path) -
     with contextlib.ExitStack() as stack:
         for name, scorer in scorers.items():
             stack.enter_context(push_member(tmp_path, store, server_key, name, scorer))
-        broker = RewardBroker(store, server_key, mode="push", timeout_s=60)
+        broker = RewardBroker(store, server_key, mode="push", timeout_s=60,
+                              allow_private=True)  # members on 127.0.0.1
         source = BrokerRewardSource(broker, ["c-m0", "c-m1"])
         scores = _score(source, 1, refs)
     image = Image.open(io.BytesIO(refs[0].data)).convert("RGB")

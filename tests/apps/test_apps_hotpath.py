@@ -78,7 +78,8 @@ def test_an_image_is_hashed_once_when_its_reference_is_made(
     store, server_key = Store(tmp_path / "s.db"), generate_key()
     with push_member(tmp_path, store, server_key, "m0", HashScorer(),
                      wrap=lambda app: _recording_bodies(app, bodies)):
-        broker = broker_module.RewardBroker(store, server_key, mode="push")
+        broker = broker_module.RewardBroker(store, server_key, mode="push",
+                                            allow_private=True)  # a member on 127.0.0.1
         monkeypatch.setattr(hashlib, "sha256", counting)
         ref = ImageRef.of(image)
 

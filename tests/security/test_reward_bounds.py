@@ -58,7 +58,7 @@ def test_an_answer_with_the_wrong_count_is_refused(
     resp, key = enroll_new(tc, "short", 2.0)
     assert resp.status_code == 200, resp.text
     short = Member(tc, key, resp.json()["client_id"])
-    refused = _answer_in_pull_mode(tc, short, [1.0], 204)  # one score for two items
+    refused = _answer_in_pull_mode(tc, short, [1.0], 422)  # one score for two items: refused
     assert isinstance(refused, BrokerError) and "instead of 2 scores" in str(refused)
 
 

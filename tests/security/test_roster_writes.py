@@ -13,6 +13,7 @@ import pytest
 
 from sdk.cli import main as fedmor
 from sdk.wire import generate_key, public_key_b64, sign_headers
+from sdk.wire._auth import authority_of
 from server_app._app import create_app
 from server_app._settings import ServerSettings
 from tests._serve import served
@@ -21,8 +22,10 @@ from tests.apps.conftest import Member, enrolled_team
 
 def _add(url: str, ops: Member, name: str) -> httpx.Response:
     body = json.dumps({"name": name, "public_key": public_key_b64(generate_key())}).encode()
+    # signed for the authority the app's settings name (its public_urls: the test client's)
     headers = sign_headers(ops.key, sender=ops.client_id, method="POST", path="/v1/roster",
-                           body=body) | {"content-type": "application/json"}
+                           body=body, authority=authority_of(str(ops.tc.base_url))) | {
+                               "content-type": "application/json"}
     return httpx.post(url + "/v1/roster", content=body, headers=headers, timeout=30)
 
 
