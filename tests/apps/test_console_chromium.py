@@ -107,8 +107,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                          admin_token="adm",  # type: ignore[arg-type]
                          alignment={"router": ROUTER},  # type: ignore[arg-type]
                          capture={"enabled": True, "dir": tmp / "capture"},  # type: ignore[arg-type]
-                         preload_dp_accountant=False)
-    port = free_port()
+                         preload_dp_accountant=False, port=(port := free_port()))
     server, thread = _serve(create_app(cfg), port)
     url = f"http://127.0.0.1:{port}"
     http = httpx.Client(base_url=url, timeout=120)
@@ -240,9 +239,18 @@ def test_the_console_in_chromium_shows_what_the_rest_api_says(
     # Router versions, newest first, as GET /v1/router/versions.
     versions = ops.get("/v1/router/versions")[::-1]
     assert len(versions) == 2
-    assert page.of("version") == [{k: v[k] for k in ("version", "round_id", "length",
-                                                      "size_bytes", "sha256")}
-                                  for v in versions]
+    def origin(v: dict[str, Any]) -> str:  # the words for the REST fields of its origin
+        if v["round_id"] is not None:
+            return f"round {v['round_id']}"
+        if v.get("restored") is not None:
+            return f"restored version {v['restored']}"
+        if v.get("carried_from") is not None:
+            return f"carried over from version {v['carried_from']}"
+        return "published"
+
+    assert page.of("version") == [{"origin": origin(v)} | {
+        k: v[k] for k in ("version", "length", "size_bytes", "sha256")} for v in versions]
+    assert [row["origin"] for row in page.of("version")] == ["restored version 1", "published"]
 
     # Alignment: the newest steps as GET /v1/rewards/progress has them, moving averages of
     # the raw trace, and a chart of both curves over every step.
