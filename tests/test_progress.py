@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sdk.cli import build_parser
+from sdk.cli import build_parser, main
 from sdk.data import SynthConfig, synthesize
 from sdk.progress import QUIET_ENV, Steps, is_quiet, say, set_quiet
 from tests._checkout import checkout_env
@@ -26,27 +26,32 @@ def _fedmor(*argv: str, env: dict[str, str] | None = None) -> subprocess.Complet
                           env=checkout_env(drop=(QUIET_ENV,), **(env or {})))
 
 
-def test_rm_train_prints_steps_and_quiet_prints_only_the_result(tmp_path: Path) -> None:
+def test_rm_train_prints_steps_and_quiet_prints_only_the_result(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # In this process (the CLI's own entry point, streams captured at the file descriptors): the
+    # model code is loaded once, not once per command.
+    monkeypatch.setenv(QUIET_ENV, "0")  # restored after the test, which turns quiet mode on
     synthesize(SynthConfig(clients=("detail",), heldout=(), train_pairs=8, eval_pairs=4,
                            warmup_queries=0, policy_train_queries=0, policy_eval_queries=0),
                tmp_path / "data")
     split = tmp_path / "data" / "clients" / "detail"
     argv = ["rm", "train", "--data", str(split / "train"), "--eval", str(split / "eval"),
             "--arch", "qwen2_vl", "--steps", "2", "--batch-size", "4"]
+    capfd.readouterr()
 
-    loud = _fedmor(*argv, "--out", str(tmp_path / "loud"))
-    assert loud.returncode == 0, loud.stderr[-2000:]
-    assert "[rm qwen2_vl] step 1/2 loss" in loud.stderr
-    assert "[rm qwen2_vl] step 2/2 loss" in loud.stderr and "eval_acc" in loud.stderr
+    assert main([*argv, "--out", str(tmp_path / "loud")]) == 0
+    loud = capfd.readouterr()
+    assert "[rm qwen2_vl] step 1/2 loss" in loud.err
+    assert "[rm qwen2_vl] step 2/2 loss" in loud.err and "eval_acc" in loud.err
     # stdout is the result alone: one JSON line, whatever the progress did.
-    assert json.loads(loud.stdout)["steps"] == 2
+    assert json.loads(loud.out)["steps"] == 2
 
     # The flag goes anywhere on the line (here after the command); the backbone is reused.
-    quiet = _fedmor(*argv, "--backbone", str(tmp_path / "loud" / "backbone-init"),
-                    "--out", str(tmp_path / "quiet"), "-q")
-    assert quiet.returncode == 0, quiet.stderr[-2000:]
-    assert "[rm " not in quiet.stderr + quiet.stdout
-    assert json.loads(quiet.stdout)["steps"] == 2
+    assert main([*argv, "--backbone", str(tmp_path / "loud" / "backbone-init"),
+                 "--out", str(tmp_path / "quiet"), "-q"]) == 0
+    quiet = capfd.readouterr()
+    assert "[rm " not in quiet.err + quiet.out
+    assert json.loads(quiet.out)["steps"] == 2
 
 
 def test_quiet_goes_before_or_after_the_command() -> None:
