@@ -6,8 +6,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,15 +13,6 @@ import pytest
 from sdk.cli import build_parser, main
 from sdk.data import SynthConfig, synthesize
 from sdk.progress import QUIET_ENV, Steps, is_quiet, say, set_quiet
-from tests._checkout import checkout_env
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _fedmor(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sdk.cli", *argv], cwd=ROOT, text=True,
-                          capture_output=True, timeout=600,
-                          env=checkout_env(drop=(QUIET_ENV,), **(env or {})))
 
 
 def test_rm_train_prints_steps_and_quiet_prints_only_the_result(
@@ -61,11 +50,13 @@ def test_quiet_goes_before_or_after_the_command() -> None:
     assert getattr(parser.parse_args(argv), "quiet", False) is False
 
 
-def test_errors_still_print_in_quiet_mode(tmp_path: Path) -> None:
-    done = _fedmor("--quiet", "rm", "train", "--data", str(tmp_path / "missing"),
-                   "--out", str(tmp_path / "out"))
-    assert done.returncode == 1
-    assert done.stderr.startswith("fedmor: error:") and "missing" in done.stderr
+def test_errors_still_print_in_quiet_mode(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(QUIET_ENV, "0")  # restored after the test, which turns quiet mode on
+    assert main(["--quiet", "rm", "train", "--data", str(tmp_path / "missing"),
+                 "--out", str(tmp_path / "out")]) == 1
+    err = capfd.readouterr().err
+    assert err.startswith("fedmor: error:") and "missing" in err
 
 
 def test_steps_lines_follow_quiet_mode(monkeypatch: pytest.MonkeyPatch) -> None:
