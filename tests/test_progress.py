@@ -44,7 +44,8 @@ def test_rm_train_prints_steps_and_quiet_prints_only_the_result(
 
 
 def test_quiet_goes_before_or_after_the_command() -> None:
-    parser, argv = build_parser(), ["rm", "train", "--data", "d", "--out", "o"]
+    # The parser `fedmor rm ...` runs with: main builds only the named command's.
+    parser, argv = build_parser("rm"), ["rm", "train", "--data", "d", "--out", "o"]
     assert parser.parse_args(["--quiet", *argv]).quiet is True
     assert parser.parse_args([*argv, "--quiet"]).quiet is True
     assert getattr(parser.parse_args(argv), "quiet", False) is False
