@@ -20,3 +20,29 @@ def _private_config_dir() -> object:
             os.environ.pop("FEDMOR_CONFIG_DIR", None)
         else:
             os.environ["FEDMOR_CONFIG_DIR"] = old
+
+
+# The files whose run dominates the suite (a demo, model training, a consortium of processes),
+# longest first: `--dist loadfile` hands them out before the short files, so the run does not end
+# on one worker running a long file alone. test_apps_rounds.py kills members of the apps' shared
+# consortium (one per worker), so it comes after the other files that use it.
+_FIRST = tuple(f"tests/{name}.py" for name in (
+    "test_guides", "test_demo", "test_docs", "alignment/test_align_service",
+    "apps/test_apps_capture_fixed", "apps/test_apps_policy", "apps/test_apps_capture_consent",
+    "attacks/test_attacks_audit", "attacks/test_attacks_lira_base", "apps/test_apps_mtls",
+    "benchmarks/test_attacks_real_size", "alignment/test_grpo", "apps/test_apps_reannounce",
+    "apps/test_apps_ops", "alignment/test_oracle_grpo", "test_demo_dp",
+    "attacks/test_attacks_html_chromium", "apps/test_apps_initial_router",
+    "attacks/test_attacks_live_lira", "models/test_memory", "benchmarks/test_real_size",
+    "test_progress", "apps/test_apps_badinput", "apps/test_apps_reward", "apps/test_apps_rounds"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist orders files by their number of tests by default, which says nothing of their cost.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))

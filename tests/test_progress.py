@@ -6,61 +6,58 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from sdk.cli import build_parser
+from sdk.cli import build_parser, main
 from sdk.data import SynthConfig, synthesize
 from sdk.progress import QUIET_ENV, Steps, is_quiet, say, set_quiet
-from tests._checkout import checkout_env
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
-def _fedmor(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sdk.cli", *argv], cwd=ROOT, text=True,
-                          capture_output=True, timeout=600,
-                          env=checkout_env(drop=(QUIET_ENV,), **(env or {})))
-
-
-def test_rm_train_prints_steps_and_quiet_prints_only_the_result(tmp_path: Path) -> None:
+def test_rm_train_prints_steps_and_quiet_prints_only_the_result(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # In this process (the CLI's own entry point, streams captured at the file descriptors): the
+    # model code is loaded once, not once per command.
+    monkeypatch.setenv(QUIET_ENV, "0")  # restored after the test, which turns quiet mode on
     synthesize(SynthConfig(clients=("detail",), heldout=(), train_pairs=8, eval_pairs=4,
                            warmup_queries=0, policy_train_queries=0, policy_eval_queries=0),
                tmp_path / "data")
     split = tmp_path / "data" / "clients" / "detail"
     argv = ["rm", "train", "--data", str(split / "train"), "--eval", str(split / "eval"),
             "--arch", "qwen2_vl", "--steps", "2", "--batch-size", "4"]
+    capfd.readouterr()
 
-    loud = _fedmor(*argv, "--out", str(tmp_path / "loud"))
-    assert loud.returncode == 0, loud.stderr[-2000:]
-    assert "[rm qwen2_vl] step 1/2 loss" in loud.stderr
-    assert "[rm qwen2_vl] step 2/2 loss" in loud.stderr and "eval_acc" in loud.stderr
+    assert main([*argv, "--out", str(tmp_path / "loud")]) == 0
+    loud = capfd.readouterr()
+    assert "[rm qwen2_vl] step 1/2 loss" in loud.err
+    assert "[rm qwen2_vl] step 2/2 loss" in loud.err and "eval_acc" in loud.err
     # stdout is the result alone: one JSON line, whatever the progress did.
-    assert json.loads(loud.stdout)["steps"] == 2
+    assert json.loads(loud.out)["steps"] == 2
 
     # The flag goes anywhere on the line (here after the command); the backbone is reused.
-    quiet = _fedmor(*argv, "--backbone", str(tmp_path / "loud" / "backbone-init"),
-                    "--out", str(tmp_path / "quiet"), "-q")
-    assert quiet.returncode == 0, quiet.stderr[-2000:]
-    assert "[rm " not in quiet.stderr + quiet.stdout
-    assert json.loads(quiet.stdout)["steps"] == 2
+    assert main([*argv, "--backbone", str(tmp_path / "loud" / "backbone-init"),
+                 "--out", str(tmp_path / "quiet"), "-q"]) == 0
+    quiet = capfd.readouterr()
+    assert "[rm " not in quiet.err + quiet.out
+    assert json.loads(quiet.out)["steps"] == 2
 
 
 def test_quiet_goes_before_or_after_the_command() -> None:
-    parser, argv = build_parser(), ["rm", "train", "--data", "d", "--out", "o"]
+    # The parser `fedmor rm ...` runs with: main builds only the named command's.
+    parser, argv = build_parser("rm"), ["rm", "train", "--data", "d", "--out", "o"]
     assert parser.parse_args(["--quiet", *argv]).quiet is True
     assert parser.parse_args([*argv, "--quiet"]).quiet is True
     assert getattr(parser.parse_args(argv), "quiet", False) is False
 
 
-def test_errors_still_print_in_quiet_mode(tmp_path: Path) -> None:
-    done = _fedmor("--quiet", "rm", "train", "--data", str(tmp_path / "missing"),
-                   "--out", str(tmp_path / "out"))
-    assert done.returncode == 1
-    assert done.stderr.startswith("fedmor: error:") and "missing" in done.stderr
+def test_errors_still_print_in_quiet_mode(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(QUIET_ENV, "0")  # restored after the test, which turns quiet mode on
+    assert main(["--quiet", "rm", "train", "--data", str(tmp_path / "missing"),
+                 "--out", str(tmp_path / "out")]) == 1
+    err = capfd.readouterr().err
+    assert err.startswith("fedmor: error:") and "missing" in err
 
 
 def test_steps_lines_follow_quiet_mode(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,8 +1,9 @@
 """One real consortium (a server and five client apps over HTTPS) shared by the apps tests;
 ``server``: an in-process server with two enrolled members.
 
-Test files run in name order; the destructive tests (killing processes) live in the last
-file, ``test_apps_rounds.py``, and kill the server / a client only at its end.
+The destructive tests (killing processes) live in ``test_apps_rounds.py``, which
+tests/conftest.py orders after the other files using the shared consortium, and kill the server /
+a client only at its end.
 """
 
 from __future__ import annotations
