@@ -158,9 +158,8 @@ def push_member(workdir: Path, store: Store, server_key: Ed25519PrivateKey, name
     as a push member at its URL with its scorer's bound; yields the URL, stopped on exit."""
     from client_app import ClientSettings, ClientStore
     from client_app._app import create_client_app
-    from tests._serve import served
-
     from fedmor_local import free_port
+    from tests._serve import served
 
     db = workdir / f"{name}.db"
     ClientStore(db).put("client_id", f"c-{name}")  # as enrollment leaves it
