@@ -147,7 +147,7 @@ class RewardBroker:
         self.mode = mode
         # Called with the client id: wakes that client's long-polling ``/v1/work`` (pull mode).
         self.on_queue = on_queue
-        self.bytes_sent = 0  # request bytes of push queries, for the benchmark
+        self.bytes_sent = 0  # query bytes sent to members: push bodies and queued pull items
         # The last push answer's ``Server-Timing`` in ms (``score``, ``app``): where a query's
         # time went, for the benchmark; empty when the client sent none.
         self.last_server_timing: dict[str, float] = {}
@@ -362,8 +362,9 @@ class RewardBroker:
                     images: dict[str, ImageRef], cached: set[str]) -> list[float]:
         force: set[str] = set()
         for _ in range(2):
-            query_id = await asyncio.to_thread(self.store.queue_query, client_id,
-                                               self._items(items, images, cached, force))
+            queued = self._items(items, images, cached, force)
+            self.bytes_sent += len(json.dumps({"items": queued}))  # what the member fetches
+            query_id = await asyncio.to_thread(self.store.queue_query, client_id, queued)
             if self.on_queue is not None:
                 self.on_queue(client_id)
             row = await self._answer(client_id, query_id)

@@ -93,8 +93,8 @@ class AlignerStats(_Reply):
     router_version: int | None = None
     router_updates: int = 0
     cached_images: int = 0
-    member_query_bytes: int = Field(default=0, description="request bytes the server's broker "
-                                    "sent to members (push mode)")
+    member_query_bytes: int = Field(default=0, description="query bytes the server's broker "
+                                    "sent to members (push bodies, queued pull items)")
     online_state_sha256: str | None = Field(default=None, description="hash of the saved "
                                             "online router state (head, U, rng)")
     serving_version: int | None = Field(default=None, description="the router version the "

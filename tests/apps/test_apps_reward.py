@@ -89,8 +89,11 @@ def test_pull_mode_round_trip(consortium: LocalConsortium) -> None:
     broker = _broker(consortium, "pull")
     items: list[Item] = [(ImageRef.of(_png(7)), "pull?", "yes")]
     assert _query(broker, client_id, items) == pytest.approx(_reference(items))
+    uncached = broker.bytes_sent  # what the member fetched: counted as in push mode
+    assert uncached > len(_png(7))
     broker = _broker(consortium, "pull")
     assert _query(broker, client_id, items) == pytest.approx(_reference(items))
+    assert 0 < broker.bytes_sent < uncached / 2  # the image went by hash only
 
 
 def test_server_timing_header_is_parsed_leniently() -> None:
