@@ -22,6 +22,20 @@ def _private_config_dir() -> object:
             os.environ["FEDMOR_CONFIG_DIR"] = old
 
 
+@pytest.fixture(autouse=True)
+def _quiet_mode_stays_in_its_test() -> object:
+    """A command run in-process with ``--quiet`` sets ``FEDMOR_QUIET`` for the processes it
+    starts; put it back after each test, so a later test's subprocesses still print progress."""
+    from sdk.progress import QUIET_ENV
+
+    old = os.environ.get(QUIET_ENV)
+    yield
+    if old is None:
+        os.environ.pop(QUIET_ENV, None)
+    else:
+        os.environ[QUIET_ENV] = old
+
+
 # The files whose run dominates the suite (a demo, model training, a consortium of processes),
 # longest first: `--dist loadfile` hands them out before the short files, so the run does not end
 # on one worker running a long file alone. test_apps_rounds.py kills members of the apps' shared
