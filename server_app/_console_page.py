@@ -116,17 +116,6 @@ def _ago(at: float | None, now: float) -> str:
     return f"{s:.0f} s ago"
 
 
-def _origin(v: RouterVersionInfo) -> str:
-    """Where a version came from, in words (as ``fedmor router history`` says it)."""
-    if v.round_id is not None:
-        return f"round {v.round_id}"
-    if v.restored is not None:
-        return f"restored version {v.restored}"
-    if v.carried_from is not None:
-        return f"carried over from version {v.carried_from}"
-    return "published"
-
-
 def _num(value: float | None, fmt: str = ".4g") -> str:
     return "—" if value is None else format(value, fmt)
 
@@ -134,7 +123,7 @@ def _num(value: float | None, fmt: str = ".4g") -> str:
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(ASSETS), autoescape=True,
                           undefined=jinja2.StrictUndefined, trim_blocks=True,
                           lstrip_blocks=True)
-_ENV.filters.update(when=_when, num=_num, origin=_origin)
+_ENV.filters.update(when=_when, num=_num, origin=RouterVersionInfo.origin)
 
 
 def _progress_rows(steps: list[AlignmentStep]) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from sdk.ops._connection import (
     connection_from_args,
 )
 from sdk.ops._tables import emit, when
+from sdk.wire import RouterVersionInfo
 
 __all__ = ["add_router_commands", "register_admin", "register_alignment"]
 
@@ -24,25 +25,14 @@ _SHOWN = {"version", "round_id", "length", "sha256", "size_bytes", "created_at",
           "router_config", "restored", "carried_from"}
 
 
-def _origin(v: dict[str, Any]) -> str:
-    """Where a version came from, in words: its round, the version a rollback restored, the
-    version a new lineage carried over, or the operator's first publication."""
-    if v.get("round_id") is not None:
-        return f"round {v['round_id']}"
-    if v.get("restored") is not None:
-        return f"restored version {v['restored']}"
-    if v.get("carried_from") is not None:
-        return f"carried over from version {v['carried_from']}"
-    return "published"
-
-
 def _lineage(v: dict[str, Any]) -> object:
     ref = v.get("router_config")
     return ref["lineage"] if ref else "-"
 
 
 def _row(v: dict[str, Any]) -> list[object]:
-    return [v["version"], _lineage(v), _origin(v), v["length"], str(v["sha256"])[:16],
+    origin = RouterVersionInfo.model_validate(v).origin()
+    return [v["version"], _lineage(v), origin, v["length"], str(v["sha256"])[:16],
             v["size_bytes"], when(v["created_at"])]
 
 

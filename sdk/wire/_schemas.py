@@ -388,6 +388,18 @@ class RouterVersionInfo(_Reply):
                                      "the earlier lineage's version whose trunk and heads it "
                                      "carries over")
 
+    def origin(self) -> str:
+        """Where the version came from, in words (the console and ``fedmor router history``
+        say it the same way): its round, the version a rollback restored, the version a new
+        lineage carried over, or the operator's first publication."""
+        if self.round_id is not None:
+            return f"round {self.round_id}"
+        if self.restored is not None:
+            return f"restored version {self.restored}"
+        if self.carried_from is not None:
+            return f"carried over from version {self.carried_from}"
+        return "published"
+
 
 class RewardItem(_Wire):
     """One (image, prompt, response) to score; the image travels once, then by hash."""
