@@ -373,6 +373,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4, help="member processes")
     parser.add_argument("--vector", type=int, default=10_000, help="the round's vector length")
     parser.add_argument("--hostile-polls", type=int, default=500)
+    parser.add_argument("--long-poll-s", type=float, default=None,
+                        help="the members' long_poll_s (default: the member app's default); "
+                        "idle, N members send N / long_poll_s signed polls a second")
     parser.add_argument("--worker-threads", type=int, default=None,
                         help="the server's limits.worker_threads (default: its default); the "
                         "per-identity and anonymous caps stay below it")
@@ -399,7 +402,8 @@ def main() -> None:
         t0 = time.perf_counter()
         workers = []
         for w in range(args.workers):
-            cfgs = [{**c.client_cfg[name], "public_url": None}
+            poll = {} if args.long_poll_s is None else {"long_poll_s": args.long_poll_s}
+            cfgs = [{**c.client_cfg[name], "public_url": None, **poll}
                     for name in c.names[w:n:args.workers]]
             ours, theirs = ctx.Pipe()
             proc = ctx.Process(target=_member_worker, args=(cfgs, theirs), daemon=True)
@@ -458,7 +462,7 @@ def main() -> None:
            "attack_failed_honest_requests": attack["failed_honest_requests"],
            "idle_health_p99_ms": idle_p99, "round_status": calm["round_status"], "attack_round_status": attack["round_status"],
            "vector_length": args.vector, "hostile_polls": args.hostile_polls,
-           "worker_threads": threads,
+           "worker_threads": threads, "long_poll_s": args.long_poll_s,
            "insider_body_rss_mb": insider_rss, "insider_body_statuses": insider_statuses,
            "hostile_poll_rss_mb": round(hostile_poll_rss, 1),
            "server_wal_mb": round(server_wal_mb, 1),
