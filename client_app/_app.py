@@ -22,18 +22,16 @@ from client_app._settings import ClientSettings
 from client_app._store import ClientStore
 from sdk import __version__
 from sdk.secagg import preload_accountant
-from sdk.wire import (
+from sdk.serving import (
     ERROR_RESPONSES,
     HeaderAuth,
     Limiter,
     SizeLimit,
-    check_private_files,
     docs_ui,
     install_errors,
     install_limits,
-    key_passphrase,
-    load_or_create_key,
 )
+from sdk.wire import check_private_files, key_passphrase, load_or_create_key
 
 __all__ = ["create_client_app", "create_client_app_from_env", "site_reward_service"]
 

@@ -2,7 +2,7 @@
 
 Every signed request names its sender; the sender's enrolled row gives its public key and its
 role (``member``, ``aligner``, ``auditor``, ``operator``; ``admin`` for the bearer token). Each
-route declares the roles that may call it (``sdk.wire.for_roles``); the app's header check
+route declares the roles that may call it (``sdk.serving.for_roles``); the app's header check
 (``SizeLimit``) reads that declaration and the caller's role (:meth:`Access.role_of`) and
 refuses any other role before a byte of the body is read.
 """
@@ -17,12 +17,8 @@ from typing import Any, NamedTuple
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from sdk.wire import (
-    AuthError,
-    SignatureCheck,
-    authenticate,
-    signature_check,
-)
+from sdk.serving import SignatureCheck, authenticate, signature_check
+from sdk.wire import AuthError
 from server_app._settings import ServerSettings
 from server_app._store import Store
 

@@ -12,20 +12,17 @@ from fastapi import FastAPI
 
 from sdk import __version__
 from sdk.secagg import preload_accountant
-from sdk.serving import periodically
-from sdk.wire import (
+from sdk.serving import (
     ERROR_RESPONSES,
     HeaderAuth,
     Limiter,
     SizeLimit,
-    check_private_files,
     docs_ui,
     install_errors,
     install_limits,
-    key_passphrase,
-    load_or_create_key,
-    tls_verify,
+    periodically,
 )
+from sdk.wire import check_private_files, key_passphrase, load_or_create_key, tls_verify
 from server_app._access import ADMIN, Access
 from server_app._announce_api import clip_bound_router
 from server_app._audit_api import install_audit

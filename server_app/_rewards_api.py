@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI
 
-from sdk.serving import RateLimited
+from sdk.serving import RateLimited, for_roles
 from sdk.wire import (
     AlignerFeedback,
     AlignerFeedbackAck,
@@ -16,7 +16,6 @@ from sdk.wire import (
     AlignerResponse,
     AlignerStats,
     AlignmentStep,
-    for_roles,
 )
 from server_app._access import ADMIN, Access
 from server_app._rewards import AlignmentService

@@ -9,21 +9,16 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from sdk.wire import (
+from sdk.serving import (
     Busy,
     ConflictError,
     Limiter,
     NotFoundError,
-    RoundCreate,
-    RoundInfo,
-    RoundRefusal,
     SignatureCheck,
-    StageAck,
-    StageBroadcast,
-    StageSubmit,
     for_roles,
     stage_payload,
 )
+from sdk.wire import RoundCreate, RoundInfo, RoundRefusal, StageAck, StageBroadcast, StageSubmit
 from server_app._access import ADMIN, ANY_ROLE, Access, Identity
 from server_app._rounds import RoundManager
 from server_app._visibility import visible_round, visible_rounds

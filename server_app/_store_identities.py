@@ -8,7 +8,7 @@ import json
 import time
 from typing import Any
 
-from sdk.wire import ConflictError
+from sdk.serving import ConflictError
 from server_app._store_base import StoreBase
 
 __all__ = ["IdentityTables"]

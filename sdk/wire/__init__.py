@@ -3,11 +3,10 @@
 Request/response schemas, request signing and verification, identity keys and roles, the one
 signed HTTP client (``SignedClient``, ``AsyncSignedClient``) and the TLS trust it uses, a
 round's description and stage messages (``RoundSpec``, ``StagePayload``; the round kinds that
-read them live in ``sdk.rounds``), and the FastAPI pieces that check a request as it arrives
-(size limit, error handlers, signature check). The store lives in ``sdk.storage``, app
-start-up and settings in ``sdk.serving``, the roster file and key-rotation chain in
-``sdk.membership``. ``server_app`` and ``client_app`` import these packages and never each
-other.
+read them live in ``sdk.rounds``). The FastAPI pieces that check a request as it arrives (the
+header check, the caps, error answers) live in ``sdk.serving``, the store and its nonce table in
+``sdk.storage``, the roster file and key-rotation chain in ``sdk.membership``. ``server_app``
+and ``client_app`` import these packages and never each other.
 """
 
 from sdk.wire._aligner import (
@@ -37,19 +36,6 @@ from sdk.wire._auth import (
 from sdk.wire._client import AsyncSignedClient, RequestRefused, SignedAuth, SignedClient
 from sdk.wire._console import ConsoleLink
 from sdk.wire._dial import check_reward_url
-from sdk.wire._http import (
-    ERROR_RESPONSES,
-    ConflictError,
-    HeaderAuth,
-    NotFoundError,
-    SignatureCheck,
-    SizeLimit,
-    authenticate,
-    docs_ui,
-    install_errors,
-    signature_check,
-    stage_payload,
-)
 from sdk.wire._identity import (
     ROLES,
     KeyRotation,
@@ -64,10 +50,8 @@ from sdk.wire._identity import (
     sign_rotation,
 )
 from sdk.wire._images import ImageCache, ImageRef, image_bytes
-from sdk.wire._limits import Busy, Limiter, RequestLimits, install_limits
 from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel
 from sdk.wire._payload import PayloadError, StagePayload, decode_vector
-from sdk.wire._roles import for_roles
 from sdk.wire._router_config import ConsortiumRouterConfig
 from sdk.wire._schemas import (
     DEMO_SAMPLES_PARAM,
@@ -107,7 +91,6 @@ from sdk.wire._tls import tls_verify
 __all__ = [
     "DEMO_SAMPLES_PARAM",
     "DEMO_TRAIN_PARAM",
-    "ERROR_RESPONSES",
     "HEADER_SIGNATURE",
     "KEY_PASSPHRASE_ENV",
     "ROLES",
@@ -124,31 +107,25 @@ __all__ = [
     "AsyncSignedClient",
     "AuditBudget",
     "AuthError",
-    "Busy",
     "ClipBoundAck",
     "ClipBoundAnnouncement",
-    "ConflictError",
     "ConsoleLink",
     "ConsortiumRouterConfig",
     "DPAccount",
     "DPTerms",
     "EnrollRequest",
     "EnrollResponse",
-    "HeaderAuth",
     "Health",
     "ImageCache",
     "ImageRef",
     "KeyRotation",
-    "Limiter",
     "MemberInfo",
     "MemberRefusal",
     "MemberReport",
     "MissingImages",
-    "NotFoundError",
     "PayloadError",
     "PendingQuery",
     "Refusal",
-    "RequestLimits",
     "RequestRefused",
     "Revocation",
     "RewardAnswer",
@@ -169,26 +146,19 @@ __all__ = [
     "RouterConfigRef",
     "RouterRollback",
     "RouterVersionInfo",
-    "SignatureCheck",
     "SignedAuth",
     "SignedClient",
-    "SizeLimit",
     "StageAck",
     "StageBroadcast",
     "StagePayload",
     "StageSubmit",
     "Work",
-    "authenticate",
     "check_private_files",
     "check_reward_url",
     "decode_vector",
-    "docs_ui",
     "endorsement_message",
-    "for_roles",
     "generate_key",
     "image_bytes",
-    "install_errors",
-    "install_limits",
     "key_fingerprint",
     "key_passphrase",
     "load_or_create_key",
@@ -198,8 +168,6 @@ __all__ = [
     "rotation_message",
     "sign_headers",
     "sign_rotation",
-    "signature_check",
     "signature_checks",
-    "stage_payload",
     "tls_verify",
 ]

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.requests import HTTPConnection, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sdk.wire._auth import HEADER_SIGNATURE
+from sdk.wire import HEADER_SIGNATURE
 
 __all__ = ["Busy", "Limiter", "RequestLimits", "install_limits", "send_busy"]
 
