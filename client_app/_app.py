@@ -17,7 +17,7 @@ from client_app._reward_api import RewardCallers, install_reward_schemas, reward
 from client_app._router_update import check_update_name
 from client_app._runner import ClientRunner, UpdateFn, resolve_update_fn
 from client_app._scorer import Scorer, load_object
-from client_app._service import RateLimited, RewardService
+from client_app._service import RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
 from sdk import __version__
@@ -174,7 +174,6 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     app.state.runner_task = None
     app.state.on_revoked = lambda: None
     install_errors(app)
-    RateLimited.install(app)
     ids = RewardCallers(cfg, store)
     limits = Limiter(cfg.limits)
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes,

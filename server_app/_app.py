@@ -38,7 +38,7 @@ from server_app._meta_api import install_server_ops, meta_router
 from server_app._ops_api import operator_router
 from server_app._retention import purge_server
 from server_app._rewards import AlignmentService
-from server_app._rewards_api import install_rate_limit, rewards_router
+from server_app._rewards_api import rewards_router
 from server_app._rotations_api import rotations_router
 from server_app._rounds import RoundManager
 from server_app._rounds_api import rounds_router
@@ -139,7 +139,6 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(rotations_router(identities, access))
     app.state.rewards = AlignmentService(store, broker, cfg.alignment)
     app.include_router(rewards_router(app.state.rewards, access))
-    install_rate_limit(app)
     install_audit(app, store, capture, broker, access, cfg)
     app.include_router(audit_budget_router(store, access, cfg.audit))
     app.include_router(meta_router(rounds.recovered))

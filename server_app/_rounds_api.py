@@ -10,10 +10,10 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from sdk.serving import (
-    Busy,
     ConflictError,
     Limiter,
     NotFoundError,
+    RateLimited,
     SignatureCheck,
     for_roles,
     stage_payload,
@@ -110,7 +110,7 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
         if nxt is not None and not (nxt.ready or nxt.round_status != "open"):
             try:
                 limits.hold_wait(request, client)
-            except Busy:  # the message is committed: ack it; the client GETs the next input
+            except RateLimited:  # the message is committed: ack it; the client GETs the next input
                 return _json_response(ack)
             nxt = await wait_broadcast(request, rounds, changes, round_id, nxt.stage, client,
                                        wait_next_s, first=(seen, nxt))

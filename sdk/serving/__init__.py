@@ -16,7 +16,7 @@ from sdk.serving._errors import (
     docs_ui,
     install_errors,
 )
-from sdk.serving._limits import Busy, Limiter, RequestLimits, install_limits
+from sdk.serving._limits import Limiter, RequestLimits, install_limits
 from sdk.serving._ops import StoredGauge, install_ops
 from sdk.serving._rate_limit import RateLimited
 from sdk.serving._request import SignatureCheck, authenticate, signature_check, stage_payload
@@ -27,7 +27,6 @@ from sdk.serving._settings import AppHardening, load_settings
 __all__: list[str] = [
     "ERROR_RESPONSES",
     "AppHardening",
-    "Busy",
     "ConflictError",
     "HeaderAuth",
     "Limiter",

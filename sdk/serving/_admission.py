@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 from collections.abc import Callable
 from contextlib import suppress
@@ -17,7 +16,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sdk.serving._limits import Busy, Limiter, send_busy
+from sdk.serving._errors import send_error
+from sdk.serving._limits import Limiter
+from sdk.serving._rate_limit import RateLimited
 from sdk.serving._request import CHECK, BodyNotSigned, RetiredKeys, SignatureCheck, signed_target
 from sdk.serving._roles import RouteTable, refused, route_rule, route_table
 from sdk.wire import HEADER_SIGNATURE, SERVER_SENDER, AuthError
@@ -98,15 +99,6 @@ class SizeLimit:
         self._routes: RouteTable | None = None
 
     @staticmethod
-    async def _answer(send: Send, status: int, detail: str) -> None:
-        body = json.dumps({"detail": detail}).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
-
-    @staticmethod
     async def _verified(auth: HeaderAuth, signed: SignedRequest, scope: Scope
                         ) -> SignatureCheck:
         """``signed`` verified: on the event loop when its sender's key is cached (one
@@ -181,16 +173,15 @@ class SizeLimit:
         try:
             limit, setting = await self._authorize(scope, headers)
         except AuthError as exc:
-            await self._answer(send, exc.status, str(exc))
+            await send_error(send, exc.status, str(exc))
             return
-        except Busy as exc:  # the sender's caps are full: nothing of its body is read
-            assert self.auth is not None and self.auth.limiter is not None
-            await send_busy(send, str(exc), self.auth.limiter.cfg.retry_after_s)
+        except RateLimited as exc:  # the sender's caps are full: nothing of its body is read
+            await send_error(send, 429, str(exc), retry_after_s=exc.retry_after_s)
             return
         raw_length = headers.get(b"content-length")
         declared = int(raw_length) if raw_length is not None and raw_length.isdigit() else 0
         if declared > limit:
-            await self._answer(send, 413, f"request body exceeds {limit} bytes ({setting})")
+            await send_error(send, 413, f"request body exceeds {limit} bytes ({setting})")
             return
         body = _Body(self, scope, receive, limit=(limit, setting))
         with suppress(ClientDisconnect):  # logged as it happened; nobody is left to answer
