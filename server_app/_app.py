@@ -127,8 +127,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                        body_timeout_s=cfg.connections.body_timeout_s, auth=HeaderAuth(
         public_key_of=access.key_of, cached_key_of=access.cached_key_of,
         max_skew_s=cfg.max_clock_skew_s, authorities=access.authorities,
-        retired_keys_of=lambda sender: access.retired_keys_of(sender), bearer=access.bearer,
-        bearer_identity=ADMIN, role_of=access.role_of, limiter=limits,
+        retired_keys_of=lambda sender: access.retired_keys_of(sender),
+        admin_token=cfg.admin_token, bearer_identity=ADMIN, role_of=access.role_of, limiter=limits,
         anonymous_paths=HeaderAuth.PROBES | {"/v1/enroll", CONSOLE_PATH},
         anonymous_prefixes=(CONSOLE_PATH + "/",)))  # the console checks its session cookie
     install_server_ops(app, store, limits, broker, access.operator_view)

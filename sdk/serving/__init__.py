@@ -8,7 +8,7 @@ Prometheus metrics) and their periodic background work. It sits on the wire cont
 """
 
 from sdk._periodic import periodically
-from sdk.serving._admission import HeaderAuth, SizeLimit
+from sdk.serving._admission import HeaderAuth, SizeLimit, check_bearer
 from sdk.serving._errors import (
     ERROR_RESPONSES,
     ConflictError,
@@ -37,6 +37,7 @@ __all__: list[str] = [
     "SizeLimit",
     "StoredGauge",
     "authenticate",
+    "check_bearer",
     "configure_logging",
     "docs_ui",
     "for_roles",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import logging
 from collections.abc import Callable
 from contextlib import suppress
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from fastapi import HTTPException
+from pydantic import SecretStr
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -24,7 +26,7 @@ from sdk.serving._roles import RouteTable, refused, route_rule, route_table
 from sdk.wire import HEADER_SIGNATURE, SERVER_SENDER, AuthError
 from sdk.wire._auth import SignedRequest
 
-__all__ = ["HeaderAuth", "SizeLimit"]
+__all__ = ["HeaderAuth", "SizeLimit", "check_bearer"]
 
 _log = logging.getLogger("fedmor.auth")
 
@@ -41,20 +43,22 @@ class HeaderAuth:
     """How an app authenticates a request from its headers alone (``SizeLimit``):
     ``public_key_of`` a sender (None: unknown), this app's own id (``recipient``), the
     ``host:port`` forms it is reached at (``authorities``: a signature names one), the keys an
-    identity rotated away from, an admin bearer check (raises ``AuthError``; None: the app
-    takes no bearer token), and the paths an anonymous caller may reach (enrollment, probes)."""
+    identity rotated away from, the admin bearer token (``bearer_identity`` None: the app
+    takes none), and the paths an anonymous caller may reach (enrollment, probes)."""
 
     public_key_of: Callable[[str], str | None]
     max_skew_s: float
     authorities: frozenset[str]
     recipient: Callable[[], str] = lambda: SERVER_SENDER
     retired_keys_of: RetiredKeys | None = None
-    bearer: Callable[[str], None] | None = None
+    admin_token: SecretStr | None = None
+    """The admin bearer token (None: admin endpoints are off, a bearer gets 403)."""
     cached_key_of: Callable[[str], str | None] | None = None
     """A sender's key if it is at hand without a store read (else None): its signature is
     then checked on the event loop, without a hop to a worker thread."""
-    bearer_identity: str = "admin"
-    """Whom a valid bearer token counts against (the per-identity caps), and its role."""
+    bearer_identity: str | None = None
+    """Whom a valid bearer token counts against (the per-identity caps), and its role; None:
+    the app takes no bearer token."""
     role_of: Callable[[str], str] | None = None
     """A verified sender's role, read before the body (raises ``AuthError`` for one that may
     call nothing, such as a revoked identity); None: each sender is its own role."""
@@ -130,9 +134,8 @@ class SizeLimit:
             scope[CHECK] = await self._verified(auth, signed, scope)
             role = signed.sender if auth.role_of is None else auth.role_of(signed.sender)
             return signed.sender, role
-        bearer = headers.get(b"authorization")
-        if bearer is not None and auth.bearer is not None:
-            auth.bearer(bearer.decode("latin-1"))
+        if b"authorization" in headers and auth.bearer_identity is not None:
+            check_bearer(scope, auth.admin_token)
             return auth.bearer_identity, auth.bearer_identity
         return None
 
@@ -241,6 +244,24 @@ class _Body:
             if self.done and self.digest.hexdigest() != self.check.body_sha256:
                 raise BodyNotSigned()
         return message
+
+
+_BEARER = "fedmor.bearer"  # the scope key set once a request's admin bearer token checked out
+
+
+def check_bearer(scope: Scope, token: SecretStr | None) -> None:
+    """The one admin-token check: accept only a request whose ``authorization`` header is
+    ``Bearer <token>``, compared in constant time once per request (the header check's verdict
+    is kept in the request's scope, so the route's own check reads it); ``AuthError``
+    otherwise, 403 when no token is configured."""
+    if scope.get(_BEARER):
+        return
+    if token is None:
+        raise AuthError("admin endpoints are disabled (no admin_token configured)", status=403)
+    header = dict(scope["headers"]).get(b"authorization", b"")
+    if not hmac.compare_digest(header, f"Bearer {token.get_secret_value()}".encode()):
+        raise AuthError("missing or wrong admin bearer token")
+    scope[_BEARER] = True
 
 
 def _no_nonce(sender: str, nonce: str, ts: float) -> bool:

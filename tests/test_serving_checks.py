@@ -1,6 +1,7 @@
-"""One 429 for every "too many requests": the concurrency caps and the per-minute limit both
-refuse with ``RateLimited``, answered with its ``Retry-After`` (the caps' setting, a minute for
-the per-minute limit)."""
+"""The serving checks each made in one place: one 429 for every "too many requests" (the
+concurrency caps and the per-minute limit both refuse with ``RateLimited``, answered with its
+``Retry-After``: the caps' setting, a minute for the per-minute limit), and one admin-token
+check, compared once per request."""
 
 from __future__ import annotations
 
@@ -8,9 +9,19 @@ import asyncio
 from collections import deque
 
 import httpx
+import pytest
 from fastapi import FastAPI
+from pydantic import SecretStr
 
-from sdk.serving import Limiter, RateLimited, RequestLimits, install_errors, install_limits
+from sdk.serving import (
+    Limiter,
+    RateLimited,
+    RequestLimits,
+    check_bearer,
+    install_errors,
+    install_limits,
+)
+from sdk.wire import AuthError
 
 
 def _app(held: asyncio.Event, release: asyncio.Event) -> FastAPI:
@@ -55,3 +66,22 @@ def test_both_limiters_answer_429_with_their_retry_after() -> None:
     assert rated.headers["retry-after"] == "60"  # the per-minute window
     assert "in the last minute" in rated.json()["detail"]
 
+
+
+def _scope(header: bytes | None) -> dict[str, object]:
+    return {"type": "http", "headers": [] if header is None else [(b"authorization", header)]}
+
+
+def test_the_admin_token_is_checked_once_per_request() -> None:
+    token = SecretStr("s3cret-token")
+    for wrong in (None, b"Bearer nope", b"Bearer s3cret-token2", b"s3cret-token"):
+        with pytest.raises(AuthError, match="missing or wrong admin bearer token") as refused:
+            check_bearer(_scope(wrong), token)
+        assert refused.value.status == 401
+    with pytest.raises(AuthError, match="no admin_token configured") as off:
+        check_bearer(_scope(b"Bearer s3cret-token"), None)
+    assert off.value.status == 403
+    scope = _scope(b"Bearer s3cret-token")
+    check_bearer(scope, token)  # the header check's comparison
+    scope["headers"] = []  # the route's check reads the verdict, it does not compare again
+    check_bearer(scope, token)
