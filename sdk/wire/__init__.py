@@ -54,8 +54,6 @@ from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdd
 from sdk.wire._payload import PayloadError, StagePayload, decode_vector
 from sdk.wire._router_config import ConsortiumRouterConfig
 from sdk.wire._schemas import (
-    DEMO_SAMPLES_PARAM,
-    DEMO_TRAIN_PARAM,
     ROUTER_ROUND_PARAM,
     UPDATE_PARAMS,
     AuditBudget,
@@ -89,8 +87,6 @@ from sdk.wire._schemas import (
 from sdk.wire._tls import tls_verify
 
 __all__ = [
-    "DEMO_SAMPLES_PARAM",
-    "DEMO_TRAIN_PARAM",
     "HEADER_SIGNATURE",
     "KEY_PASSPHRASE_ENV",
     "ROLES",
