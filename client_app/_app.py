@@ -17,23 +17,21 @@ from client_app._reward_api import RewardCallers, install_reward_schemas, reward
 from client_app._router_update import check_update_name
 from client_app._runner import ClientRunner, UpdateFn, resolve_update_fn
 from client_app._scorer import Scorer, load_object
-from client_app._service import RateLimited, RewardService
+from client_app._service import RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
 from sdk import __version__
 from sdk.secagg import preload_accountant
-from sdk.wire import (
+from sdk.serving import (
     ERROR_RESPONSES,
     HeaderAuth,
     Limiter,
     SizeLimit,
-    check_private_files,
     docs_ui,
     install_errors,
     install_limits,
-    key_passphrase,
-    load_or_create_key,
 )
+from sdk.wire import check_private_files, key_passphrase, load_or_create_key
 
 __all__ = ["create_client_app", "create_client_app_from_env", "site_reward_service"]
 
@@ -176,7 +174,6 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     app.state.runner_task = None
     app.state.on_revoked = lambda: None
     install_errors(app)
-    RateLimited.install(app)
     ids = RewardCallers(cfg, store)
     limits = Limiter(cfg.limits)
     app.add_middleware(SizeLimit, limit=cfg.max_request_bytes,

@@ -7,14 +7,17 @@ import time
 
 import numpy as np
 
-from sdk.wire import DEMO_SAMPLES_PARAM, DEMO_TRAIN_PARAM, RoundInfo
+from sdk.wire import RoundInfo
 
-__all__ = ["TRAIN_PARAM", "demo_update"]
+__all__ = ["SAMPLES_PARAM", "TRAIN_PARAM", "demo_update"]
 
 
-TRAIN_PARAM = DEMO_TRAIN_PARAM
+TRAIN_PARAM = "demo_train_s"
 """Round parameter: seconds the demo update waits before returning, standing in for local
 training that runs elsewhere (the site's accelerator); 0 when absent, at most 60."""
+SAMPLES_PARAM = "demo_samples"
+"""Round parameter: the sample count n_k the demo update reports (1-1000; default: 1-10 from
+the name)."""
 
 
 def demo_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
@@ -28,7 +31,7 @@ def demo_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np
                           "little")
     rng = np.random.default_rng(seed)
     update = rng.uniform(-0.5, 0.5, info.vector_length).astype(np.float32)
-    samples = info.params.get(DEMO_SAMPLES_PARAM, int(seed % 10) + 1)
+    samples = info.params.get(SAMPLES_PARAM, int(seed % 10) + 1)
     if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= 1000:
-        raise ValueError(f"round parameter {DEMO_SAMPLES_PARAM} must be 1-1000, not {samples!r}")
+        raise ValueError(f"round parameter {SAMPLES_PARAM} must be 1-1000, not {samples!r}")
     return update, samples

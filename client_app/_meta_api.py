@@ -11,8 +11,8 @@ from fastapi.responses import JSONResponse
 
 from client_app._store import ClientStore
 from sdk import __version__
-from sdk.serving import StoredGauge, install_ops
-from sdk.wire import Health, Limiter
+from sdk.serving import Limiter, StoredGauge, install_ops
+from sdk.wire import Health
 
 __all__ = ["install_client_ops", "meta_router"]
 

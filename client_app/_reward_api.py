@@ -16,14 +16,8 @@ from starlette.concurrency import run_in_threadpool
 from client_app._service import RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
-from sdk.wire import (
-    SERVER_SENDER,
-    MissingImages,
-    RewardRequest,
-    RewardResponse,
-    for_roles,
-    signature_check,
-)
+from sdk.serving import for_roles, signature_check
+from sdk.wire import SERVER_SENDER, MissingImages, RewardRequest, RewardResponse
 
 __all__ = ["RewardCallers", "install_reward_schemas", "reward_router"]
 

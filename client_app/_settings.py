@@ -10,9 +10,8 @@ from pydantic_settings import SettingsConfigDict
 
 from client_app._policy import SitePolicy
 from sdk.data import DEFAULT_MAX_IMAGE_SIDE
-from sdk.serving import AppHardening
+from sdk.serving import AppHardening, RequestLimits
 from sdk.storage import Retention
-from sdk.wire import RequestLimits
 
 if TYPE_CHECKING:
     from sdk.models import Runtime

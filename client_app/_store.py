@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk.storage import SQLiteFile
-from sdk.wire import StagePayload, record_nonce
+from sdk.wire import StagePayload
 
 __all__ = ["ClientStore", "read_rounds"]
 
@@ -167,8 +167,7 @@ class ClientStore(SQLiteFile):
     def use_nonce(self, sender: str, nonce: str, ts: float, *, keep_s: float) -> bool:
         """Record a nonce; False if it was already used (a replay)."""
         with self._lock:
-            fresh = record_nonce(self._db, sender, nonce, ts, keep_s=keep_s,
-                                 purge=self._nonce_purge.due())
+            fresh = self.record_nonce(sender, nonce, ts, keep_s=keep_s)
         self.checkpoints.committed()
         return fresh
 

@@ -2,14 +2,13 @@
 
 Every signed request names its sender; the sender's enrolled row gives its public key and its
 role (``member``, ``aligner``, ``auditor``, ``operator``; ``admin`` for the bearer token). Each
-route declares the roles that may call it (``sdk.wire.for_roles``); the app's header check
+route declares the roles that may call it (``sdk.serving.for_roles``); the app's header check
 (``SizeLimit``) reads that declaration and the caller's role (:meth:`Access.role_of`) and
 refuses any other role before a byte of the body is read.
 """
 
 from __future__ import annotations
 
-import hmac
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -17,12 +16,8 @@ from typing import Any, NamedTuple
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from sdk.wire import (
-    AuthError,
-    SignatureCheck,
-    authenticate,
-    signature_check,
-)
+from sdk.serving import SignatureCheck, authenticate, check_bearer, signature_check
+from sdk.wire import AuthError
 from server_app._settings import ServerSettings
 from server_app._store import Store
 
@@ -114,17 +109,9 @@ class Access:
                 "authorities": self.authorities}
 
     def admin(self, request: Request) -> None:
-        """Accept only the admin bearer token (the header check counted it against the
-        ``admin`` caps)."""
-        self.bearer(request.headers.get("authorization", ""))
-
-    def bearer(self, header: str) -> None:
-        """Accept only an ``authorization`` header carrying the admin bearer token."""
-        if self.cfg.admin_token is None:
-            raise AuthError("admin endpoints are disabled (no admin_token configured)", status=403)
-        expected = f"Bearer {self.cfg.admin_token.get_secret_value()}"
-        if not hmac.compare_digest(header.encode(), expected.encode()):
-            raise AuthError("missing or wrong admin bearer token")
+        """Accept only the admin bearer token (the header check compared it once and counted
+        it against the ``admin`` caps)."""
+        check_bearer(request.scope, self.cfg.admin_token)
 
     async def caller(self, request: Request) -> Identity:
         """The route's caller, its nonce recorded: the admin bearer token or a signed

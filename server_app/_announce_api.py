@@ -16,7 +16,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
-from sdk.wire import ClipBoundAck, ClipBoundAnnouncement, MemberInfo, PayloadError, for_roles
+from sdk.serving import for_roles
+from sdk.wire import ClipBoundAck, ClipBoundAnnouncement, MemberInfo, PayloadError
 from server_app._access import Access
 from server_app._broker import RewardBroker
 from server_app._settings import ServerSettings

@@ -12,20 +12,17 @@ from fastapi import FastAPI
 
 from sdk import __version__
 from sdk.secagg import preload_accountant
-from sdk.serving import periodically
-from sdk.wire import (
+from sdk.serving import (
     ERROR_RESPONSES,
     HeaderAuth,
     Limiter,
     SizeLimit,
-    check_private_files,
     docs_ui,
     install_errors,
     install_limits,
-    key_passphrase,
-    load_or_create_key,
-    tls_verify,
+    periodically,
 )
+from sdk.wire import check_private_files, key_passphrase, load_or_create_key, tls_verify
 from server_app._access import ADMIN, Access
 from server_app._announce_api import clip_bound_router
 from server_app._audit_api import install_audit
@@ -41,7 +38,7 @@ from server_app._meta_api import install_server_ops, meta_router
 from server_app._ops_api import operator_router
 from server_app._retention import purge_server
 from server_app._rewards import AlignmentService
-from server_app._rewards_api import install_rate_limit, rewards_router
+from server_app._rewards_api import rewards_router
 from server_app._rotations_api import rotations_router
 from server_app._rounds import RoundManager
 from server_app._rounds_api import rounds_router
@@ -130,8 +127,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                        body_timeout_s=cfg.connections.body_timeout_s, auth=HeaderAuth(
         public_key_of=access.key_of, cached_key_of=access.cached_key_of,
         max_skew_s=cfg.max_clock_skew_s, authorities=access.authorities,
-        retired_keys_of=lambda sender: access.retired_keys_of(sender), bearer=access.bearer,
-        bearer_identity=ADMIN, role_of=access.role_of, limiter=limits,
+        retired_keys_of=lambda sender: access.retired_keys_of(sender),
+        admin_token=cfg.admin_token, bearer_identity=ADMIN, role_of=access.role_of, limiter=limits,
         anonymous_paths=HeaderAuth.PROBES | {"/v1/enroll", CONSOLE_PATH},
         anonymous_prefixes=(CONSOLE_PATH + "/",)))  # the console checks its session cookie
     install_server_ops(app, store, limits, broker, access.operator_view)
@@ -142,7 +139,6 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.include_router(rotations_router(identities, access))
     app.state.rewards = AlignmentService(store, broker, cfg.alignment)
     app.include_router(rewards_router(app.state.rewards, access))
-    install_rate_limit(app)
     install_audit(app, store, capture, broker, access, cfg)
     app.include_router(audit_budget_router(store, access, cfg.audit))
     app.include_router(meta_router(rounds.recovered))

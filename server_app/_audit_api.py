@@ -26,15 +26,8 @@ from fastapi import Path as PathParam
 from fastapi.responses import FileResponse
 
 from sdk.capture import CaptureManifest
-from sdk.serving import RateLimited
-from sdk.wire import (
-    ImageRef,
-    NotFoundError,
-    PayloadError,
-    RewardRequest,
-    RewardResponse,
-    for_roles,
-)
+from sdk.serving import NotFoundError, RateLimited, for_roles
+from sdk.wire import ImageRef, PayloadError, RewardRequest, RewardResponse
 from server_app._access import ADMIN, Access
 from server_app._audit_settings import AuditSettings
 from server_app._broker import BrokerError, RewardBroker

@@ -10,7 +10,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from sdk.wire import AuditBudget, for_roles
+from sdk.serving import for_roles
+from sdk.wire import AuditBudget
 from server_app._access import Access
 from server_app._audit_settings import AuditSettings
 from server_app._store import Store

@@ -19,7 +19,8 @@ from fastapi import APIRouter, Cookie, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from sdk.wire import ConsoleLink, NotFoundError, for_roles
+from sdk.serving import NotFoundError, for_roles
+from sdk.wire import ConsoleLink
 from server_app._access import Access
 from server_app._console_auth import COOKIE, ConsoleLogins, LoginRefused
 from server_app._console_page import ASSETS, ConsoleSources, ConsoleView, message_page, render

@@ -32,10 +32,10 @@ from cryptography.exceptions import InvalidSignature
 from pydantic import ValidationError
 
 from sdk.membership import RosterEntry, RosterFile
+from sdk.serving import NotFoundError
 from sdk.wire import (
     KeyRotation,
     MemberInfo,
-    NotFoundError,
     PayloadError,
     RosterAdd,
     RosterAdded,

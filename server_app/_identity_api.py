@@ -8,7 +8,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path
 
-from sdk.wire import KeyRotation, MemberInfo, Revocation, RosterSync, for_roles
+from sdk.serving import for_roles
+from sdk.wire import KeyRotation, MemberInfo, Revocation, RosterSync
 from server_app._access import ADMIN, SIGNED_ROLES, Access, Identity
 from server_app._identity import Identities
 

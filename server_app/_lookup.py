@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from sdk.rounds import ROUND_KINDS, ServerRound
-from sdk.wire import NotFoundError, RoundSpec
+from sdk.serving import NotFoundError
+from sdk.wire import RoundSpec
 from server_app._store import Store
 
 __all__ = ["RoundLookup", "started"]

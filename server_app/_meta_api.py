@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 from fastapi import APIRouter, FastAPI, Request
 
 from sdk import __version__
-from sdk.serving import StoredGauge, install_ops
-from sdk.wire import Health, Limiter
+from sdk.serving import Limiter, StoredGauge, install_ops
+from sdk.wire import Health
 from server_app._broker import RewardBroker
 from server_app._store import Store
 

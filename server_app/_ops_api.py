@@ -8,16 +8,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path
 
-from sdk.wire import (
-    MemberRefusal,
-    MemberReport,
-    NotFoundError,
-    RosterAdd,
-    RosterAdded,
-    RoundCancel,
-    RoundInfo,
-    for_roles,
-)
+from sdk.serving import NotFoundError, for_roles
+from sdk.wire import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel, RoundInfo
 from server_app._access import ADMIN, Access, Identity
 from server_app._identity import Identities
 from server_app._member_usage import dp_terms_by_member, epsilon_by_member

@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sdk.serving import RateLimited
+from sdk.serving import ConflictError, RateLimited
 from sdk.wire import (
     AlignerFeedback,
     AlignerFeedbackAck,
@@ -30,7 +30,6 @@ from sdk.wire import (
     AlignerResponse,
     AlignerStats,
     AlignmentStep,
-    ConflictError,
     ConsortiumRouterConfig,
     ImageCache,
     ImageRef,

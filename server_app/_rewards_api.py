@@ -6,9 +6,9 @@
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import APIRouter, Depends
 
-from sdk.serving import RateLimited
+from sdk.serving import for_roles
 from sdk.wire import (
     AlignerFeedback,
     AlignerFeedbackAck,
@@ -16,12 +16,11 @@ from sdk.wire import (
     AlignerResponse,
     AlignerStats,
     AlignmentStep,
-    for_roles,
 )
 from server_app._access import ADMIN, Access
 from server_app._rewards import AlignmentService
 
-__all__ = ["install_rate_limit", "rewards_router"]
+__all__ = ["rewards_router"]
 
 _429: dict[int | str, dict[str, Any]] = {429: {"description": "Too many requests from this aligner", "content": {
     "application/json": {"schema": {"type": "object", "properties": {
@@ -66,7 +65,3 @@ def rewards_router(service: AlignmentService, access: Access) -> APIRouter:
 
     return router
 
-
-def install_rate_limit(app: FastAPI) -> None:
-    """Map :class:`RateLimited` to 429 with a ``detail``."""
-    RateLimited.install(app)

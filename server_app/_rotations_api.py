@@ -8,7 +8,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from sdk.wire import RotationRecord, for_roles
+from sdk.serving import for_roles
+from sdk.wire import RotationRecord
 from server_app._access import Access
 from server_app._identity import Identities
 

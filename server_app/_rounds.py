@@ -12,8 +12,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from sdk.rounds import ROUND_KINDS, RoundFailed, ServerRound, from_delta
+from sdk.serving import NotFoundError
 from sdk.wire import (
-    NotFoundError,
     PayloadError,
     Refusal,
     RoundCreate,

@@ -9,21 +9,16 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from sdk.wire import (
-    Busy,
+from sdk.serving import (
     ConflictError,
     Limiter,
     NotFoundError,
-    RoundCreate,
-    RoundInfo,
-    RoundRefusal,
+    RateLimited,
     SignatureCheck,
-    StageAck,
-    StageBroadcast,
-    StageSubmit,
     for_roles,
     stage_payload,
 )
+from sdk.wire import RoundCreate, RoundInfo, RoundRefusal, StageAck, StageBroadcast, StageSubmit
 from server_app._access import ADMIN, ANY_ROLE, Access, Identity
 from server_app._rounds import RoundManager
 from server_app._visibility import visible_round, visible_rounds
@@ -115,7 +110,7 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
         if nxt is not None and not (nxt.ready or nxt.round_status != "open"):
             try:
                 limits.hold_wait(request, client)
-            except Busy:  # the message is committed: ack it; the client GETs the next input
+            except RateLimited:  # the message is committed: ack it; the client GETs the next input
                 return _json_response(ack)
             nxt = await wait_broadcast(request, rounds, changes, round_id, nxt.stage, client,
                                        wait_next_s, first=(seen, nxt))

@@ -9,14 +9,13 @@ from typing import Annotated, Any
 import numpy as np
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
+from sdk.serving import NotFoundError, for_roles
 from sdk.wire import (
     ConsortiumRouterConfig,
-    NotFoundError,
     PayloadError,
     RouterConfigInfo,
     RouterRollback,
     RouterVersionInfo,
-    for_roles,
 )
 from server_app._access import ADMIN, ANY_ROLE, Access, Identity
 from server_app._router_config import RouterLineages

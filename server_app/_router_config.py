@@ -11,14 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from sdk.wire import (
-    ConflictError,
-    ConsortiumRouterConfig,
-    NotFoundError,
-    PayloadError,
-    RouterConfigInfo,
-    RouterConfigRef,
-)
+from sdk.serving import ConflictError, NotFoundError
+from sdk.wire import ConsortiumRouterConfig, PayloadError, RouterConfigInfo, RouterConfigRef
 from server_app._store import Store
 
 __all__ = ["ENROLLMENT", "LINEAGE_COMMAND", "RouterLineages", "carried_router"]

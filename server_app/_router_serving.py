@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sdk.wire import ConflictError, ConsortiumRouterConfig
+from sdk.serving import ConflictError
+from sdk.wire import ConsortiumRouterConfig
 from server_app._store import Store
 
 __all__ = ["ServingRouter", "carry_online_state", "serving_router"]

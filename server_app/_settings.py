@@ -8,9 +8,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from sdk.serving import AppHardening, load_settings
+from sdk.serving import AppHardening, RequestLimits, load_settings
 from sdk.storage import Retention
-from sdk.wire import AlignerRequest, ConsortiumRouterConfig, RequestLimits
+from sdk.wire import AlignerRequest, ConsortiumRouterConfig
 from server_app._audit_settings import AuditSettings, CaptureSettings
 from server_app._console_settings import ConsoleSettings
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from sdk.wire import ConflictError
+from sdk.serving import ConflictError
 from server_app._store_console import ConsoleTables
 from server_app._store_identities import IdentityTables
 from server_app._store_rewards import RewardTables

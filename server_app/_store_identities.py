@@ -8,7 +8,7 @@ import json
 import time
 from typing import Any
 
-from sdk.wire import ConflictError, record_nonce
+from sdk.serving import ConflictError
 from server_app._store_base import StoreBase
 
 __all__ = ["IdentityTables"]
@@ -241,15 +241,14 @@ class IdentityTables(StoreBase):
     def use_nonce(self, sender: str, nonce: str, ts: float, *, keep_s: float) -> bool:
         """Record a nonce; False if ``sender`` already used it (a replay)."""
         with self._lock:
-            purge = self._nonce_purge.due()
             if self._db.in_transaction:  # joins the pending group: committed with it (FULL)
-                return record_nonce(self._db, sender, nonce, ts, keep_s=keep_s, purge=purge)
+                return self.record_nonce(sender, nonce, ts, keep_s=keep_s)
             # Every request records a nonce, so no fsync for it (NORMAL: it survives a process
             # crash, not a power cut). A request replayed after a power cut changes nothing: a
             # stage message gets its original ack, an answered query a 409, a GET reads.
             self._db.execute("PRAGMA synchronous=NORMAL")
             try:
-                return record_nonce(self._db, sender, nonce, ts, keep_s=keep_s, purge=purge)
+                return self.record_nonce(sender, nonce, ts, keep_s=keep_s)
             finally:
                 self._db.execute("PRAGMA synchronous=FULL")
                 self.checkpoints.committed()

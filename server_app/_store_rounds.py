@@ -8,7 +8,8 @@ import json
 import time
 from typing import Any
 
-from sdk.wire import ConflictError, StagePayload
+from sdk.serving import ConflictError
+from sdk.wire import StagePayload
 from server_app._store_base import StoreBase
 
 __all__ = ["RoundTables", "payload_record"]

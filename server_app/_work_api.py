@@ -12,15 +12,8 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, Path, Query, Request
 
-from sdk.wire import (
-    Limiter,
-    NotFoundError,
-    PayloadError,
-    PendingQuery,
-    RewardAnswer,
-    Work,
-    for_roles,
-)
+from sdk.serving import Limiter, NotFoundError, for_roles
+from sdk.wire import PayloadError, PendingQuery, RewardAnswer, Work
 from server_app._access import Access
 from server_app._broker import BrokerError, RewardBroker
 from server_app._rounds import RoundManager

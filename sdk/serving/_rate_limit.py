@@ -1,22 +1,24 @@
-"""One refusal for a caller past its rate or budget, the same in both apps: HTTP 429 with a
-``detail`` and ``Retry-After``."""
+"""The one refusal for a caller past a cap, its rate or its budget, the same in both apps:
+HTTP 429 with a ``detail`` and ``Retry-After``."""
 
 from __future__ import annotations
 
 import time
 from collections import deque
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-
 __all__ = ["RateLimited"]
 
 _WINDOW_S = 60.0
-_RETRY_AFTER_S = 60  # the rate windows are a minute long
+_MINUTE_S = 60  # the rate windows and query budgets are counted per minute
 
 
 class RateLimited(RuntimeError):
-    """A caller exceeded its rate limit or query budget (HTTP 429)."""
+    """A caller has too many requests in progress, or exceeded its rate limit or query budget
+    (HTTP 429); ``retry_after_s`` is the ``Retry-After`` its answer carries."""
+
+    def __init__(self, message: str, *, retry_after_s: int = _MINUTE_S) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
     @staticmethod
     def per_minute(calls: deque[float], limit: int, caller: str) -> None:
@@ -30,14 +32,3 @@ class RateLimited(RuntimeError):
             raise RateLimited(f"{caller} sent {len(calls)} requests in the last minute (limit "
                               f"{limit} per minute)")
         calls.append(now)
-
-    @staticmethod
-    def install(app: FastAPI) -> None:
-        """Answer :class:`RateLimited` in ``app`` with 429, its message as ``detail`` and a
-        ``Retry-After``."""
-        app.add_exception_handler(RateLimited, _rate_limited)
-
-
-async def _rate_limited(request: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=429,
-                        headers={"retry-after": str(_RETRY_AFTER_S)})

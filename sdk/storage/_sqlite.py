@@ -8,22 +8,13 @@ import threading
 from pathlib import Path
 from typing import Literal
 
+from sdk.storage._nonces import NONCES_TABLE, PurgeClock, record_nonce
 from sdk.storage._wal import WalCheckpointer
-from sdk.wire import PurgeClock
 
 _WAL_LIMIT_BYTES = 16 * 2**20
 """The size a checkpointed ``-wal`` file is truncated back to."""
 
-__all__ = ["NONCES_TABLE", "SQLiteFile"]
-
-# WITHOUT ROWID: one b-tree, so recording a nonce writes one page, not two (pages are 64 KB
-# here, and every request records one).
-NONCES_TABLE = """
-CREATE TABLE IF NOT EXISTS nonces (
-    sender TEXT NOT NULL, nonce TEXT NOT NULL, ts REAL NOT NULL, PRIMARY KEY (sender, nonce))
-    WITHOUT ROWID;
-"""
-"""The SQL of the table each app keeps used nonces in (replay protection)."""
+__all__ = ["SQLiteFile"]
 
 
 class SQLiteFile:
@@ -54,6 +45,13 @@ class SQLiteFile:
         self._db.execute(f"PRAGMA journal_size_limit={_WAL_LIMIT_BYTES}")
         self.checkpoints = WalCheckpointer(self.path)
         self._nonce_purge = PurgeClock()
+
+    def record_nonce(self, sender: str, nonce: str, ts: float, *, keep_s: float) -> bool:
+        """Record a request's nonce (the caller holds ``_lock`` and commits); False if
+        ``sender`` already used it (a replay). Expired nonces are purged first, at most once a
+        second."""
+        return record_nonce(self._db, sender, nonce, ts, keep_s=keep_s,
+                            purge=self._nonce_purge.due())
 
     def ready(self) -> str | None:
         """None if the database answers a read and grants a write lock, else the reason."""

@@ -3,11 +3,10 @@
 Request/response schemas, request signing and verification, identity keys and roles, the one
 signed HTTP client (``SignedClient``, ``AsyncSignedClient``) and the TLS trust it uses, a
 round's description and stage messages (``RoundSpec``, ``StagePayload``; the round kinds that
-read them live in ``sdk.rounds``), and the FastAPI pieces that check a request as it arrives
-(size limit, error handlers, signature check). The store lives in ``sdk.storage``, app
-start-up and settings in ``sdk.serving``, the roster file and key-rotation chain in
-``sdk.membership``. ``server_app`` and ``client_app`` import these packages and never each
-other.
+read them live in ``sdk.rounds``). The FastAPI pieces that check a request as it arrives (the
+header check, the caps, error answers) live in ``sdk.serving``, the store and its nonce table in
+``sdk.storage``, the roster file and key-rotation chain in ``sdk.membership``. ``server_app``
+and ``client_app`` import these packages and never each other.
 """
 
 from sdk.wire._aligner import (
@@ -24,7 +23,6 @@ from sdk.wire._auth import (
     KEY_PASSPHRASE_ENV,
     SERVER_SENDER,
     AuthError,
-    PurgeClock,
     check_private_files,
     generate_key,
     key_passphrase,
@@ -32,26 +30,12 @@ from sdk.wire._auth import (
     load_private_key,
     parse_public_key,
     public_key_b64,
-    record_nonce,
     sign_headers,
     signature_checks,
 )
 from sdk.wire._client import AsyncSignedClient, RequestRefused, SignedAuth, SignedClient
 from sdk.wire._console import ConsoleLink
 from sdk.wire._dial import check_reward_url
-from sdk.wire._http import (
-    ERROR_RESPONSES,
-    ConflictError,
-    HeaderAuth,
-    NotFoundError,
-    SignatureCheck,
-    SizeLimit,
-    authenticate,
-    docs_ui,
-    install_errors,
-    signature_check,
-    stage_payload,
-)
 from sdk.wire._identity import (
     ROLES,
     KeyRotation,
@@ -66,14 +50,10 @@ from sdk.wire._identity import (
     sign_rotation,
 )
 from sdk.wire._images import ImageCache, ImageRef, image_bytes
-from sdk.wire._limits import Busy, Limiter, RequestLimits, install_limits
 from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel
 from sdk.wire._payload import PayloadError, StagePayload, decode_vector
-from sdk.wire._roles import for_roles
 from sdk.wire._router_config import ConsortiumRouterConfig
 from sdk.wire._schemas import (
-    DEMO_SAMPLES_PARAM,
-    DEMO_TRAIN_PARAM,
     ROUTER_ROUND_PARAM,
     UPDATE_PARAMS,
     AuditBudget,
@@ -107,9 +87,6 @@ from sdk.wire._schemas import (
 from sdk.wire._tls import tls_verify
 
 __all__ = [
-    "DEMO_SAMPLES_PARAM",
-    "DEMO_TRAIN_PARAM",
-    "ERROR_RESPONSES",
     "HEADER_SIGNATURE",
     "KEY_PASSPHRASE_ENV",
     "ROLES",
@@ -126,32 +103,25 @@ __all__ = [
     "AsyncSignedClient",
     "AuditBudget",
     "AuthError",
-    "Busy",
     "ClipBoundAck",
     "ClipBoundAnnouncement",
-    "ConflictError",
     "ConsoleLink",
     "ConsortiumRouterConfig",
     "DPAccount",
     "DPTerms",
     "EnrollRequest",
     "EnrollResponse",
-    "HeaderAuth",
     "Health",
     "ImageCache",
     "ImageRef",
     "KeyRotation",
-    "Limiter",
     "MemberInfo",
     "MemberRefusal",
     "MemberReport",
     "MissingImages",
-    "NotFoundError",
     "PayloadError",
     "PendingQuery",
-    "PurgeClock",
     "Refusal",
-    "RequestLimits",
     "RequestRefused",
     "Revocation",
     "RewardAnswer",
@@ -172,38 +142,28 @@ __all__ = [
     "RouterConfigRef",
     "RouterRollback",
     "RouterVersionInfo",
-    "SignatureCheck",
     "SignedAuth",
     "SignedClient",
-    "SizeLimit",
     "StageAck",
     "StageBroadcast",
     "StagePayload",
     "StageSubmit",
     "Work",
-    "authenticate",
     "check_private_files",
     "check_reward_url",
     "decode_vector",
-    "docs_ui",
     "endorsement_message",
-    "for_roles",
     "generate_key",
     "image_bytes",
-    "install_errors",
-    "install_limits",
     "key_fingerprint",
     "key_passphrase",
     "load_or_create_key",
     "load_private_key",
     "parse_public_key",
     "public_key_b64",
-    "record_nonce",
     "rotation_message",
     "sign_headers",
     "sign_rotation",
-    "signature_check",
     "signature_checks",
-    "stage_payload",
     "tls_verify",
 ]

@@ -17,7 +17,6 @@ import hashlib
 import logging
 import os
 import secrets
-import sqlite3
 import threading
 import time
 import urllib.parse
@@ -40,7 +39,6 @@ __all__ = [
     "KEY_PASSPHRASE_ENV",
     "SERVER_SENDER",
     "AuthError",
-    "PurgeClock",
     "SignedRequest",
     "authority_of",
     "canonical_message",
@@ -51,7 +49,6 @@ __all__ = [
     "load_private_key",
     "parse_public_key",
     "public_key_b64",
-    "record_nonce",
     "sign_headers",
     "signature_checks",
     "signed_by",
@@ -60,39 +57,6 @@ __all__ = [
 ]
 SERVER_SENDER = "server"
 """The consortium server's id as a sender (its reward queries) and as a recipient."""
-
-
-def record_nonce(db: sqlite3.Connection, sender: str, nonce: str, ts: float, *,
-                 keep_s: float, purge: bool = True) -> bool:
-    """Record a nonce in ``db``'s ``nonces`` table; False if ``sender`` already used it (a
-    replay). With ``purge``, nonces older than ``keep_s`` are forgotten first: the timestamp
-    check refuses their requests anyway, so keeping one a little longer changes nothing."""
-    if purge:
-        db.execute("DELETE FROM nonces WHERE ts < ?", (time.time() - keep_s,))
-    try:
-        db.execute("INSERT INTO nonces VALUES (?,?,?)", (sender, nonce, ts))
-    except sqlite3.IntegrityError:
-        return False
-    return True
-
-
-class PurgeClock:
-    """When a store purges expired nonces: at most every ``every_s`` seconds, not on every
-    request. The purge scans the whole table (no index on ``ts``: one would cost a page write
-    per request), and a busy window holds thousands of nonces."""
-
-    def __init__(self, every_s: float = 1.0) -> None:
-        self.every_s = every_s
-        self._last = -float("inf")
-
-    def due(self) -> bool:
-        """True (and the clock restarts) when the last purge is ``every_s`` old; callers hold
-        their store's lock."""
-        now = time.monotonic()
-        if now - self._last < self.every_s:
-            return False
-        self._last = now
-        return True
 
 
 HEADER_SENDER = "x-fedmor-sender"

@@ -18,8 +18,6 @@ from sdk.wire._auth import parse_public_key
 from sdk.wire._router_config import ConsortiumRouterConfig
 
 __all__ = [
-    "DEMO_SAMPLES_PARAM",
-    "DEMO_TRAIN_PARAM",
     "ROUTER_ROUND_PARAM",
     "UPDATE_PARAMS",
     "AuditBudget",
@@ -141,10 +139,6 @@ class EnrollResponse(_Reply):
 
 ROUTER_ROUND_PARAM = "router_round"
 """The federation's round index (the router lr schedule's clock), read by the router update."""
-DEMO_TRAIN_PARAM = "demo_train_s"
-"""Seconds the demo update waits, standing in for local training elsewhere (0-60)."""
-DEMO_SAMPLES_PARAM = "demo_samples"
-"""The sample count n_k the demo update reports (1-1000; default: 1-10 from the name)."""
 
 
 class _UpdateParams(BaseModel):
@@ -155,6 +149,8 @@ class _UpdateParams(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     router_round: int = Field(default=0, ge=0, le=2**31 - 1)
+    # The demo update's keys (client_app's demo_update names and reads them): the server, which
+    # knows no update source, passes them through its round kinds and bounds them here.
     demo_train_s: float = Field(default=0.0, ge=0, le=60)
     demo_samples: int = Field(default=1, ge=1, le=1000)
 

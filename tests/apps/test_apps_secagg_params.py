@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from client_app._demo import TRAIN_PARAM
+from client_app._demo import SAMPLES_PARAM, TRAIN_PARAM
 from client_app._member_round import MemberRound, ready_update
 from client_app._policy import SitePolicy, check_round
 from fedmor_local import OPEN_POLICY
@@ -48,7 +48,8 @@ def test_bad_params_make_round_creation_a_422(server: tuple[TestClient, list[Mem
 
 
 def test_update_source_params_pass_through(server: tuple[TestClient, list[Member]]) -> None:
-    assert {ROUTER_ROUND_PARAM, TRAIN_PARAM} <= UPDATE_PARAMS  # the keys client_app reads
+    # The keys the member's update sources read pass the server's round kinds.
+    assert {ROUTER_ROUND_PARAM, TRAIN_PARAM, SAMPLES_PARAM} <= UPDATE_PARAMS
     tc, _ = server
     r = tc.post("/v1/rounds", headers=ADMIN, json={
         "kind": "router_secagg", "vector_length": 4, "min_clients": 2,

@@ -21,7 +21,8 @@ from client_app._app import create_client_app
 from fedmor_local import free_port
 from fedmor_local._local import make_pki
 from sdk.membership import add_to_roster
-from sdk.wire import ConflictError, generate_key, public_key_b64, sign_headers
+from sdk.serving import ConflictError
+from sdk.wire import generate_key, public_key_b64, sign_headers
 from sdk.wire._auth import authority_of
 from server_app import Store
 from tests._checkout import checkout_env

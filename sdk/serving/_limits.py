@@ -12,19 +12,19 @@ Beyond a cap the answer is 429 with ``Retry-After``: fedmor's clients retry it.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import Counter
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from starlette.requests import HTTPConnection, Request
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sdk.wire._auth import HEADER_SIGNATURE
+from sdk.serving._errors import send_error
+from sdk.serving._rate_limit import RateLimited
+from sdk.wire import HEADER_SIGNATURE
 
-__all__ = ["Busy", "Limiter", "RequestLimits", "install_limits", "send_busy"]
+__all__ = ["Limiter", "RequestLimits", "install_limits"]
 
 _SLOTS = "fedmor.slots"  # the scope key of a request's held slots
 _UNLIMITED = frozenset({"/v1/health"})  # liveness: answered on the event loop, nothing held
@@ -71,10 +71,6 @@ class RequestLimits(BaseModel):
         return self
 
 
-class Busy(Exception):
-    """A cap is reached (HTTP 429 with ``Retry-After``)."""
-
-
 class _Slots:
     """What one request holds: the anonymous slot until it is authenticated, then its
     identity's slot, and a long-poll slot while it waits."""
@@ -116,15 +112,16 @@ class Limiter:
 
     def admit(self, scope: Scope, identity: str) -> None:
         """Count the request of ``scope`` against ``identity`` (call only once its signature
-        or bearer token checked out), freeing its unverified slot; ``Busy`` at the identity's
-        cap."""
+        or bearer token checked out), freeing its unverified slot; ``RateLimited`` at the
+        identity's cap."""
         slots: _Slots | None = scope.get(_SLOTS)
         if slots is None or slots.identity == identity:
             return
         with self._lock:
             if self._requests[identity] >= self.cfg.per_identity:
-                raise Busy(f"identity {identity} already has {self.cfg.per_identity} requests "
-                           "in progress (limits.per_identity); retry when one has finished")
+                raise RateLimited(f"identity {identity} already has {self.cfg.per_identity} "
+                                  "requests in progress (limits.per_identity); retry when one "
+                                  "has finished", retry_after_s=self.cfg.retry_after_s)
             self._requests[identity] += 1
             if slots.identity is not None:  # cannot happen: one sender per request
                 _drop(self._requests, slots.identity)
@@ -134,7 +131,7 @@ class Limiter:
                 slots.pool = None
 
     def hold_wait(self, request: HTTPConnection, identity: str) -> None:
-        """Count a long poll of ``identity`` until ``request`` ends; ``Busy`` at its cap."""
+        """Count a long poll of ``identity`` until ``request`` ends; ``RateLimited`` at its cap."""
         slots: _Slots | None = request.scope.get(_SLOTS)
         if slots is None:
             return
@@ -142,9 +139,10 @@ class Limiter:
             raise RuntimeError("hold_wait before admit: the request's identity is not counted")
         with self._lock:
             if self._waits[identity] >= self.cfg.long_polls_per_identity:
-                raise Busy(f"identity {identity} already holds "
-                           f"{self.cfg.long_polls_per_identity} long polls "
-                           "(limits.long_polls_per_identity); retry when one has returned")
+                raise RateLimited(f"identity {identity} already holds "
+                                  f"{self.cfg.long_polls_per_identity} long polls "
+                                  "(limits.long_polls_per_identity); retry when one has "
+                                  "returned", retry_after_s=self.cfg.retry_after_s)
             self._waits[identity] += 1
             slots.waits += 1
 
@@ -178,9 +176,9 @@ class _Middleware:
         pool = "unverified" if names & _CREDENTIALS else "anonymous"
         slots = self.limiter._enter(pool)
         if slots is None:
-            await send_busy(send, f"the app holds {getattr(self.limiter.cfg, pool)} "
+            await send_error(send, 429, f"the app holds {getattr(self.limiter.cfg, pool)} "
                              f"requests of this kind (limits.{pool}); retry shortly",
-                             self.limiter.cfg.retry_after_s)
+                             retry_after_s=self.limiter.cfg.retry_after_s)
             return
         scope[_SLOTS] = slots
         try:
@@ -189,24 +187,8 @@ class _Middleware:
             self.limiter._leave(slots)
 
 
-async def send_busy(send: Send, detail: str, retry_after_s: int) -> None:
-    """Answer 429 with ``detail`` and ``Retry-After`` (from middleware, before any route)."""
-    body = json.dumps({"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": 429,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"retry-after", str(retry_after_s).encode())]})
-    await send({"type": "http.response.body", "body": body})
-
-
 def install_limits(app: FastAPI, limiter: Limiter) -> None:
     """Count every request of ``app`` with ``limiter`` (add it last, as the outermost
-    middleware: a refused request costs nothing more) and answer ``Busy`` with 429."""
-    retry_after = str(limiter.cfg.retry_after_s)
-
-    async def busy(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=429,
-                            headers={"retry-after": retry_after})
-
-    app.add_exception_handler(Busy, busy)
+    middleware: a refused request costs nothing more); a cap answers ``RateLimited`` (429, as
+    ``install_errors`` maps it)."""
     app.add_middleware(_Middleware, limiter=limiter)

@@ -11,7 +11,7 @@ import fastapi.routing
 from starlette.routing import compile_path
 from starlette.types import Scope
 
-from sdk.wire._auth import AuthError
+from sdk.wire import AuthError
 
 __all__ = ["RouteTable", "for_roles", "refused", "route_rule", "route_table"]
 
