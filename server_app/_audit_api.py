@@ -31,6 +31,7 @@ from sdk.wire import (
     ImageRef,
     NotFoundError,
     PayloadError,
+    RequestRefused,
     RewardRequest,
     RewardResponse,
     for_roles,
@@ -132,7 +133,7 @@ def audit_router(store: Store, capture: ServerCapture | None, broker: RewardBrok
             scores = await broker.query(str(member["client_id"]), images,
                                         [i.prompt for i in req.items],
                                         [i.response for i in req.items])
-        except BrokerError as exc:
+        except (BrokerError, RequestRefused) as exc:
             raise HTTPException(502, f"member {name} did not score the query: {exc}") from exc
         store.audit(who, "audit_query", member=name, items=len(images))
         digest = hashlib.sha256(req.model_dump_json().encode()).hexdigest()
