@@ -404,8 +404,8 @@ class ClientRunner:
         try:
             self.post(f"/v1/rounds/{round_id}/refusal",
                       {"reason": "abandoned", "detail": reported_cause(exc)}, attempts=3)
-        except (RequestRefused, Unanswered) as err:  # the local record stands; the server
-            # sees a dropout
+        except (RequestRefused, Unanswered) as err:
+            # The local record stands; the server sees a dropout.
             _log.warning("round %d: could not report the abandonment: %s", round_id, err)
         return "abandoned"
 
@@ -463,7 +463,8 @@ class ClientRunner:
         try:
             self.post(f"/v1/rounds/{round_id}/refusal",
                       {"reason": refusal.reason, "detail": refusal.detail[:1000]})
-        except (RequestRefused, Unanswered) as exc:  # the local record stands; the server sees a dropout
+        except (RequestRefused, Unanswered) as exc:
+            # The local record stands; the server sees a dropout.
             _log.warning("round %d: could not report the refusal: %s", round_id, exc)
         return "refused"
 

@@ -21,7 +21,7 @@ import ssl
 import time
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import Any, Generic, TypeVar, overload
 from urllib.parse import urlsplit
 
 import httpx
@@ -160,6 +160,10 @@ def _success(response: httpx.Response, by: str) -> httpx.Response:
     return response
 
 
+@overload
+def _parsed(response: httpx.Response, model: type[T], by: str) -> T: ...
+@overload
+def _parsed(response: httpx.Response, model: None, by: str) -> None: ...
 def _parsed(response: httpx.Response, model: type[T] | None, by: str) -> T | None:
     """The answer read as ``model`` (None: its body is not read); ``RequestRefused`` unless
     2xx."""
@@ -240,7 +244,7 @@ class SignedClient(_Base[httpx.Client]):
     def get(self, path: str, model: type[T]) -> T:
         """``GET path``: its JSON answer read as ``model`` (a pydantic model, or a type such
         as ``list[RoundInfo]``); :class:`RequestRefused` unless the status is 2xx."""
-        return cast(T, _parsed(self.request("GET", path), model, self._by))
+        return _parsed(self.request("GET", path), model, self._by)
 
     @overload
     def post(self, path: str, payload: Any, model: type[T]) -> T: ...
@@ -288,7 +292,7 @@ class AsyncSignedClient(_Base[httpx.AsyncClient]):
 
     async def get(self, path: str, model: type[T]) -> T:
         """``GET path`` (see :meth:`SignedClient.get`)."""
-        return cast(T, _parsed(await self.request("GET", path), model, self._by))
+        return _parsed(await self.request("GET", path), model, self._by)
 
     @overload
     async def post(self, path: str, payload: Any, model: type[T]) -> T: ...
