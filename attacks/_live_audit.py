@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -31,9 +31,6 @@ from attacks._membership import threshold_attack
 from attacks._remote import RemoteRewardScorer
 from attacks._report import AuditReport, MembershipReport, membership_report
 from attacks._shadow_base import recorded_shadow_base
-
-if TYPE_CHECKING:
-    from sdk.wire import SignedClient
 
 __all__ = ["answer_reports", "audit_live_member", "read_target_config"]
 
@@ -53,16 +50,6 @@ def read_target_config(path: Path) -> dict[str, Any]:
     if missing:
         raise AttackInputError(f"{file} is not a fedmor reward_config.json: no {missing}")
     return config
-
-
-def _signed_get(client: SignedClient, path: str) -> dict[str, Any]:
-    from sdk.wire import RequestRefused
-
-    try:
-        data: dict[str, Any] = client.get_json(path)
-    except RequestRefused as exc:
-        raise AttackInputError(f"{path} answered HTTP {exc.status}: {exc.detail}") from None
-    return data
 
 
 def _live_lira(member: str, target: np.ndarray, picked: Candidates, config: dict[str, Any],
@@ -119,7 +106,7 @@ def audit_live_member(server_url: str, key: Any, *, caller_id: str, member: str,
     private key, ``caller_id``: its enrolled client id; ``config``: candidates, seed and the
     shadows (``shadow_models`` 0: no LiRA)."""
     from sdk.data import load_pairs
-    from sdk.wire import SERVER_SENDER, SignedClient
+    from sdk.wire import SERVER_SENDER, AuditBudget, SignedClient
 
     cfg = config or AuditConfig(max_pairs=50)
     say = progress or (lambda _m: None)
@@ -131,30 +118,30 @@ def audit_live_member(server_url: str, key: Any, *, caller_id: str, member: str,
         recorded_shadow_base(target_cfg, cfg.shadow_base)
     with SignedClient(server_url, key=key, sender=caller_id, verify=verify,
                       timeout_s=120) as http:
-        before = _signed_get(http, "/v1/audit/budget")
-        fits = int(before["left"]) // (2 * _ITEMS_PER_PAIR)  # a member and a non-member
+        before = http.get("/v1/audit/budget", AuditBudget)
+        fits = before.left // (2 * _ITEMS_PER_PAIR)  # a member and a non-member
         if fits < 2:
             raise AttackInputError(
-                f"auditor budget: {before['left']} of {before['budget']} scored items left in "
-                f"the window of {before['window_s']:g} s; an audit needs at least "
+                f"auditor budget: {before.left} of {before.budget} scored items left in "
+                f"the window of {before.window_s:g} s; an audit needs at least "
                 f"{4 * _ITEMS_PER_PAIR} (two members and two non-members)")
         picked = pick_candidates(member, load_pairs(pairs_dir / "train"),
                                  load_pairs(pairs_dir / "eval"), min(cfg.max_pairs, fits),
                                  cfg.seed)
         n = len(picked.members)
         if n < cfg.max_pairs and n == fits:
-            say(f"{member}: the budget left ({before['left']} items) fits {n} candidate pairs "
+            say(f"{member}: the budget left ({before.left} items) fits {n} candidate pairs "
                 f"a side, not {cfg.max_pairs}")
         scorer = RemoteRewardScorer(http, key, recipient=SERVER_SENDER, sender=caller_id,
                                     path=f"/v1/audit/members/{member}/reward")
         margins = scorer(picked.members + picked.non_members)  # (2n,) chosen - rejected
-        after = _signed_get(http, "/v1/audit/budget")
+        after = http.get("/v1/audit/budget", AuditBudget)
     reports, notes = answer_reports(
         member, margins, picked, cfg, target_cfg, say=say,
         setting=f"live reward answers relayed by the server ({scorer.items_sent} scored items)")
     notes.insert(0, f"Auditor budget: this audit used {scorer.items_sent} scored items; "
-                 f"{after['used']} of {after['budget']} are used in the current window of "
-                 f"{after['window_s']:g} s ({after['left']} left).")
+                 f"{after.used} of {after.budget} are used in the current window of "
+                 f"{after.window_s:g} s ({after.left} left).")
     report = AuditReport(
         title=f"fedmor live audit of {member} through {server_url}", memberships=reports,
         notes=[*notes, "Queried as the auditor role through the consortium server: the "

@@ -103,14 +103,12 @@ class RemoteRewardScorer(RewardItemScorer):
         self._path = path
 
     def _post(self, items: list[dict[str, Any]]) -> list[float]:
-        from sdk.wire import RequestRefused
+        """The scores of ``items``; :class:`~sdk.wire.RequestRefused` when the app refuses."""
+        from sdk.wire import RewardResponse
 
-        try:
-            answer = self._client.post_json(self._path, {"items": items})
-        except RequestRefused as exc:
-            raise AttackError(f"{self._path} answered HTTP {exc.status}: {exc.detail}") from None
+        answer = self._client.post(self._path, {"items": items}, RewardResponse)
         self.items_sent += len(items)
-        scores = [float(s) for s in answer["scores"]]
+        scores = answer.scores
         if len(scores) != len(items):
             raise AttackError(f"{self._path} returned {len(scores)} scores for {len(items)} items")
         return scores

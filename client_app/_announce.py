@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 
-from client_app._connection import MemberConnection, MemberRevoked, RunnerError
-from sdk.wire import ClipBoundAck
+from client_app._connection import MemberConnection, passed_on
+from sdk.wire import ClipBoundAck, RequestRefused
 
 __all__ = ["announce_clip_bound", "announce_round_terms", "announce_start"]
 
@@ -29,8 +29,7 @@ def announce_clip_bound(runner: MemberConnection) -> bool:
         return False
     bound = float(runner.service.clip)
     runner.enroll()
-    ack = ClipBoundAck.model_validate(
-        runner.request("POST", "/v1/identity/clip-bound", {"clip_bound": bound}).json())
+    ack = runner.post("/v1/identity/clip-bound", {"clip_bound": bound}, ClipBoundAck)
     if ack.previous == ack.clip_bound:
         return False
     _log.info("announced clip bound %g to the server (it held %s)", ack.clip_bound,
@@ -43,9 +42,9 @@ def announce_start(runner: MemberConnection) -> None:
     it reported at a refused start). An older server without the endpoint is left alone."""
     runner.enroll()
     try:
-        runner.request("POST", "/v1/identity/status", {}, attempts=3)
-    except RunnerError as exc:
-        if exc.status >= 499 or isinstance(exc, MemberRevoked):
+        runner.post("/v1/identity/status", {}, attempts=3)
+    except RequestRefused as exc:
+        if passed_on(exc):
             raise
         if exc.status not in (404, 405):  # the operator's view only: the member works on
             _log.warning("the server refused this member's start announcement: %s", exc)
@@ -64,9 +63,9 @@ def announce_round_terms(runner: MemberConnection) -> None:
              "allow_captured_rounds": policy.allow_captured_rounds}
     runner.enroll()
     try:
-        runner.request("POST", "/v1/identity/round-terms", terms, attempts=3)
-    except RunnerError as exc:
-        if exc.status >= 499 or isinstance(exc, MemberRevoked):
+        runner.post("/v1/identity/round-terms", terms, attempts=3)
+    except RequestRefused as exc:
+        if passed_on(exc):
             raise
         if exc.status not in (404, 405):  # the operator's view only: the member works on
             _log.warning("the server refused this member's round terms: %s", exc)

@@ -17,6 +17,8 @@ import httpx
 
 from client_app._settings import ClientSettings
 from sdk.wire import (
+    RequestRefused,
+    RoundInfo,
     SignedClient,
     check_private_files,
     key_passphrase,
@@ -160,13 +162,15 @@ def _server(cfg: ClientSettings, enrolled: str | None, key_ok: bool) -> Check:
     if enrolled is None or not key_ok:
         return Check("server_url", f"{cfg.server_url} answers")
     key = load_private_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
-    with SignedClient(cfg.server_url, verify=verify, timeout_s=_TIMEOUT_S) as http:
-        resp = http.request("GET", "/v1/rounds?status=open", b"",
-                            auth=http.signer(key, enrolled))
-    if resp.status_code in (401, 403):
-        return Check("server_url", "", f"{cfg.server_url} refuses this member ({enrolled}): "
-                     f"{resp.text[:200]}; ask the operator (a revoked member needs a new "
-                     f"identity: a new key and token)")
+    with SignedClient(cfg.server_url, key=key, sender=enrolled, verify=verify,
+                      timeout_s=_TIMEOUT_S) as http:
+        try:
+            http.get("/v1/rounds?status=open", list[RoundInfo])
+        except RequestRefused as exc:
+            if exc.status in (401, 403):
+                return Check("server_url", "", f"{cfg.server_url} refuses this member "
+                             f"({enrolled}): {exc.reason}; ask the operator (a revoked member "
+                             f"needs a new identity: a new key and token)")
     return Check("server_url", f"{cfg.server_url} answers and knows this member as {enrolled}")
 
 
@@ -223,9 +227,9 @@ def report_refused_start(cfg: ClientSettings, failed: list[Check]) -> str | None
                             if cfg.tls_client_cert and cfg.tls_client_key else None)
         key = load_private_key(cfg.identity_key,
                                key_passphrase(cfg.identity_key_passphrase_file))
-        with SignedClient(cfg.server_url, verify=verify, timeout_s=_TIMEOUT_S) as http:
-            resp = http.request("POST", "/v1/identity/status", {"problem": line[:500]},
-                                auth=http.signer(key, enrolled))
-    except (httpx.HTTPError, OSError, ValueError):
+        with SignedClient(cfg.server_url, key=key, sender=enrolled, verify=verify,
+                          timeout_s=_TIMEOUT_S) as http:
+            http.post("/v1/identity/status", {"problem": line[:500]})
+    except (httpx.HTTPError, OSError, ValueError, RequestRefused):
         return None
-    return line if resp.status_code == 204 else None
+    return line

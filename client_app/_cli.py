@@ -83,11 +83,12 @@ def _policy_show(args: argparse.Namespace) -> int:
 
 
 def _rotate_key(args: argparse.Namespace) -> int:
+    from client_app._connection import Unanswered
     from client_app._identity import rotate_key
-    from client_app._runner import ClientRunner, RunnerError, _no_update
+    from client_app._runner import ClientRunner, _no_update
     from client_app._settings import ClientSettings
     from sdk.serving import load_settings
-    from sdk.wire import key_fingerprint
+    from sdk.wire import RequestRefused, key_fingerprint
 
     cfg = load_settings(ClientSettings, args.config)
     try:
@@ -96,7 +97,7 @@ def _rotate_key(args: argparse.Namespace) -> int:
             public = rotate_key(runner)
         finally:
             runner.close()
-    except (ValueError, RunnerError) as exc:
+    except (ValueError, RequestRefused, Unanswered) as exc:
         print(f"fedmor client rotate-key: {exc}", file=sys.stderr)
         return 2
     print(f"rotated: {cfg.identity_key} now holds key {key_fingerprint(public)} ({public}); "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, overload
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -15,21 +15,26 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from client_app._service import RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
+from sdk.wire import RequestRefused
 
-__all__ = ["MemberConnection", "MemberRevoked", "RunnerError", "ServerLink"]
+__all__ = ["RETRYABLE", "MemberConnection", "MemberRevoked", "ServerLink", "Unanswered",
+           "passed_on", "revoked"]
 
 _log = logging.getLogger("fedmor.client")
+T = TypeVar("T")
 
 
-class RunnerError(RuntimeError):
-    """The server refused a request for good (a 4xx other than a retryable one)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        self.status = status
-        super().__init__(message)
+RETRYABLE = frozenset({408, 425, 429, 500, 502, 503, 504})
+"""Statuses the runner sends again (after the refusal's Retry-After, else its backoff): the
+server's load or trouble, not a verdict on the request."""
 
 
-class MemberRevoked(RunnerError):
+class Unanswered(RuntimeError):
+    """No answer came: the server could not be reached on any attempt, or the runner is
+    stopping (it resumes after a restart)."""
+
+
+class MemberRevoked(RequestRefused):
     """The server refuses this member's identity for good: the operator revoked it (403)."""
 
 
@@ -37,6 +42,13 @@ def revoked(status: int, detail: str) -> bool:
     """Whether a refusal says that the caller's identity was revoked (the server's 403 names
     it: ``identity ... was revoked by the consortium operator``)."""
     return status == 403 and "was revoked" in detail
+
+
+def passed_on(refusal: RequestRefused) -> bool:
+    """Whether a caller that notes a refusal and works on must pass this one on instead: the
+    identity was revoked (the runner stops), or the server refused for load or trouble (the
+    next pass asks again)."""
+    return isinstance(refusal, MemberRevoked) or refusal.status in RETRYABLE
 
 
 class ServerLink:
@@ -73,7 +85,24 @@ class MemberConnection(Protocol):
 
     def request(self, method: str, path: str, payload: Any = None, *, signed: bool = True,
                 attempts: int = 30) -> httpx.Response:
-        """Send one request signed with ``key``; raise ``RunnerError`` on a final refusal."""
+        """Send one request signed with ``key``: its 2xx response; ``RequestRefused`` on a
+        final refusal, ``Unanswered`` without an answer."""
+        ...
+
+    def get(self, path: str, model: type[T], *, attempts: int = 30) -> T:
+        """``GET path`` through :meth:`request`, its answer read as ``model``."""
+        ...
+
+    @overload
+    def post(self, path: str, payload: Any, model: type[T], *, signed: bool = True,
+             attempts: int = 30) -> T: ...
+    @overload
+    def post(self, path: str, payload: Any, model: None = None, *, signed: bool = True,
+             attempts: int = 30) -> None: ...
+    def post(self, path: str, payload: Any, model: type[T] | None = None, *,
+             signed: bool = True, attempts: int = 30) -> T | None:
+        """``POST path`` through :meth:`request`, its answer read as ``model`` (without one,
+        not read)."""
         ...
 
     def enroll(self) -> str:

@@ -15,8 +15,9 @@ import logging
 import os
 from pathlib import Path
 
-from client_app._connection import MemberConnection, RunnerError
+from client_app._connection import MemberConnection, Unanswered
 from sdk.wire import (
+    RequestRefused,
     key_passphrase,
     load_or_create_key,
     load_private_key,
@@ -37,7 +38,7 @@ def pending_key_path(identity_key: Path) -> Path:
 
 def rotate_key(runner: MemberConnection) -> str:
     """Rotate ``runner``'s identity key at the server and on disk; returns the new public
-    key. Raises ``ValueError`` before enrollment, ``RunnerError`` when the server refuses."""
+    key. Raises ``ValueError`` before enrollment, ``RequestRefused`` when the server refuses."""
     cfg = runner.settings
     client_id = runner.store.get("client_id")
     if client_id is None:
@@ -48,16 +49,16 @@ def rotate_key(runner: MemberConnection) -> str:
     rotation = sign_rotation(client_id, runner.key, new)
     public, body = rotation.public_key, rotation.model_dump()
     try:
-        runner.request("POST", _ROTATE, body)
-    except RunnerError as exc:
+        runner.post(_ROTATE, body)
+    except RequestRefused as exc:
         if exc.status not in (401, 403):
             raise
         # A rotation may have been interrupted after the server switched: the pending key
         # then signs, and the server answers the repeated rotation as done.
         old, runner.key = runner.key, new
         try:
-            runner.request("POST", _ROTATE, body, attempts=1)
-        except RunnerError:
+            runner.post(_ROTATE, body, attempts=1)
+        except (RequestRefused, Unanswered):
             runner.key = old
             raise exc from None
     os.replace(pending, cfg.identity_key)  # atomic: the file holds the old key or the new one

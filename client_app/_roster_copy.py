@@ -14,7 +14,6 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from client_app._store import ClientStore
 from sdk.membership import RosterFile, RotationChain, follow_rotations
@@ -37,7 +36,7 @@ class RosterCopy:
     and the rotations followed so far do not reach."""
 
     def __init__(self, path: Path, store: ClientStore,
-                 fetch: Callable[[], list[dict[str, Any]]]) -> None:
+                 fetch: Callable[[], list[RotationRecord]]) -> None:
         self.path, self.store, self.fetch = path, store, fetch
 
     def _followed(self) -> list[RotationRecord]:
@@ -67,7 +66,7 @@ class RosterCopy:
     def _follow(self, roster: list[str], followed: list[RotationRecord]) -> RotationChain:
         """Extend the chain with the server's records; keep what it accepted."""
         known = {(r.client_id, r.old_public_key, r.new_public_key) for r in followed}
-        fetched = [RotationRecord.model_validate(r) for r in self.fetch()]
+        fetched = self.fetch()
         chain = follow_rotations(roster, followed + [
             r for r in fetched if (r.client_id, r.old_public_key, r.new_public_key) not in known])
         for record, why in chain.refused:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -64,11 +63,11 @@ def check_update_name(name: str) -> None:
 
 
 class ConfiguredRouterUpdate:
-    """The update function of a member with ``[router_training]``. ``fetch`` returns the body
-    of the server's signed ``GET /v1/router/config``; a round is taken only when its
+    """The update function of a member with ``[router_training]``. ``fetch`` returns the
+    server's signed ``GET /v1/router/config``; a round is taken only when its
     configuration hash is the one this member recomputed from the fetched configuration."""
 
-    def __init__(self, training: RouterTrainingSettings, fetch: Callable[[], Any]) -> None:
+    def __init__(self, training: RouterTrainingSettings, fetch: Callable[[], RouterConfigInfo]) -> None:
         from sdk.router import load_router_update
 
         self.training = training
@@ -78,7 +77,7 @@ class ConfiguredRouterUpdate:
         self._lock = threading.Lock()
 
     def _fetched(self) -> ConsortiumRouterConfig:
-        served = RouterConfigInfo.model_validate(self._fetch())
+        served = self._fetch()
         if served.config.sha256 != served.sha256:
             raise PolicyRefused(REFUSAL, f"the server's router configuration hashes to "
                                 f"{served.config.sha256[:12]}, not the {served.sha256[:12]} it "

@@ -16,16 +16,24 @@ import ssl
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import httpx
 import numpy as np
 import tenacity
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import TypeAdapter
 
 from client_app._announce import announce_clip_bound, announce_round_terms, announce_start
 from client_app._causes import UpdateFailed, reported_cause
-from client_app._connection import MemberRevoked, RunnerError, ServerLink, revoked
+from client_app._connection import (
+    RETRYABLE,
+    MemberRevoked,
+    ServerLink,
+    Unanswered,
+    passed_on,
+    revoked,
+)
 from client_app._identity import reload_key
 from client_app._member_round import MemberRound, UpdateSource
 from client_app._policy import (
@@ -47,8 +55,11 @@ from sdk.wire import (
     MissingImages,
     PayloadError,
     PendingQuery,
+    RequestRefused,
     RewardRequest,
+    RotationRecord,
     RoundInfo,
+    RouterConfigInfo,
     SignedClient,
     StageAck,
     StageBroadcast,
@@ -60,19 +71,22 @@ from sdk.wire import (
     tls_verify,
 )
 
-__all__ = ["ClientRunner", "RunnerError", "UpdateFn", "resolve_update_fn"]
+__all__ = ["ClientRunner", "UpdateFn", "resolve_update_fn"]
 
 _log = logging.getLogger("fedmor.client")
+T = TypeVar("T")
 
 UpdateFn = Callable[[str, RoundInfo, "np.ndarray | None"], "tuple[np.ndarray, int] | RoundUpdate"]
 """``update_source`` signature: ``(name, round, base router or None) -> (update, n_k)`` (or a
 ``RoundUpdate``, which also gives the local loss before and after)."""
-_RETRYABLE = {408, 425, 429, 500, 502, 503, 504}
 _FINISHED = ("done", "abandoned", "ended", "refused")  # local round statuses with nothing left to do
 
 
-class _Retry(Exception):
-    """An attempt that may succeed when repeated (connection error, 5xx, 429)."""
+def _again(exc: BaseException) -> bool:
+    """Whether an attempt that raised ``exc`` is worth repeating: no connection, or a refusal
+    for the server's load or trouble."""
+    return isinstance(exc, httpx.TransportError) or (
+        isinstance(exc, RequestRefused) and exc.status in RETRYABLE)
 
 
 def resolve_update_fn(settings: ClientSettings) -> UpdateFn:
@@ -155,52 +169,82 @@ class ClientRunner:
     # -- transport -----------------------------------------------------------------------------
     def request(self, method: str, path: str, payload: Any = None, *, signed: bool = True,
                 attempts: int = 30) -> httpx.Response:
-        """Send one request (``payload``: JSON-able, or ``bytes`` sent as an octet-stream body),
-        retrying connection errors and 5xx/429 with exponential backoff; each attempt is signed
-        afresh (new nonce). Raises ``RunnerError`` on a final 4xx."""
+        """Send one request (``payload``: JSON-able, or ``bytes`` sent as an octet-stream body)
+        and return its 2xx response. An unreachable server, 5xx and 429 are tried again, up to
+        ``attempts`` in all, after the refusal's ``Retry-After`` or else an exponential
+        backoff; each attempt is signed afresh (new nonce). Raises ``RequestRefused`` on a
+        final refusal (``MemberRevoked`` for a revoked identity) or the last retried one,
+        ``Unanswered`` when no attempt reached the server or the runner is stopping."""
         binary = isinstance(payload, bytes)
         body = payload if binary else b"" if payload is None else json.dumps(payload).encode()
         media = "application/octet-stream" if binary else "application/json"
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(attempts),
-            wait=tenacity.wait_exponential(multiplier=0.05, max=self.settings.retry_max_s),
-            retry=tenacity.retry_if_exception_type(_Retry),
-            sleep=self._backoff,
-        )
+        backoff = tenacity.wait_exponential(multiplier=0.05, max=self.settings.retry_max_s)
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            refused = state.outcome.exception() if state.outcome is not None else None
+            if isinstance(refused, RequestRefused) and refused.retry_after is not None:
+                return refused.wait_s
+            return backoff(state)
+
+        retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(attempts), wait=wait,
+                                     retry=tenacity.retry_if_exception(_again),
+                                     sleep=self._backoff, reraise=True)
         try:
-            for attempt in retrying:
-                with attempt:
-                    return self._send(method, path, body, media, signed=signed)
-        except tenacity.RetryError:
-            pass
-        raise RunnerError(503, f"{method} {path}: server unreachable after {attempts} attempts")
+            return retrying(self._send, method, path, body, media, signed=signed)
+        except httpx.TransportError as exc:
+            raise Unanswered(f"{method} {path}: the server at {self.settings.server_url} did "
+                             f"not answer {attempts} attempts ({exc})") from exc
+
+    def get(self, path: str, model: type[T], *, attempts: int = 30) -> T:
+        """``GET path`` (see :meth:`request`), its answer read as ``model``."""
+        return TypeAdapter(model).validate_json(self.request("GET", path,
+                                                             attempts=attempts).content)
+
+    @overload
+    def post(self, path: str, payload: Any, model: type[T], *, signed: bool = True,
+             attempts: int = 30) -> T: ...
+    @overload
+    def post(self, path: str, payload: Any, model: None = None, *, signed: bool = True,
+             attempts: int = 30) -> None: ...
+    def post(self, path: str, payload: Any, model: type[T] | None = None, *,
+             signed: bool = True, attempts: int = 30) -> T | None:
+        """``POST path`` (see :meth:`request`), its answer read as ``model`` (without one, not
+        read)."""
+        resp = self.request("POST", path, payload, signed=signed, attempts=attempts)
+        return None if model is None else TypeAdapter(model).validate_json(resp.content)
 
     def _backoff(self, seconds: float) -> None:
         self.stop.wait(seconds)  # a stopping runner does not sit out its backoff
 
     def _send(self, method: str, path: str, body: bytes, media: str, *,
               signed: bool) -> httpx.Response:
-        """One attempt: ``_Retry`` when the server is unreachable or answers a retryable
-        status, ``RunnerError`` when it refuses for good or the runner is stopping."""
+        """One attempt: the 2xx response, else the refusal (``MemberRevoked`` for a revoked
+        identity); ``Unanswered`` when the runner is stopping. A signed request refused
+        401/403 just after the key file changed (a rotation) is sent again with the new key."""
         if self.stop.is_set():
-            raise RunnerError(499, f"{method} {path}: runner stopping")
+            raise Unanswered(f"{method} {path}: runner stopping")
+        resp = self._attempt(method, path, body, media, signed=signed)
+        if signed and resp.status_code in (401, 403) and reload_key(self):
+            resp = self._attempt(method, path, body, media, signed=signed)
+        if resp.is_success:
+            return resp
+        refused = RequestRefused.of(resp)
+        if signed and revoked(refused.status, refused.reason):
+            raise MemberRevoked.of(resp)
+        raise refused
+
+    def _attempt(self, method: str, path: str, body: bytes, media: str, *,
+                 signed: bool) -> httpx.Response:
         # The identity is read per attempt: enrollment sets the id, a rotation the key.
         auth = self.http.signer(self.key, self.client_id) if signed else None
         try:
             resp = self.http.request(method, path, body, media=media, auth=auth)
         except httpx.TransportError as exc:
             self.link.down(exc)
-            raise _Retry(str(exc)) from exc
+            raise
         self.link.up()
         self.bytes_sent += len(body)
-        if resp.status_code < 400:
-            return resp
-        if resp.status_code in _RETRYABLE:
-            raise _Retry(f"status {resp.status_code}")
-        if signed and resp.status_code in (401, 403) and reload_key(self):
-            raise _Retry("the identity key was rotated")
-        error = MemberRevoked if signed and revoked(resp.status_code, resp.text) else RunnerError
-        raise error(resp.status_code, f"{method} {path}: {resp.status_code} {resp.text[:300]}")
+        return resp
 
     # -- enrollment ----------------------------------------------------------------------------
     @property
@@ -220,35 +264,35 @@ class ClientRunner:
         body = {"name": self.settings.name, "token": token.get_secret_value(),
                 "public_key": public_key_b64(self.key), "reward_url": self.settings.public_url,
                 "clip_bound": None if self.service is None else self.service.clip}
-        resp = EnrollResponse.model_validate(
-            self.request("POST", "/v1/enroll", body, signed=False).json())
+        resp = self.post("/v1/enroll", body, EnrollResponse, signed=False)
         self.store.put("server_public_key", resp.server_public_key)
         self.store.put("client_id", resp.client_id)
         _log.info("enrolled with %s as %s", self.settings.server_url, resp.client_id)
         return resp.client_id
 
     # -- rounds --------------------------------------------------------------------------------
-    def _router_config(self) -> Any:
-        """The body of the server's signed ``GET /v1/router/config``."""
-        return self.request("GET", "/v1/router/config", attempts=3).json()
+    def _router_config(self) -> RouterConfigInfo:
+        """The server's signed ``GET /v1/router/config``."""
+        return self.get("/v1/router/config", RouterConfigInfo, attempts=3)
 
     def _base(self, info: RoundInfo) -> np.ndarray | None:
         if info.base_version is None:
             return None
         resp = self.request("GET", f"/v1/router/{info.base_version}")
         if hashlib.sha256(resp.content).hexdigest() != resp.headers.get("x-fedmor-sha256"):
-            raise RunnerError(502, f"router version {info.base_version} fails its sha256")
+            raise RoundFailed(f"router version {info.base_version} fails its sha256: the "
+                              f"download was changed on the way")
         return np.frombuffer(resp.content, dtype="<f4").copy()
 
     def _check_roster(self, info: RoundInfo) -> None:
         if self.settings.roster_file is not None:
             RosterCopy(self.settings.roster_file, self.store, self._rotations).check(info)
 
-    def _rotations(self) -> list[dict[str, Any]]:
+    def _rotations(self) -> list[RotationRecord]:
         """The server's key rotation records (none from a server that cannot say)."""
         try:
-            return list(self.request("GET", "/v1/identity/rotations", attempts=3).json())
-        except (RunnerError, ValueError) as exc:
+            return self.get("/v1/identity/rotations", list[RotationRecord], attempts=3)
+        except (RequestRefused, Unanswered, ValueError) as exc:
             _log.warning("could not fetch the key rotation records: %s", exc)
             return []
 
@@ -257,11 +301,11 @@ class ClientRunner:
         wait = self.settings.long_poll_s
         path = f"/v1/rounds/{round_id}/stages/{stage}" + (f"?wait_s={wait:g}" if wait else "")
         while True:
-            out = StageBroadcast.model_validate(self.request("GET", path).json())
+            out = self.get(path, StageBroadcast)
             if out.ready or out.round_status != "open":
                 return out
             if self.stop.wait(0 if wait else self.settings.poll_interval_s):
-                raise RunnerError(499, "runner stopping")
+                raise Unanswered(f"GET {path}: runner stopping")
 
     def _local_update(self, info: RoundInfo) -> UpdateSource:
         """Start the base download and the local update in the background: stages that need
@@ -276,7 +320,7 @@ class ClientRunner:
                 self.store.record_update(info.round_id, update.samples, update.loss_before,
                                          update.loss_after)
                 out.set_result((as_delta(update.params, base), update.samples))
-            except (PolicyRefused, RunnerError) as exc:
+            except (PolicyRefused, RoundFailed, RequestRefused, Unanswered) as exc:
                 out.set_exception(exc)
             except Exception as exc:  # any failure of the site's own update: named, reported
                 out.set_exception(UpdateFailed(exc))
@@ -291,7 +335,7 @@ class ClientRunner:
         status = self.store.round_status(round_id)
         if status in _FINISHED and not self._reused(round_id):
             return status
-        info = RoundInfo.model_validate(self.request("GET", f"/v1/rounds/{round_id}").json())
+        info = self.get(f"/v1/rounds/{round_id}", RoundInfo)
         me = self.client_id
         if me not in info.participants:
             return "not_participant"
@@ -325,14 +369,16 @@ class ClientRunner:
                     payload = half.message(stage, server_input.payload or {})
                     self.store.put_sent(round_id, stage, payload, half.state())
                 query = f"?wait_next_s={wait:g}" if wait else ""
-                ack = StageAck.model_validate(self.request(
-                    "POST", f"/v1/rounds/{round_id}/stages/{stage}{query}",
-                    payload if isinstance(payload, bytes) else {"payload": payload}).json())
+                ack = self.post(f"/v1/rounds/{round_id}/stages/{stage}{query}",
+                                payload if isinstance(payload, bytes) else {"payload": payload},
+                                StageAck)
                 ahead = ack.next
-        except RunnerError as exc:
-            if exc.status not in (404, 409):  # 499 (stopping) resumes after restart
+        except (RequestRefused, Unanswered) as exc:
+            # Dropped or the round closed: this member leaves it; else (no answer, stopping,
+            # revoked) the round resumes after the cause passed.
+            if not isinstance(exc, RequestRefused) or exc.status not in (404, 409):
                 raise
-            return self._end(round_id, "abandoned", str(exc))  # dropped or round closed
+            return self._end(round_id, "abandoned", str(exc))
         except PolicyRefused as exc:  # the local update may not leave (too few samples)
             return self._refuse(round_id, exc)
         except Exception as exc:  # this member's half failed: it leaves and says why
@@ -356,9 +402,10 @@ class ClientRunner:
                          exc_info=exc)
         self._end(round_id, "abandoned", str(exc))
         try:
-            self.request("POST", f"/v1/rounds/{round_id}/refusal",
-                         {"reason": "abandoned", "detail": reported_cause(exc)}, attempts=3)
-        except RunnerError as err:  # the local record stands; the server sees a dropout
+            self.post(f"/v1/rounds/{round_id}/refusal",
+                      {"reason": "abandoned", "detail": reported_cause(exc)}, attempts=3)
+        except (RequestRefused, Unanswered) as err:
+            # The local record stands; the server sees a dropout.
             _log.warning("round %d: could not report the abandonment: %s", round_id, err)
         return "abandoned"
 
@@ -368,15 +415,15 @@ class ClientRunner:
         only forgets the rounds it runs to their end."""
         for round_id in self.store.rounds_with_secrets():
             try:
-                info = self.request("GET", f"/v1/rounds/{round_id}", attempts=1)
-            except RunnerError as exc:
-                if exc.status in (403, 404):  # unknown to the server (any more), or its id
-                    # now names a round we are not in (a server restored from a backup)
+                info = self.get(f"/v1/rounds/{round_id}", RoundInfo, attempts=1)
+            except (RequestRefused, Unanswered) as exc:
+                if isinstance(exc, RequestRefused) and exc.status in (403, 404):
+                    # Unknown to the server (any more), or its id now names a round we are
+                    # not in (a server restored from a backup).
                     self._end(round_id, "abandoned", "unknown to the server")
                 continue  # unreachable: try again on the next pass
-            status = info.json().get("status")
-            if status != "open":
-                self._end(round_id, "ended", f"round {status}")
+            if info.status != "open":
+                self._end(round_id, "ended", f"round {info.status}")
 
     def _reused(self, round_id: int) -> bool:
         """Whether the server lists a round this client ended under an id it reuses for a new
@@ -384,7 +431,7 @@ class ClientRunner:
         known = self.store.round_created(round_id)
         if known is None:  # recorded before creation times were kept
             return False
-        info = RoundInfo.model_validate(self.request("GET", f"/v1/rounds/{round_id}").json())
+        info = self.get(f"/v1/rounds/{round_id}", RoundInfo)
         if info.created_at == known:
             return False
         _log.warning("round %d: the server reuses the id for a new round (restored from a "
@@ -414,9 +461,10 @@ class ClientRunner:
         _log.warning("round %d refused: %s", round_id, refusal)
         self._end(round_id, "refused", f"{refusal.reason}: {refusal.detail}")
         try:
-            self.request("POST", f"/v1/rounds/{round_id}/refusal",
-                         {"reason": refusal.reason, "detail": refusal.detail[:1000]})
-        except RunnerError as exc:  # the local record stands; the server sees a dropout
+            self.post(f"/v1/rounds/{round_id}/refusal",
+                      {"reason": refusal.reason, "detail": refusal.detail[:1000]})
+        except (RequestRefused, Unanswered) as exc:
+            # The local record stands; the server sees a dropout.
             _log.warning("round %d: could not report the refusal: %s", round_id, exc)
         return "refused"
 
@@ -426,8 +474,7 @@ class ClientRunner:
         if self.service is None:
             return 0
         if queries is None:
-            queries = [PendingQuery.model_validate(q)
-                       for q in self.request("GET", "/v1/reward/pending").json()]
+            queries = self.get("/v1/reward/pending", list[PendingQuery])
         for q in queries:
             answer: dict[str, Any]
             try:
@@ -439,7 +486,7 @@ class ClientRunner:
             except Exception:  # a bad item costs its own answer, never the worker
                 _log.exception("scoring reward query %s failed", q.query_id)
                 answer = {"error": "internal error while scoring this query"}
-            self.request("POST", f"/v1/reward/answers/{q.query_id}", answer)
+            self.post(f"/v1/reward/answers/{q.query_id}", answer)
         return len(queries)
 
     # -- work discovery ------------------------------------------------------------------------
@@ -455,8 +502,8 @@ class ClientRunner:
             return False
         path = f"/v1/work?wait_s={wait:g}&rounds={str(self.settings.run_rounds).lower()}"
         try:
-            work = Work.model_validate(self.request("GET", path).json())
-        except RunnerError as exc:
+            work = self.get(path, Work)
+        except RequestRefused as exc:
             if exc.status not in (404, 405):
                 raise
             self._long_poll_works = False  # a server without /v1/work: poll as before
@@ -481,8 +528,8 @@ class ClientRunner:
             announce_start(self)
             announce_round_terms(self)
             announce_clip_bound(self)
-        except RunnerError as exc:
-            if exc.status >= 499 or isinstance(exc, MemberRevoked):
+        except RequestRefused as exc:
+            if passed_on(exc):
                 raise
             _log.warning("the server refused this member's clip bound: %s; answers outside "
                          "the bound it announced before will be refused", exc)
@@ -490,16 +537,16 @@ class ClientRunner:
 
     def _poll_lists(self) -> None:
         if self.settings.run_rounds:
-            for info in self.request("GET", "/v1/rounds?status=open").json():
-                if self.client_id in info["participants"]:
-                    self.run_round(int(info["round_id"]))
+            for info in self.get("/v1/rounds?status=open", list[RoundInfo]):
+                if self.client_id in info.participants:
+                    self.run_round(info.round_id)
         self.answer_pending()
 
     def _failed_pass(self, exc: Exception) -> None:
         """Log a failed work pass at WARNING once per distinct cause (not while the server is
         unreachable, which the link reports, nor when the runner stops)."""
         text = str(exc)
-        if getattr(exc, "status", 0) == 499 or self.link.down_since is not None \
+        if self.stop.is_set() or self.link.down_since is not None \
                 or text == self._last_failure:
             return
         self._last_failure = text
@@ -521,7 +568,7 @@ class ClientRunner:
                 self.revoked = True
                 stop.set()
                 return
-            except (RunnerError, httpx.HTTPError, ValueError) as exc:
+            except (RequestRefused, Unanswered, httpx.HTTPError, ValueError) as exc:
                 self._failed_pass(exc)
             except Exception:  # anything else is logged: the worker outlives one bad pass
                 _log.exception("work pass failed")

@@ -115,7 +115,8 @@ class ClientSettings(AppHardening):
     long_poll_s: float = Field(default=2.0, ge=0, le=30, description="how long the server may "
                                "hold a work-discovery (GET /v1/work) or stage-input request "
                                "until there is something (0: poll every poll_interval_s)")
-    retry_max_s: float = Field(default=5.0, gt=0, description="backoff cap")
+    retry_max_s: float = Field(default=5.0, gt=0, description="cap of the exponential backoff "
+                               "between retries (a refusal's Retry-After is waited as it asks)")
     request_timeout_s: float = Field(default=60.0, gt=0)
 
     @model_validator(mode="after")

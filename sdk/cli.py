@@ -206,9 +206,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(handler(args) or 0)
-    except (ValueError, FileNotFoundError, PermissionError) as exc:
+    except Exception as exc:
+        if not isinstance(exc, (ValueError, FileNotFoundError, PermissionError, _refusal())):
+            raise
         print(f"fedmor: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _refusal() -> type[Exception]:
+    """The type of a request the server refused (imported on failure: ``--help`` stays
+    fast)."""
+    from sdk.wire import RequestRefused
+
+    return RequestRefused
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from fastapi.responses import FileResponse
 
 from sdk.capture import CaptureManifest
 from sdk.serving import NotFoundError, RateLimited, for_roles
-from sdk.wire import ImageRef, PayloadError, RewardRequest, RewardResponse
+from sdk.wire import ImageRef, PayloadError, RequestRefused, RewardRequest, RewardResponse
 from server_app._access import ADMIN, Access
 from server_app._audit_settings import AuditSettings
 from server_app._broker import BrokerError, RewardBroker
@@ -125,7 +125,7 @@ def audit_router(store: Store, capture: ServerCapture | None, broker: RewardBrok
             scores = await broker.query(str(member["client_id"]), images,
                                         [i.prompt for i in req.items],
                                         [i.response for i in req.items])
-        except BrokerError as exc:
+        except (BrokerError, RequestRefused) as exc:
             raise HTTPException(502, f"member {name} did not score the query: {exc}") from exc
         store.audit(who, "audit_query", member=name, items=len(images))
         digest = hashlib.sha256(req.model_dump_json().encode()).hexdigest()

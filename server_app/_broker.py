@@ -20,7 +20,6 @@ flight to each member, and sends a query the member refused with 429 again after
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import logging
 import math
@@ -40,6 +39,7 @@ from sdk.wire import (
     AsyncSignedClient,
     ImageRef,
     MissingImages,
+    RequestRefused,
     RewardAnswer,
     RewardItem,
     RewardRequest,
@@ -55,16 +55,15 @@ _log = logging.getLogger("fedmor.broker")
 
 _REVOKED = "withdrawn: the member was revoked"
 _LATE = "withdrawn: not answered within the server's reward_timeout_s"
-# A Retry-After of 0, or one that cannot be read, must not turn into a busy loop of resends.
-_RETRY_FLOOR_S = 0.1
-_RETRY_DEFAULT_S = 1.0
 
 OnScored = Callable[[str, list[RewardItem], list[float]], None]
 """Told of every answered query: (member client id, its items, their checked scores)."""
 
 
 class BrokerError(RuntimeError):
-    """A reward query could not be answered (client unreachable, refused, timed out)."""
+    """A reward query could not be answered: the member unreachable, its answer refused here,
+    no free slot or no answer in time. (A member that refuses the request itself raises
+    :class:`~sdk.wire.RequestRefused`.)"""
 
 
 _Answer = TypeVar("_Answer", RewardResponse, MissingImages)
@@ -98,21 +97,6 @@ def server_timing(header: str) -> dict[str, float]:
                 if math.isfinite(dur):
                     out[name] = dur
     return out
-
-
-def retry_after_s(header: str | None) -> float:
-    """The wait a 429's ``Retry-After`` asks for (delta-seconds or an HTTP date), never below
-    the floor; the default wait when there is none or it cannot be read."""
-    if not header:
-        return _RETRY_DEFAULT_S
-    try:
-        wait = float(header)
-    except ValueError:
-        try:
-            wait = email.utils.parsedate_to_datetime(header).timestamp() - time.time()
-        except (TypeError, ValueError):
-            return _RETRY_DEFAULT_S
-    return max(wait, _RETRY_FLOOR_S) if math.isfinite(wait) else _RETRY_DEFAULT_S
 
 
 class RewardBroker:
@@ -231,9 +215,11 @@ class RewardBroker:
     async def query(self, client_id: str, images: Sequence[ImageRef], prompts: Sequence[str],
                     responses: Sequence[str]) -> list[float]:
         """Scores of the (image, prompt, response) triples from member ``client_id``
-        (normalized and clipped by the member; checked here), in their order. A batch above
-        the member's :attr:`~sdk.wire.RewardRequest.MAX_ITEMS` goes as several requests at
-        once (its ``per_member`` slots still bound them); one failed part fails the batch."""
+        (normalized and clipped by the member; checked here), in their order;
+        ``RequestRefused`` when the member refuses, ``BrokerError`` when the query fails
+        otherwise. A batch above the member's :attr:`~sdk.wire.RewardRequest.MAX_ITEMS` goes
+        as several requests at once (its ``per_member`` slots still bound them); one failed
+        part fails the batch."""
         client = self._clients.get(client_id) or self.store.client(client_id)
         if client is None or client_id in self._revoked:
             raise BrokerError(f"unknown client {client_id}")
@@ -307,8 +293,7 @@ class RewardBroker:
                 cached -= force
                 continue
             if resp.status_code != 200:
-                raise BrokerError(f"client {client_id} answered {resp.status_code}: "
-                                  f"{resp.text[:200]}")
+                raise RequestRefused.of(resp, by=f"member {client_id}")
             self.last_server_timing = server_timing(resp.headers.get("server-timing", ""))
             scores = _parsed(RewardResponse, resp, client_id).scores
             self.check(client_id, scores, len(items))
@@ -350,13 +335,14 @@ class RewardBroker:
                 slot.release()
             if resp.status_code != 429:
                 return resp
-            wait = retry_after_s(resp.headers.get("retry-after"))
-            if time.monotonic() + wait > deadline:
-                raise BrokerError(f"client {client_id} answered 429 (busy: {resp.text[:200]}) "
-                                  f"with a Retry-After of {wait:g} s, past the query's "
-                                  f"deadline ({self.timeout_s:g} s)")
+            busy = RequestRefused.of(resp, by=f"member {client_id}")
+            if time.monotonic() + busy.wait_s > deadline:
+                _log.warning("reward query to %s: its Retry-After (%g s) passes the query's "
+                             "deadline (%g s): not sent again", client_id, busy.wait_s,
+                             self.timeout_s)
+                raise busy
             self.resends += 1
-            await asyncio.sleep(wait)
+            await asyncio.sleep(busy.wait_s)
 
     async def _pull(self, client_id: str, items: list[RewardItem],
                     images: dict[str, ImageRef], cached: set[str]) -> list[float]:

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sdk.wire import ImageRef
+from sdk.wire import ImageRef, RequestRefused
 from server_app._broker import BrokerError, RewardBroker
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class BrokerRewardSource:
         client_id = self.client_ids[client_index]
         try:
             scores = await self.broker.query(client_id, refs, prompts, responses)
-        except BrokerError as exc:
+        except (BrokerError, RequestRefused) as exc:
             if self.failure is None:
                 raise
             _log.warning("reward query to member %s failed: %s", client_id, exc)

@@ -49,7 +49,13 @@ from _scratch import scratch_dir
 
 from fedmor_local import OPEN_POLICY, LocalConsortium
 from fedmor_local._insider import InsiderPost, insider_bodies, rss_mb
-from sdk.wire import AsyncSignedClient, SignedClient, load_or_create_key, public_key_b64
+from sdk.wire import (
+    AsyncSignedClient,
+    RequestRefused,
+    SignedClient,
+    load_or_create_key,
+    public_key_b64,
+)
 
 HOSTILE = "hostile"
 PROBE_EVERY_S = 0.1
@@ -155,7 +161,7 @@ def _hostile(url: str, client_id: str, key_path: str, polls: int, control: Any) 
                 continue
             if resp.status_code == 429:
                 counts["refused"] += 1
-                await asyncio.sleep(float(resp.headers.get("retry-after", "1")))
+                await asyncio.sleep(RequestRefused.of(resp).wait_s)
             else:
                 counts["answered"] += 1
 

@@ -144,9 +144,7 @@ def _stage_c(config: DemoConfig, run_dir: Path, consortium: Any, client_ids: lis
     out = align(policy, reward_fn, load_queries(run_dir / "data" / "policy" / "train"), grpo,
                 out_dir=run_dir / "alignment", callbacks=[timer], runtime=runtime,
                 progress=lambda line: say(f"stage C: {line}"))
-    stats = consortium.admin.get("/v1/rewards/stats")  # as the consortium's operator
-    stats.raise_for_status()
-    service = stats.json()
+    service = consortium.ops.get("/v1/rewards/stats", dict[str, Any])  # as the operator
 
     id_cats = [c for c in config.clients if c in MULTIPLE_CHOICE_CATEGORIES]
     evals = {c: load_queries(run_dir / "data" / "policy" / "eval" / c)[: config.eval_queries]

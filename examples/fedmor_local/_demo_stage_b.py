@@ -185,8 +185,7 @@ def train_router(config: DemoConfig, consortium: Any, declared: Any,
             raise RuntimeError(f"router round {info['round_id']} failed: {done['error']}")
         wall = round(time.perf_counter() - t, 1)
         # The published router, downloaded as any member would, then scored on the eval pairs.
-        blob = consortium.admin.get(f"/v1/router/{done['router_version']}")
-        blob.raise_for_status()
+        blob = consortium.ops.download(f"/v1/router/{done['router_version']}")
         router.set_flat_params(np.frombuffer(blob.content, dtype="<f4").copy())
         accuracy = _routing_accuracy(router, encoder, {c: splits[c] for c in config.clients})
         epsilon = None if done.get("dp") is None else done["dp"]["epsilon_total"]

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from sdk.membership import add_to_roster
-from sdk.wire import Role, load_or_create_key, public_key_b64, tls_verify
+from sdk.wire import Role, SignedClient, load_or_create_key, public_key_b64, tls_verify
 
 __all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "client_cert_paths", "free_port",
            "make_pki", "wait_healthy"]
@@ -216,6 +216,12 @@ class LocalConsortium:
         self.admin = httpx.Client(base_url=self.server_url, verify=self.operator_tls, timeout=30,
                                   headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
         self._probe = httpx.Client(verify=self.operator_tls, timeout=2)  # health polls
+        # The server's first DP round loads its accountant (opacus, torch) before it
+        # answers: tens of seconds on a loaded machine, hence the long timeout.
+        self.ops = SignedClient(http=httpx.Client(
+            base_url=self.server_url, verify=self.operator_tls, timeout=120,
+            headers={"authorization": f"Bearer {ADMIN_TOKEN}"}))
+        """The operator's typed client (the admin token): each refusal a ``RequestRefused``."""
 
     def _tls(self, ca_field: str) -> dict[str, Any]:
         if self.pki is None:
@@ -284,6 +290,7 @@ class LocalConsortium:
         for who in [*clients, "server"] if "server" in self.procs else clients:
             self.stop(who)
         self.admin.close()
+        self.ops.http.close()
         self._probe.close()
 
     def __enter__(self) -> LocalConsortium:
@@ -311,29 +318,20 @@ class LocalConsortium:
             time.sleep(0.1)
         raise TimeoutError("not every client enrolled")
 
-    def create_round(self, *, request_timeout_s: float = 120.0, **body: Any) -> dict[str, Any]:
-        """POST /v1/rounds as admin (``body``: a ``RoundCreate``). The server's first DP round
-        loads its accountant (opacus, torch) before it answers: tens of seconds on a loaded
-        machine, hence the long default."""
-        resp = self.admin.post("/v1/rounds", json=body, timeout=request_timeout_s)
-        resp.raise_for_status()
-        return dict(resp.json())
+    def create_round(self, **body: Any) -> dict[str, Any]:
+        """POST /v1/rounds as admin (``body``: a ``RoundCreate``)."""
+        return self.ops.post("/v1/rounds", body, dict[str, Any])
 
     def publish_router(self, params: Any) -> dict[str, Any]:
         """POST /v1/router as admin: the federation's starting router (float32 (P,))."""
         import numpy as np
 
         body = np.ascontiguousarray(params, dtype="<f4").tobytes()
-        resp = self.admin.post("/v1/router", content=body,
-                               headers={"content-type": "application/octet-stream"})
-        resp.raise_for_status()
-        return dict(resp.json())
+        return self.ops.post("/v1/router", body, dict[str, Any])
 
     def round(self, round_id: int) -> dict[str, Any]:
         """GET /v1/rounds/{id} as admin."""
-        resp = self.admin.get(f"/v1/rounds/{round_id}")
-        resp.raise_for_status()
-        return dict(resp.json())
+        return self.ops.get(f"/v1/rounds/{round_id}", dict[str, Any])
 
     def wait_round(self, round_id: int, timeout_s: float = 120.0) -> dict[str, Any]:
         """Block until a round is finished or failed."""

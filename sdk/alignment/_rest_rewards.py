@@ -34,7 +34,6 @@ from sdk.wire import (
     EnrollRequest,
     EnrollResponse,
     ImageRef,
-    RequestRefused,
     SignedClient,
     load_private_key,
     public_key_b64,
@@ -44,24 +43,19 @@ __all__ = ["RestFeedbackCallback", "RestRewardError", "RestRewardFunction", "enr
 
 
 class RestRewardError(AlignmentError):
-    """The server refused a reward or feedback request (the status and its detail)."""
+    """The reward path cannot go on: the server still lacks images after their resend, or
+    too many of a step's completions got the failure value. (A refused request is
+    :class:`~sdk.wire.RequestRefused`.)"""
 
 
 def enroll_identity(server_url: str, key: Ed25519PrivateKey, *, name: str, token: str,
                     verify: ssl.SSLContext | bool = True, timeout_s: float = 30.0
                     ) -> EnrollResponse:
-    """Enroll ``name`` with its one-time token (a retry after success returns the same id)."""
+    """Enroll ``name`` with its one-time token (a retry after success returns the same id);
+    :class:`~sdk.wire.RequestRefused` when the server refuses."""
     body = EnrollRequest(name=name, token=token, public_key=public_key_b64(key))
     with SignedClient(server_url, verify=verify, timeout_s=timeout_s) as client:
-        try:
-            return client.post_json("/v1/enroll", body, EnrollResponse)
-        except RequestRefused as exc:
-            raise RestRewardError(f"enrollment of {name!r} refused ({exc.status}): "
-                                  f"{exc.detail}") from None
-
-
-def _refused(what: str, exc: RequestRefused) -> RestRewardError:
-    return RestRewardError(f"{what} refused by the server ({exc.status}): {exc.detail}")
+        return client.post("/v1/enroll", body, EnrollResponse)
 
 
 class RestRewardFunction:
@@ -75,7 +69,8 @@ class RestRewardFunction:
     refused or answered out of bound), ``judge_counts`` the completions per judging member
     when the server's settings reveal judges. A call (one step's completions on this rank)
     in which more than ``max_failed_fraction`` of the completions failed raises
-    :class:`RestRewardError`: GRPO would otherwise learn the failure value.
+    :class:`RestRewardError`: GRPO would otherwise learn the failure value. A request the
+    server refuses raises :class:`~sdk.wire.RequestRefused`.
     """
 
     def __init__(self, server_url: str, key: Ed25519PrivateKey | Path, sender: str, *,
@@ -120,10 +115,7 @@ class RestRewardFunction:
 
     async def _post(self, payload: dict[str, Any]) -> AlignerResponse:
         self.requests += 1
-        try:
-            return await self._client().post_json("/v1/rewards", payload, AlignerResponse)
-        except RequestRefused as exc:
-            raise _refused("reward request", exc) from None
+        return await self._client().post("/v1/rewards", payload, AlignerResponse)
 
     async def _batch(self, items: list[AlignerItem], step: int,
                      refs: dict[str, ImageRef]) -> list[float]:
@@ -223,11 +215,8 @@ class RestFeedbackCallback(TrainerCallback):
         if self._http is None:
             self._http = SignedClient(r.url, key=r.key, sender=r.sender, verify=r.verify,
                                       timeout_s=r.timeout_s)
-        try:
-            ack = self._http.post_json("/v1/rewards/feedback", fb.model_dump(exclude_none=True),
-                                       AlignerFeedbackAck)
-        except RequestRefused as exc:
-            raise _refused("router feedback", exc) from None
+        ack = self._http.post("/v1/rewards/feedback", fb.model_dump(exclude_none=True),
+                              AlignerFeedbackAck)
         if ack.applied:
             self.history.append((ack.step, fb.loss, ack.feedback, ack.pairs))
 

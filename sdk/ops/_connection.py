@@ -10,24 +10,19 @@ import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdk.ops._profiles import CONFIG_DIR_ENV, ProfileBook, check_owner_only, profiles_path
 
-__all__ = ["ADMIN_TOKEN_ENV", "Connection", "ServerError", "add_connection_options",
-           "connection_from_args", "wait_for_server"]
+if TYPE_CHECKING:
+    from sdk.wire import SignedClient
+
+__all__ = ["ADMIN_TOKEN_ENV", "Connection", "add_connection_options", "connection_from_args",
+           "wait_for_server"]
 
 ADMIN_TOKEN_ENV = "FEDMOR_ADMIN_TOKEN"
 """The environment variable holding the server's admin token, the operator commands' fallback
 when no identity signs (never a command-line option: it would show in the process list)."""
-
-
-class ServerError(ValueError):
-    """The server refused a request: the status and the server's message."""
-
-    def __init__(self, what: str, status: int, detail: str) -> None:
-        super().__init__(f"{what} refused by the server ({status}): {detail}")
-        self.status, self.detail = status, detail
 
 
 @dataclass(frozen=True)
@@ -65,7 +60,7 @@ class Connection:
         return None if self.client_cert is None else (str(self.client_cert),
                                                        str(self.client_key))
 
-    def client(self, *, timeout_s: float = 30.0, unsigned: bool = False) -> Any:
+    def client(self, *, timeout_s: float = 30.0, unsigned: bool = False) -> SignedClient:
         """A :class:`sdk.wire.SignedClient` for this server: signed by the identity, else
         with the admin token (``unsigned``: neither, for enrollment)."""
         from sdk.wire import SignedClient, key_passphrase, load_private_key
@@ -90,7 +85,7 @@ class Connection:
     def request(self, method: str, path: str, body: Any = None, *, what: str = "request",
                 timeout_s: float = 30.0, unsigned: bool = False) -> Any:
         """One JSON request through :meth:`client`: the decoded answer, or
-        :class:`ServerError` with the server's message."""
+        :class:`sdk.wire.RequestRefused` naming ``what`` and the server's message."""
         import httpx
 
         from sdk.wire import RequestRefused
@@ -98,12 +93,10 @@ class Connection:
         try:
             with self.client(timeout_s=timeout_s, unsigned=unsigned) as client:
                 resp = client.request(method, path, body)
-                if resp.status_code >= 400:
-                    raise RequestRefused.of(resp)
-        except RequestRefused as exc:
-            raise ServerError(what, exc.status, exc.detail) from None
         except httpx.HTTPError as exc:
             raise ValueError(f"cannot reach the server at {self.server}: {exc}") from None
+        if not resp.is_success:
+            raise RequestRefused.of(resp, what=what)
         return resp.json() if resp.content else None
 
 
@@ -111,12 +104,14 @@ def wait_for_server(conn: Connection, timeout_s: float) -> dict[str, Any]:
     """``GET /v1/health`` (unsigned) until it answers, for at most ``timeout_s``; its body."""
     import time
 
+    from sdk.wire import RequestRefused
+
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             return dict(conn.request("GET", "/v1/health", what="health", unsigned=True,
                                      timeout_s=5.0))
-        except ValueError as exc:  # not up yet (or refusing): ask again until the deadline
+        except (ValueError, RequestRefused) as exc:  # not up yet, or refusing: ask again
             if time.monotonic() >= deadline:
                 waited = f"within {timeout_s:g} s" if timeout_s > 0 else "(--wait SECONDS waits)"
                 raise ValueError(f"{conn.server} did not answer {waited}: {exc}") from None

@@ -9,14 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sdk.ops._connection import (
-    Connection,
-    ServerError,
-    add_connection_options,
-    connection_from_args,
-)
+from sdk.ops._connection import Connection, add_connection_options, connection_from_args
 from sdk.ops._tables import emit, when
-from sdk.wire import RouterVersionInfo
+from sdk.wire import RequestRefused, RouterVersionInfo
 
 __all__ = ["add_router_commands", "register_admin", "register_alignment"]
 
@@ -41,7 +36,7 @@ def _serving(conn: Connection) -> str | None:
     None when this caller may not read the reward service's status."""
     try:
         stats = conn.request("GET", "/v1/rewards/stats", what="alignment status")
-    except ServerError:
+    except RequestRefused:
         return None
     return None if stats.get("serving_version") is None else _heads_phrase(stats)
 
@@ -63,7 +58,7 @@ def _show(args: argparse.Namespace) -> int:
     if args.version is None:
         try:
             info = conn.request("GET", "/v1/router/latest", what="router show")
-        except ServerError as exc:
+        except RequestRefused as exc:
             # None in the current lineage yet: the error says where the newest is, and the
             # reward service's own view says what it serves meanwhile.
             serving = _serving(conn) if exc.status == 404 else None

@@ -64,17 +64,11 @@ def _blob(conn: Any, info: RouterVersionInfo) -> bytes:
     """The version's parameters, refused unless they hash to the sha256 the server lists."""
     import httpx
 
-    from sdk.ops._connection import ServerError
-    from sdk.wire import RequestRefused
-
     try:
         with conn.client(timeout_s=120.0) as client:
-            resp = client.request("GET", f"/v1/router/{info.version}")
+            resp = client.download(f"/v1/router/{info.version}")
     except httpx.HTTPError as exc:
         raise ValueError(f"cannot reach the server at {conn.server}: {exc}") from None
-    if resp.status_code >= 400:
-        refused = RequestRefused.of(resp)
-        raise ServerError("router pull", refused.status, refused.detail)
     digest = hashlib.sha256(resp.content).hexdigest()
     if digest != info.sha256 or digest != resp.headers.get("x-fedmor-sha256"):
         raise ValueError(f"router version {info.version} hashes to {digest[:16]}, the server "

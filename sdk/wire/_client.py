@@ -5,13 +5,20 @@ Signing is one ``httpx.Auth`` flow (:class:`SignedAuth`), which httpx drives fro
 async clients alike; building a request and reading an answer are shared functions, so the two
 clients differ only in ``await`` and neither holds a copy of the signing or error rules. Each
 attempt is signed afresh (new nonce and timestamp), so a retry is never taken for a replay.
+
+Every answer other than 2xx, to any fedmor caller (an app, the command line, the aligner, the
+broker), is one :class:`RequestRefused` with its status, reason and ``Retry-After``; an answer
+is read into the schema the caller names (``get(path, RoundInfo) -> RoundInfo``).
 """
 
 from __future__ import annotations
 
+import email.utils
 import enum
 import json
+import math
 import ssl
+import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
@@ -36,27 +43,66 @@ class _Use(enum.Enum):
 
 
 _AuthArg = httpx.Auth | None | _Use
-_DETAIL_CHARS = 300  # of a refusal's body kept in the error: enough for any server message
+_REASON_CHARS = 300  # of a refusal's body kept in the error: enough for any server message
+# A Retry-After of 0 must not turn into a busy loop of resends; a retryable refusal without one
+# (or with one that cannot be read) is sent again after the default.
+_RETRY_FLOOR_S = 0.1
+_RETRY_DEFAULT_S = 1.0
+
+
+def _retry_after(header: str | None) -> float | None:
+    """The seconds a ``Retry-After`` header asks for (delta-seconds or an HTTP date; a date
+    in the past asks for 0); None when there is none or it cannot be read."""
+    if not header:
+        return None
+    try:
+        wait = float(header)
+    except ValueError:
+        try:
+            wait = email.utils.parsedate_to_datetime(header).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return max(wait, 0.0) if math.isfinite(wait) else None
 
 
 class RequestRefused(RuntimeError):
-    """The server answered 4xx/5xx: ``status`` and ``detail`` (the server's message)."""
+    """The other side answered a request with a status other than 2xx.
 
-    def __init__(self, method: str, path: str, status: int, detail: str) -> None:
-        self.method, self.path, self.status, self.detail = method, path, status, detail
-        super().__init__(f"{method} {path}: {status} {detail}")
+    ``status``; ``reason``: its message (the JSON ``detail``, else the body's start, at most
+    300 characters); ``retry_after``: the seconds its ``Retry-After`` asks for (None without
+    one); ``method`` and ``path``: the request's. The message names the request (or ``what``,
+    the task it served) and who refused it (``by``).
+    """
+
+    def __init__(self, method: str, path: str, status: int, reason: str, *,
+                 retry_after: float | None = None, by: str = "the server",
+                 what: str | None = None) -> None:
+        self.method, self.path, self.status, self.reason = method, path, status, reason
+        self.retry_after, self.by = retry_after, by
+        after = "" if retry_after is None else f"; retry after {retry_after:g} s"
+        super().__init__(f"{what or f'{method} {path}'} refused by {by} ({status}): "
+                         f"{reason}{after}")
+
+    @property
+    def wait_s(self) -> float:
+        """How long to wait before sending it again: the ``Retry-After``, never below a
+        floor, or a default without one."""
+        return _RETRY_DEFAULT_S if self.retry_after is None \
+            else max(self.retry_after, _RETRY_FLOOR_S)
 
     @classmethod
-    def of(cls, response: httpx.Response) -> RequestRefused:
-        """The error for a refused ``response``: its JSON ``detail`` when it has one, else the
-        start of its body."""
+    def of(cls, response: httpx.Response, *, by: str = "the server",
+           what: str | None = None) -> RequestRefused:
+        """The refusal ``response`` carries (see the class for ``by`` and ``what``)."""
         try:
-            detail = response.json().get("detail", response.text)
+            reason = response.json().get("detail", response.text)
         except (ValueError, AttributeError):
-            detail = response.text
+            reason = response.text
         request = response.request
         return cls(request.method, request.url.path, response.status_code,
-                   str(detail)[:_DETAIL_CHARS])
+                   str(reason)[:_REASON_CHARS],
+                   retry_after=_retry_after(response.headers.get("retry-after")), by=by,
+                   what=what)
 
 
 class SignedAuth(httpx.Auth):
@@ -107,12 +153,22 @@ def _body(payload: Any) -> bytes:
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
-def _parsed(response: httpx.Response, model: type[T] | None) -> Any:
-    """The answer's JSON (validated as ``model`` when given); ``RequestRefused`` on 4xx/5xx."""
-    if response.status_code >= 400:
-        raise RequestRefused.of(response)
-    data = response.json()
-    return data if model is None else TypeAdapter(model).validate_python(data)
+def _success(response: httpx.Response, by: str) -> httpx.Response:
+    """``response`` when its status is 2xx; its :class:`RequestRefused` otherwise."""
+    if not response.is_success:
+        raise RequestRefused.of(response, by=by)
+    return response
+
+
+@overload
+def _parsed(response: httpx.Response, model: type[T], by: str) -> T: ...
+@overload
+def _parsed(response: httpx.Response, model: None, by: str) -> None: ...
+def _parsed(response: httpx.Response, model: type[T] | None, by: str) -> T | None:
+    """The answer read as ``model`` (None: its body is not read); ``RequestRefused`` unless
+    2xx."""
+    _success(response, by)
+    return None if model is None else TypeAdapter(model).validate_json(response.content)
 
 
 class _Base(Generic[_H]):
@@ -138,6 +194,7 @@ class _Base(Generic[_H]):
             if key is not None and sender is not None
             else _Bearer(admin_token) if admin_token else None)
         self.bytes_sent = 0  # request bodies, for the benchmarks
+        self._by = "the server" if recipient == SERVER_SENDER else f"member {recipient}"
         self._owned = http is None
         trust = tls_verify(ca, client_cert) if verify is None else verify
         # A party-supplied URL: each connection dials the public address it checked.
@@ -184,22 +241,25 @@ class SignedClient(_Base[httpx.Client]):
         ``bytes`` sent as they are, else JSON; ``auth``: another signer, or None for none)."""
         return self.http.send(self._request(method, path, payload, media=media, auth=auth))
 
-    @overload
-    def get_json(self, path: str) -> Any: ...
-    @overload
-    def get_json(self, path: str, model: type[T]) -> T: ...
-    def get_json(self, path: str, model: type[T] | None = None) -> Any:
-        """``GET path``: its JSON, as ``model`` when given; ``RequestRefused`` on 4xx/5xx."""
-        return _parsed(self.request("GET", path), model)
+    def get(self, path: str, model: type[T]) -> T:
+        """``GET path``: its JSON answer read as ``model`` (a pydantic model, or a type such
+        as ``list[RoundInfo]``); :class:`RequestRefused` unless the status is 2xx."""
+        return _parsed(self.request("GET", path), model, self._by)
 
     @overload
-    def post_json(self, path: str, payload: Any = None) -> Any: ...
+    def post(self, path: str, payload: Any, model: type[T]) -> T: ...
     @overload
-    def post_json(self, path: str, payload: Any, model: type[T]) -> T: ...
-    def post_json(self, path: str, payload: Any = None, model: type[T] | None = None) -> Any:
-        """``POST path`` with ``payload`` (a pydantic model or JSON-able value): the answer's
-        JSON, as ``model`` when given; ``RequestRefused`` on 4xx/5xx."""
-        return _parsed(self.request("POST", path, payload), model)
+    def post(self, path: str, payload: Any = None, model: None = None) -> None: ...
+    def post(self, path: str, payload: Any = None, model: type[T] | None = None) -> T | None:
+        """``POST path`` with ``payload`` (``bytes`` as they are, a pydantic model or a
+        JSON-able value as JSON): the answer read as ``model`` (without one, its body is not
+        read); :class:`RequestRefused` unless the status is 2xx."""
+        return _parsed(self.request("POST", path, payload), model, self._by)
+
+    def download(self, path: str) -> httpx.Response:
+        """``GET path`` for a body that is no schema (a router's parameters): the response;
+        :class:`RequestRefused` unless the status is 2xx."""
+        return _success(self.request("GET", path), self._by)
 
     def close(self) -> None:
         """Close the connections (not those of an ``http`` client passed in)."""
@@ -230,22 +290,22 @@ class AsyncSignedClient(_Base[httpx.AsyncClient]):
         return await self.http.send(self._request(method, path, payload, media=media,
                                                   auth=auth))
 
-    @overload
-    async def get_json(self, path: str) -> Any: ...
-    @overload
-    async def get_json(self, path: str, model: type[T]) -> T: ...
-    async def get_json(self, path: str, model: type[T] | None = None) -> Any:
-        """``GET path`` (see :meth:`SignedClient.get_json`)."""
-        return _parsed(await self.request("GET", path), model)
+    async def get(self, path: str, model: type[T]) -> T:
+        """``GET path`` (see :meth:`SignedClient.get`)."""
+        return _parsed(await self.request("GET", path), model, self._by)
 
     @overload
-    async def post_json(self, path: str, payload: Any = None) -> Any: ...
+    async def post(self, path: str, payload: Any, model: type[T]) -> T: ...
     @overload
-    async def post_json(self, path: str, payload: Any, model: type[T]) -> T: ...
-    async def post_json(self, path: str, payload: Any = None,
-                        model: type[T] | None = None) -> Any:
-        """``POST path`` (see :meth:`SignedClient.post_json`)."""
-        return _parsed(await self.request("POST", path, payload), model)
+    async def post(self, path: str, payload: Any = None, model: None = None) -> None: ...
+    async def post(self, path: str, payload: Any = None,
+                   model: type[T] | None = None) -> T | None:
+        """``POST path`` (see :meth:`SignedClient.post`)."""
+        return _parsed(await self.request("POST", path, payload), model, self._by)
+
+    async def download(self, path: str) -> httpx.Response:
+        """``GET path`` for a body that is no schema (see :meth:`SignedClient.download`)."""
+        return _success(await self.request("GET", path), self._by)
 
     async def aclose(self) -> None:
         """Close the connections (not those of an ``http`` client passed in)."""

@@ -37,6 +37,7 @@ from sdk.wire import (
     ROUTER_ROUND_PARAM,
     ConsortiumRouterConfig,
     RoundInfo,
+    RouterConfigInfo,
     RouterConfigRef,
     generate_key,
     load_private_key,
@@ -207,9 +208,10 @@ def _round(sha256: str, length: int = CONFIG.num_params) -> RoundInfo:
         router_config=RouterConfigRef(lineage=1, sha256=sha256, num_params=length))
 
 
-def _served(config: ConsortiumRouterConfig, claimed: str | None = None) -> dict[str, object]:
-    return {"lineage": 1, "sha256": claimed or config.sha256, "num_params": config.num_params,
-            "config": config.model_dump(mode="json"), "created_at": 0.0, "current": True}
+def _served(config: ConsortiumRouterConfig, claimed: str | None = None) -> RouterConfigInfo:
+    return RouterConfigInfo(lineage=1, sha256=claimed or config.sha256,
+                            num_params=config.num_params, config=config, created_at=0.0,
+                            current=True)
 
 
 def test_a_member_refuses_a_round_whose_configuration_it_was_not_served(

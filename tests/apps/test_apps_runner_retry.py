@@ -13,8 +13,8 @@ from typing import ClassVar
 import pytest
 
 from client_app import ClientRunner, ClientSettings, ClientStore
-from client_app._runner import RunnerError
-from sdk.wire import generate_key
+from client_app._connection import Unanswered
+from sdk.wire import RequestRefused, generate_key
 from sdk.wire._auth import HEADER_NONCE
 
 
@@ -70,18 +70,19 @@ def test_a_refusal_is_final_after_one_attempt(
         scripted: tuple[ClientRunner, type[_Scripted]]) -> None:
     runner, handler = scripted
     handler.statuses = [403, 200]
-    with pytest.raises(RunnerError, match="403") as err:
+    with pytest.raises(RequestRefused, match="403") as err:
         runner.request("GET", "/v1/anything")
-    assert err.value.status == 403 and len(handler.nonces) == 1
+    assert err.value.status == 403 and err.value.reason == "scripted"
+    assert len(handler.nonces) == 1
 
 
 def test_the_runner_gives_up_after_its_attempts(
         scripted: tuple[ClientRunner, type[_Scripted]]) -> None:
     runner, handler = scripted
     handler.statuses = [502] * 10
-    with pytest.raises(RunnerError, match="unreachable after 4 attempts") as err:
+    with pytest.raises(RequestRefused, match="502") as err:  # the last refusal
         runner.request("GET", "/v1/anything", attempts=4)
-    assert err.value.status == 503 and len(handler.nonces) == 4
+    assert err.value.status == 502 and len(handler.nonces) == 4
 
 
 def test_a_stopping_runner_does_not_sit_out_its_backoff(
@@ -91,6 +92,6 @@ def test_a_stopping_runner_does_not_sit_out_its_backoff(
     handler.statuses = [503] * 20
     threading.Timer(0.5, runner.stop.set).start()
     t0 = time.monotonic()
-    with pytest.raises(RunnerError, match="runner stopping") as err:
+    with pytest.raises(Unanswered, match="runner stopping"):
         runner.request("GET", "/v1/anything")
-    assert err.value.status == 499 and time.monotonic() - t0 < 5.0
+    assert time.monotonic() - t0 < 5.0

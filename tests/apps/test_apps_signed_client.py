@@ -24,6 +24,7 @@ from sdk.wire import (
     EnrollResponse,
     MemberInfo,
     RequestRefused,
+    RoundInfo,
     SignedClient,
     generate_key,
     public_key_b64,
@@ -77,7 +78,7 @@ async def _done(result: Any) -> Any:
 
 
 async def _enroll(anonymous: Any, name: str, key: Ed25519PrivateKey, token: str) -> str:
-    enrolled = await _done(anonymous.post_json(
+    enrolled = await _done(anonymous.post(
         "/v1/enroll", EnrollRequest(name=name, token=token, public_key=public_key_b64(key)),
         EnrollResponse))
     return str(enrolled.client_id)
@@ -89,26 +90,29 @@ async def _scenario(url: str, name: str, key: Ed25519PrivateKey, token: str,
     me = await _enroll(anonymous, name, key, token)
     signed = client(url, key=key, sender=me)
     # A query string is part of what is signed.
-    assert await _done(signed.get_json("/v1/rounds?status=open")) == []
-    ack = await _done(signed.post_json("/v1/identity/clip-bound", {"clip_bound": 2.0},
-                                       ClipBoundAck))
+    assert await _done(signed.get("/v1/rounds?status=open", list[RoundInfo])) == []
+    ack = await _done(signed.post("/v1/identity/clip-bound", {"clip_bound": 2.0},
+                                  ClipBoundAck))
     assert isinstance(ack, ClipBoundAck) and ack.clip_bound == 2.0
     # The server's own message travels in the typed error.
     with pytest.raises(RequestRefused) as missing:
-        await _done(signed.get_json("/v1/rounds/999"))
-    assert missing.value.status == 404 and "999" in missing.value.detail
+        await _done(signed.get("/v1/rounds/999", RoundInfo))
+    assert missing.value.status == 404 and "999" in missing.value.reason
+    assert (missing.value.method, missing.value.path) == ("GET", "/v1/rounds/999")
+    assert missing.value.retry_after is None and "refused by the server (404)" in str(
+        missing.value)
     # Another key under the same id, and a body changed after signing: both refused.
     impostor = client(url, key=generate_key(), sender=me)
     with pytest.raises(RequestRefused) as stranger:
-        await _done(impostor.get_json("/v1/rounds"))
-    assert stranger.value.status == 403 and stranger.value.detail == BAD_SIGNATURE
+        await _done(impostor.get("/v1/rounds", list[RoundInfo]))
+    assert stranger.value.status == 403 and stranger.value.reason == BAD_SIGNATURE
     forged = client(http=tamper(), key=key, sender=me)
     with pytest.raises(RequestRefused) as tampered:
-        await _done(forged.post_json("/v1/identity/clip-bound", {"clip_bound": 2.0}))
-    assert tampered.value.status == 403 and tampered.value.detail == BAD_SIGNATURE
+        await _done(forged.post("/v1/identity/clip-bound", {"clip_bound": 2.0}))
+    assert tampered.value.status == 403 and tampered.value.reason == BAD_SIGNATURE
     # The operator's fallback: the admin token, no identity key.
     admin = client(url, admin_token=ADMIN)
-    members = await _done(admin.get_json("/v1/members", list[MemberInfo]))
+    members = await _done(admin.get("/v1/members", list[MemberInfo]))
     assert any(m.name == name and m.client_id == me for m in members)
     for c in (anonymous, signed, impostor, forged, admin):
         await _done(c.aclose() if isinstance(c, AsyncSignedClient) else c.close())
@@ -144,4 +148,4 @@ def test_a_base_url_path_is_left_out_of_the_signature(server: tuple[str, Members
         me = asyncio.run(_enroll(anonymous, "proxied", key, token))
     proxied = httpx.Client(base_url=f"{url}/fedmor", transport=_Proxy())
     with proxied, SignedClient(key=key, sender=me, http=proxied) as signed:
-        assert signed.get_json("/v1/rounds?status=open") == []
+        assert signed.get("/v1/rounds?status=open", list[RoundInfo]) == []

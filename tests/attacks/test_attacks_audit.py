@@ -15,7 +15,6 @@ from _attack_kit import CLIENT, synth_client_data
 from fastapi.testclient import TestClient
 
 from attacks import (
-    AttackError,
     AuditConfig,
     AuditReport,
     RemoteRewardScorer,
@@ -51,7 +50,7 @@ from sdk.router import (
     fedavg_plain,
     train_router_locally,
 )
-from sdk.wire import generate_key, public_key_b64
+from sdk.wire import RequestRefused, generate_key, public_key_b64
 
 
 @pytest.fixture(scope="module")
@@ -162,11 +161,14 @@ def test_audit_attacks_a_live_client_app_and_pays_its_budget(run_dir: Path, tmp_
             live={CLIENT: live},
         )
         assert live.items_sent == 64  # 32 pairs x (chosen, rejected)
-        with pytest.raises(AttackError, match="429"):
+        with pytest.raises(RequestRefused) as spent:  # the member's own refusal, as it is
             live(load_pairs(run_dir / "data" / "clients" / CLIENT / "eval")[:1])
+        assert spent.value.status == 429 and spent.value.retry_after is not None
+        assert "refused by member c-audited (429)" in str(spent.value)
         stranger = RemoteRewardScorer(http, generate_key(), recipient="c-audited")
-        with pytest.raises(AttackError, match="403"):
+        with pytest.raises(RequestRefused) as unknown:
             stranger(load_pairs(run_dir / "data" / "clients" / CLIENT / "eval")[:1])
+        assert unknown.value.status == 403
     local, remote = report.memberships[1], report.memberships[2]
     assert remote.setting == f"{CLIENT}: live /v1/reward"
     # The app answers what the in-process normalized scorer computes: the same attack figure.

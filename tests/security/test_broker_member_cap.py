@@ -25,9 +25,9 @@ from PIL import Image
 from client_app import ClientSettings, ClientStore, HashScorer
 from client_app._app import create_client_app
 from fedmor_local import free_port
-from sdk.wire import ImageRef, generate_key, public_key_b64
-from server_app import BrokerError, RewardBroker, Store
-from server_app._broker import retry_after_s
+from sdk.wire import ImageRef, RequestRefused, generate_key, public_key_b64
+from sdk.wire._client import _retry_after
+from server_app import RewardBroker, Store
 from tests._serve import served
 
 MEMBER = "c-capped"
@@ -186,8 +186,11 @@ def test_a_429_whose_retry_after_passes_the_deadline_fails_the_query(member: Mem
     async def scenario() -> None:
         held = [asyncio.create_task(_ask(holder, i)) for i in range(CAP)]
         await _until(lambda: member.scorer.inside == CAP, "the cap filled")
-        with pytest.raises(BrokerError, match=rf"client {MEMBER} answered 429.*deadline"):
+        with pytest.raises(RequestRefused) as refused:
             await _ask(hasty, CAP)
+        assert (refused.value.status, refused.value.retry_after) == (429, 1.0)
+        assert (refused.value.method, refused.value.path) == ("POST", "/v1/reward")
+        assert f"refused by member {MEMBER} (429)" in str(refused.value)
         member.scorer.gate.set()
         try:
             await asyncio.gather(*held)
@@ -199,8 +202,14 @@ def test_a_429_whose_retry_after_passes_the_deadline_fails_the_query(member: Mem
     assert member.refused_busy() == 1 and hasty.resends == 0
 
 
-def test_retry_after_is_read_with_a_floor_and_a_default() -> None:
-    assert retry_after_s("3") == 3.0
-    assert retry_after_s("0") == 0.1  # never a busy loop of resends
-    assert retry_after_s(None) == retry_after_s("soon") == retry_after_s("nan") == 1.0
-    assert retry_after_s("Wed, 21 Oct 2015 07:28:00 GMT") == 0.1  # a date in the past
+def test_retry_after_is_read_once_and_waited_with_a_floor_and_a_default() -> None:
+    assert _retry_after("3") == 3.0
+    assert _retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past
+    assert _retry_after(None) is _retry_after("soon") is _retry_after("nan") is None
+
+    def wait(retry_after: float | None) -> float:
+        return RequestRefused("POST", "/v1/reward", 429, "busy", retry_after=retry_after).wait_s
+
+    assert wait(3.0) == 3.0
+    assert wait(0.0) == 0.1  # never a busy loop of resends
+    assert wait(None) == 1.0

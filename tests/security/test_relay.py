@@ -8,7 +8,7 @@ import socket
 import threading
 from pathlib import Path
 
-from sdk.wire import SignedClient
+from sdk.wire import MemberInfo, SignedClient
 from sdk.wire._auth import HEADER_AUTHORITY
 from tests.apps.conftest import enrolled_team
 
@@ -36,7 +36,7 @@ def test_a_captured_request_cannot_be_relayed_to_the_server(tmp_path: Path) -> N
     thread.start()
     # The operator's profile points at the listener: it signs the request for that address.
     with SignedClient(f"http://127.0.0.1:{port}", key=ops.key, sender=ops.client_id) as at:
-        assert at.get_json("/v1/members") == []
+        assert at.get("/v1/members", list[MemberInfo]) == []
     thread.join(timeout=30)
     listener.close()
     assert captured[HEADER_AUTHORITY] == f"127.0.0.1:{port}"
@@ -50,7 +50,7 @@ def test_a_captured_request_cannot_be_relayed_to_the_server(tmp_path: Path) -> N
 
     # Sent to the server itself, the same call is answered.
     with SignedClient(http=ops.tc, key=ops.key, sender=ops.client_id) as direct:
-        assert [m["name"] for m in direct.get_json("/v1/members")] == ["ops"]
+        assert [m.name for m in direct.get("/v1/members", list[MemberInfo])] == ["ops"]
 
 
 def test_the_authorities_a_server_answers_to() -> None:
