@@ -15,7 +15,7 @@ from typing import Any
 from sdk.ops._profiles import CONFIG_DIR_ENV, ProfileBook, check_owner_only, profiles_path
 
 __all__ = ["ADMIN_TOKEN_ENV", "Connection", "ServerError", "add_connection_options",
-           "connection_from_args", "wait_for_server"]
+           "connection_from_args"]
 
 ADMIN_TOKEN_ENV = "FEDMOR_ADMIN_TOKEN"
 """The environment variable holding the server's admin token, the operator commands' fallback
@@ -86,41 +86,6 @@ class Connection:
                              f"list`), --key-file and --sender, or set {ADMIN_TOKEN_ENV} to "
                              f"the server's admin token")
         return SignedClient(self.server.rstrip("/"), admin_token=token, **kw)
-
-    def request(self, method: str, path: str, body: Any = None, *, what: str = "request",
-                timeout_s: float = 30.0, unsigned: bool = False) -> Any:
-        """One JSON request through :meth:`client`: the decoded answer, or
-        :class:`ServerError` with the server's message."""
-        import httpx
-
-        from sdk.wire import RequestRefused
-
-        try:
-            with self.client(timeout_s=timeout_s, unsigned=unsigned) as client:
-                resp = client.request(method, path, body)
-                if resp.status_code >= 400:
-                    raise RequestRefused.of(resp)
-        except RequestRefused as exc:
-            raise ServerError(what, exc.status, exc.detail) from None
-        except httpx.HTTPError as exc:
-            raise ValueError(f"cannot reach the server at {self.server}: {exc}") from None
-        return resp.json() if resp.content else None
-
-
-def wait_for_server(conn: Connection, timeout_s: float) -> dict[str, Any]:
-    """``GET /v1/health`` (unsigned) until it answers, for at most ``timeout_s``; its body."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return dict(conn.request("GET", "/v1/health", what="health", unsigned=True,
-                                     timeout_s=5.0))
-        except ValueError as exc:  # not up yet (or refusing): ask again until the deadline
-            if time.monotonic() >= deadline:
-                waited = f"within {timeout_s:g} s" if timeout_s > 0 else "(--wait SECONDS waits)"
-                raise ValueError(f"{conn.server} did not answer {waited}: {exc}") from None
-        time.sleep(0.3)
 
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
