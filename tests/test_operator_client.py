@@ -16,7 +16,7 @@ from fedmor_local import free_port
 from sdk.cli import build_parser, main
 from sdk.membership import add_to_roster
 from sdk.ops import Connection, OperatorClient
-from sdk.ops._connection import ServerError
+from sdk.ops._operator_client import ServerError
 from sdk.rounds import ROUND_KINDS
 from sdk.wire import (
     AlignerStats,

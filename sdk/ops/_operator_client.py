@@ -10,6 +10,7 @@ import hashlib
 import time
 from typing import Any, TypeVar
 
+import httpx
 from pydantic import BaseModel
 
 from sdk.ops._connection import Connection, ServerError, connection_from_args
@@ -24,6 +25,7 @@ from sdk.wire import (
     Health,
     MemberInfo,
     MemberReport,
+    RequestRefused,
     Revocation,
     RosterAdd,
     RosterAdded,
@@ -35,7 +37,7 @@ from sdk.wire import (
     RouterVersionInfo,
 )
 
-__all__ = ["OperatorClient", "client_from_args"]
+__all__ = ["OperatorClient", "ServerError", "client_from_args"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -52,12 +54,8 @@ class OperatorClient:
 
     # -- transport: the one place a request's failure becomes the commands' error ------------
     def _send(self, method: str, path: str, body: BaseModel | None = None, *, what: str,
-              timeout_s: float | None = None, unsigned: bool = False) -> Any:
-        """The answer (an ``httpx.Response``) to one request, or the commands' error."""
-        import httpx
-
-        from sdk.wire import RequestRefused
-
+              timeout_s: float | None = None, unsigned: bool = False) -> httpx.Response:
+        """The answer to one request, or the commands' error."""
         try:
             with self.conn.client(timeout_s=timeout_s or self.timeout_s,
                                   unsigned=unsigned) as client:

@@ -9,8 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from sdk.ops._connection import ServerError
-from sdk.ops._operator_client import OperatorClient, client_from_args
+from sdk.ops._operator_client import OperatorClient, ServerError, client_from_args
 from sdk.ops._tables import emit, when
 from sdk.wire import ConsortiumRouterConfig, RouterRollback, RouterVersionInfo
 
