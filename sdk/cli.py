@@ -100,8 +100,7 @@ def _add_quiet(parser: argparse.ArgumentParser) -> None:
 ROLES_HELP: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("every role", ("keys", "enroll", "profile")),
     ("member (hospital, bank)", ("data", "rm", "client")),
-    ("operator", ("server", "roster", "members", "rounds", "router", "alignment", "console",
-                  "admin")),
+    ("operator", ("server", "roster", "members", "rounds", "router", "alignment", "console")),
     ("aligner", ("policy", "align")),
     ("privacy officer, auditor", ("audit",)),
     ("trying it out", ("demo",)),

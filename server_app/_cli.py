@@ -45,20 +45,20 @@ def _server(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from sdk.ops import Connection, connection_from_args, wait_for_server
+    from sdk.ops import Connection, OperatorClient, connection_from_args
 
     if args.server is not None and args.profile is None:  # no identity needed to ask
         conn = Connection(server=args.server, ca=args.ca, client_cert=args.client_cert,
                           client_key=args.client_key, insecure_http=args.insecure_http)
     else:
         conn = connection_from_args(args)
-    health = wait_for_server(conn, args.wait)
-    print(f"{conn.server}: {health['status']} ({health['app']} {health['version']})")
-    if health.get("started_at") is not None:  # the process start: a restart shows here
+    health = OperatorClient(conn).wait_healthy(args.wait)
+    print(f"{conn.server}: {health.status} ({health.app} {health.version})")
+    if health.started_at is not None:  # the process start: a restart shows here
         import time
 
-        resumed = health.get("recovered_rounds") or []
-        at = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(health["started_at"]))
+        resumed = health.recovered_rounds
+        at = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(health.started_at))
         print(f"started {at}" + (
             f"; resumed open round(s) {', '.join(map(str, resumed))} from its store"
             if resumed else ""))

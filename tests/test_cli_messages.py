@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sdk.cli import main
-from sdk.ops import Connection, wait_for_server
+from sdk.ops import Connection, OperatorClient
 from sdk.serving import load_settings
 from server_app import ServerSettings
 
@@ -75,7 +75,8 @@ def test_a_server_that_is_down_without_wait_says_how_to_wait() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(ValueError) as err:
-        wait_for_server(Connection(server=f"http://127.0.0.1:{port}", insecure_http=True), 0)
+        OperatorClient(Connection(server=f"http://127.0.0.1:{port}",
+                                  insecure_http=True)).wait_healthy(0)
     assert "within 0 s" not in str(err.value) and "--wait SECONDS" in str(err.value)
 
 

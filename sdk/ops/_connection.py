@@ -10,15 +10,11 @@ import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sdk.ops._profiles import CONFIG_DIR_ENV, ProfileBook, check_owner_only, profiles_path
 
-if TYPE_CHECKING:
-    from sdk.wire import SignedClient
-
-__all__ = ["ADMIN_TOKEN_ENV", "Connection", "add_connection_options", "connection_from_args",
-           "wait_for_server"]
+__all__ = ["ADMIN_TOKEN_ENV", "Connection", "add_connection_options", "connection_from_args"]
 
 ADMIN_TOKEN_ENV = "FEDMOR_ADMIN_TOKEN"
 """The environment variable holding the server's admin token, the operator commands' fallback
@@ -60,7 +56,7 @@ class Connection:
         return None if self.client_cert is None else (str(self.client_cert),
                                                        str(self.client_key))
 
-    def client(self, *, timeout_s: float = 30.0, unsigned: bool = False) -> SignedClient:
+    def client(self, *, timeout_s: float = 30.0, unsigned: bool = False) -> Any:
         """A :class:`sdk.wire.SignedClient` for this server: signed by the identity, else
         with the admin token (``unsigned``: neither, for enrollment)."""
         from sdk.wire import SignedClient, key_passphrase, load_private_key
@@ -81,41 +77,6 @@ class Connection:
                              f"list`), --key-file and --sender, or set {ADMIN_TOKEN_ENV} to "
                              f"the server's admin token")
         return SignedClient(self.server.rstrip("/"), admin_token=token, **kw)
-
-    def request(self, method: str, path: str, body: Any = None, *, what: str = "request",
-                timeout_s: float = 30.0, unsigned: bool = False) -> Any:
-        """One JSON request through :meth:`client`: the decoded answer, or
-        :class:`sdk.wire.RequestRefused` naming ``what`` and the server's message."""
-        import httpx
-
-        from sdk.wire import RequestRefused
-
-        try:
-            with self.client(timeout_s=timeout_s, unsigned=unsigned) as client:
-                resp = client.request(method, path, body)
-        except httpx.HTTPError as exc:
-            raise ValueError(f"cannot reach the server at {self.server}: {exc}") from None
-        if not resp.is_success:
-            raise RequestRefused.of(resp, what=what)
-        return resp.json() if resp.content else None
-
-
-def wait_for_server(conn: Connection, timeout_s: float) -> dict[str, Any]:
-    """``GET /v1/health`` (unsigned) until it answers, for at most ``timeout_s``; its body."""
-    import time
-
-    from sdk.wire import RequestRefused
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return dict(conn.request("GET", "/v1/health", what="health", unsigned=True,
-                                     timeout_s=5.0))
-        except (ValueError, RequestRefused) as exc:  # not up yet, or refusing: ask again
-            if time.monotonic() >= deadline:
-                waited = f"within {timeout_s:g} s" if timeout_s > 0 else "(--wait SECONDS waits)"
-                raise ValueError(f"{conn.server} did not answer {waited}: {exc}") from None
-        time.sleep(0.3)
 
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ import json
 import time
 
 from sdk.ops._connection import add_connection_options, connection_from_args
+from sdk.ops._operator_client import OperatorClient
 
 __all__ = ["register_console"]
 
@@ -18,13 +19,13 @@ def _console(args: argparse.Namespace) -> int:
         raise ValueError("fedmor console signs with an operator identity: give --profile (an "
                          "operator's) or --key-file and --sender; the admin token cannot open "
                          "the console")
-    link = conn.request("POST", "/v1/console/links", what="console link")
-    url = conn.server.rstrip("/") + link["path"]
+    link = OperatorClient(conn).console_link()
+    url = conn.server.rstrip("/") + link.path
     if args.json:
-        print(json.dumps({"url": url, "expires_at": link["expires_at"],
-                          "session_s": link["session_s"]}))
+        print(json.dumps({"url": url, "expires_at": link.expires_at,
+                          "session_s": link.session_s}))
     else:
-        left = max(0, round(link["expires_at"] - time.time()))
+        left = max(0, round(link.expires_at - time.time()))
         print(f"operator console login link (opens one session; expires in {left} s):")
         print(url)
     if args.open:

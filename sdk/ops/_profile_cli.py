@@ -16,13 +16,8 @@ __all__ = ["register_enroll", "register_profile"]
 
 def _enroll(args: argparse.Namespace) -> int:
     from sdk.ops._connection import Connection
-    from sdk.wire import (
-        EnrollRequest,
-        EnrollResponse,
-        key_passphrase,
-        load_private_key,
-        public_key_b64,
-    )
+    from sdk.ops._operator_client import OperatorClient
+    from sdk.wire import EnrollRequest, key_passphrase, load_private_key, public_key_b64
 
     name = args.name or args.profile
     if name is None:
@@ -52,9 +47,7 @@ def _enroll(args: argparse.Namespace) -> int:
             check_owner_only(private)
     key = load_private_key(identity, key_passphrase())
     body = EnrollRequest(name=name, token=args.token, public_key=public_key_b64(key))
-    answer = conn.request("POST", "/v1/enroll", body.model_dump(), unsigned=True,
-                          what=f"enrollment of {name!r}")
-    enrolled = EnrollResponse.model_validate(answer)
+    enrolled = OperatorClient(conn).enroll(body)
     if args.role is not None and enrolled.role != args.role:
         raise ValueError(f"{name!r} is on the roster as {enrolled.role!r}, not {args.role!r}: "
                          f"ask the operator")

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sdk.ops._connection import add_connection_options, connection_from_args
-from sdk.wire import ROLES
+from sdk.ops._connection import add_connection_options
+from sdk.ops._operator_client import client_from_args
+from sdk.wire import ROLES, RosterAdd
 
 __all__ = ["public_key_from_file", "register_roster"]
 
@@ -52,12 +53,11 @@ def _add(args: argparse.Namespace) -> int:
         token = add_to_roster(args.roster, name=args.name, public_key=public, role=args.role)
         replaced = " (replacing the old identity)" if exists else ""
     else:
-        added = connection_from_args(args).request(
-            "POST", "/v1/roster", {"name": args.name, "public_key": public, "role": args.role,
-                                   "replace": args.replace}, what="roster add")
-        token = added["token"]
+        added = client_from_args(args).add_to_roster(RosterAdd(
+            name=args.name, public_key=public, role=args.role, replace=args.replace))
+        token = added.token
         replaced = "" if not args.replace else (
-            f" (revoked {added['replaced']})" if added["replaced"] else " (replaced)")
+            f" (revoked {added.replaced})" if added.replaced else " (replaced)")
     print(f"added {args.name} ({args.role}){replaced}; one-time enrollment token (give it to "
           f"the site): {token}")
     return 0

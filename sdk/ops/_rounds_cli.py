@@ -1,6 +1,7 @@
 """``fedmor rounds open|check|list|show|wait|cancel``: the operator's rounds. ``open`` sends no
 vector length unless ``--length`` is given: the server takes it from its router configuration.
-``check`` says, before a round is opened, which members' announced round terms refuse it."""
+``check`` says, before a round is opened, which members' announced round terms refuse it. The
+round kinds are the registry's (``sdk.rounds.ROUND_KINDS``)."""
 
 from __future__ import annotations
 
@@ -9,24 +10,22 @@ import json
 import time
 from typing import Any
 
-from sdk.ops._connection import Connection, add_connection_options, connection_from_args
+from sdk.ops._connection import add_connection_options
+from sdk.ops._operator_client import OperatorClient, client_from_args
 from sdk.ops._tables import emit, print_table, when
+from sdk.wire import MemberReport, RoundCancel, RoundCreate, RoundInfo
 
 __all__ = ["register_rounds"]
 
-KINDS = ("router_secagg", "rm_fedavg")
 
-
-def _names(conn: Connection) -> dict[str, str]:
+def _names(ops: OperatorClient) -> dict[str, str]:
     """client id -> roster name, for the tables (ids alone mean nothing to a reader)."""
-    return {m["client_id"]: m["name"] for m in conn.request("GET", "/v1/members",
-                                                          what="members list")
-            if m["client_id"]}
+    return {m.client_id: m.name for m in ops.members() if m.client_id}
 
 
-def _participants(conn: Connection, members: list[str]) -> list[str]:
+def _participants(ops: OperatorClient, members: list[str]) -> list[str]:
     """Client ids for ``members`` (roster names or client ids)."""
-    ids = {name: cid for cid, name in _names(conn).items()}
+    ids = {name: cid for cid, name in _names(ops).items()}
     known = set(ids.values())
     out = []
     for m in members:
@@ -49,55 +48,54 @@ def _param(text: str) -> tuple[str, Any]:
         return key, value
 
 
+def _split(values: list[str]) -> list[str]:
+    """``--members`` values, each one name or a comma-separated list."""
+    return [m for part in values for m in part.split(",") if m]
+
+
 def _open(args: argparse.Namespace) -> int:
-    conn = connection_from_args(args)
-    body: dict[str, Any] = {"kind": args.kind, "params": dict(args.param)}
-    if args.length is not None:
-        body["vector_length"] = args.length
-    if args.members:
-        body["participants"] = _participants(conn, [m for part in args.members
-                                                    for m in part.split(",") if m])
-    if args.min_clients is not None:
-        body["min_clients"] = args.min_clients
-    elif args.members:
-        body["min_clients"] = len(body["participants"])
-    if args.deadline is not None:
-        body["stage_deadline_s"] = args.deadline
-    info = conn.request("POST", "/v1/rounds", body, what="opening the round")
+    ops = client_from_args(args)
+    participants = _participants(ops, _split(args.members)) if args.members else None
+    min_clients = args.min_clients if args.min_clients is not None else (
+        None if participants is None else len(participants))
+    req = RoundCreate(kind=args.kind, params=dict(args.param), vector_length=args.length,
+                      participants=participants, stage_deadline_s=args.deadline,
+                      **({} if min_clients is None else {"min_clients": min_clients}))
+    info = ops.open_round(req)
     if args.wait is not None:
-        return _await(conn, info["round_id"], args.wait, args.json)
-    return _print_round(conn, info, args.json)
+        return _await(ops, info.round_id, args.wait, args.json)
+    return _print_round(ops, info, args.json)
 
 
-def _refusal(terms: dict[str, Any] | None, kind: str, listed: int,
-             params: dict[str, Any], min_clients: int | None) -> str | None:
+def _refusal(report: MemberReport, kind: str, listed: int, params: dict[str, Any],
+             min_clients: int | None) -> str | None:
     """Why a member with these announced round terms would refuse a round of ``kind`` over
     ``listed`` members (None: it would take part; the member's own check still decides)."""
+    terms = report.round_terms
     if terms is None:
         return "unknown: it announced no round terms (not started since, or an older client)"
-    if kind not in terms["round_kinds"]:
-        return f"round_kind: it takes part only in {', '.join(terms['round_kinds']) or 'none'}"
-    if listed < terms["min_participants"]:
-        return f"participants: {listed} < its min_participants {terms['min_participants']}"
+    if kind not in terms.round_kinds:
+        return f"round_kind: it takes part only in {', '.join(terms.round_kinds) or 'none'}"
+    if listed < terms.min_participants:
+        return f"participants: {listed} < its min_participants {terms.min_participants}"
     survivors = max(int(params.get("threshold", 0)), min_clients or 0)
-    if kind == "router_secagg" and survivors and survivors < terms["min_threshold"]:
+    if kind == "router_secagg" and survivors and survivors < terms.min_threshold:
         return f"threshold: {survivors} survivor(s) could be accepted < its min_threshold " \
-               f"{terms['min_threshold']}"
-    if terms["require_dp"] and not params.get("dp"):
+               f"{terms.min_threshold}"
+    if terms.require_dp and not params.get("dp"):
         return "dp: it takes part only in rounds with client-level DP (--param dp=...)"
     return None
 
 
 def _check(args: argparse.Namespace) -> int:
-    conn = connection_from_args(args)
-    members = [m for m in conn.request("GET", "/v1/reports/members", what="members list")
-               if m["role"] == "member" and m["state"] == "enrolled"]
-    wanted = {m for part in args.members for m in part.split(",") if m}
+    members = [m for m in client_from_args(args).member_reports()
+               if m.role == "member" and m.state == "enrolled"]
+    wanted = set(_split(args.members))
     if wanted:
-        members = [m for m in members if m["name"] in wanted or m["client_id"] in wanted]
+        members = [m for m in members if m.name in wanted or m.client_id in wanted]
     params = dict(args.param)
-    rows = [[m["name"], why] for m in members
-            if (why := _refusal(m.get("round_terms"), args.kind, len(members), params,
+    rows = [[m.name, why] for m in members
+            if (why := _refusal(m, args.kind, len(members), params,
                                 args.min_clients)) is not None]
     if args.json:
         print(json.dumps([{"member": name, "refusal": why} for name, why in rows]))
@@ -110,16 +108,16 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if any(not why.startswith("unknown") for _, why in rows) else 0
 
 
-def _row(info: dict[str, Any], names: dict[str, str]) -> list[Any]:
+def _row(info: RoundInfo, names: dict[str, str]) -> list[Any]:
     def who(ids: list[str]) -> str:
         return ", ".join(names.get(c, c) for c in ids) or "-"
 
-    refused = ", ".join(f"{names.get(r['client_id'], r['client_id'])} ({r['reason']})"
-                        for r in info["refusals"]) or "-"
-    eps = "-" if info.get("dp") is None else f"{info['dp']['epsilon']:.3g}"
-    return [info["round_id"], info["kind"], info["status"], info["stage"] or "-",
-            who(info["participants"]), who(info["dropouts"]), refused, eps,
-            info["vector_length"], info["router_version"], when(info["created_at"])]
+    refused = ", ".join(f"{names.get(r.client_id, r.client_id)} ({r.reason})"
+                        for r in info.refusals) or "-"
+    eps = "-" if info.dp is None else f"{info.dp.epsilon:.3g}"
+    return [info.round_id, info.kind, info.status, info.stage or "-", who(info.participants),
+            who(info.dropouts), refused, eps, info.vector_length, info.router_version,
+            when(info.created_at)]
 
 
 _COLUMNS = ["ID", "KIND", "STATUS", "STAGE", "PARTICIPANTS", "DROPOUTS", "REFUSED (RULE)",
@@ -127,68 +125,69 @@ _COLUMNS = ["ID", "KIND", "STATUS", "STAGE", "PARTICIPANTS", "DROPOUTS", "REFUSE
 
 
 def _list(args: argparse.Namespace) -> int:
-    conn = connection_from_args(args)
-    path = "/v1/rounds" + (f"?status={args.status}" if args.status else "")
-    rounds = conn.request("GET", path, what="rounds list")
-    names = {} if args.json else _names(conn)
-    return emit(rounds, args.json, _COLUMNS, [_row(r, names) for r in rounds])
+    ops = client_from_args(args)
+    rounds = ops.rounds(args.status)
+    names = {} if args.json else _names(ops)
+    return emit([r.model_dump(mode="json") for r in rounds], args.json, _COLUMNS,
+                [_row(r, names) for r in rounds])
 
 
-def _print_round(conn: Connection, info: dict[str, Any], as_json: bool) -> int:
+def _print_round(ops: OperatorClient, info: RoundInfo, as_json: bool) -> int:
     if as_json:
-        print(json.dumps(info))
+        print(info.model_dump_json())
         return 0
-    names = _names(conn)
-    fields = [*zip(_COLUMNS, _row(info, names), strict=True), ("error", info["error"]),
-              ("finished", when(info["finished_at"]))]
-    if info.get("resumed"):
-        fields.append(("resumed", info["resumed"]))
-    print_table(["FIELD", "VALUE"], fields, title=f"round {info['round_id']}")
-    if info.get("failures"):
+    fields = [*zip(_COLUMNS, _row(info, _names(ops)), strict=True), ("error", info.error),
+              ("finished", when(info.finished_at))]
+    if info.resumed:
+        fields.append(("resumed", info.resumed))
+    print_table(["FIELD", "VALUE"], fields, title=f"round {info.round_id}")
+    if info.failures:
         print_table(["MEMBER", "STAGE", "WHY IT LEFT"],
-                    [[f["member"], f["stage"], f["reason"]] for f in info["failures"]],
+                    [[f.member, f.stage, f.reason] for f in info.failures],
                     title="members that left the round")
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
-    conn = connection_from_args(args)
-    return _print_round(conn, conn.request("GET", f"/v1/rounds/{args.round_id}",
-                                           what="round"), args.json)
+    ops = client_from_args(args)
+    return _print_round(ops, ops.round(args.round_id), args.json)
 
 
-def _await(conn: Connection, round_id: int, timeout: float, as_json: bool) -> int:
+def _await(ops: OperatorClient, round_id: int, timeout: float, as_json: bool) -> int:
     deadline = time.monotonic() + timeout
     while True:
-        info = conn.request("GET", f"/v1/rounds/{round_id}", what="round")
-        if info["status"] != "open":
-            _print_round(conn, info, as_json)
-            return 0 if info["status"] == "finished" else 1
+        info = ops.round(round_id)
+        if info.status != "open":
+            _print_round(ops, info, as_json)
+            return 0 if info.status == "finished" else 1
         if time.monotonic() >= deadline:
-            raise ValueError(f"round {round_id} still open at stage {info['stage']} after "
+            raise ValueError(f"round {round_id} still open at stage {info.stage} after "
                              f"{timeout:g} s")
         time.sleep(0.5)
 
 
 def _wait(args: argparse.Namespace) -> int:
-    return _await(connection_from_args(args), args.round_id, args.timeout, args.json)
+    return _await(client_from_args(args), args.round_id, args.timeout, args.json)
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    conn = connection_from_args(args)
-    info = conn.request("POST", f"/v1/rounds/{args.round_id}/cancel",
-                        {"reason": args.reason}, what="cancelling the round")
-    print(f"round {info['round_id']} cancelled: {info['error']}")
+    info = client_from_args(args).cancel_round(args.round_id, RoundCancel(reason=args.reason))
+    print(f"round {info.round_id} cancelled: {info.error}")
     return 0
 
 
+_DEFAULT_KIND = RoundCreate.model_fields["kind"].default
+
+
 def register_rounds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``fedmor rounds ...``."""
+    """``fedmor rounds ...``: the kinds offered are the registry's."""
+    from sdk.rounds import ROUND_KINDS
+
     group = sub.add_parser("rounds", help="open, follow and cancel rounds")
     commands = group.add_subparsers(dest="rounds_command", metavar="COMMAND", required=True)
     op = commands.add_parser("open", help="open a round (its length from the server's "
                              "router configuration unless --length)")
-    op.add_argument("kind", nargs="?", default="router_secagg", choices=KINDS)
+    op.add_argument("kind", nargs="?", default=_DEFAULT_KIND, choices=sorted(ROUND_KINDS))
     op.add_argument("--members", action="append", default=[], metavar="NAME[,NAME...]",
                     help="participants by roster name or client id (default: every "
                          "enrolled member)")
@@ -206,7 +205,7 @@ def register_rounds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     op.set_defaults(handler=_open)
     check = commands.add_parser("check", help="before opening a round: which members' "
                                 "announced round terms refuse it (exit 1 if any)")
-    check.add_argument("kind", nargs="?", default="router_secagg", choices=KINDS)
+    check.add_argument("kind", nargs="?", default=_DEFAULT_KIND, choices=sorted(ROUND_KINDS))
     check.add_argument("--members", action="append", default=[], metavar="NAME[,NAME...]",
                        help="the round's participants (default: every enrolled member)")
     check.add_argument("--min-clients", type=int, default=None, help="as for open")

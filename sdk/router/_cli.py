@@ -1,6 +1,7 @@
-"""``fedmor router ...``: simulate federated router training, evaluate a router (Table 4) on a
-benchmark folder or a member's own pairs folders (or one member's, ``_member_cli``), pull a
-published version, and start a new router lineage (operator)."""
+"""``fedmor router ...``, defined here in full: simulate federated router training and evaluate
+a router (Table 4) on a benchmark folder or a member's own pairs folders (here, and one
+member's view in ``_member_cli``); pull a published version, read the server's versions and
+lineages, roll back and start a new lineage (``_published_cli``, over the operator client)."""
 
 from __future__ import annotations
 
@@ -12,24 +13,28 @@ from typing import TYPE_CHECKING
 
 from sdk.ops import add_connection_options
 from sdk.progress import say
+from sdk.router import _published_cli as published
 
 if TYPE_CHECKING:
     from sdk.router._encoder import Encoder
-    from sdk.wire import ConsortiumRouterConfig
 
 __all__ = ["register"]
 
 _ROUNDS_FILE = "rounds.json"
 
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``router`` group (``train``, ``eval``, ``lineage``; ``show``, ``history``,
-    ``rollback``) to the ``fedmor`` parser."""
+    """Add the ``router`` group to the ``fedmor`` parser: local (``train``, ``eval``) and at
+    the server (``pull``, ``show``, ``history``, ``lineages``, ``rollback``, ``lineage``)."""
     group = sub.add_parser("router", help="stage B: the router (local training and evaluation; "
                            "the server's published versions; a new lineage of the consortium's "
                            "router)")
     commands = group.add_subparsers(dest="router_command", metavar="COMMAND", required=True)
+    _add_local(commands)
+    _add_published(commands)
 
+
+def _add_local(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``train`` and ``eval``: on this machine, from benchmark or pairs folders."""
     train = commands.add_parser(
         "train", help="train a router federatedly over clients' pairs, all clients in-process"
     )
@@ -59,22 +64,50 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     evaluate.add_argument("--models", type=Path,
                           help="directory with one reward-model checkpoint per client id")
     _encoder_option(evaluate)
+    g = evaluate.add_argument_group("one member's view (instead of --models)")
+    g.add_argument("--member", metavar="NAME",
+                   help="your roster name (your router output); with --model and --pairs DIR")
+    g.add_argument("--model", type=Path, metavar="CKPT", help="your reward-model checkpoint")
+    g.add_argument("--base", type=Path, metavar="DIR",
+                   help="the base VLM of a LoRA --model (default: the one it was trained on)")
     evaluate.set_defaults(handler=_eval)
-    from sdk.router._member_cli import add_member_eval_options, add_pull_command
 
-    add_member_eval_options(evaluate)  # --member, --model: one member's files only
-    add_pull_command(commands)  # a published version, as a router folder
-    from sdk.ops._router_cli import add_router_commands
 
-    add_router_commands(commands)  # show, history, rollback: the server's published versions
-
+def _add_published(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The server's published routers: ``pull`` (a member), ``show``, ``history``,
+    ``lineages``, ``rollback`` and ``lineage`` (the operator)."""
+    pull = commands.add_parser(
+        "pull", help="download a published router version (sha256-checked) with the "
+        "consortium's router configuration, as a router folder `router eval` reads")
+    pull.add_argument("version", type=int, nargs="?", default=None,
+                      help="the version (default: the newest)")
+    pull.add_argument("--out", type=Path, required=True, help="router folder to write")
+    pull.set_defaults(handler=published.pull)
+    show = commands.add_parser("show", help="a published router version (default: "
+                               "the newest)")
+    show.add_argument("version", type=int, nargs="?", default=None)
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(handler=published.show)
+    history = commands.add_parser("history", help="every published router version, with its "
+                                  "lineage and where it came from")
+    history.add_argument("--json", action="store_true", help="print JSON")
+    history.set_defaults(handler=published.history)
+    lineages = commands.add_parser("lineages", help="every router lineage: configuration "
+                                   "hash, members (heads), first and latest version")
+    lineages.add_argument("--json", action="store_true", help="print JSON")
+    lineages.set_defaults(handler=published.lineages)
+    rollback = commands.add_parser("rollback", help="publish an earlier version "
+                                   "again as the newest")
+    rollback.add_argument("version", type=int, help="the version to restore")
+    rollback.set_defaults(handler=published.rollback)
     lineage = commands.add_parser(
         "lineage", help="start a new router lineage on a router configuration (operator, "
         "signed; audited): rounds follow it from then on, older versions stay readable")
     lineage.add_argument("--config", type=Path, required=True, help="TOML/JSON file: the "
                          "router configuration, or the server settings whose [router] holds it")
-    add_connection_options(lineage)
-    lineage.set_defaults(handler=_lineage)
+    lineage.set_defaults(handler=published.lineage)
+    for parser in (pull, show, history, lineages, rollback, lineage):
+        add_connection_options(parser)
 
 
 def _encoder_option(parser: argparse.ArgumentParser) -> None:
@@ -189,32 +222,4 @@ def _eval(args: argparse.Namespace) -> int:
     table = table4(router, encoder, id_splits, heldout, scores)
     print(table.format())
     print(json.dumps({"routing_accuracy": table.routing_accuracy, "accuracy": table.accuracy}))
-    return 0
-
-
-def _read_router_config(path: Path) -> ConsortiumRouterConfig:
-    """The router configuration in ``path`` (TOML or JSON): the file itself, or its
-    ``router`` section when it is the server's settings file."""
-    import tomllib
-
-    from sdk.wire import ConsortiumRouterConfig
-
-    text = path.read_text()
-    data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    if "heads" not in data and isinstance(data.get("router"), dict) \
-            and "heads" in data["router"]:
-        data = data["router"]
-    return ConsortiumRouterConfig.model_validate(data)
-
-
-def _lineage(args: argparse.Namespace) -> int:
-    from sdk.ops import connection_from_args
-    from sdk.wire import RouterConfigInfo
-
-    config = _read_router_config(args.config)
-    info = RouterConfigInfo.model_validate(connection_from_args(args).request(
-        "POST", "/v1/router/lineage", config, what="the new lineage"))
-    print(f"router lineage {info.lineage} started: {info.config.describe()}. Rounds follow it "
-          f"now; declare the same configuration in the server's [router] before its next "
-          f"restart.")
     return 0

@@ -163,7 +163,9 @@ them through)."""
 class RoundCreate(_Wire):
     """Admin request that opens a round."""
 
-    kind: Literal["router_secagg", "rm_fedavg"] = "router_secagg"
+    kind: str = Field(default="router_secagg", pattern=r"^[a-z_]{1,40}$", description="a round "
+                      "kind the server registers (``sdk.rounds.ROUND_KINDS``); another is "
+                      "refused when the round is created")
     vector_length: int | None = Field(
         default=None, ge=1, le=50_000_000, description="the router's parameter count; None: "
         "the consortium's router configuration's (a server that declares none needs it)")

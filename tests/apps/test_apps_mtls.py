@@ -53,12 +53,12 @@ def test_with_mutual_tls_members_with_certificates_complete_a_round(tmp_path: Pa
         listed = _admin("roster", "list", *tls, *cert)
         assert listed.returncode == 0, listed.stderr
         assert any(line.startswith("site-0 ") for line in listed.stdout.splitlines())
-        rolled = _admin("admin", "rollback", *tls, *cert, "--version", "1")
+        rolled = _admin("router", "rollback", "1", *tls, *cert)
         assert rolled.returncode == 0, rolled.stderr
         assert "router version 1 restored as version 2" in rolled.stdout
-        refused = _admin("admin", "rollback", *tls, "--version", "1")  # no certificate
+        refused = _admin("router", "rollback", "1", *tls)  # no certificate
         assert refused.returncode != 0 and "restored" not in refused.stdout
-        half = _admin("admin", "rollback", *tls, cert[0], cert[1], "--version", "1")
+        half = _admin("router", "rollback", "1", *tls, cert[0], cert[1])
         assert half.returncode != 0 and "--client-cert and --client-key" in half.stderr
 
 

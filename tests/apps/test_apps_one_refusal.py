@@ -24,7 +24,7 @@ from client_app import ClientRunner, ClientSettings, ClientStore
 from fedmor_local import free_port
 from sdk.alignment import RestRewardFunction
 from sdk.cli import main
-from sdk.ops import Connection
+from sdk.ops import Connection, OperatorClient
 from sdk.wire import AsyncSignedClient, RequestRefused, Work
 from sdk.wire._auth import write_private_key
 from tests._serve import served
@@ -72,7 +72,7 @@ def _cli_refusal(busy: Busy, capsys: pytest.CaptureFixture[str]) -> RequestRefus
     conn = Connection(server=busy.url, key_file=busy.member_pem, sender=busy.member.client_id,
                       insecure_http=True)
     with pytest.raises(RequestRefused) as refused:
-        conn.request("GET", "/v1/rounds", what="rounds list")
+        OperatorClient(conn).rounds()
     capsys.readouterr()
     assert main(["rounds", "list", "--server", busy.url, "--insecure-http", "--key-file",
                  str(busy.member_pem), "--sender", busy.member.client_id]) == 1

@@ -92,13 +92,13 @@ def test_the_operator_rolls_the_router_back(server: tuple[TestClient, list[Membe
                          dtype="<f4").tolist() == [1.0, 1.0]
 
 
-def test_fedmor_admin_rollback_over_https(hostile: LocalConsortium,
-                                          monkeypatch: pytest.MonkeyPatch,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_fedmor_router_rollback_over_https(hostile: LocalConsortium,
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
     rid = hostile.create_round(kind="rm_fedavg", vector_length=8, min_clients=3)["round_id"]
     version = hostile.wait_round(rid)["router_version"]
     assert version is not None
-    argv = ["admin", "rollback", "--server", hostile.server_url, "--version", str(version),
+    argv = ["router", "rollback", str(version), "--server", hostile.server_url,
             "--ca", str(hostile.pki[0] if hostile.pki else "")]
     monkeypatch.setenv("FEDMOR_ADMIN_TOKEN", "wrong")
     assert sdk.cli.main(argv) == 1
