@@ -23,31 +23,31 @@ from sdk.serving import (
     periodically,
 )
 from sdk.wire import check_private_files, key_passphrase, load_or_create_key, tls_verify
-from server_app._access import ADMIN, Access
-from server_app._announce_api import clip_bound_router
-from server_app._audit_api import install_audit
-from server_app._audit_budget_api import audit_budget_router
-from server_app._broker import RewardBroker
 from server_app._capture import ServerCapture
-from server_app._console_api import CONSOLE_PATH, install_console
-from server_app._console_page import ConsoleSources
-from server_app._enroll_api import enrollment_router
-from server_app._identity import Identities
-from server_app._identity_api import identity_router
-from server_app._meta_api import install_server_ops, meta_router
-from server_app._ops_api import operator_router
-from server_app._retention import purge_server
-from server_app._rewards import AlignmentService
-from server_app._rewards_api import rewards_router
-from server_app._rotations_api import rotations_router
-from server_app._rounds import RoundManager
-from server_app._rounds_api import rounds_router
-from server_app._router_api import router_versions_router
-from server_app._router_config import RouterLineages
+from server_app._console._api import CONSOLE_PATH, install_console
+from server_app._console._page import ConsoleSources
+from server_app._identity._access import ADMIN, Access
+from server_app._identity._identities import Identities
+from server_app._rewards._broker import RewardBroker
+from server_app._rewards._service import AlignmentService
+from server_app._rounds._manager import RoundManager
+from server_app._rounds._work import Signal, store_watch
+from server_app._router._config import RouterLineages
+from server_app._routes._announce import clip_bound_router
+from server_app._routes._audit import install_audit
+from server_app._routes._audit_budget import audit_budget_router
+from server_app._routes._enroll import enrollment_router
+from server_app._routes._identity import identity_router
+from server_app._routes._meta import install_server_ops, meta_router
+from server_app._routes._ops import operator_router
+from server_app._routes._rewards import rewards_router
+from server_app._routes._rotations import rotations_router
+from server_app._routes._rounds import rounds_router
+from server_app._routes._router import router_versions_router
+from server_app._routes._work import install_work_routes
 from server_app._settings import ServerSettings
 from server_app._store import Store
-from server_app._work import Signal, store_watch
-from server_app._work_api import install_work_routes
+from server_app._store._retention import purge_server
 
 __all__ = ["create_app", "create_app_from_env"]
 

@@ -49,7 +49,7 @@ from sdk.capture import (
 )
 from sdk.rounds import ROUND_KINDS, FedAvgUpdate, from_delta, protocol_ids
 from sdk.wire import RewardItem, RoundSpec
-from server_app._audit_settings import CaptureSettings
+from server_app._settings._audit import CaptureSettings
 from server_app._store import Store
 
 __all__ = ["ServerCapture"]

@@ -88,7 +88,7 @@ def test_no_profile_names_the_profiles_file(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_the_used_link_page_says_the_servers_link_lifetime() -> None:
-    from server_app._console_page import message_page
+    from server_app._console._page import message_page
 
     page = message_page("login link refused", "used", 120.0)
     assert "for 120 s" in page and "for a minute" not in page

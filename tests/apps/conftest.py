@@ -28,7 +28,7 @@ from sdk.wire._auth import authority_of
 from server_app import ServerSettings, Store
 from server_app._app import create_app
 from server_app._capture import ServerCapture
-from server_app._rounds import RoundManager
+from server_app._rounds._manager import RoundManager
 
 N_CLIENTS = 5
 

@@ -99,8 +99,8 @@ def test_admin_actions_are_audited_with_who_did_them(tmp_path: Path) -> None:
 def test_an_auditors_query_budget_survives_a_server_restart(tmp_path: Path) -> None:
     """The per-auditor budget lives in the server's database, not in the process."""
     from sdk.serving import RateLimited
-    from server_app._audit_api import _Budget
-    from server_app._audit_settings import AuditSettings
+    from server_app._routes._audit import _Budget
+    from server_app._settings._audit import AuditSettings
     from server_app._store import Store
 
     cfg = AuditSettings(query_budget=10, window_s=3600)

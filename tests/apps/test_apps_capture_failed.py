@@ -13,8 +13,8 @@ from client_app._member_round import ready_update
 from sdk.capture import CaptureFiles
 from sdk.secagg._schema import MaskedInput
 from server_app import Store
-from server_app._audit_settings import CaptureSettings
 from server_app._capture import ServerCapture
+from server_app._settings._audit import CaptureSettings
 from tests.apps.conftest import in_process_secure_round
 
 

@@ -22,7 +22,7 @@ from fedmor_local import OPEN_POLICY
 from sdk.rounds import ROUND_KINDS, RoundFailed
 from sdk.secagg import QuantizationConfig
 from sdk.wire import RoundInfo, RoundSpec, SignedClient
-from server_app._rounds import RoundManager
+from server_app._rounds._manager import RoundManager
 
 from .conftest import Member, in_process_secure_round
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import server_app._rounds as rounds_module
+import server_app._rounds._manager as rounds_module
 from sdk.rounds._fedavg_kind import encode_update
 from sdk.wire import RoundCreate, generate_key, public_key_b64
 from server_app import Store
-from server_app._rounds import RoundManager
+from server_app._rounds._manager import RoundManager
 
 
 def _enrolled(store: Store, n: int) -> list[str]:

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import server_app._broker as broker_module
+import server_app._rewards._broker as broker_module
 from client_app._member_round import ready_update
 from sdk.wire import ImageRef, RoundSpec, generate_key, public_key_b64
 from sdk.wire._auth import authority_of
 from server_app import Store
-from server_app._rounds import RoundManager
+from server_app._rounds._manager import RoundManager
 
 from .conftest import in_process_secure_round, push_member
 

@@ -14,7 +14,7 @@ from client_app._member_round import MemberRound, ready_update
 from sdk.rounds import ROUND_KINDS
 from sdk.wire import RoundCreate, StageBroadcast, generate_key, public_key_b64
 from server_app import Store
-from server_app._rounds import RoundManager
+from server_app._rounds._manager import RoundManager
 
 
 def test_waiting_request_wakes_on_close_and_acks_carry_next(tmp_path: Path) -> None:

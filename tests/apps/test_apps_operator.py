@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from sdk.membership import RosterFile, add_to_roster
 from sdk.wire import DPAccount, Refusal, RoundInfo, generate_key, public_key_b64
-from server_app._ops_api import member_reports
+from server_app._routes._ops import member_reports
 from tests.apps.conftest import Member, enrolled_team
 
 
@@ -127,7 +127,7 @@ def test_dp_budget_counts_only_rounds_the_member_contributed_to(
                              Refusal(client_id=c, reason="dp", detail="", at=0.0)
                              for c in refused])
 
-    from server_app._identity import Identities
+    from server_app._identity._identities import Identities
 
     state = team["ops"].tc.app.state  # type: ignore[attr-defined]
     ids = Identities(state.store, state.access, state.rounds, None, state.broker)

@@ -15,7 +15,7 @@ from client_app import HashScorer
 from fedmor_local import LocalConsortium
 from sdk.wire import ImageRef, load_private_key
 from server_app import RewardBroker, Store
-from server_app._broker import server_timing
+from server_app._rewards._broker import server_timing
 
 
 def _png(seed: int) -> bytes:

@@ -34,7 +34,7 @@ from sdk.serving import RateLimited
 from sdk.wire import AlignerRequest, ImageRef, RewardRequest, generate_key
 from server_app import RewardBroker, ServerSettings, Store
 from server_app._app import create_app
-from server_app._rewards import AlignmentService
+from server_app._rewards._service import AlignmentService
 from server_app._settings import AlignmentSettings
 from tests._serve import served
 

@@ -182,8 +182,8 @@ def test_a_carried_router_keeps_what_the_online_router_learned() -> None:
         NeuralThompsonRouter,
         Router,
     )
-    from server_app._router_config import carried_router
-    from server_app._router_serving import carry_online_state
+    from server_app._router._config import carried_router
+    from server_app._router._serving import carry_online_state
 
     encoder_id = HashingEncoder(HashingEncoderConfig.model_validate(SMALL["encoder"])).encoder_id
     old = NeuralThompsonRouter(Router(FIRST.router, FIRST.heads, encoder_id))

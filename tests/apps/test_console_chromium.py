@@ -283,7 +283,7 @@ def test_the_console_in_chromium_shows_what_the_rest_api_says(
     assert "used already" in again and 'id="members"' not in again
 
 
-# Colours only the console itself paints (console.css, _console_chart.py): the green of an
+# Colours only the console itself paints (console.css, _console/_chart.py): the green of an
 # enrolled member's or a finished round's tag, and the reward chart's average line. The message
 # page (a spent or unknown link) shares the stylesheet but has neither.
 _ENROLLED_TAG = (0xda, 0xfb, 0xe1)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from server_app import Store
 
-# The capture-missed gauge's query (server_app._meta_api).
+# The capture-missed gauge's query (server_app._routes._meta).
 GAUGE = "SELECT 'capture_missed', COUNT(*) FROM audit WHERE action='capture_missed'"
 
 

@@ -17,8 +17,8 @@ from sdk.data._loading import PAIRS_FILE, json_objects
 from sdk.router import image_ref
 from sdk.wire import ImageRef, RewardItem
 from server_app import Store
-from server_app._audit_settings import CaptureSettings
 from server_app._capture import ServerCapture
+from server_app._settings._audit import CaptureSettings
 
 MEMBER = "site-1"
 

@@ -17,7 +17,7 @@ from client_app import ClientSettings, HashScorer
 from client_app._app import create_client_app
 from client_app._runner import ClientRunner
 from fedmor_local import LocalConsortium
-from server_app._broker import BrokerError
+from server_app._rewards._broker import BrokerError
 from tests.security.conftest import (
     PULL,
     PUSH,

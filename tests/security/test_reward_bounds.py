@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from sdk.wire import ImageRef
-from server_app._broker import BrokerError
+from server_app._rewards._broker import BrokerError
 from tests.apps.conftest import Member
 from tests.security.conftest import enroll_new
 

@@ -1,0 +1,100 @@
+"""The server store's reward path: the aligner's online router, the broker's images and which
+member holds them, and the pull-mode query queue."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from sdk.wire import RewardAnswer
+from server_app._store._base import StoreBase
+
+__all__ = ["RewardTables"]
+
+
+class RewardTables(StoreBase):
+    """What the reward broker and the online router keep."""
+
+    def save_online(self, method: str, router_version: int, run: str, step: int | None,
+                    last_loss: float | None, state: bytes) -> None:
+        """Keep the online router's state (durable before the feedback is acknowledged)."""
+        self._write("INSERT OR REPLACE INTO online_router VALUES (?,?,?,?,?,?,?)",
+                    (method, router_version, run, step, last_loss, state, time.time()))
+
+    def online(self, method: str) -> dict[str, Any] | None:
+        """The saved online router of ``method``, or None."""
+        row = self._one("SELECT * FROM online_router WHERE method=?", (method,))
+        return None if row is None else dict(row)
+
+    def add_alignment_step(self, run: str, step: int, loss: float, reward: float | None,
+                           kl: float | None, feedback: float | None) -> None:
+        """Record one applied feedback step (a repeated step keeps its first record)."""
+        self._write("INSERT OR IGNORE INTO alignment_steps VALUES (?,?,?,?,?,?,?)",
+                    (run, step, loss, reward, kl, feedback, time.time()))
+
+    def alignment_steps(self, limit: int = 2000) -> list[dict[str, Any]]:
+        """The latest ``limit`` applied feedback steps, oldest first."""
+        rows = self._all("SELECT * FROM alignment_steps ORDER BY at DESC, step DESC LIMIT ?",
+                         (limit,))
+        return [dict(r) for r in reversed(rows)]
+
+    # -- reward broker -------------------------------------------------------------------------
+    def put_images(self, images: dict[str, bytes]) -> None:
+        """Keep images the broker may need to resend (one transaction: one fsync)."""
+        with self.transaction():
+            fresh = [(h, d) for h, d in images.items()
+                     if self._one("SELECT 1 FROM images WHERE sha256=?", (h,)) is None]
+            self._db.executemany("INSERT OR IGNORE INTO images(sha256, data, stored_at) "
+                                 "VALUES (?,?,?)", [(h, d, time.time()) for h, d in fresh])
+
+    def image(self, sha256: str) -> bytes | None:
+        """An image by hash, or None."""
+        row = self._one("SELECT data FROM images WHERE sha256=?", (sha256,))
+        return None if row is None else bytes(row["data"])
+
+    def mark_cached(self, client_id: str, hashes: list[str]) -> None:
+        """Remember that a client holds these images (no fsync when it already did)."""
+        with self.transaction():
+            self._db.executemany("INSERT OR IGNORE INTO client_images VALUES (?,?)",
+                                 [(client_id, h) for h in hashes])
+
+    def forget_cached(self, client_id: str, hashes: list[str]) -> None:
+        """The client says it lacks these images after all."""
+        with self.transaction():
+            self._db.executemany("DELETE FROM client_images WHERE client_id=? AND sha256=?",
+                                 [(client_id, h) for h in hashes])
+
+    def cached(self, client_id: str, among: list[str] | None = None) -> set[str]:
+        """Hashes of the images a client is known to hold (only those in ``among`` if given:
+        a query looks up its own images, not the client's whole cache)."""
+        if among is None:
+            rows = self._all("SELECT sha256 FROM client_images WHERE client_id=?", (client_id,))
+        else:
+            marks = ",".join("?" * len(among))
+            rows = self._all(f"SELECT sha256 FROM client_images WHERE client_id=? AND sha256 IN "
+                             f"({marks})", (client_id, *among))
+        return {r["sha256"] for r in rows}
+
+    def queue_query(self, client_id: str, items: list[dict[str, Any]]) -> int:
+        """Queue a pull-mode reward query."""
+        return self._write("INSERT INTO reward_queries(client_id, items, status, created_at) "
+                           "VALUES (?,?,?,?)",
+                           (client_id, json.dumps(items), "pending", time.time()))
+
+    def pending_queries(self, client_id: str) -> list[dict[str, Any]]:
+        """A client's unanswered queries, oldest first."""
+        rows = self._all("SELECT query_id, items FROM reward_queries WHERE client_id=? AND "
+                         "status='pending' ORDER BY query_id", (client_id,))
+        return [{"query_id": r["query_id"], "items": json.loads(r["items"])} for r in rows]
+
+    def query(self, query_id: int) -> dict[str, Any] | None:
+        """One queued query, or None."""
+        row = self._one("SELECT * FROM reward_queries WHERE query_id=?", (query_id,))
+        return None if row is None else dict(row)
+
+    def answer_query(self, query_id: int, answer: RewardAnswer) -> None:
+        """Store a pull-mode answer (scores, missing images or a refusal) as it was parsed."""
+        self._write("UPDATE reward_queries SET status='answered', scores=?, answered_at=? "
+                    "WHERE query_id=?", (answer.model_dump_json(exclude_defaults=True),
+                                         time.time(), query_id))
