@@ -185,7 +185,8 @@ class LocalConsortium:
                 "identity_key": str(key_path), "db_path": str(workdir / name / "client.db"),
                 "roster_file": str(roster), "port": port,
                 "public_url": f"{scheme}://127.0.0.1:{port}", "poll_interval_s": 0.05,
-                "retry_max_s": 0.5, "demo": demo, **self._tls("server_ca"),
+                "retry_max_s": 0.5, "demo": demo, "allow_plain_http": not tls,
+                **self._tls("server_ca"),
                 **self._client_cert(name, mtls),
                 **({"policy": policy} if policy is not None else {}), **(clients or {})}
         # Non-member identities (name -> role): a key file and a one-time token each, enrolled by

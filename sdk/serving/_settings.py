@@ -52,6 +52,11 @@ class AppHardening(EnvOverFile):
     allow_readable_files: bool = Field(default=False, description="start even when the "
                                        "identity key, TLS key or database is readable by "
                                        "other users")
+    allow_plain_http: bool = Field(
+        default=False, description="use plain HTTP where TLS is not set up (a local test on "
+        "127.0.0.1, or TLS ended by a proxy in front): a server without tls_cert serves it, a "
+        "member dials an http:// server_url; without it either refuses to start, since signed "
+        "requests and their answers would cross the network unencrypted")
     identity_key_passphrase_file: Path | None = Field(
         default=None, description="file whose first line is the identity key's passphrase "
         "(FEDMOR_KEY_PASSPHRASE wins); with one, a new key is written encrypted (PKCS#8)")

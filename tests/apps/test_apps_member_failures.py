@@ -178,7 +178,7 @@ def _client(team: Team, name: str, *args: str, **cfg: Any) -> tuple[list[str], P
                 "identity_key": str(team.work / name / "identity.pem"),
                 "db_path": str(team.work / name / "client.db"), "port": free_port(),
                 "scorer": "client_app._scorer:HashScorer", "poll_interval_s": 0.05,
-                "long_poll_s": 0.5, **cfg}
+                "long_poll_s": 0.5, "allow_plain_http": True, **cfg}
     path = team.work / f"{name}.toml"
     lines = [f"{k} = {json.dumps(v)}" for k, v in settings.items()
              if v is not None and not isinstance(v, dict)]
