@@ -127,7 +127,7 @@ def _training(cfg: ClientSettings, rounds: bool) -> Iterator[Check]:
         yield Check("router_training.pairs_dir", "not used (no rounds)")
         return
     if training is None:
-        if cfg.update_source is None and not cfg.demo:
+        if not cfg.demo:
             yield Check("router_training.pairs_dir", "", "no router training: add a "
                         "[router_training] section with pairs_dir (this member's pairs "
                         "folder), or run with --no-rounds", "not set")

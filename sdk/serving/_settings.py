@@ -190,6 +190,9 @@ def _problem(cls: type[BaseModel], err: Any, text: str) -> str:
     name = f"[{section}] {loc[-1]}" if section else str(loc[-1])
     if err["type"] == "extra_forbidden":
         model = _model_at(cls, loc)
+        retired: dict[str, str] = getattr(model, "retired_settings", {})
+        if str(loc[-1]) in retired:
+            return f"{at}{name}: no longer a setting: {retired[str(loc[-1])]}"
         known = sorted(model.model_fields) if model is not None else []
         near = difflib.get_close_matches(str(loc[-1]), known, n=1)
         hint = f"did you mean {near[0]!r}?" if near else f"known settings: {', '.join(known)}"

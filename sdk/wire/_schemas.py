@@ -148,7 +148,7 @@ DEMO_SAMPLES_PARAM = "demo_samples"
 
 
 class _UpdateParams(BaseModel):
-    """The bounds of the round ``params`` addressed to the members' update sources, not to a
+    """The bounds of the round ``params`` addressed to the members' updates, not to a
     round kind (``UPDATE_PARAMS``), checked when the round is created: a value no member can
     use would only fail the round at its deadline."""
 

@@ -213,7 +213,7 @@ def test_a_member_with_a_missing_data_folder_refuses_to_start_naming_the_setting
 
 
 def test_a_revoked_member_logs_it_at_error_and_stops(team: Team) -> None:
-    argv, _ = _client(team, "city-bank", update_source="client_app._demo:demo_update")
+    argv, _ = _client(team, "city-bank", demo=True)
     log = (team.work / "city-bank.log").open("w")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=checkout_env())
     try:

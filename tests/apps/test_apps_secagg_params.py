@@ -47,7 +47,7 @@ def test_bad_params_make_round_creation_a_422(server: tuple[TestClient, list[Mem
     assert needle in r.json()["detail"], r.json()["detail"]
 
 
-def test_update_source_params_pass_through(server: tuple[TestClient, list[Member]]) -> None:
+def test_the_update_params_pass_through(server: tuple[TestClient, list[Member]]) -> None:
     assert {ROUTER_ROUND_PARAM, TRAIN_PARAM} <= UPDATE_PARAMS  # the keys client_app reads
     tc, _ = server
     r = tc.post("/v1/rounds", headers=ADMIN, json={
