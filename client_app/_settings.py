@@ -42,6 +42,7 @@ class ClientSettings(AppHardening):
     """Everything a hospital's client app needs; every field has a working default."""
 
     model_config = SettingsConfigDict(env_prefix="FEDMOR_CLIENT_", extra="forbid")
+    # A key that left the settings: load_settings refuses it with what to write instead.
     retired_settings: ClassVar[dict[str, str]] = {
         "update_source": "use [router_training] (pairs_dir; custom code plugs in as a "
                          "fedmor.router_updates entry point named in its update)"}

@@ -136,7 +136,8 @@ def load_settings(cls: type[_S], path: Path | None) -> _S:
 
     Raises:
         SettingsError: the file does not parse or a value is refused; the message names the
-            file, the line and the setting (with the nearest valid key for a misspelt one).
+            file, the line and the setting (with the nearest valid key for a misspelt one,
+            and what replaced a key the model lists in its ``retired_settings``).
     """
     data: dict[str, Any] = {}
     text = ""
