@@ -144,9 +144,10 @@ def _lifespan(cfg: ClientSettings, store: ClientStore, key: Ed25519PrivateKey,
 
 
 def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | None = None, *,
-                      start_runner: bool = False) -> FastAPI:
+                      start_runner: bool = False, update_fn: UpdateFn | None = None) -> FastAPI:
     """Build the client app; with ``start_runner`` it also enrolls and runs rounds in a
-    background thread while it serves."""
+    background thread while it serves (``update_fn``: a Python update function in place of
+    the configured one, for a program that embeds the app; settings never name code)."""
     cfg = settings or ClientSettings()
     if not cfg.allow_readable_files:
         check_private_files(cfg.db_path, cfg.identity_key, cfg.tls_key)
@@ -154,9 +155,10 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
     # Refuses to start without one (unless it takes part in no rounds); [router_training]'s
     # update is built by the runner, once it can fetch the consortium's configuration.
     rounds = start_runner and cfg.run_rounds
-    if rounds and cfg.router_training is not None:
+    if rounds and update_fn is None and cfg.router_training is not None:
         check_update_name(cfg.router_training.update)  # an unknown plug-in: refused here
-    update_fn = resolve_update_fn(cfg) if rounds and cfg.router_training is None else None
+    if rounds and update_fn is None and cfg.router_training is None:
+        update_fn = resolve_update_fn(cfg)
     store = ClientStore(cfg.db_path)
     key = load_or_create_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
     service = site_reward_service(cfg, store, scorer)

@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -128,7 +129,7 @@ def _training(cfg: ClientSettings, rounds: bool) -> Iterator[Check]:
         yield Check("router_training.pairs_dir", "not used (no rounds)")
         return
     if training is None:
-        if cfg.update_source is None and not cfg.demo:
+        if not cfg.demo:
             yield Check("router_training.pairs_dir", "", "no router training: add a "
                         "[router_training] section with pairs_dir (this member's pairs "
                         "folder), or run with --no-rounds", "not set")
@@ -144,6 +145,16 @@ def _training(cfg: ClientSettings, rounds: bool) -> Iterator[Check]:
                         "not found" if not folder.exists() else "no pairs.jsonl")
         else:
             yield Check(f"router_training.{key}", f"{folder}")
+
+
+def _plain_http(cfg: ClientSettings) -> Check | None:
+    """An ``http://`` server_url without the opt-in: this member's signed requests, round
+    messages and the server's answers would cross the network unencrypted."""
+    if urlsplit(cfg.server_url).scheme.lower() != "http" or cfg.allow_plain_http:
+        return None
+    return Check("server_url", "", f"{cfg.server_url} is plain http: use the server's "
+                 f"https:// URL (with server_ca), or set allow_plain_http = true (a local "
+                 f"test on 127.0.0.1 only)", "plain http")
 
 
 def _server(cfg: ClientSettings, enrolled: str | None, key_ok: bool) -> Check:
@@ -192,7 +203,10 @@ def run_checks(cfg: ClientSettings, *, rounds: bool, source: str,
         if path is not None:
             checks.append(Check(key, f"{path}") if path.is_file() else Check(
                 key, "", f"{path} does not exist: set it to {what}", "not found"))
-    if server:
+    plain = _plain_http(cfg)  # refused before anything is sent over it
+    if plain is not None:
+        checks.append(plain)
+    elif server:
         checks.append(_server(cfg, enrolled, identity.problem is None))
     return [Check(_named(c.key) + ("" if c.problem is None else f" ({source})"), c.ok,
                   c.problem, c.kind) for c in checks]

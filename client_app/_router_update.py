@@ -1,9 +1,6 @@
 """The member's router update from its ``[router_training]`` section: the consortium's router
 configuration fetched from the server and pinned by each round's hash, the member's own pairs,
 and the built-in local training (or a ``fedmor.router_updates`` plug-in).
-
-``update_source = "client_app._router_update:router_update"`` (the older form, with a spec
-file in ``$FEDMOR_ROUTER_SPEC``) still works: :func:`router_update` is ``sdk.router``'s.
 ``sdk.router`` (torch) is imported only by a member that trains: a client app that only
 answers reward queries, or runs the demo's stand-in, starts without it.
 """
@@ -20,8 +17,7 @@ from client_app._policy import PolicyRefused
 from client_app._settings import RouterTrainingSettings
 from sdk.wire import ConsortiumRouterConfig, RoundInfo, RouterConfigInfo
 
-__all__ = ["ConfiguredRouterUpdate", "RoundUpdate", "check_update_name", "router_update",
-           "unpack_update"]
+__all__ = ["ConfiguredRouterUpdate", "RoundUpdate", "check_update_name", "unpack_update"]
 
 REFUSAL = "router_config"
 """The refusal reason of a round whose router configuration this member cannot confirm."""
@@ -40,19 +36,12 @@ class RoundUpdate:
 
 
 def unpack_update(out: tuple[np.ndarray, int] | RoundUpdate) -> RoundUpdate:
-    """What an update function returned, as a :class:`RoundUpdate`: an ``update_source``
-    may return ``(phi_k, n_k)``."""
+    """What an update function returned, as a :class:`RoundUpdate`: a Python update
+    function or a plug-in may return ``(phi_k, n_k)``."""
     if isinstance(out, RoundUpdate):
         return out
     params, samples = out
     return RoundUpdate(np.asarray(params, dtype=np.float32), int(samples))
-
-
-def router_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
-    """(phi_k (P,) float32 after local training from ``base``, n_k = local pairs used)."""
-    from sdk.router import router_update as spec_update
-
-    return spec_update(name, info, base)
 
 
 def check_update_name(name: str) -> None:

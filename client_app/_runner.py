@@ -45,7 +45,6 @@ from client_app._policy import (
 )
 from client_app._roster_copy import RosterCopy
 from client_app._router_update import ConfiguredRouterUpdate, RoundUpdate, unpack_update
-from client_app._scorer import load_object
 from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
@@ -77,7 +76,8 @@ _log = logging.getLogger("fedmor.client")
 T = TypeVar("T")
 
 UpdateFn = Callable[[str, RoundInfo, "np.ndarray | None"], "tuple[np.ndarray, int] | RoundUpdate"]
-"""``update_source`` signature: ``(name, round, base router or None) -> (update, n_k)`` (or a
+"""A Python update function (the demo's, or one a program hands :class:`ClientRunner` or
+``create_client_app``): ``(name, round, base router or None) -> (update, n_k)`` (or a
 ``RoundUpdate``, which also gives the local loss before and after)."""
 _FINISHED = ("done", "abandoned", "ended", "refused")  # local round statuses with nothing left to do
 
@@ -90,18 +90,16 @@ def _again(exc: BaseException) -> bool:
 
 
 def resolve_update_fn(settings: ClientSettings) -> UpdateFn:
-    """The site's local router update when it has no ``[router_training]``: ``update_source``,
-    else (demo only) the random demo update; otherwise a ``ValueError`` naming the setting."""
-    name = settings.update_source or ("client_app._demo:demo_update" if settings.demo else None)
-    if name is None:
+    """The site's local router update when it has no ``[router_training]``: the random demo
+    update (demo only); otherwise a ``ValueError`` naming the setting."""
+    if not settings.demo:
         raise ValueError("no router update configured: add a [router_training] section naming "
                          "this member's training pairs (pairs_dir) to the client settings, or "
                          "run with --no-rounds; demo = true (--demo) sends random updates "
                          "instead")
-    loaded = load_object(name)
-    if not callable(loaded):
-        raise ValueError(f"update_source {name!r} is not callable")
-    return loaded  # type: ignore[no-any-return]
+    from client_app._demo import demo_update
+
+    return demo_update
 
 
 def _gave(update: dict[str, Any] | None) -> str:

@@ -3,11 +3,13 @@ setting and the fix, in a sentence (not a parser's internals, not the top-level 
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 
 import pytest
 
+from client_app import ClientSettings
 from sdk.cli import main
 from sdk.ops import Connection, OperatorClient
 from sdk.serving import load_settings
@@ -24,6 +26,14 @@ def test_a_misspelt_setting_names_the_file_the_line_and_the_key(tmp_path: Path) 
     assert "line 2: stage_deadlin_s: unknown setting (did you mean 'stage_deadline_s'?)" in text
     assert "line 5: [alignment] max_itms: unknown setting (did you mean 'max_items'?)" in text
     assert "pydantic" not in text and "extra_forbidden" not in text
+
+
+def test_a_retired_member_setting_says_what_replaces_it(tmp_path: Path) -> None:
+    path = tmp_path / "client.toml"
+    path.write_text('name = "st-mary"\nupdate_source = "site_code:update"\n')
+    said = f"{path}: line 2: update_source: no longer a setting: use [router_training]"
+    with pytest.raises(ValueError, match=f"^{re.escape(said)}"):
+        load_settings(ClientSettings, path)
 
 
 def test_a_toml_syntax_error_names_the_file(tmp_path: Path) -> None:

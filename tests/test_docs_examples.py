@@ -37,7 +37,7 @@ def test_the_servers_full_example_declares_its_router() -> None:
 def test_the_hospitals_full_example_names_only_its_pairs() -> None:
     settings = ClientSettings.model_validate(
         _block_after("## 4. A hospital's client app (full example)"))
-    assert settings.router_training is not None and settings.update_source is None
+    assert settings.router_training is not None
     assert settings.router_training.update == "builtin" and not settings.demo
 
 

@@ -93,7 +93,7 @@ def _rest_run(c: LocalConsortium, launcher: list[str], policy: Path, queries: Pa
                str(Path(c.server_cfg["identity_key"]).resolve())}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "examples"))), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [*launcher, "-m", "sdk.cli", "align", "--server", c.server_url, "--identity",
+        [*launcher, "-m", "sdk.cli", "align", "--server", c.server_url, "--insecure-http", "--identity",
          cfg["identity_key"], "--name", "aligner", "--token", cfg["enrollment_token"],
          "--policy", str(policy), "--queries", str(queries), "--out", str(out),
          "--config", str(job)], cwd=ROOT, env=env, stdout=subprocess.PIPE,

@@ -2,7 +2,8 @@
 
 ``LocalConsortium`` starts one server and N member apps as real processes on 127.0.0.1 for
 tests, benchmarks and ``fedmor demo``. It sits above both apps and imports neither: it starts them
-by module name and talks to them over REST. Its folder is ``examples/fedmor_local/`` (the
+by module name and talks to them over REST (``_member``, run as its own process, is a member
+app handed a Python router update, for tests). Its folder is ``examples/fedmor_local/`` (the
 repository's top level is fixed); ``pip install`` installs it beside ``sdk``.
 """
 

@@ -151,12 +151,13 @@ class LocalConsortium:
                  clients: dict[str, Any] | None = None, demo: bool = False,
                  policy: dict[str, Any] | None = None,
                  identities: dict[str, Role] | None = None,
-                 capture: Path | None = None) -> None:
+                 capture: Path | None = None, updates: Mapping[str, str] | None = None) -> None:
         """``demo``: the clients may stand in the hash scorer and random updates for what
         ``clients`` leaves unconfigured; ``policy``: the clients' site policy (None: the client
         app's safe default); ``identities``: non-member identities (name -> role);
         ``capture``: the server's capture directory (capture mode on, announced in every
-        round's info); ``mtls`` (implies ``tls``): the server requires a client certificate
+        round's info); ``updates``: member name -> ``module:function``, a Python router update
+        that member runs (``fedmor_local._member``) in place of its configured one; ``mtls`` (implies ``tls``): the server requires a client certificate
         from every caller, and each client app, identity and this harness's operator get one
         from the CA."""
         # Absolute: the apps run with the checkout as their folder and read these paths.
@@ -165,6 +166,7 @@ class LocalConsortium:
         tls = tls or mtls
         self.tls = tls
         self.names = [f"site-{i}" for i in range(n_clients)]
+        self.updates = dict(updates or {})
         # Client certificates: one per member and identity, and the operator's (this harness).
         certified = [*self.names, *(identities or {}), _OPERATOR] if mtls else []
         self.pki = make_pki(workdir / "pki", certified) if tls else None
@@ -185,7 +187,8 @@ class LocalConsortium:
                 "identity_key": str(key_path), "db_path": str(workdir / name / "client.db"),
                 "roster_file": str(roster), "port": port,
                 "public_url": f"{scheme}://127.0.0.1:{port}", "poll_interval_s": 0.05,
-                "retry_max_s": 0.5, "demo": demo, **self._tls("server_ca"),
+                "retry_max_s": 0.5, "demo": demo, "allow_plain_http": not tls,
+                **self._tls("server_ca"),
                 **self._client_cert(name, mtls),
                 **({"policy": policy} if policy is not None else {}), **(clients or {})}
         # Non-member identities (name -> role): a key file and a one-time token each, enrolled by
@@ -235,11 +238,12 @@ class LocalConsortium:
         cert, key = client_cert_paths(self.pki[0].parent, name)
         return {"tls_client_cert": str(cert), "tls_client_key": str(key)}
 
-    def _spawn(self, who: str, module: str, cfg: dict[str, Any]) -> subprocess.Popen[bytes]:
+    def _spawn(self, who: str, module: str, cfg: dict[str, Any],
+               *args: str) -> subprocess.Popen[bytes]:
         path = self.dir / f"{who}.json"
         path.write_text(json.dumps(cfg))
         log = (self.dir / f"{who}.log").open("ab")
-        proc = subprocess.Popen([sys.executable, "-m", module, "--config", str(path)],
+        proc = subprocess.Popen([sys.executable, "-m", module, *args, "--config", str(path)],
                                 stdout=log, stderr=subprocess.STDOUT, cwd=_REPO)
         self.procs[who] = proc
         return proc
@@ -252,7 +256,9 @@ class LocalConsortium:
     def start_client(self, name: str, wait: bool = True, **overrides: Any) -> None:
         """Start one client app (it enrolls and runs rounds in the background)."""
         cfg = {**self.client_cfg[name], **overrides}
-        proc = self._spawn(name, "client_app", cfg)
+        update = self.updates.get(name)
+        proc = self._spawn(name, "client_app", cfg) if update is None \
+            else self._spawn(name, "fedmor_local._member", cfg, update)
         if wait:
             wait_healthy(cfg["public_url"], verify=self.verify, proc=proc, client=self._probe)
 

@@ -42,6 +42,8 @@ class AlignJob(BaseModel):
     client_id: str | None = Field(default=None, description="the id enrollment gave")
     server_ca: Path | None = Field(default=None, description="CA bundle of the server's TLS "
                                    "certificate")
+    insecure_http: bool = Field(default=False, description="allow a plain http:// server "
+                                "(local tests only); without it such a server is refused")
     method: str = Field(default="mor", description="the reward-selection method the server "
                         "applies (a registered selection of sdk.alignment)")
     max_queries: int | None = Field(default=None, ge=1, description="use the first N queries")
@@ -93,7 +95,10 @@ def run_align_job(job: AlignJob, *, callbacks: list[Any] | None = None) -> Path:
     from sdk.alignment._grpo import align
     from sdk.alignment._rest_rewards import RestRewardFunction
     from sdk.data import load_queries
+    from sdk.ops import Connection
 
+    # The operator commands' check: an https:// server, or http:// given --insecure-http.
+    Connection(server=job.server, insecure_http=job.insecure_http)
     queries = load_queries(job.queries)[: job.max_queries]
     reward_fn = RestRewardFunction(job.server, job.identity, _sender(job), method=job.method,
                                    verify=_verify(job), timeout_s=job.timeout_s,
@@ -129,7 +134,8 @@ def _profile(name: str | None, data: dict[str, Any], *, server_given: bool) -> d
         raise ValueError(f"profile {label!r} is a {profile.role}: fedmor align signs as the "
                          f"aligner (give --profile with an aligner's profile)")
     found: dict[str, Any] = {"server": profile.server, "identity": profile.identity,
-                             "client_id": profile.client_id, "name": profile.name}
+                             "client_id": profile.client_id, "name": profile.name,
+                             "insecure_http": profile.insecure_http}
     if profile.ca is not None:
         found["server_ca"] = profile.ca
     return found | data
@@ -150,6 +156,8 @@ def _handle(args: argparse.Namespace) -> int:
             data[flag] = value
     if args.resume:
         data["resume"] = True
+    if args.insecure_http:
+        data["insecure_http"] = True
     if args.steps is not None:
         data["grpo"] = {**data.get("grpo", {}), "steps": args.steps}
     flags = runtime_from_args(args)
@@ -178,6 +186,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--client-id", dest="client_id", help="the id enrollment gave")
     p.add_argument("--ca", "--server-ca", dest="server_ca", type=Path,
                    help="CA bundle that verifies the server (HTTPS), as every command's --ca")
+    p.add_argument("--insecure-http", action="store_true",
+                   help="allow a plain http:// server URL (local tests only)")
     p.add_argument("--method", help="reward-selection method (default: mor)")
     p.add_argument("--steps", type=int, help="GRPO steps (overrides the config's)")
     p.add_argument("--resume", action="store_true",

@@ -53,7 +53,7 @@ class FedAvgParams(BaseModel):
 
     @classmethod
     def parse(cls, params: dict[str, Any]) -> FedAvgParams:
-        """Validate a round's ``params`` (the update-source keys aside); ``ValueError``."""
+        """Validate a round's ``params`` (the members' update keys aside); ``ValueError``."""
         try:
             return cls.model_validate({k: v for k, v in params.items()
                                        if k not in UPDATE_PARAMS})

@@ -83,7 +83,7 @@ class SecAggRoundParams(SecAggConfig):
 
     @classmethod
     def parse(cls, params: dict[str, Any]) -> SecAggRoundParams:
-        """Validate a round's ``params`` (the update-source keys aside), with one readable
+        """Validate a round's ``params`` (the members' update keys aside), with one readable
         ``ValueError`` naming every bad key."""
         data = {k: v for k, v in params.items() if k not in UPDATE_PARAMS}
         if data.get("dp") is not None and "max_weight" not in data and not data.get(

@@ -42,7 +42,6 @@ from sdk.router._site_update import (
     SiteRound,
     load_router_update,
     local_router_update,
-    router_update,
 )
 
 if TYPE_CHECKING:
@@ -99,7 +98,6 @@ __all__ = [
     "reward_scores",
     "route",
     "route_pairs",
-    "router_update",
     "soft_weights",
     "table4",
     "train_federated_router",

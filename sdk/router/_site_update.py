@@ -9,14 +9,13 @@ function of the same signature in the ``fedmor.router_updates`` entry-point grou
 parameters phi_k and n_k go into the secure-aggregation round (the ``router_secagg`` kind masks
 ``n_k * phi_k`` and ``n_k`` and publishes the weighted mean).
 
-:func:`router_update` is the older path, kept for existing sites: a :class:`RouterUpdateSpec`
-JSON file named in ``$FEDMOR_ROUTER_SPEC``.
+A :class:`RouterUpdateSpec` records a whole federation's stage B (the declared router and
+each site's pairs) for an audit's replay of a demo run (``router/spec.json``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -40,7 +39,6 @@ from sdk.wire import ROUTER_ROUND_PARAM, ConsortiumRouterConfig, RoundInfo
 from sdk.wire._router_config import default_federated_config
 
 __all__ = [
-    "ROUTER_SPEC_ENV",
     "ROUTER_UPDATES_GROUP",
     "RouterUpdateError",
     "RouterUpdateSpec",
@@ -48,11 +46,8 @@ __all__ = [
     "SiteRound",
     "load_router_update",
     "local_router_update",
-    "router_update",
 ]
 
-ROUTER_SPEC_ENV = "FEDMOR_ROUTER_SPEC"
-"""The environment variable naming the member's ``RouterUpdateSpec`` JSON file (older path)."""
 ROUTER_UPDATES_GROUP = "fedmor.router_updates"
 """The entry-point group of custom router updates: ``NAME = "module:function"``, the function
 taking a :class:`SiteRound` and returning ``(phi_k, n_k)``, or a ``LocalRouterUpdate`` as
@@ -60,7 +55,8 @@ taking a :class:`SiteRound` and returning ``(phi_k, n_k)``, or a ``LocalRouterUp
 
 
 class RouterUpdateError(ValueError):
-    """The router-update spec is missing, does not name this client, or mismatches the round.
+    """A router update that cannot run: an unknown plug-in, a member without a head, or a
+    round whose parameters or length do not fit the configuration.
 
     A ``ValueError``: the client runner then abandons the round (it becomes a dropout) instead
     of stopping."""
@@ -131,7 +127,6 @@ SiteUpdateFn = Callable[[SiteRound], "tuple[np.ndarray, int] | LocalRouterUpdate
 
 # Encoding is the costly part and the pairs do not change between rounds: once per process.
 _ENCODED: dict[tuple[str, str, int | None], tuple[EncodedBatch, int]] = {}
-_CACHE: dict[tuple[str, str], RouterUpdateSpec] = {}
 
 
 def _encoded(encoder: HashingEncoderConfig, pairs_dir: Path,
@@ -194,22 +189,6 @@ def load_router_update(name: str) -> SiteUpdateFn:
     return loaded  # type: ignore[no-any-return]
 
 
-def _load(name: str) -> tuple[RouterUpdateSpec, EncodedBatch, int]:
-    path = os.environ.get(ROUTER_SPEC_ENV)
-    if not path:
-        raise RouterUpdateError(f"${ROUTER_SPEC_ENV} is not set: no router-update spec for "
-                                f"{name!r}")
-    key = (path, name)
-    if key not in _CACHE:
-        _CACHE[key] = RouterUpdateSpec.model_validate_json(Path(path).read_text())
-    spec = _CACHE[key]
-    site = spec.sites.get(name)
-    if site is None:
-        raise RouterUpdateError(f"router-update spec {path} has no site {name!r} "
-                                f"(sites: {sorted(spec.sites)})")
-    return spec, *_encoded(spec.encoder, site.pairs_dir, spec.max_pairs)
-
-
 def _router_round(info: RoundInfo) -> int:
     """The round's place in the federation's schedule (0 when the coordinator gave none)."""
     value = info.params.get(ROUTER_ROUND_PARAM, 0)
@@ -217,14 +196,3 @@ def _router_round(info: RoundInfo) -> int:
         raise RouterUpdateError(f"round {info.round_id}: params.{ROUTER_ROUND_PARAM} must be an "
                                 f"integer >= 0, got {value!r}")
     return value
-
-
-def router_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
-    """(phi_k (P,) float32 after local training from ``base``, n_k = local pairs used), with
-    the spec in ``$FEDMOR_ROUTER_SPEC`` (the older path; see :func:`local_router_update`).
-
-    ``base`` None (the federation's first round) starts from the seeded initial router.
-    """
-    spec, encoded, n_pairs = _load(name)
-    return _train(spec.build_router(), info, base, encoded, spec.sites[name].index,
-                  spec.federated).params, n_pairs

@@ -52,6 +52,11 @@ class AppHardening(EnvOverFile):
     allow_readable_files: bool = Field(default=False, description="start even when the "
                                        "identity key, TLS key or database is readable by "
                                        "other users")
+    allow_plain_http: bool = Field(
+        default=False, description="use plain HTTP where TLS is not set up (a local test on "
+        "127.0.0.1, or TLS ended by a proxy in front): a server without tls_cert serves it, a "
+        "member dials an http:// server_url; without it either refuses to start, since signed "
+        "requests and their answers would cross the network unencrypted")
     identity_key_passphrase_file: Path | None = Field(
         default=None, description="file whose first line is the identity key's passphrase "
         "(FEDMOR_KEY_PASSPHRASE wins); with one, a new key is written encrypted (PKCS#8)")
@@ -131,7 +136,8 @@ def load_settings(cls: type[_S], path: Path | None) -> _S:
 
     Raises:
         SettingsError: the file does not parse or a value is refused; the message names the
-            file, the line and the setting (with the nearest valid key for a misspelt one).
+            file, the line and the setting (with the nearest valid key for a misspelt one,
+            and what replaced a key the model lists in its ``retired_settings``).
     """
     data: dict[str, Any] = {}
     text = ""
@@ -185,6 +191,9 @@ def _problem(cls: type[BaseModel], err: Any, text: str) -> str:
     name = f"[{section}] {loc[-1]}" if section else str(loc[-1])
     if err["type"] == "extra_forbidden":
         model = _model_at(cls, loc)
+        retired: dict[str, str] = getattr(model, "retired_settings", {})
+        if str(loc[-1]) in retired:
+            return f"{at}{name}: no longer a setting: {retired[str(loc[-1])]}"
         known = sorted(model.model_fields) if model is not None else []
         near = difflib.get_close_matches(str(loc[-1]), known, n=1)
         hint = f"did you mean {near[0]!r}?" if near else f"known settings: {', '.join(known)}"

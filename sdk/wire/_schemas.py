@@ -142,7 +142,7 @@ ROUTER_ROUND_PARAM = "router_round"
 
 
 class _UpdateParams(BaseModel):
-    """The bounds of the round ``params`` addressed to the members' update sources, not to a
+    """The bounds of the round ``params`` addressed to the members' updates, not to a
     round kind (``UPDATE_PARAMS``), checked when the round is created: a value no member can
     use would only fail the round at its deadline."""
 

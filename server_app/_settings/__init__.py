@@ -113,10 +113,6 @@ class ServerSettings(AppHardening):
         "member at once; the others wait their turn within reward_timeout_s. Keep it below "
         "the members' limits.per_identity: beyond, a member answers 429 and the query is sent "
         "again after its Retry-After")
-    allow_plain_http: bool = Field(
-        default=False, description="serve plain HTTP when no tls_cert is set (a local test on "
-        "127.0.0.1, or TLS ended by a proxy in front); without it such a server refuses to "
-        "start")
     allow_http_reward_urls: bool = Field(default=False, description="accept plain-http push "
                                          "URLs at enrollment (local tests only)")
     allow_private_reward_urls: bool = Field(

@@ -55,7 +55,7 @@ def _run(c: LocalConsortium, launcher: list[str], base_policy: Path, data_dir: P
                                         "warmup_steps": 0, **grpo}}))
     env = checkout_env(OMP_NUM_THREADS="1")
     return subprocess.run(
-        [*launcher, "-m", "sdk.cli", "align", "--server", c.server_url,
+        [*launcher, "-m", "sdk.cli", "align", "--server", c.server_url, "--insecure-http",
          "--identity", cfg["identity_key"], "--name", "trainer",
          "--token", cfg["enrollment_token"], "--policy", str(base_policy),
          "--queries", str(data_dir / "policy" / "train"), "--out", str(out),

@@ -1,4 +1,4 @@
-"""An ``update_source`` for the capture tests: one FedSGD step on a single sample.
+"""A member's Python update function (``LocalConsortium(updates=...)``) for the capture tests: one FedSGD step on a single sample.
 
 The member's router (``ROUTER``, outputs ``MEMBERS``) takes one BCE gradient step on one
 random input embedding (one token), from the round's base: the update an unmasked round kind

@@ -1,4 +1,4 @@
-"""An ``update_source`` whose updates lie on the secure round's fixed-point grid.
+"""A member's Python update function (``LocalConsortium(updates=...)``) whose updates lie on the secure round's fixed-point grid.
 
 ``site-i`` moves the round's base by a seeded multiple of 2^-12 per coordinate with weight
 n_k = 2^i: with ``max_weight`` 4 and ``scale_bits`` 16 every ``n_k * delta`` is an exact

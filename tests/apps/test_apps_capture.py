@@ -51,15 +51,14 @@ def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsor
     with LocalConsortium(
         work, 3, demo=True, policy=OPEN_POLICY, identities={AUDITOR: "auditor"},
         capture=work / "capture",
+        # site-0 trains for real: one gradient step on one sample (the others send random
+        # demo updates).
+        updates={"site-0": "tests.apps._capture_update:single_sample_update"},
         server={"stage_deadline_s": 20.0,
                 # the capture names parameters after the alignment section's router
                 "alignment": {"members": MEMBERS, "router": ROUTER},
                 "audit": {"query_budget": BUDGET}},
     ) as c:
-        # site-0 trains for real: one gradient step on one sample (the others send random
-        # demo updates).
-        c.client_cfg["site-0"]["update_source"] = \
-            "tests.apps._capture_update:single_sample_update"
         c.start()
         c.wait_enrolled()
         yield c

@@ -178,7 +178,7 @@ def _client(team: Team, name: str, *args: str, **cfg: Any) -> tuple[list[str], P
                 "identity_key": str(team.work / name / "identity.pem"),
                 "db_path": str(team.work / name / "client.db"), "port": free_port(),
                 "scorer": "client_app._scorer:HashScorer", "poll_interval_s": 0.05,
-                "long_poll_s": 0.5, **cfg}
+                "long_poll_s": 0.5, "allow_plain_http": True, **cfg}
     path = team.work / f"{name}.toml"
     lines = [f"{k} = {json.dumps(v)}" for k, v in settings.items()
              if v is not None and not isinstance(v, dict)]
@@ -213,7 +213,7 @@ def test_a_member_with_a_missing_data_folder_refuses_to_start_naming_the_setting
 
 
 def test_a_revoked_member_logs_it_at_error_and_stops(team: Team) -> None:
-    argv, _ = _client(team, "city-bank", update_source="client_app._demo:demo_update")
+    argv, _ = _client(team, "city-bank", demo=True)
     log = (team.work / "city-bank.log").open("w")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=checkout_env())
     try:

@@ -21,6 +21,7 @@ import pytest
 from PIL import Image
 
 from client_app import ClientRunner, ClientSettings, ClientStore
+from client_app._demo import demo_update
 from fedmor_local import free_port
 from sdk.alignment import RestRewardFunction
 from sdk.cli import main
@@ -84,11 +85,10 @@ def _cli_refusal(busy: Busy, capsys: pytest.CaptureFixture[str]) -> RequestRefus
 def _runner_refusal(busy: Busy) -> tuple[RequestRefused, list[float]]:
     """The member's runner, asking twice: the refusal it gives up with, and its waits."""
     settings = ClientSettings(name="m", db_path=busy.work / "m.db", server_url=busy.url,
-                              update_source="client_app._demo:demo_update",
                               scorer="client_app:HashScorer")
     store = ClientStore(settings.db_path)
     store.put("client_id", busy.member.client_id)
-    runner = ClientRunner(settings, store=store, key=busy.member.key)
+    runner = ClientRunner(settings, store=store, key=busy.member.key, update_fn=demo_update)
     waits: list[float] = []
     runner._backoff = waits.append  # type: ignore[method-assign]  # the waits, not slept
     try:

@@ -23,7 +23,7 @@ NAMES = ["site-0", "site-1", "site-2"]
 def consortium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
     with running(tmp_path_factory.mktemp("round-memory"), len(NAMES), demo=True,
                  policy=OPEN_POLICY, server={"stage_deadline_s": 20.0},
-                 clients={"update_source": "tests.apps._grid_update:grid_update"}) as c:
+                 updates={n: "tests.apps._grid_update:grid_update" for n in NAMES}) as c:
         yield c
 
 

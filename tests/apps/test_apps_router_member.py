@@ -32,7 +32,7 @@ from sdk.router import (
     load_router_update,
     local_router_update,
 )
-from sdk.router._site_update import ROUTER_SPEC_ENV, RouterUpdateError
+from sdk.router._site_update import RouterUpdateError
 from sdk.wire import (
     ROUTER_ROUND_PARAM,
     ConsortiumRouterConfig,
@@ -82,8 +82,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def consortium(data: Path) -> Iterator[LocalConsortium]:
     site = _install_plugin(data / "site")
-    env = {k: os.environ.get(k) for k in ("PYTHONPATH", ROUTER_SPEC_ENV)}
-    os.environ.pop(ROUTER_SPEC_ENV, None)  # the production path needs no spec file
+    env = {k: os.environ.get(k) for k in ("PYTHONPATH",)}
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env["PYTHONPATH"]]))
     try:
         # Members that train the router and answer no reward query (no reward model here).

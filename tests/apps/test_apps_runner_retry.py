@@ -14,6 +14,7 @@ import pytest
 
 from client_app import ClientRunner, ClientSettings, ClientStore
 from client_app._connection import Unanswered
+from client_app._demo import demo_update
 from sdk.wire import RequestRefused, generate_key
 from sdk.wire._auth import HEADER_NONCE
 
@@ -44,11 +45,11 @@ def scripted(tmp_path: Path) -> Iterator[tuple[ClientRunner, type[_Scripted]]]:
     thread.start()
     settings = ClientSettings(name="m0", db_path=tmp_path / "m.db",
                               server_url=f"http://127.0.0.1:{httpd.server_port}",
-                              retry_max_s=0.05, update_source="client_app._demo:demo_update",
+                              retry_max_s=0.05,
                               scorer="client_app:HashScorer")
     store = ClientStore(settings.db_path)
     store.put("client_id", "c-m0")
-    runner = ClientRunner(settings, store=store, key=generate_key())
+    runner = ClientRunner(settings, store=store, key=generate_key(), update_fn=demo_update)
     try:
         yield runner, handler
     finally:

@@ -47,9 +47,8 @@ def test_bad_params_make_round_creation_a_422(server: tuple[TestClient, list[Mem
     assert needle in r.json()["detail"], r.json()["detail"]
 
 
-def test_update_source_params_pass_through(server: tuple[TestClient, list[Member]]) -> None:
-    # The keys the member's update sources read pass the server's round kinds.
-    assert {ROUTER_ROUND_PARAM, TRAIN_PARAM, SAMPLES_PARAM} <= UPDATE_PARAMS
+def test_the_update_params_pass_through(server: tuple[TestClient, list[Member]]) -> None:
+    assert {ROUTER_ROUND_PARAM, TRAIN_PARAM, SAMPLES_PARAM} <= UPDATE_PARAMS  # the keys client_app reads
     tc, _ = server
     r = tc.post("/v1/rounds", headers=ADMIN, json={
         "kind": "router_secagg", "vector_length": 4, "min_clients": 2,

@@ -317,7 +317,7 @@ def test_capture_run_dir_replays_round_one_as_the_server_publishes_it(
     plain_path, agg_path = capture_run_dir(tmp_path, tmp_path / "captured")
     plain, agg = CapturedRouterUpdate.load(plain_path), CapturedRouterUpdate.load(agg_path)
     assert plain.meta.samples_per_client == [16] and agg.meta.samples_per_client == [16, 16]
-    # What the demo's clients compute in their first round (client_app._router_update: the
+    # What the demo's clients compute in their first round (sdk.router.local_router_update: the
     # spec's schedule at round 0, seeded per site), averaged in the clear: the secure aggregate
     # must equal it up to fixed-point rounding.
     encoded = encode_pairs(HashingEncoder(spec.encoder), load_pairs(pairs_dir)[:8])

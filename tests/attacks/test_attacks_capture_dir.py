@@ -15,6 +15,7 @@ from _attack_kit import MEMBERS, build_capture, synth_client_data
 from safetensors.torch import save_file
 
 from attacks import AuditReport, MemberTruth, audit_capture_dir
+from attacks._capture_audit import _ks_critical
 from attacks._capture_dir import CaptureDir
 from attacks._cli import register
 from attacks._errors import AttackInputError
@@ -172,27 +173,37 @@ def test_capture_checks_flag_an_unmasked_input_and_rebuildable_masks(
     capture: tuple[Path, dict[str, MemberTruth]], tmp_path: Path
 ) -> None:
     """The structural checks can fail: an input sent without masks (small signed ring values)
-    is not uniform, and a server holding both kinds of shares of one member could unmask it."""
+    or with a biased mask is not uniform, beside an honest one that passes at the audit's
+    family-wise level; and a server holding both kinds of shares of one member could unmask
+    it."""
     root, _ = capture
     r2 = CaptureDir.open(root).manifest.rounds[1]
     agg = CaptureDir.open(root).update(next(a for a in r2.artefacts if a.kind == "aggregate"))
     n = sum(t.numel() for t in agg.before.values()) + 1
-    plain = np.random.default_rng(0).normal(0, 1000, n).astype(np.int32).view(np.uint32)
+    rng = np.random.default_rng(0)
+    plain = rng.normal(0, 1000, n).astype(np.int32).view(np.uint32)
+    honest = rng.integers(0, 2**32, n, dtype=np.uint32)
+    biased = honest.copy()
+    biased[rng.random(n) < 0.05] = 0  # one word in twenty left unmasked at zero
     both = {"self_mask_shares": {"0": "AA=="}, "key_shares": {"0": "AA=="}}
     bad = RoundCapture(
         round_id=7,
         meta=r2.meta,
         before=agg.before,
-        masked_inputs={"a": plain.tobytes()},
+        masked_inputs={"a": plain.tobytes(), "b": honest.tobytes(), "c": biased.tobytes()},
         unmasking={m: both for m in MEMBERS},
         threshold=2,
         secagg_ids={m: i for i, m in enumerate(MEMBERS)},
     )
     write_capture(tmp_path / "bad", rounds=[bad])
     report = audit_capture_dir(tmp_path / "bad", tmp_path / "audit")
-    checks = {c.artefact: c for c in report.checks}
-    assert checks["masked input (secure aggregation)"].verdict.startswith("leaks")
-    shares = checks["unmasking shares (secure aggregation)"]
+    checks = {c.setting: c for c in report.checks}
+    assert checks["round 7 masked input of a"].verdict.startswith("leaks")
+    assert checks["round 7 masked input of c"].verdict.startswith("leaks")
+    assert "no measurable leak" in checks["round 7 masked input of b"].verdict
+    assert "over the audit's 3 masked input(s)" in checks["round 7 masked input of b"].baseline
+    shares = next(c for c in report.checks
+                  if c.artefact == "unmasking shares (secure aggregation)")
     assert shares.verdict.startswith("leaks") and "['a']" in shares.verdict
     with pytest.raises(CaptureError, match="unfit for file names"):
         write_capture(
@@ -206,6 +217,20 @@ def test_capture_checks_flag_an_unmasked_input_and_rebuildable_masks(
                 )
             ],
         )
+
+
+def _kolmogorov_tail(x: float) -> float:
+    """P(sqrt(n) D > x) for the KS distance D of n uniform values, n large."""
+    return 2 * sum((-1) ** (k - 1) * np.exp(-2 * k * k * x * x) for k in range(1, 50))
+
+
+@pytest.mark.parametrize("tests", [1, 3, 12])
+def test_the_uniformity_level_is_family_wise(tests: int) -> None:
+    """Each of an audit's masked inputs is held to 0.1% / m, so honest masks raise a false
+    alarm in at most 0.1% of audits however many inputs they hold (Bonferroni)."""
+    n = 10_000
+    x = _ks_critical(n, tests) * n**0.5
+    assert _kolmogorov_tail(x) == pytest.approx(0.001 / tests, rel=1e-3)
 
 
 def test_a_failed_round_round_trips_and_a_v1_directory_reads_and_upgrades(

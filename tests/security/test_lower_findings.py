@@ -20,6 +20,7 @@ from client_app import ClientSettings, HashScorer
 from client_app._app import create_client_app
 from fedmor_local import free_port
 from fedmor_local._local import make_pki
+from sdk.cli import main
 from sdk.membership import add_to_roster
 from sdk.serving import ConflictError
 from sdk.wire import generate_key, public_key_b64, sign_headers
@@ -230,6 +231,39 @@ def test_a_server_without_tls_refuses_plain_http_unless_allowed(tmp_path: Path) 
     assert proc.returncode == 2, proc.stderr
     assert "allow_plain_http = true" in proc.stderr and str(config) in proc.stderr
     assert not (tmp_path / "s.db").exists()  # refused before anything was opened
+
+
+def test_a_member_and_the_aligner_refuse_a_plain_http_server_unless_allowed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    log = logging.getLogger("fedmor")  # `fedmor client` sets up its logging: undone after
+    for attr in ("handlers", "propagate", "level"):
+        monkeypatch.setattr(log, attr, list(log.handlers) if attr == "handlers" else
+                            getattr(log, attr))
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens: a refusal sends nothing
+    config = tmp_path / "client.toml"
+    settings = (f'server_url = "{url}"\nenrollment_token = "t"\ndemo = true\n'
+                f'identity_key = "{tmp_path / "id.pem"}"\ndb_path = "{tmp_path / "c.db"}"\n')
+    config.write_text(settings)
+    assert main(["client", "--config", str(config)]) == 2  # refused before serving
+    err = capsys.readouterr().err
+    assert f"server_url ({config}): {url} is plain http" in err, err
+    assert "allow_plain_http = true" in err
+    assert not (tmp_path / "c.db").exists() and not (tmp_path / "id.pem").exists()
+    config.write_text(settings + "allow_plain_http = true\n")
+    assert main(["client", "check", "--config", str(config)]) == 1  # now it dials: no answer
+    out = capsys.readouterr().out
+    assert "plain http" not in out and f"{url} cannot be reached" in out, out
+    # fedmor align: the operator commands' refusal, before it enrolls or loads anything.
+    job = ["align", "--server", url, "--identity", str(tmp_path / "a.pem"), "--token", "t",
+           "--policy", str(tmp_path / "policy"), "--queries", str(tmp_path / "q"),
+           "--out", str(tmp_path / "out")]
+    assert main(job) == 1
+    err = capsys.readouterr().err
+    assert f"server {url} is plain http" in err and "--insecure-http" in err, err
+    assert main([*job, "--insecure-http"]) == 1  # past the check: the missing queries
+    err = capsys.readouterr().err
+    assert "plain http" not in err and str(tmp_path / "q") in err, err
 
 
 def _console_team(tmp_path: Path, **settings: Any) -> dict[str, Member]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import signal
 import sqlite3
 import time
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fedmor_local import LocalConsortium
-from tests.security.conftest import PULL, PUSH, PUSH2, client_db
+from tests.security.conftest import PULL, PUSH, PUSH2, client_db, client_id
 
 _SECRET_FIELDS = ("enc_sk", "mask_sk", "seed")
 
@@ -106,20 +107,28 @@ def test_no_copy_of_a_finished_rounds_secrets_is_left(hostile: LocalConsortium) 
 
 
 def test_no_copy_is_left_after_a_failed_round_and_a_crash(hostile: LocalConsortium) -> None:
-    # Threshold 3 of 3: the round cannot finish without site-2. The members' (demo) update
-    # holds each at the masked-input stage with its round keys stored; site-2 is killed once
-    # its keys are seen, and the operator then ends the round (an event, not a deadline).
-    rid = hostile.create_round(kind="router_secagg", vector_length=8, min_clients=2,
-                               params={"threshold": 3, "demo_train_s": 3})["round_id"]
-    seen = _Collector(hostile, rid)
-    _until(lambda: (seen.look(hostile.names), bool(seen.secrets[PUSH2]))[1],
-           lambda: "site-2 stored no round state")
-    hostile.kill(PUSH2)
-    cancelled = hostile.admin.post(f"/v1/rounds/{rid}/cancel", json={"reason": "site-2 died"})
-    assert cancelled.status_code == 200, cancelled.text
-    assert seen.watch([PUSH, PULL]) == "failed"
-    for name in (PUSH, PULL):  # the round failed while they ran
-        _no_copy_left(hostile, name, rid, seen.secrets[name])
+    # The round is held at its first stage by a real hang: site-1 is stopped (SIGSTOP) before
+    # the round opens, so it never advertises keys, and the stage deadline is far off. The
+    # round can then only end when the operator cancels it, whatever the machine's load:
+    # site-2 is killed once its round secrets are on disk, then the round is cancelled.
+    participants = [client_id(hostile, name) for name in hostile.names]
+    hostile.procs[PULL].send_signal(signal.SIGSTOP)
+    try:
+        rid = hostile.create_round(kind="router_secagg", vector_length=8, min_clients=3,
+                                   participants=participants, stage_deadline_s=3600,
+                                   params={"threshold": 3})["round_id"]
+        seen = _Collector(hostile, rid)
+        _until(lambda: (seen.look([PUSH, PUSH2]), bool(seen.secrets[PUSH2]))[1],
+               lambda: "site-2 stored no round state", timeout_s=120)
+        hostile.kill(PUSH2)
+        assert hostile.round(rid)["status"] == "open"  # held: nothing could end it yet
+        cancelled = hostile.admin.post(f"/v1/rounds/{rid}/cancel",
+                                       json={"reason": "site-2 died"})
+        assert cancelled.status_code == 200, cancelled.text
+        assert seen.watch([PUSH]) == "failed"
+    finally:
+        hostile.procs[PULL].send_signal(signal.SIGCONT)
+    _no_copy_left(hostile, PUSH, rid, seen.secrets[PUSH])  # the round failed while it ran
     assert _leaks(hostile, PUSH2, seen.secrets[PUSH2])  # nobody told the dead member
     hostile.start_client(PUSH2)  # it learns the round ended and forgets it
     _no_copy_left(hostile, PUSH2, rid, seen.secrets[PUSH2])
