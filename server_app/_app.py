@@ -94,7 +94,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     lineages = RouterLineages(store)
     lineages.check_declared(cfg.router)  # a changed [router] needs a lineage
     for member in store.clients("member"):  # a head for each member (one enrolled as we fell)
-        lineages.join(member["name"])
+        lineages.join(member.name)
     key = load_or_create_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
     work = Signal()  # bumped when a round opens or moves on, or a pull query is queued
     capture = None  # capture mode: told of captured rounds and of every answered query

@@ -186,13 +186,13 @@ class ServerCapture:
 
     def _name(self, client_id: str) -> str:
         row = self.store.client(client_id)
-        return client_id if row is None else str(row["name"])
+        return client_id if row is None else row.name
 
     def _layout(self) -> tuple[list[str], str, list[tuple[str, tuple[int, ...]]]]:
         """The router's output names, its encoder id and its parameters' names and shapes."""
         from sdk.router import HashingEncoder, HashingEncoderConfig, Router, RouterConfig
 
-        names = self._members or [str(m["name"]) for m in self.store.clients("member")]
+        names = self._members or [m.name for m in self.store.clients("member")]
         encoder_id = HashingEncoder(HashingEncoderConfig.model_validate(
             self._encoder_cfg)).encoder_id
         router = Router(RouterConfig.model_validate(self._router_cfg), names, encoder_id)

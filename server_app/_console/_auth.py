@@ -64,16 +64,16 @@ class ConsoleLogins:
         row = self.store.console_token(_digest(token), _LINK)
         if row is None:
             raise LoginRefused("this console login link is not valid")
-        if row["used_at"] is not None:
+        if row.used_at is not None:
             raise LoginRefused("this console login link was used already: each link opens "
                                "one session")
-        if now > row["expires_at"]:
+        if now > row.expires_at:
             raise LoginRefused("this console login link expired: links last "
                                f"{self.cfg.link_ttl_s:g} s")
         if not self.store.use_console_token(_digest(token), now):  # another request won
             raise LoginRefused("this console login link was used already: each link opens "
                                "one session")
-        operator = str(row["operator"])
+        operator = row.operator
         if not self._is_operator(operator):
             raise LoginRefused(f"identity {operator} is no longer an enrolled operator")
         session, expires = secrets.token_hex(32), now + self.cfg.session_s
@@ -87,10 +87,9 @@ class ConsoleLogins:
         if not session:
             return None
         row = self.store.console_token(_digest(session), _SESSION)
-        if row is None or self.clock() > row["expires_at"]:
+        if row is None or self.clock() > row.expires_at:
             return None
-        operator = str(row["operator"])
-        return (operator, float(row["expires_at"])) if self._is_operator(operator) else None
+        return (row.operator, row.expires_at) if self._is_operator(row.operator) else None
 
     def end(self, session: str | None) -> None:
         """Sign a session out (its cookie no longer opens anything)."""

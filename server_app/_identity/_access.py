@@ -66,7 +66,7 @@ class Access:
                     return None
                 self._rows[sender] = (key, _REVOKED)
             else:
-                self._rows[sender] = (str(client["public_key"]), str(client["role"]))
+                self._rows[sender] = (client.public_key, client.role)
         return self._rows[sender]
 
     def forget(self, sender: str) -> None:

@@ -26,7 +26,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from pydantic import ValidationError
@@ -50,7 +49,7 @@ from server_app._identity._access import Access
 from server_app._identity._usage import MemberUsage
 from server_app._rewards._broker import RewardBroker
 from server_app._rounds._manager import RoundManager
-from server_app._store import ConflictError, Store
+from server_app._store import ClientRow, ConflictError, RevokedRow, RosterRow, Store
 
 __all__ = ["Identities"]
 
@@ -112,7 +111,7 @@ class Identities:
                 raise PayloadError(str(exc)) from None
             revoked = self.store.revoked_pairs()
             skipped = []
-            known = {str(r["name"]): r for r in self.store.roster()}
+            known = {r.name: r for r in self.store.roster()}
             for entry in roster.clients:
                 if (entry.name, entry.public_key) in revoked:
                     skipped.append(entry.name)
@@ -121,14 +120,14 @@ class Identities:
                 self.store.upsert_roster(entry.name, entry.public_key, entry.token_sha256,
                                          entry.role)
                 before = known.get(entry.name)
-                if before is None or (before["public_key"], before["token_sha256"],
-                                      before["role"]) != (entry.public_key, entry.token_sha256,
-                                                          entry.role):
+                if before is None or (before.public_key, before.token_sha256,
+                                      before.role) != (entry.public_key, entry.token_sha256,
+                                                       entry.role):
                     self.store.audit(actor, "roster_entry_added" if before is None
                                      else "roster_entry_changed", name=entry.name,
                                      role=entry.role, key=key_fingerprint(entry.public_key))
             listed = {e.name for e in roster.clients}
-            gone = [str(r["name"]) for r in self.store.roster() if r["name"] not in listed]
+            gone = [r.name for r in self.store.roster() if r.name not in listed]
             for name in gone:
                 self.revoke(name, actor=actor, reason="removed from the roster file",
                             edit_file=False)
@@ -142,9 +141,9 @@ class Identities:
         file) is a new identity: the enrolled one is revoked, so its old key stops signing. A
         key it rotated away from (a stale file) changes nothing."""
         client = self.store.client_named(entry.name)
-        if client is None or client["public_key"] == entry.public_key:
+        if client is None or client.public_key == entry.public_key:
             return
-        if entry.public_key in self.store.retired_keys(str(client["client_id"])):
+        if entry.public_key in self.store.retired_keys(client.client_id):
             return
         self.revoke(entry.name, actor=actor, reason="re-keyed in the roster file",
                     edit_file=False)
@@ -190,8 +189,8 @@ class Identities:
         roster file."""
         folded = entry.name.casefold()
         for row in self.store.roster():
-            if row["name"] != entry.name and str(row["name"]).casefold() == folded:
-                raise ConflictError(f"roster names {row['name']!r} and {entry.name!r} differ "
+            if row.name != entry.name and row.name.casefold() == folded:
+                raise ConflictError(f"roster names {row.name!r} and {entry.name!r} differ "
                                     "only by case: choose another name")
         if self.roster_file is None:
             return None
@@ -237,10 +236,10 @@ class Identities:
             current = entry or client
             if current is not None and not req.replace:
                 raise ConflictError(
-                    f"{req.name!r} exists (role {current['role']}): give replace (--replace) "
+                    f"{req.name!r} exists (role {current.role}): give replace (--replace) "
                     f"to revoke it and add the new key as a new identity, or have the member "
                     f"rotate its own key (`fedmor client rotate-key`)")
-            if current is not None and current["public_key"] == req.public_key:
+            if current is not None and current.public_key == req.public_key:
                 raise ConflictError(f"{req.name!r} already has that key: a replacement "
                                     f"needs a new key")
             owner = self.store.key_owner(req.public_key, besides=req.name)
@@ -252,7 +251,7 @@ class Identities:
             # Validated whole before anything changes: a refused add leaves file and store be.
             roster = self._roster_with(RosterEntry(name=req.name, public_key=req.public_key,
                                                    token_sha256=digest, role=req.role))
-            replaced = None if client is None else str(client["client_id"])
+            replaced = None if client is None else client.client_id
             if current is not None:
                 self.revoke(req.name, actor=actor, reason="replaced by the operator")
 
@@ -277,16 +276,15 @@ class Identities:
         with self._lock:
             entry = self.store.roster_entry(name)
             client = self.store.client_named(name)
-            if entry is None and client is None:
-                if self._revocation(name) is None:
+            current = entry or client
+            if current is None:
+                if self.store.revocation(name) is None:
                     raise NotFoundError(f"{name!r} is neither on the roster nor enrolled")
                 return self._info(name)
-            key = str((entry or client)["public_key"])  # type: ignore[index]
-            client_id = None if client is None else str(client["client_id"])
+            client_id = None if client is None else client.client_id
             with self.store.transaction():
-                self.store.revoke(name, roster_key=key, client=client,
-                                  role=str((entry or client)["role"]),  # type: ignore[index]
-                                  actor=actor, reason=reason)
+                self.store.revoke(name, roster_key=current.public_key, client=client,
+                                  role=current.role, actor=actor, reason=reason)
                 self.store.audit(actor, "member_revoked", name=name, client_id=client_id,
                                  reason=reason)
         _log.warning("%s revoked %s (%s): %s", actor, name, client_id or "not enrolled",
@@ -306,9 +304,6 @@ class Identities:
                 self.rounds.refuse(info.round_id, client_id, "revoked",
                                    f"identity revoked by {actor}")
 
-    def _revocation(self, name: str) -> dict[str, Any] | None:
-        return self.store.revocation(name)
-
     # -- rotation ------------------------------------------------------------------------------
     def rotate(self, client_id: str, body: KeyRotation) -> MemberInfo:
         """Switch ``client_id`` to the new key of ``body`` (checked: the new key signed the
@@ -321,33 +316,30 @@ class Identities:
             client = self.store.client(client_id)
             if client is None:
                 raise NotFoundError(f"{client_id} is not enrolled")
-            old = str(client["public_key"])
+            old, name = client.public_key, client.name
             if old == body.public_key:
-                return self._info(str(client["name"]))
+                return self._info(name)
             if not _signs(old, body.endorsement,
                           endorsement_message(client_id, old, body.public_key)):
                 raise PayloadError("endorsement must be the current key's base64 signature of "
                                    "'fedmor key endorsement\\n{client_id}\\n{current key}\\n"
                                    "{public_key}'")
-            if self.store.key_owner(body.public_key, besides=client["name"]) is not None:
+            if self.store.key_owner(body.public_key, besides=name) is not None:
                 raise ConflictError("that key belongs to another identity: generate a new one")
             with self.store.transaction():
-                self.store.set_public_key(client_id, client["name"], old=old,
+                self.store.set_public_key(client_id, name, old=old,
                                           new=body.public_key, endorsement=body.endorsement)
-                self.store.audit(client_id, "key_rotated", name=client["name"],
+                self.store.audit(client_id, "key_rotated", name=name,
                                  old=key_fingerprint(old), new=key_fingerprint(body.public_key))
             self.access.forget(client_id)
-            self._edit_file(str(client["name"]), body.public_key)
-        _log.info("%s (%s) rotated its key: %s -> %s", client["name"], client_id,
+            self._edit_file(name, body.public_key)
+        _log.info("%s (%s) rotated its key: %s -> %s", name, client_id,
                   key_fingerprint(old), key_fingerprint(body.public_key))
-        return self._info(str(client["name"]))
+        return self._info(name)
 
     def rotations(self) -> list[RotationRecord]:
         """Every rotation the server switched, oldest first, with its endorsement."""
-        return [RotationRecord(client_id=r["client_id"], old_public_key=r["old_key"],
-                               new_public_key=r["new_key"], at=r["at"],
-                               endorsement=r["endorsement"])
-                for r in self.store.key_rotations()]
+        return self.store.key_rotations()
 
     # -- the operator's view -------------------------------------------------------------------
     def flush_seen(self) -> None:
@@ -364,32 +356,40 @@ class Identities:
         seen = self.store.last_seen()
         out: dict[str, MemberInfo] = {}
         for gone in self.store.revocations():
-            out[gone["name"]] = self._row_info(gone, "revoked", rounds, seen)
+            out[gone.name] = self._row_info(gone, rounds, seen)
         for entry in self.store.roster():
-            out[entry["name"]] = self._row_info(entry, "not_enrolled", rounds, seen)
+            out[entry.name] = self._row_info(entry, rounds, seen)
         for client in self.store.clients(None):
-            out[client["name"]] = self._row_info(client, "enrolled", rounds, seen)
+            out[client.name] = self._row_info(client, rounds, seen)
         usage = MemberUsage(self.store, [self.rounds.info(i)
                                          for i in self.store.finished_dp_rounds()])
         return [out[name].model_copy(update=usage.of(out[name].client_id))
                 for name in sorted(out)]
 
     @staticmethod
-    def _row_info(row: dict[str, Any], state: str, rounds: dict[str, int],
+    def _row_info(row: RevokedRow | RosterRow | ClientRow, rounds: dict[str, int],
                   seen: dict[str, float]) -> MemberInfo:
-        client_id = row.get("client_id")
-        key = row.get("client_key") or row.get("public_key") or row.get("roster_key")
-        return MemberInfo.model_validate({
-            "name": row["name"], "role": row["role"], "state": state, "client_id": client_id,
-            "fingerprint": None if key is None else key_fingerprint(str(key)),
-            "enrolled_at": row.get("enrolled_at"), "last_seen": seen.get(str(client_id)),
-            "rounds": rounds.get(str(client_id), 0),
-            "revoked_at": row.get("at") if state == "revoked" else None,
-            "round_terms": None if state != "enrolled" or not row.get("round_terms")
-            else json.loads(row["round_terms"]),
-            "started_at": row.get("started_at"), "restarts": row.get("restarts") or 0,
-            "restarted_in_round": row.get("restarted_in_round"),
-            "problem": row.get("problem")})
+        """The identity of ``row`` (the table it is in says its state) with its last-seen
+        time and rounds joined; an enrolled one with what it announced since."""
+        if isinstance(row, RosterRow):
+            return MemberInfo(name=row.name, role=row.role, state="not_enrolled",
+                              fingerprint=key_fingerprint(row.public_key))
+        cid = row.client_id or ""
+        if isinstance(row, RevokedRow):
+            return MemberInfo(name=row.name, role=row.role, state="revoked",
+                              client_id=row.client_id,
+                              fingerprint=key_fingerprint(row.client_key or row.roster_key),
+                              enrolled_at=row.enrolled_at, last_seen=seen.get(cid),
+                              rounds=rounds.get(cid, 0), revoked_at=row.at)
+        terms = row.round_terms
+        return MemberInfo(name=row.name, role=row.role, state="enrolled",
+                          client_id=row.client_id, fingerprint=key_fingerprint(row.public_key),
+                          enrolled_at=row.enrolled_at, last_seen=seen.get(cid),
+                          rounds=rounds.get(cid, 0),
+                          round_terms=MemberInfo.announced_terms(json.loads(terms)) if terms
+                          else None,
+                          started_at=row.started_at, restarts=row.restarts,
+                          restarted_in_round=row.restarted_in_round, problem=row.problem)
 
     def _info(self, name: str) -> MemberInfo:
         found = [m for m in self.members() if m.name == name]

@@ -45,7 +45,7 @@ class MemberUsage:
         """``dp_rounds``: the finished DP rounds (others count for nothing here)."""
         self.items = store.reward_items_since(time.time() - DAY_S)
         self.epsilon = epsilon_by_member(dp_rounds)
-        self.clip = {str(c["client_id"]): c["clip_bound"] for c in store.clients(None)}
+        self.clip = {c.client_id: c.clip_bound for c in store.clients(None)}
 
     def of(self, client_id: str | None) -> dict[str, object]:
         """The MemberInfo fields of ``client_id`` (none known for an unenrolled name)."""

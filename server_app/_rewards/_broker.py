@@ -47,7 +47,7 @@ from sdk.wire import (
     SignedAuth,
 )
 from server_app._rounds._work import wake
-from server_app._store import Store
+from server_app._store import ClientRow, Store
 
 __all__ = ["BrokerError", "OnScored", "RewardBroker"]
 
@@ -141,7 +141,7 @@ class RewardBroker:
                                        public_only=not allow_private)
         # Enrolled clients' rows, read once: only a member's clip-bound announcement changes
         # one (``reread`` drops it; ``check`` re-reads before refusing a score).
-        self._clients: dict[str, dict[str, Any]] = {}
+        self._clients: dict[str, ClientRow] = {}
         # (client id, items, scores) of every answered query: the capture mode's log.
         self.on_scored = on_scored
         self._revoked: set[str] = set()
@@ -153,8 +153,8 @@ class RewardBroker:
         timeout."""
         self._revoked.add(client_id)
         for query in self.store.pending_queries(client_id):
-            self.store.answer_query(query["query_id"], RewardAnswer(error=_REVOKED))
-            self.answered(query["query_id"])
+            self.store.answer_query(query.query_id, RewardAnswer(error=_REVOKED))
+            self.answered(query.query_id)
 
     def answered(self, query_id: int) -> None:
         """Wake pull query ``query_id`` if it waits in this broker: its answer (or refusal) is
@@ -198,13 +198,13 @@ class RewardBroker:
         if len(scores) != n:
             raise BrokerError(f"client {client_id} returned {len(scores)} scores instead of {n} "
                               "scores")
-        client = self._clients.get(client_id) or self.store.client(client_id) or {}
-        bound = client.get("clip_bound")
+        client = self._clients.get(client_id) or self.store.client(client_id)
+        bound = None if client is None else client.clip_bound
         if bound is None or any(abs(s) > bound for s in scores):
             row = self.store.client(client_id)
             if row is not None:
-                self._clients[client_id] = client = row
-                bound = row.get("clip_bound")
+                self._clients[client_id] = row
+                bound = row.clip_bound
         if bound is None:
             raise BrokerError(f"client {client_id} announced no clip bound: its scores cannot "
                               "be checked")
@@ -223,8 +223,8 @@ class RewardBroker:
         client = self._clients.get(client_id) or self.store.client(client_id)
         if client is None or client_id in self._revoked:
             raise BrokerError(f"unknown client {client_id}")
-        if client["role"] != "member":  # an aligner or auditor never answers reward queries
-            raise BrokerError(f"{client_id} is not a member (role {client['role']})")
+        if client.role != "member":  # an aligner or auditor never answers reward queries
+            raise BrokerError(f"{client_id} is not a member (role {client.role})")
         self._clients[client_id] = client
         cap = RewardRequest.MAX_ITEMS
         # Every part runs to its end (its bookkeeping done) before a failed one is raised.
@@ -239,7 +239,7 @@ class RewardBroker:
             scores += part
         return scores
 
-    async def _query(self, client_id: str, client: dict[str, Any], images: Sequence[ImageRef],
+    async def _query(self, client_id: str, client: ClientRow, images: Sequence[ImageRef],
                      prompts: Sequence[str], responses: Sequence[str]) -> list[float]:
         """One request's worth (at most the member's cap) of :meth:`query`."""
         items = [RewardItem(image_sha256=ref.sha256, prompt=p, response=r)
@@ -253,13 +253,12 @@ class RewardBroker:
         new = {h: ref.data for h, ref in by_hash.items() if h not in cached}
         record = asyncio.create_task(asyncio.to_thread(self._record, client_id, len(items), new))
         try:
-            push = self.mode == "push" or (self.mode == "auto" and client["reward_url"])
+            push = self.mode == "push" or (self.mode == "auto" and client.reward_url)
             if push:
-                if not client["reward_url"]:
+                if not client.reward_url:
                     raise BrokerError(f"client {client_id} enrolled without a reward URL "
                                       "(push mode)")
-                scores = await self._push(client_id, str(client["reward_url"]), items,
-                                           by_hash, cached)
+                scores = await self._push(client_id, client.reward_url, items, by_hash, cached)
             else:
                 scores = await self._pull(client_id, items, by_hash, cached)
         finally:
@@ -353,9 +352,8 @@ class RewardBroker:
             query_id = await asyncio.to_thread(self.store.queue_query, client_id, queued)
             if self.on_queue is not None:
                 self.on_queue(client_id)
-            row = await self._answer(client_id, query_id)
             # Checked where it arrived (the answer route calls ``check``), stored as parsed.
-            answer = RewardAnswer.model_validate_json(row["scores"])
+            answer = await self._answer(client_id, query_id)
             if answer.error:
                 raise BrokerError(f"client {client_id} refused query {query_id}: "
                                   f"{answer.error}")
@@ -367,8 +365,8 @@ class RewardBroker:
             return answer.scores
         raise BrokerError(f"client {client_id} still lacks images after a resend")
 
-    async def _answer(self, client_id: str, query_id: int) -> dict[str, Any]:
-        """Query ``query_id``'s row once answered, read again each time :meth:`answered`
+    async def _answer(self, client_id: str, query_id: int) -> RewardAnswer:
+        """Query ``query_id``'s answer once stored, read again each time :meth:`answered`
         wakes it and every ``poll_s`` otherwise; withdrawn (``BrokerError``) after
         ``timeout_s``. The waiter is registered before each read, so an answer stored
         between the read and the wait still wakes it."""
@@ -382,8 +380,8 @@ class RewardBroker:
                 self.pull_reads += 1
                 # Off the event loop: a commit may hold the store.
                 row = await asyncio.to_thread(self.store.query, query_id)
-                if row is not None and row["status"] == "answered":
-                    return row
+                if row is not None and row.answer is not None:
+                    return row.answer
                 if client_id in self._revoked:  # queued just as it was revoked
                     self.store.answer_query(query_id, RewardAnswer(error=_REVOKED))
                     continue

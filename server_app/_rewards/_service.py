@@ -289,7 +289,7 @@ class AlignmentService:
 
     def progress(self) -> list[AlignmentStep]:
         """The applied feedback steps (reward, KL, loss and r_t per step), oldest first."""
-        return [AlignmentStep.model_validate(r) for r in self.store.alignment_steps()]
+        return self.store.alignment_steps()
 
     def _restore(self, pipe: _Pipeline) -> None:
         import torch
@@ -297,22 +297,22 @@ class AlignmentService:
         row = self.store.online(_ONLINE)
         if row is None:
             return
-        state = torch.load(io.BytesIO(bytes(row["state"])), weights_only=True)
+        state = torch.load(io.BytesIO(row.state), weights_only=True)
         chooser = pipe.reward_fn.selection.chooser
-        if row["router_version"] != pipe.router_version:
-            old_heads = self._carried_heads(int(row["router_version"]), pipe.router_version)
+        if row.router_version != pipe.router_version:
+            old_heads = self._carried_heads(row.router_version, pipe.router_version)
             if old_heads is None or chooser is None or not state:
                 _log.info("router version %s was published since the online state was saved "
                           "(on version %s): the online phase starts afresh",
-                          pipe.router_version, row["router_version"])
+                          pipe.router_version, row.router_version)
                 return
             _log.info("router version %s carries version %s over: the online router keeps "
-                      "what it learned", pipe.router_version, row["router_version"])
+                      "what it learned", pipe.router_version, row.router_version)
             state = carry_online_state(state, chooser.state_dict(), old_heads,
                                        pipe.serving.heads)
         if chooser is not None and state:
             chooser.load_state_dict(state)
-        pipe.run, pipe.step, pipe.last_loss = row["run"], row["step"], row["last_loss"]
+        pipe.run, pipe.step, pipe.last_loss = row.run, row.step, row.last_loss
 
     def _carried_heads(self, saved: int, version: int | None) -> list[str] | None:
         """The heads of version ``saved`` when ``version`` is the carry-over of it (a new
@@ -328,7 +328,7 @@ class AlignmentService:
     def stats(self) -> AlignerStats:
         """The counters, the saved online router (step, last loss, version, state hash) and
         the image cache's size."""
-        row = self.store.online(_ONLINE) or {}
+        row = self.store.online(_ONLINE)
         try:
             view: ServingRouter | None = self._serving()
         except ConflictError:  # no member and no router: nothing is served
@@ -338,8 +338,8 @@ class AlignmentService:
             "serving_lineage": None if view is None else view.lineage,
             "heads": [] if view is None else view.heads,
             "masked_heads": {} if view is None else view.masked,
-            "step": row.get("step"), "last_loss": row.get("last_loss"),
-            "router_version": row.get("router_version"), "cached_images": len(self.images),
-            "member_query_bytes": self.broker.bytes_sent,
-            "online_state_sha256": hashlib.sha256(bytes(row["state"])).hexdigest()
-            if row else None})
+            "step": None if row is None else row.step,
+            "last_loss": None if row is None else row.last_loss,
+            "router_version": None if row is None else row.router_version,
+            "cached_images": len(self.images), "member_query_bytes": self.broker.bytes_sent,
+            "online_state_sha256": None if row is None else hashlib.sha256(row.state).hexdigest()})

@@ -85,7 +85,7 @@ class RoundManager:
         kind = ROUND_KINDS.get(req.kind)
         if kind is None:
             raise PayloadError(f"unknown round kind {req.kind!r}")
-        clients = {c["client_id"]: c for c in self.store.clients()}
+        clients = {c.client_id: c for c in self.store.clients()}
         participants = req.participants if req.participants is not None else list(clients)
         unknown = [p for p in participants if p not in clients]
         if unknown:
@@ -99,7 +99,7 @@ class RoundManager:
         # The round as it will be announced; its id comes from the store, under the lock.
         draft = RoundSpec(
             round_id=0, kind=req.kind, participants=participants,
-            public_keys=[clients[p]["public_key"] for p in participants],
+            public_keys=[clients[p].public_key for p in participants],
             vector_length=length, min_clients=req.min_clients,
             stage_deadline_s=req.stage_deadline_s or self.default_deadline_s,
             base_version=None if base is None else int(base["version"]),

@@ -89,10 +89,10 @@ class RoundRecords:
         """A member's roster name (a revoked one's too); its id when none is known."""
         row = self.store.client(client_id)
         if row is not None:
-            return str(row["name"])
+            return row.name
         for revoked in self.store.revocations():
-            if revoked.get("client_id") == client_id:
-                return str(revoked["name"])
+            if revoked.client_id == client_id:
+                return revoked.name
         return client_id
 
     def failures(self, refusals: list[Refusal], participants: list[str], walk: StageWalk, *,
@@ -125,7 +125,7 @@ class RoundRecords:
         if reason != missed:
             return reason
         row = self.store.client(client_id)
-        problem = None if row is None else row.get("problem")
+        problem = None if row is None else row.problem
         return f"{reason} ({problem})" if problem else reason
 
     @staticmethod

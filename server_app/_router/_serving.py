@@ -89,7 +89,7 @@ def serving_router(store: Store, encoder: dict[str, Any], router: dict[str, Any]
     """The router to serve now; ``encoder``, ``router`` and ``members`` are the settings'
     own (used when the store has no lineage)."""
     row, lineage = _served_lineage(store)
-    enrolled = {str(m["name"]): str(m["client_id"]) for m in store.clients("member")}
+    enrolled = {m.name: m.client_id for m in store.clients("member")}
     if lineage is not None:
         declared = ConsortiumRouterConfig.model_validate_json(lineage["config"])
         encoder, router = declared.encoder.model_dump(), declared.router.model_dump()

@@ -116,13 +116,13 @@ def audit_router(store: Store, capture: ServerCapture | None, broker: RewardBrok
         """Scores of ``items`` from member ``name``, relayed through the reward broker (the
         member's site policy and budget apply to the server as its caller); charged to this
         auditor's budget before the member is asked."""
-        member = next((m for m in store.clients("member") if m["name"] == name), None)
+        member = next((m for m in store.clients("member") if m.name == name), None)
         if member is None:
             raise NotFoundError(f"no enrolled member is named {name!r}")
         images = _images(store, req)
         budget.charge(who, len(images))
         try:
-            scores = await broker.query(str(member["client_id"]), images,
+            scores = await broker.query(member.client_id, images,
                                         [i.prompt for i in req.items],
                                         [i.response for i in req.items])
         except (BrokerError, RequestRefused) as exc:

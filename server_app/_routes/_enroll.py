@@ -46,11 +46,11 @@ def enrollment_router(store: Store, key: Ed25519PrivateKey, cfg: ServerSettings,
             _log.warning("enrollment refused: %s", exc)
             raise PermissionError(ENROLLMENT_REFUSED) from None
         if created:
-            store.audit(row["client_id"], "enrolled", name=req.name)
-            _log.info("enrolled %s as %s", req.name, row["client_id"])
-        if row["role"] == "member":  # also on a retry: a crash may have come between
-            lineages.join(row["name"])
-        return EnrollResponse(client_id=row["client_id"], name=row["name"],
-                              server_public_key=public_key_b64(key), role=row["role"])
+            store.audit(row.client_id, "enrolled", name=req.name)
+            _log.info("enrolled %s as %s", req.name, row.client_id)
+        if row.role == "member":  # also on a retry: a crash may have come between
+            lineages.join(row.name)
+        return EnrollResponse(client_id=row.client_id, name=row.name,
+                              server_public_key=public_key_b64(key), role=row.role)
 
     return router

@@ -7,7 +7,6 @@ fallback plays such a server by dropping the route from the app's own route list
 
 # No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
 
-import json
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Path, Query, Request
@@ -35,7 +34,7 @@ def install_work_routes(app: FastAPI, store: Store, rounds: RoundManager, work: 
              openapi_extra=members)
     def pending(client: Client) -> list[PendingQuery]:
         """Pull mode: this client's queued reward queries."""
-        return [PendingQuery.model_validate(q) for q in store.pending_queries(client)]
+        return store.pending_queries(client)
 
     @app.get("/v1/work", response_model=Work, tags=["rounds", "reward"], openapi_extra=members)
     async def find(request: Request, client: Client,
@@ -57,13 +56,13 @@ def install_work_routes(app: FastAPI, store: Store, rounds: RoundManager, work: 
                body: RewardAnswer) -> None:
         """Pull mode: scores for one query (or the image hashes the client lacks)."""
         row = store.query(query_id)
-        if row is None or row["client_id"] != client:
+        if row is None or row.client_id != client:
             raise NotFoundError(f"query {query_id} is not pending for this client")
-        if row["status"] != "pending":
+        if row.answer is not None:
             raise ConflictError(f"query {query_id} was already answered")
         if not (body.missing or body.error):
             try:
-                broker.check(client, body.scores, len(json.loads(row["items"])))
+                broker.check(client, body.scores, row.n_items)
             except BrokerError as exc:
                 # The scores are never stored: the broker reads the refusal at once instead.
                 store.answer_query(query_id, RewardAnswer(error=str(exc)))

@@ -12,12 +12,29 @@ import time
 from pathlib import Path
 
 from sdk.serving import ConflictError
-from server_app._store._console import ConsoleTables
-from server_app._store._identities import IdentityTables
-from server_app._store._rewards import RewardTables
+from server_app._store._console import ConsoleTables, ConsoleTokenRow
+from server_app._store._identities import (
+    AuditRow,
+    ClientRow,
+    IdentityTables,
+    RevokedRow,
+    RosterRow,
+)
+from server_app._store._rewards import OnlineRouterRow, QueryRow, RewardTables
 from server_app._store._rounds import RoundTables, payload_record
 
-__all__ = ["ConflictError", "Store", "payload_record"]
+__all__ = [
+    "AuditRow",
+    "ClientRow",
+    "ConflictError",
+    "ConsoleTokenRow",
+    "OnlineRouterRow",
+    "QueryRow",
+    "RevokedRow",
+    "RosterRow",
+    "Store",
+    "payload_record",
+]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS key_rotations (client_id TEXT NOT NULL,

@@ -6,12 +6,27 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sdk.storage import SQLiteFile
 
-__all__ = ["StoreBase"]
+__all__ = ["Row", "StoreBase"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """A typed row of one table: each field is the column of its name, of the type that
+    column's affinity stores (None only where the column allows NULL)."""
+
+
+_R = TypeVar("_R", bound=Row)
+
+
+def _typed(cls: type[_R], row: sqlite3.Row) -> _R:
+    """``row`` as a ``cls``: the one place a stored row gets its type."""
+    return cls(**{f.name: row[f.name] for f in fields(cls)})
 
 
 class StoreBase(SQLiteFile):
@@ -30,6 +45,15 @@ class StoreBase(SQLiteFile):
         with self._lock:
             row: sqlite3.Row | None = self._db.execute(sql, args).fetchone()
             return row
+
+    def _row(self, cls: type[_R], sql: str, args: tuple[Any, ...] = ()) -> _R | None:
+        """The first row ``sql`` selects, as a ``cls``, or None."""
+        row = self._one(sql, args)
+        return None if row is None else _typed(cls, row)
+
+    def _rows(self, cls: type[_R], sql: str, args: tuple[Any, ...] = ()) -> list[_R]:
+        """Every row ``sql`` selects, each as a ``cls``."""
+        return [_typed(cls, r) for r in self._all(sql, args)]
 
     def data_version(self) -> int:
         """SQLite's ``PRAGMA data_version``: it moves when another connection (another

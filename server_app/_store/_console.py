@@ -1,13 +1,28 @@
 """The server store's operator-console logins: one-time login links and the sessions they
-open, each kept only as the sha256 of its random token (a copy of the database opens none)."""
+open, each kept only as the sha256 of its random token (a copy of the database opens none).
+
+Rows come back as frozen dataclasses (``Row``): a row stays inside the server, so only a row
+that is a reply as stored is worth a pydantic model, and none here is.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
-from server_app._store._base import StoreBase
+from server_app._store._base import Row, StoreBase
 
-__all__ = ["ConsoleTables"]
+__all__ = ["ConsoleTables", "ConsoleTokenRow"]
+
+
+@dataclass(frozen=True)
+class ConsoleTokenRow(Row):
+    """A login link or a session, by the sha256 of its token."""
+
+    token_sha256: str
+    kind: str  # "link" or "session"
+    operator: str  # the client id of the operator it opens the console to
+    expires_at: float
+    used_at: float | None  # None: unused (a link is single use)
 
 _KEEP_S = 3600.0  # an expired token's row is kept this long (a late use is told it expired)
 
@@ -23,11 +38,10 @@ class ConsoleTables(StoreBase):
             self._db.execute("INSERT INTO console_tokens VALUES (?,?,?,?,NULL)",
                              (token_sha256, kind, operator, expires_at))
 
-    def console_token(self, token_sha256: str, kind: str) -> dict[str, Any] | None:
+    def console_token(self, token_sha256: str, kind: str) -> ConsoleTokenRow | None:
         """A token's row by hash and kind, or None."""
-        row = self._one("SELECT * FROM console_tokens WHERE token_sha256=? AND kind=?",
-                        (token_sha256, kind))
-        return None if row is None else dict(row)
+        return self._row(ConsoleTokenRow, "SELECT * FROM console_tokens WHERE token_sha256=? "
+                                          "AND kind=?", (token_sha256, kind))
 
     def use_console_token(self, token_sha256: str, now: float) -> bool:
         """Mark a single-use token used; False when it was used already (one winner even for

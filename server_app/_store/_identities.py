@@ -1,17 +1,79 @@
 """The server store's identities: the roster, enrolled clients, revocations, last-seen times,
-request nonces and the audit log (what each identity did)."""
+request nonces and the audit log (what each identity did).
+
+Rows come back as frozen dataclasses (``Row``), except a rotation, which is the wire's
+``RotationRecord`` as it stands: a row stays inside the server, so only a row that is a reply
+as stored is worth a pydantic model.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from sdk.serving import ConflictError
-from server_app._store._base import StoreBase
+from sdk.wire import RotationRecord
+from server_app._store._base import Row, StoreBase
 
-__all__ = ["IdentityTables"]
+__all__ = ["AuditRow", "ClientRow", "IdentityTables", "RevokedRow", "RosterRow"]
+
+
+@dataclass(frozen=True)
+class RosterRow(Row):
+    """A roster entry: who may enroll, with which key and token (its sha256)."""
+
+    name: str
+    public_key: str
+    token_sha256: str | None  # None: no token (the name cannot enroll)
+    token_used_at: float | None  # None: the token is unused
+    role: str
+
+
+@dataclass(frozen=True)
+class ClientRow(Row):
+    """An enrolled identity and what it announced since."""
+
+    client_id: str
+    name: str
+    public_key: str
+    reward_url: str | None  # None: pull mode
+    enrolled_at: float
+    clip_bound: float | None  # None: none announced (its scores cannot be checked)
+    role: str
+    round_terms: str | None  # sdk.wire.RoundTerms as JSON; None: not announced
+    started_at: float | None  # its last clean start; None: none announced
+    restarts: int
+    restarted_in_round: int | None
+    problem: str | None  # what kept it from starting; None: none known
+
+
+@dataclass(frozen=True)
+class RevokedRow(Row):
+    """A revocation: the roster key and, if it had enrolled, the identity it had."""
+
+    name: str
+    roster_key: str
+    client_id: str | None  # None: revoked before it enrolled
+    client_key: str | None
+    role: str
+    enrolled_at: float | None
+    at: float
+    actor: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class AuditRow(Row):
+    """One audit record."""
+
+    id: int
+    ts: float
+    actor: str
+    action: str
+    detail: str  # a JSON object
 
 
 class IdentityTables(StoreBase):
@@ -37,39 +99,39 @@ class IdentityTables(StoreBase):
                 (name, public_key, token_sha256, role),
             )
 
-    def roster(self) -> list[dict[str, Any]]:
+    def roster(self) -> list[RosterRow]:
         """All roster entries."""
-        return [dict(r) for r in self._all("SELECT * FROM roster ORDER BY name")]
+        return self._rows(RosterRow, "SELECT * FROM roster ORDER BY name")
 
     def enroll(self, *, name: str, token: str, public_key: str, reward_url: str | None,
-               new_id: str, clip_bound: float | None = None) -> tuple[dict[str, Any], bool]:
+               new_id: str, clip_bound: float | None = None) -> tuple[ClientRow, bool]:
         """Consume ``name``'s one-time token and create the client; returns (client, created).
 
         A retry with the same name and key after success returns the same client (idempotent).
         """
         token_hash = hashlib.sha256(token.encode()).hexdigest()
         with self._lock:
-            entry = self._one("SELECT * FROM roster WHERE name=?", (name,))
+            entry = self.roster_entry(name)
             if entry is None:
                 raise PermissionError(f"client name {name!r} is not in the roster")
-            if entry["public_key"] != public_key:
+            if entry.public_key != public_key:
                 raise PermissionError(f"public key does not match the roster entry for {name!r}")
-            if entry["token_sha256"] != token_hash:
+            if entry.token_sha256 != token_hash:
                 raise PermissionError(f"wrong enrollment token for {name!r}")
             twin = self._one("SELECT name FROM clients WHERE name != ? AND (name = ? COLLATE "
                              "NOCASE OR public_key = ?)", (name, name, public_key))
             if twin is not None:
                 raise ConflictError(f"{twin['name']!r} is enrolled with the same name but for "
                                     f"case, or the same key, as {name!r}")
-            existing = self._one("SELECT * FROM clients WHERE name=?", (name,))
+            existing = self.client_named(name)
             if existing is not None:
-                if existing["role"] != entry["role"]:
-                    raise ConflictError(f"{name!r} is enrolled as {existing['role']}, the "
-                                        f"roster now says {entry['role']}: enroll a new name")
-                if existing["public_key"] == public_key:
-                    return dict(existing), False
+                if existing.role != entry.role:
+                    raise ConflictError(f"{name!r} is enrolled as {existing.role}, the "
+                                        f"roster now says {entry.role}: enroll a new name")
+                if existing.public_key == public_key:
+                    return existing, False
                 raise ConflictError(f"{name!r} is already enrolled with another key")
-            if entry["token_used_at"] is not None:
+            if entry.token_used_at is not None:
                 raise PermissionError(f"enrollment token for {name!r} was already used")
             now = time.time()
             with self.transaction():
@@ -77,31 +139,28 @@ class IdentityTables(StoreBase):
                 self._db.execute(
                     "INSERT INTO clients(client_id, name, public_key, reward_url, enrolled_at, "
                     "clip_bound, role) VALUES (?,?,?,?,?,?,?)",
-                    (new_id, name, public_key, reward_url, now, clip_bound, entry["role"]))
-            row = self._one("SELECT * FROM clients WHERE client_id=?", (new_id,))
+                    (new_id, name, public_key, reward_url, now, clip_bound, entry.role))
+            row = self.client(new_id)
             assert row is not None
-            return dict(row), True
+            return row, True
 
-    def client(self, client_id: str) -> dict[str, Any] | None:
+    def client(self, client_id: str) -> ClientRow | None:
         """One enrolled client, or None."""
-        row = self._one("SELECT * FROM clients WHERE client_id=?", (client_id,))
-        return None if row is None else dict(row)
+        return self._row(ClientRow, "SELECT * FROM clients WHERE client_id=?", (client_id,))
 
-    def clients(self, role: str | None = "member") -> list[dict[str, Any]]:
+    def clients(self, role: str | None = "member") -> list[ClientRow]:
         """Enrolled identities with ``role`` (default: the members; None: all), oldest
         first."""
-        return [dict(r) for r in self._all("SELECT * FROM clients WHERE ?1 IS NULL OR role=?1 "
-                                           "ORDER BY enrolled_at", (role,))]
+        return self._rows(ClientRow, "SELECT * FROM clients WHERE ?1 IS NULL OR role=?1 "
+                                     "ORDER BY enrolled_at", (role,))
 
-    def roster_entry(self, name: str) -> dict[str, Any] | None:
+    def roster_entry(self, name: str) -> RosterRow | None:
         """``name``'s roster entry, or None."""
-        row = self._one("SELECT * FROM roster WHERE name=?", (name,))
-        return None if row is None else dict(row)
+        return self._row(RosterRow, "SELECT * FROM roster WHERE name=?", (name,))
 
-    def client_named(self, name: str) -> dict[str, Any] | None:
+    def client_named(self, name: str) -> ClientRow | None:
         """The enrolled identity called ``name``, or None."""
-        row = self._one("SELECT * FROM clients WHERE name=?", (name,))
-        return None if row is None else dict(row)
+        return self._row(ClientRow, "SELECT * FROM clients WHERE name=?", (name,))
 
     def key_owner(self, public_key: str, *, besides: str) -> str | None:
         """The name of an identity other than ``besides`` that enrolled with, or is listed
@@ -176,12 +235,14 @@ class IdentityTables(StoreBase):
             "SELECT old_key FROM key_rotations WHERE client_id=? AND client_id IN (SELECT "
             "client_id FROM clients)", (client_id,))]
 
-    def key_rotations(self) -> list[dict[str, Any]]:
+    def key_rotations(self) -> list[RotationRecord]:
         """Every rotation, oldest first."""
-        return [dict(r) for r in self._all("SELECT * FROM key_rotations ORDER BY at")]
+        return [RotationRecord.model_validate(dict(r)) for r in self._all(
+            "SELECT client_id, old_key AS old_public_key, new_key AS new_public_key, at, "
+            "endorsement FROM key_rotations ORDER BY at")]
 
     # -- revocations and last-seen times ---------------------------------------------------------
-    def revoke(self, name: str, *, roster_key: str, client: dict[str, Any] | None, role: str,
+    def revoke(self, name: str, *, roster_key: str, client: ClientRow | None, role: str,
                actor: str, reason: str) -> None:
         """Record ``name``'s revocation (its roster key and, if enrolled, its ``client`` row)
         and drop it from the roster and the enrolled identities, in one commit."""
@@ -189,9 +250,9 @@ class IdentityTables(StoreBase):
             self._write(
                 "INSERT OR REPLACE INTO revocations(name, roster_key, client_id, client_key, "
                 "role, enrolled_at, at, actor, reason) VALUES (?,?,?,?,?,?,?,?,?)",
-                (name, roster_key, None if client is None else client["client_id"],
-                 None if client is None else client["public_key"], role,
-                 None if client is None else client["enrolled_at"], time.time(), actor, reason))
+                (name, roster_key, None if client is None else client.client_id,
+                 None if client is None else client.public_key, role,
+                 None if client is None else client.enrolled_at, time.time(), actor, reason))
             self._write("DELETE FROM roster WHERE name=?", (name,))
             self._write("DELETE FROM clients WHERE name=?", (name,))
 
@@ -206,11 +267,10 @@ class IdentityTables(StoreBase):
                         "ORDER BY at DESC LIMIT 1", (client_id,))
         return None if row is None else str(row["client_key"])
 
-    def revocation(self, name: str) -> dict[str, Any] | None:
+    def revocation(self, name: str) -> RevokedRow | None:
         """``name``'s latest revocation, or None."""
-        row = self._one("SELECT * FROM revocations WHERE name=? ORDER BY at DESC LIMIT 1",
-                        (name,))
-        return None if row is None else dict(row)
+        return self._row(RevokedRow, "SELECT * FROM revocations WHERE name=? ORDER BY at DESC "
+                                     "LIMIT 1", (name,))
 
     def names_of(self, client_ids: set[str]) -> set[str]:
         """The roster names of these client ids, enrolled now or revoked since."""
@@ -218,9 +278,9 @@ class IdentityTables(StoreBase):
                 *self._all("SELECT client_id, name FROM revocations WHERE client_id IS NOT NULL")]
         return {str(r["name"]) for r in rows if r["client_id"] in client_ids}
 
-    def revocations(self) -> list[dict[str, Any]]:
+    def revocations(self) -> list[RevokedRow]:
         """Every revocation, oldest first."""
-        return [dict(r) for r in self._all("SELECT * FROM revocations ORDER BY at")]
+        return self._rows(RevokedRow, "SELECT * FROM revocations ORDER BY at")
 
     def note_seen(self, seen: dict[str, float]) -> None:
         """Keep the latest time each client id was heard from (in one commit)."""
@@ -277,6 +337,6 @@ class IdentityTables(StoreBase):
             "SELECT json_extract(detail, '$.client_id'), SUM(json_extract(detail, '$.items')) "
             "FROM audit WHERE action='reward_query' AND ts >= ? GROUP BY 1", (since,))}
 
-    def audit_log(self) -> list[dict[str, Any]]:
+    def audit_log(self) -> list[AuditRow]:
         """All audit records, oldest first."""
-        return [dict(r) for r in self._all("SELECT * FROM audit ORDER BY id")]
+        return self._rows(AuditRow, "SELECT * FROM audit ORDER BY id")

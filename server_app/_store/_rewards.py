@@ -1,16 +1,46 @@
 """The server store's reward path: the aligner's online router, the broker's images and which
-member holds them, and the pull-mode query queue."""
+member holds them, and the pull-mode query queue.
+
+Rows come back as frozen dataclasses (``Row``), except an alignment step and a pending query,
+which are the wire's ``AlignmentStep`` and ``PendingQuery`` as they stand: a row stays inside
+the server, so only a row that is a reply as stored is worth a pydantic model.
+"""
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from sdk.wire import RewardAnswer
-from server_app._store._base import StoreBase
+from sdk.wire import AlignmentStep, PendingQuery, RewardAnswer
+from server_app._store._base import Row, StoreBase
 
-__all__ = ["RewardTables"]
+__all__ = ["OnlineRouterRow", "QueryRow", "RewardTables"]
+
+
+@dataclass(frozen=True)
+class OnlineRouterRow(Row):
+    """The aligner's online router of one selection method, as saved after its last update."""
+
+    method: str
+    router_version: int  # the router version it learned on
+    run: str
+    step: int | None
+    last_loss: float | None
+    state: bytes  # its torch state dict
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class QueryRow:
+    """A pull-mode query as the broker and the answer route read it (its items stay stored:
+    they may carry images)."""
+
+    query_id: int
+    client_id: str
+    n_items: int
+    answer: RewardAnswer | None  # None: still pending
 
 
 class RewardTables(StoreBase):
@@ -22,10 +52,10 @@ class RewardTables(StoreBase):
         self._write("INSERT OR REPLACE INTO online_router VALUES (?,?,?,?,?,?,?)",
                     (method, router_version, run, step, last_loss, state, time.time()))
 
-    def online(self, method: str) -> dict[str, Any] | None:
+    def online(self, method: str) -> OnlineRouterRow | None:
         """The saved online router of ``method``, or None."""
-        row = self._one("SELECT * FROM online_router WHERE method=?", (method,))
-        return None if row is None else dict(row)
+        return self._row(OnlineRouterRow, "SELECT * FROM online_router WHERE method=?",
+                         (method,))
 
     def add_alignment_step(self, run: str, step: int, loss: float, reward: float | None,
                            kl: float | None, feedback: float | None) -> None:
@@ -33,11 +63,11 @@ class RewardTables(StoreBase):
         self._write("INSERT OR IGNORE INTO alignment_steps VALUES (?,?,?,?,?,?,?)",
                     (run, step, loss, reward, kl, feedback, time.time()))
 
-    def alignment_steps(self, limit: int = 2000) -> list[dict[str, Any]]:
+    def alignment_steps(self, limit: int = 2000) -> list[AlignmentStep]:
         """The latest ``limit`` applied feedback steps, oldest first."""
         rows = self._all("SELECT * FROM alignment_steps ORDER BY at DESC, step DESC LIMIT ?",
                          (limit,))
-        return [dict(r) for r in reversed(rows)]
+        return [AlignmentStep.model_validate(dict(r)) for r in reversed(rows)]
 
     # -- reward broker -------------------------------------------------------------------------
     def put_images(self, images: dict[str, bytes]) -> None:
@@ -82,16 +112,23 @@ class RewardTables(StoreBase):
                            "VALUES (?,?,?,?)",
                            (client_id, json.dumps(items), "pending", time.time()))
 
-    def pending_queries(self, client_id: str) -> list[dict[str, Any]]:
+    def pending_queries(self, client_id: str) -> list[PendingQuery]:
         """A client's unanswered queries, oldest first."""
         rows = self._all("SELECT query_id, items FROM reward_queries WHERE client_id=? AND "
                          "status='pending' ORDER BY query_id", (client_id,))
-        return [{"query_id": r["query_id"], "items": json.loads(r["items"])} for r in rows]
+        return [PendingQuery(query_id=r["query_id"], items=json.loads(r["items"]))
+                for r in rows]
 
-    def query(self, query_id: int) -> dict[str, Any] | None:
-        """One queued query, or None."""
-        row = self._one("SELECT * FROM reward_queries WHERE query_id=?", (query_id,))
-        return None if row is None else dict(row)
+    def query(self, query_id: int) -> QueryRow | None:
+        """One queued query (its answer parsed as ``answer_query`` stored it), or None."""
+        row = self._one("SELECT query_id, client_id, status, scores, json_array_length(items) "
+                        "AS n_items FROM reward_queries WHERE query_id=?", (query_id,))
+        if row is None:
+            return None
+        answer = (None if row["status"] == "pending"
+                  else RewardAnswer.model_validate_json(row["scores"]))
+        return QueryRow(query_id=row["query_id"], client_id=row["client_id"],
+                        n_items=row["n_items"], answer=answer)
 
     def answer_query(self, query_id: int, answer: RewardAnswer) -> None:
         """Store a pull-mode answer (scores, missing images or a refusal) as it was parsed."""

@@ -64,7 +64,7 @@ def test_admin_actions_are_audited_with_who_did_them(tmp_path: Path) -> None:
     assert tc.post("/v1/router/rollback", json={"version": 1},
                    headers=_ADMIN).status_code == 200
 
-    audit = [(r["actor"], r["action"]) for r in app.state.store.audit_log()]
+    audit = [(r.actor, r.action) for r in app.state.store.audit_log()]
     ops_id = ops.client_id
     for entry in [("roster-file", "roster_entry_added"), (ops_id, "round_created"),
                   ("admin", "round_created"), (ops_id, "roster_entry_added"),

@@ -24,7 +24,7 @@ def _enrolled(store: Store, n: int) -> list[str]:
         store.upsert_roster(f"m{i}", key, hashlib.sha256(b"t").hexdigest())
         row, _ = store.enroll(name=f"m{i}", token="t", public_key=key, reward_url=None,
                               new_id=f"c-{i}")
-        ids.append(row["client_id"])
+        ids.append(row.client_id)
     return ids
 
 

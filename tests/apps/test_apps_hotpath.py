@@ -242,7 +242,7 @@ def test_broker_stores_and_marks_only_new_images(tmp_path: Path,
     assert [h for _, h in calls["mark_cached"]] == [[a.sha256], [b.sha256]]
     assert len(calls["client"]) == 1  # an enrolled client's row never changes
     # Every query is still audited, cached images or not; and both images are kept.
-    assert [r["action"] for r in store.audit_log()].count("reward_query") == 3
+    assert [r.action for r in store.audit_log()].count("reward_query") == 3
     assert store.image(a.sha256) == a.data and store.image(b.sha256) == b.data
 
 

@@ -59,7 +59,7 @@ def test_a_store_from_before_roles_reads_every_identity_as_a_member(tmp_path: Pa
                    "NULL, public_key TEXT NOT NULL, reward_url TEXT, enrolled_at REAL NOT NULL)")
         db.execute("INSERT INTO clients VALUES ('c-1', 'm0', 'k', NULL, 1.0)")
     store = Store(tmp_path / "old.db")
-    assert [c["role"] for c in store.clients(None)] == ["member"]
+    assert [c.role for c in store.clients(None)] == ["member"]
 
 
 def test_without_an_admin_token_the_operator_role_runs_the_consortium(tmp_path: Path) -> None:
@@ -100,6 +100,6 @@ def test_without_an_admin_token_the_operator_role_runs_the_consortium(tmp_path: 
     # A member may not publish or roll back; each action is audited with the operator's id.
     assert who["m0"].send("/v1/router", b"\0" * 16).status_code == 403
     assert who["m0"].call("POST", "/v1/router/rollback", {"version": 1}).status_code == 403
-    audit = {(r["actor"], r["action"]) for r in tc.app.state.store.audit_log()}  # type: ignore[attr-defined]
+    audit = {(r.actor, r.action) for r in tc.app.state.store.audit_log()}  # type: ignore[attr-defined]
     assert {(ops.client_id, "router_published"), (ops.client_id, "router_rolled_back"),
             (ops.client_id, "round_created"), (ops.client_id, "member_revoked")} <= audit

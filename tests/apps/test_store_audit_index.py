@@ -37,7 +37,7 @@ def test_an_older_store_gains_the_index_when_opened_and_keeps_its_rows(tmp_path:
     assert "USING COVERING INDEX audit_action" not in _plan(path)
     store = Store(path)
     assert "USING COVERING INDEX audit_action" in _plan(path)
-    assert [r["action"] for r in store.audit_log()] == ["capture_missed", "x"]
+    assert [r.action for r in store.audit_log()] == ["capture_missed", "x"]
     store.audit("server", "capture_missed", round_id=2)
     with sqlite3.connect(path) as db:
         assert db.execute(GAUGE).fetchone() == ("capture_missed", 2)

@@ -7,9 +7,10 @@ import hashlib
 from pathlib import Path
 
 from server_app import Store
+from server_app._store import ClientRow
 
 
-def _enrolled(store: Store, name: str, key: str) -> dict[str, object]:
+def _enrolled(store: Store, name: str, key: str) -> ClientRow:
     store.upsert_roster(name, key, hashlib.sha256(b"tok-" + name.encode()).hexdigest())
     client, created = store.enroll(name=name, token=f"tok-{name}", public_key=key,
                                    reward_url=None, new_id=f"id-{name}")
@@ -28,14 +29,15 @@ def test_a_key_held_by_another_identity_is_named_and_a_rotation_moves_both_rows(
     assert store.key_owner("key-a", besides="a") == "a"  # its own enrolled key
     assert store.key_owner("fresh", besides="a") is None
     store.set_public_key("id-a", "a", old="key-a", new="fresh", endorsement="sig")
-    assert store.client("id-a")["public_key"] == "fresh"  # type: ignore[index]
-    assert store.roster_entry("a")["public_key"] == "fresh"  # type: ignore[index]
-    assert store.client_named("a")["client_id"] == "id-a"  # type: ignore[index]
+    client, entry, named = store.client("id-a"), store.roster_entry("a"), store.client_named("a")
+    assert client is not None and client.public_key == "fresh"
+    assert entry is not None and entry.public_key == "fresh"
+    assert named is not None and named.client_id == "id-a"
     assert store.roster_entry("nobody") is None and store.client_named("nobody") is None
     # the rotation is kept (published to members) and the old key is retired, not forgotten
     assert store.retired_keys("id-a") == ["key-a"]
-    assert [(r["old_key"], r["new_key"], r["endorsement"]) for r in store.key_rotations()] == [
-        ("key-a", "fresh", "sig")]
+    assert [(r.client_id, r.old_public_key, r.new_public_key, r.endorsement)
+            for r in store.key_rotations()] == [("id-a", "key-a", "fresh", "sig")]
 
 
 def test_a_revocation_keeps_the_keys_and_drops_the_identity(tmp_path: Path) -> None:
@@ -51,10 +53,12 @@ def test_a_revocation_keeps_the_keys_and_drops_the_identity(tmp_path: Path) -> N
     assert store.revoked_client_key("id-a") == "key-a"
     assert store.revoked_client_key("id-other") is None
     gone = store.revocation("a")
-    assert gone is not None and (gone["actor"], gone["reason"], gone["client_id"]) == (
-        "op", "left", "id-a")
-    assert [r["name"] for r in store.revocations()] == ["a", "listed"]
-    assert store.revocation("listed")["client_id"] is None  # type: ignore[index]
+    assert gone is not None and (gone.actor, gone.reason, gone.client_id, gone.client_key) == (
+        "op", "left", "id-a", "key-a")
+    assert [r.name for r in store.revocations()] == ["a", "listed"]
+    listed = store.revocation("listed")  # revoked before it enrolled: its NULL columns are None
+    assert listed is not None and (listed.client_id, listed.client_key, listed.enrolled_at) == (
+        None, None, None)
 
 
 def test_last_seen_only_moves_forward(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from fedmor_local._local import make_pki
 from sdk.cli import main
 from sdk.membership import add_to_roster
 from sdk.serving import ConflictError
-from sdk.wire import generate_key, public_key_b64, sign_headers
+from sdk.wire import RewardAnswer, generate_key, public_key_b64, sign_headers
 from sdk.wire._auth import authority_of
 from server_app import Store
 from tests._checkout import checkout_env
@@ -181,10 +181,10 @@ def test_a_refused_score_is_not_stored(server: tuple[TestClient, list[Member]],
     assert r.status_code == 422, r.text
     row = store.query(qid)
     if not checked:  # not a finite number: refused by the request schema, nothing is kept
-        assert (row["status"], row["scores"]) == ("pending", None), dict(row)
+        assert row.answer is None, row
         return
     # Outside the clip bound: the refusal alone is kept, for the broker to read, no score.
-    assert json.loads(row["scores"]) == {"error": r.json()["detail"]}, row["scores"]
+    assert row.answer == RewardAnswer(error=r.json()["detail"]), row
 
 
 def test_roster_names_differing_only_by_case_are_refused(
@@ -197,7 +197,7 @@ def test_roster_names_differing_only_by_case_are_refused(
     assert enroll_new(tc, "St-Mary")[0].status_code == 200
     with pytest.raises(ConflictError):
         enroll_new(tc, "st-mary")  # the operator's roster change is refused
-    names = [r["name"] for r in tc.app.state.store.roster()]  # type: ignore[attr-defined]
+    names = [r.name for r in tc.app.state.store.roster()]  # type: ignore[attr-defined]
     assert "st-mary" not in names and "St-Mary" in names
 
 
@@ -211,13 +211,13 @@ def test_one_public_key_cannot_enroll_under_two_names(
     tc, (a, _) = server
     store = tc.app.state.store  # type: ignore[attr-defined]
     with pytest.raises(ConflictError):  # m0's enrolled key under a second name
-        store.upsert_roster("twin", store.client(a.client_id)["public_key"], None)
+        store.upsert_roster("twin", store.client(a.client_id).public_key, None)
     # A roster row written before this check existed: enrollment refuses the twin all the same.
     store._write("INSERT INTO roster(name, public_key, token_sha256, role) VALUES (?,?,?,?)",
-                 ("twin", store.client(a.client_id)["public_key"],
+                 ("twin", store.client(a.client_id).public_key,
                   hashlib.sha256(b"token-twin").hexdigest(), "member"))
     r = tc.post("/v1/enroll", json={"name": "twin", "token": "token-twin",
-                                    "public_key": store.client(a.client_id)["public_key"]})
+                                    "public_key": store.client(a.client_id).public_key})
     assert r.status_code == 403, r.text
     assert store.client_named("twin") is None
 
