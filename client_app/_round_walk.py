@@ -159,16 +159,28 @@ def run_round(member: RoundMember, round_id: int) -> str:
         for stage in info.stages:
             server_input = ahead if ahead is not None and ahead.ready \
                 else _wait_input(member, round_id, stage)
-            if not server_input.ready:  # the round ended (failed) before our stage
-                return _end(member, round_id, "ended", server_input.round_status)
+            status = server_input.round_status
+            if status != "open" and stage not in sent:
+                # Nothing sent after the round ended counts (a message sent before is sent
+                # again below: the server acks it as it did).
+                if status == "finished":
+                    return _dropped(member, round_id, stage, "the round finished without it")
+                return _end(member, round_id, "ended", status)  # the round failed first
+            if not server_input.ready:  # the round failed before this stage's input
+                return _end(member, round_id, "ended", status)
             payload = sent.get(stage)
             if payload is None:
                 payload = half.message(stage, server_input.payload or {})
                 store.put_sent(round_id, stage, payload, half.state())
             query = f"?wait_next_s={wait:g}" if wait else ""
-            ack = member.post(f"/v1/rounds/{round_id}/stages/{stage}{query}",
-                              payload if isinstance(payload, bytes) else {"payload": payload},
-                              StageAck)
+            try:
+                ack = member.post(f"/v1/rounds/{round_id}/stages/{stage}{query}",
+                                  payload if isinstance(payload, bytes) else {"payload": payload},
+                                  StageAck)
+            except RequestRefused as exc:
+                if exc.status != 409:
+                    raise
+                return _dropped(member, round_id, stage, exc.reason)
             ahead = ack.next
     except (RequestRefused, Unanswered) as exc:
         # Dropped or the round closed: this member leaves it; else (no answer, stopping,
@@ -185,12 +197,27 @@ def run_round(member: RoundMember, round_id: int) -> str:
 
 
 def _end(member: RoundMember, round_id: int, status: str, detail: str = "") -> str:
-    member.store.set_round(round_id, status, detail)
-    member.store.forget_round(round_id)
+    _forget(member, round_id, status, detail)
     if status != "done":  # abandoned: this member left; ended: the round failed first
         _log.log(logging.WARNING if status == "abandoned" else logging.INFO,
                  "round %d: %s (%s)", round_id, status, detail)
     return status
+
+
+def _forget(member: RoundMember, round_id: int, status: str, detail: str) -> None:
+    """Record how the round ended for ``member`` and forget its secrets."""
+    member.store.set_round(round_id, status, detail)
+    member.store.forget_round(round_id)
+
+
+def _dropped(member: RoundMember, round_id: int, stage: str, why: str) -> str:
+    """``member``'s message for ``stage`` came after the stage closed (it was slow, stopped or
+    cut off past the deadline): the server counts it out of that stage already, so it leaves
+    the round with one line and reports nothing more."""
+    said = f"stage {stage} closed before this member's answer arrived; dropped out ({why})"
+    _forget(member, round_id, "abandoned", said)
+    _log.warning("round %d: %s", round_id, said)
+    return "abandoned"
 
 
 def _abandon(member: RoundMember, round_id: int, exc: Exception) -> str:
