@@ -31,6 +31,7 @@ from sdk.wire import (
     RoundInfo,
     StageAck,
     StageBroadcast,
+    StagePayload,
 )
 
 __all__ = ["FINISHED", "RoundMember", "reused", "run_round", "sweep_rounds"]
@@ -153,35 +154,8 @@ def run_round(member: RoundMember, round_id: int) -> str:
     except (RoundFailed, ValueError, KeyError) as exc:
         return _abandon(member, round_id, exc)
     store.set_round(round_id, "running", created_at=info.created_at)
-    wait = member.settings.long_poll_s
-    ahead: StageBroadcast | None = None  # the next stage's input, returned with an ack
     try:
-        for stage in info.stages:
-            server_input = ahead if ahead is not None and ahead.ready \
-                else _wait_input(member, round_id, stage)
-            status = server_input.round_status
-            if status != "open" and stage not in sent:
-                # Nothing sent after the round ended counts (a message sent before is sent
-                # again below: the server acks it as it did).
-                if status == "finished":
-                    return _dropped(member, round_id, stage, "the round finished without it")
-                return _end(member, round_id, "ended", status)  # the round failed first
-            if not server_input.ready:  # the round failed before this stage's input
-                return _end(member, round_id, "ended", status)
-            payload = sent.get(stage)
-            if payload is None:
-                payload = half.message(stage, server_input.payload or {})
-                store.put_sent(round_id, stage, payload, half.state())
-            query = f"?wait_next_s={wait:g}" if wait else ""
-            try:
-                ack = member.post(f"/v1/rounds/{round_id}/stages/{stage}{query}",
-                                  payload if isinstance(payload, bytes) else {"payload": payload},
-                                  StageAck)
-            except RequestRefused as exc:
-                if exc.status != 409:
-                    raise
-                return _dropped(member, round_id, stage, exc.reason)
-            ahead = ack.next
+        return _walk(member, round_id, info.stages, half, sent)
     except (RequestRefused, Unanswered) as exc:
         # Dropped or the round closed: this member leaves it; else (no answer, stopping,
         # revoked) the round resumes after the cause passed.
@@ -192,7 +166,41 @@ def run_round(member: RoundMember, round_id: int) -> str:
         return _refuse(member, round_id, exc)
     except Exception as exc:  # this member's half failed: it leaves and says why
         return _abandon(member, round_id, exc)
-    _log.info("round %d: done%s", round_id, _gave(store.round_update(round_id)))
+
+
+def _walk(member: RoundMember, round_id: int, stages: list[str], half: MemberRound,
+          sent: dict[str, StagePayload]) -> str:
+    """Send ``half``'s message for each stage once its input is there (a message in ``sent``,
+    stored before a restart, as it was); returns the local status the round ends with."""
+    wait = member.settings.long_poll_s
+    ahead: StageBroadcast | None = None  # the next stage's input, returned with an ack
+    for stage in stages:
+        server_input = ahead if ahead is not None and ahead.ready \
+            else _wait_input(member, round_id, stage)
+        status = server_input.round_status
+        if status != "open" and stage not in sent:
+            # Nothing sent after the round ended counts (a message sent before is sent again
+            # below: the server acks it as it did).
+            if status == "finished":
+                return _dropped(member, round_id, stage, "the round finished without it")
+            return _end(member, round_id, "ended", status)  # the round failed first
+        if not server_input.ready:  # the round failed before this stage's input
+            return _end(member, round_id, "ended", status)
+        payload = sent.get(stage)
+        if payload is None:
+            payload = half.message(stage, server_input.payload or {})
+            member.store.put_sent(round_id, stage, payload, half.state())
+        query = f"?wait_next_s={wait:g}" if wait else ""
+        try:
+            ack = member.post(f"/v1/rounds/{round_id}/stages/{stage}{query}",
+                              payload if isinstance(payload, bytes) else {"payload": payload},
+                              StageAck)
+        except RequestRefused as exc:
+            if exc.status != 409:
+                raise
+            return _dropped(member, round_id, stage, exc.reason)
+        ahead = ack.next
+    _log.info("round %d: done%s", round_id, _gave(member.store.round_update(round_id)))
     return _end(member, round_id, "done")
 
 
