@@ -14,8 +14,8 @@ from client_app._meta_api import install_client_ops, meta_router
 from client_app._policy import describe_policy
 from client_app._retention import purge_client
 from client_app._reward_api import RewardCallers, install_reward_schemas, reward_router
-from client_app._router_update import check_update_name
-from client_app._runner import ClientRunner, UpdateFn, resolve_update_fn
+from client_app._router_update import UpdateFn, check_update_name, resolve_update_fn
+from client_app._runner import ClientRunner
 from client_app._scorer import Scorer, load_object
 from client_app._service import RewardService
 from client_app._settings import ClientSettings

@@ -85,14 +85,15 @@ def _policy_show(args: argparse.Namespace) -> int:
 def _rotate_key(args: argparse.Namespace) -> int:
     from client_app._connection import Unanswered
     from client_app._identity import rotate_key
-    from client_app._runner import ClientRunner, _no_update
+    from client_app._router_update import no_update
+    from client_app._runner import ClientRunner
     from client_app._settings import ClientSettings
     from sdk.serving import load_settings
     from sdk.wire import RequestRefused, key_fingerprint
 
     cfg = load_settings(ClientSettings, args.config)
     try:
-        runner = ClientRunner(cfg, update_fn=_no_update)
+        runner = ClientRunner(cfg, update_fn=no_update)
         try:
             public = rotate_key(runner)
         finally:

@@ -1,6 +1,8 @@
-"""What the member's helpers (key rotation, the clip-bound announcement) use of its runner.
+"""What the member's helpers (key rotation, the announcements, the round walk, pull-mode
+answers) use of its connection to the server.
 
-Defined below ``_runner``, which calls those helpers, so that they need not import it back.
+Defined below ``_transport`` and ``_runner``, which call those helpers, so that they need not
+import them back.
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ class ServerLink:
 
 
 class MemberConnection(Protocol):
-    """A member's signed connection to the server (``ClientRunner`` is the one in use)."""
+    """A member's signed connection to the server (``ServerTransport``, under the runner, is
+    the one in use)."""
 
     settings: ClientSettings
     store: ClientStore

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from client_app._policy import PolicyRefused
-from client_app._settings import RouterTrainingSettings
+from client_app._settings import ClientSettings, RouterTrainingSettings
 from sdk.wire import ConsortiumRouterConfig, RoundInfo, RouterConfigInfo
 
-__all__ = ["ConfiguredRouterUpdate", "RoundUpdate", "check_update_name", "unpack_update"]
+__all__ = ["ConfiguredRouterUpdate", "RoundUpdate", "UpdateFn", "check_update_name",
+           "no_update", "resolve_update_fn", "unpack_update"]
 
 REFUSAL = "router_config"
 """The refusal reason of a round whose router configuration this member cannot confirm."""
@@ -33,6 +34,30 @@ class RoundUpdate:
     samples: int
     loss_before: float | None = None
     loss_after: float | None = None
+
+
+UpdateFn = Callable[[str, RoundInfo, "np.ndarray | None"], "tuple[np.ndarray, int] | RoundUpdate"]
+"""A Python update function (the demo's, or one a program hands ``ClientRunner`` or
+``create_client_app``): ``(name, round, base router or None) -> (update, n_k)`` (or a
+``RoundUpdate``, which also gives the local loss before and after)."""
+
+
+def resolve_update_fn(settings: ClientSettings) -> UpdateFn:
+    """The site's local router update when it has no ``[router_training]``: the random demo
+    update (demo only); otherwise a ``ValueError`` naming the setting."""
+    if not settings.demo:
+        raise ValueError("no router update configured: add a [router_training] section naming "
+                         "this member's training pairs (pairs_dir) to the client settings, or "
+                         "run with --no-rounds; demo = true (--demo) sends random updates "
+                         "instead")
+    from client_app._demo import demo_update
+
+    return demo_update
+
+
+def no_update(name: str, info: RoundInfo, base: np.ndarray | None) -> tuple[np.ndarray, int]:
+    """The update function of a runner that takes part in no rounds: never called."""
+    raise ValueError("this client takes part in no rounds (run_rounds = false)")
 
 
 def unpack_update(out: tuple[np.ndarray, int] | RoundUpdate) -> RoundUpdate:

@@ -279,8 +279,10 @@ class RoundManager:
         out = StageBroadcast(round_id=round_id, stage=stage, ready=False,
                              round_status=row["status"])
         if index == 0:
-            payload = server.first_broadcast(client_id) if server else {}
-            return out.model_copy(update={"ready": True, "payload": payload})
+            if server is None:  # the round is over: there is no opening to give
+                return out
+            return out.model_copy(update={"ready": True,
+                                          "payload": server.first_broadcast(client_id)})
         closed = self._rounds.closure(round_id, stages[index - 1])
         if closed is None:
             return out

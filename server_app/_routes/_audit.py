@@ -8,7 +8,8 @@
   the caller, so its site policy's ``reward_budget`` bounds every server-relayed query
   together; the server adds a budget per auditor (``audit.query_budget`` items per
   ``audit.window_s``, HTTP 429 past it); ``GET /v1/audit/budget`` (server_app._routes._audit_budget)
-  says what is left of it.
+  says what is left of it. A member's own 429 reaches the auditor as the server's 429 with the
+  member's ``Retry-After``; any other refusal, and a member that cannot be reached, is 502.
 
 An auditor may not open rounds, send stage messages or ask for rewards (``/v1/rewards``): those
 endpoints check their own roles and refuse it (403).
@@ -17,6 +18,7 @@ endpoints check their own roles and refuse it (403).
 # No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
 
 import hashlib
+import math
 import threading
 import time
 from typing import Annotated
@@ -107,7 +109,8 @@ def audit_router(store: Store, capture: ServerCapture | None, broker: RewardBrok
         return FileResponse(cap.cfg.dir / path, media_type="application/octet-stream")
 
     @router.post("/v1/audit/members/{name}/reward", response_model=RewardResponse,
-                 responses={429: {"description": "this auditor's query budget is spent"},
+                 responses={429: {"description": "this auditor's query budget is spent, or "
+                                  "the member is rate-limiting the server (its Retry-After)"},
                             502: {"description": "the member refused or did not answer"}},
                  openapi_extra=for_roles("auditor", upload=True))
     async def member_reward(who: Caller, req: RewardRequest,
@@ -126,6 +129,11 @@ def audit_router(store: Store, capture: ServerCapture | None, broker: RewardBrok
                                         [i.prompt for i in req.items],
                                         [i.response for i in req.items])
         except (BrokerError, RequestRefused) as exc:
+            if isinstance(exc, RequestRefused) and exc.status == 429:
+                # The member is busy, not a bad gateway: its wait is passed on.
+                raise RateLimited(f"member {name} is rate-limiting the server's queries: "
+                                  f"{exc.reason}", retry_after_s=math.ceil(exc.wait_s)) from exc
+            # An unreachable member is the broker's one text, whatever did or did not answer.
             raise HTTPException(502, f"member {name} did not score the query: {exc}") from exc
         store.audit(who, "audit_query", member=name, items=len(images))
         digest = hashlib.sha256(req.model_dump_json().encode()).hexdigest()
