@@ -7,7 +7,14 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from sdk.secagg import Attack, ProtocolViolation, RoundAborted, SecAggConfig, Stage, generate_identities
+from sdk.secagg import (
+    Attack,
+    ProtocolViolation,
+    RoundAborted,
+    SecAggConfig,
+    Stage,
+    generate_identities,
+)
 from sdk.secagg._crypto import raw_public
 from sdk.secagg._errors import MaliciousServerError
 from sdk.secagg._graph import neighbour_graph
@@ -77,7 +84,6 @@ def test_differing_survivor_sets_refused() -> None:
 
 
 def test_too_few_consistency_signatures_abort() -> None:
-
     h, req = _at_consistency_check(6)
     sigs = {c: h.clients[c].receive(req) for c in range(6)}
     unmask = UnmaskingRequest(round_id="r1", survivors=req.survivors, dropped=[], signatures={0: sigs[0].signature})  # type: ignore[union-attr]
