@@ -367,8 +367,8 @@ class SecAggClient:
         if sorted(survivors) != self._survivors or len(survivors) != len(msg.survivors):
             raise self._bad(Attack.INCONSISTENT_SURVIVORS, "survivor set differs from the one this client signed")
         payload = consistency_payload(p.round_id, self._survivors)
-        # Only the share holders' signatures count: they are the ones whose answers reveal this
-        # client's neighbours' secrets (the module docstring says why that suffices).
+        # Only the neighbourhood's signatures count: this answer reveals shares of the
+        # neighbours' secrets alone (the module docstring says why that suffices).
         holders = (self._nbrs | {self.client_id}) & survivors
         signers = [c for c, sig in msg.signatures.items() if c in holders and self._roster.verify(c, sig, payload)]
         if len(signers) != len(msg.signatures):
