@@ -17,7 +17,10 @@ Timed steps, like for like:
 
 Flower cannot be installed beside fedmor's pinned packages, so its part runs in ``.venv-bench``
 (flwr==1.42.0 + numpy) through this same file: ``--flower-worker '<json spec>'``.
-Usage: ``.venv/bin/python examples/benchmarks/secagg.py [--quick]``; the last stdout line is JSON.
+``--scale`` instead runs N = 200 and 1000 at the default (sparse) degree and reports the CPU
+of the consistency check and unmasking stages and the bytes of the unmasking requests.
+Usage: ``.venv/bin/python examples/benchmarks/secagg.py [--quick | --scale]``; the last stdout
+line is JSON.
 """
 
 from __future__ import annotations
@@ -113,6 +116,48 @@ def run_ours(spec: dict[str, Any]) -> dict[str, Any]:
         "survivors": len(res.survivors),
         "scale_bits": server.params.quantization.scale_bits,
     }
+
+
+def run_scale(n: int, p: int, seed: int) -> dict[str, Any]:
+    """One round at the default (sparse SecAgg+) degree and threshold: the CPU of the last two
+    stages, the consistency check and the unmasking, which grow with N and the degree."""
+    from sdk.secagg import SecAggClient, SecAggConfig, SecAggServer, Stage, generate_identities
+
+    weights = _weights(seed, n)
+    keys, roster = generate_identities(range(n))
+    cfg = SecAggConfig(clip_range=CLIP, max_weight=MAX_WEIGHT)
+    server = SecAggServer(cfg.round_params(list(range(n)), p, round_id=f"scale-{seed}"), roster)
+    clients = {k: SecAggClient(k, keys[k], roster, _update(seed, k, p), weights[k], rng=np.random.default_rng([seed, k, 1])) for k in range(n)}
+    outbox = server.start()
+    cpu = {"server_s": 0.0, "clients_s": 0.0}
+    late = (Stage.CONSISTENCY_CHECK, Stage.UNMASKING)
+    request_bytes = 0
+    t_wall = 0.0
+    while server.result is None:
+        stage = server.stage
+        t0 = time.perf_counter()
+        for k, msg in outbox.items():
+            c0 = time.process_time()
+            if stage is Stage.UNMASKING:  # the server encodes each request as the rounds' wire does
+                request_bytes += len(json.dumps(msg.model_dump(mode="json")))
+                cpu["server_s"] += time.process_time() - c0
+            c0 = time.process_time()
+            reply = clients[k].receive(msg)
+            c1 = time.process_time()
+            server.receive(reply)
+            c2 = time.process_time()
+            if stage in late:
+                cpu["clients_s"] += c1 - c0
+                cpu["server_s"] += c2 - c1
+        c0 = time.process_time()
+        outbox = server.close_stage()
+        if stage in late:
+            cpu["server_s"] += time.process_time() - c0
+            t_wall += time.perf_counter() - t0
+    res = server.result
+    err = float(np.max(np.abs(res.mean - _reference({"n": n, "p": p, "seed": seed}, res.survivors))))
+    return {"n": n, "p": p, "degree": server.params.degree, "threshold": server.params.threshold, **cpu,
+            "unmasking_request_bytes": request_bytes, "late_stages_wall_s": t_wall, "max_abs_error": err}
 
 
 def run_ckks(p: int, n: int, seed: int) -> dict[str, Any]:
@@ -237,6 +282,7 @@ def flower_subprocess(spec: dict[str, Any]) -> dict[str, Any] | None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--scale", action="store_true", help="only the consistency check and unmasking of N = 200 and 1000 at the default degree")
     ap.add_argument("--flower-worker", default=None)
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
@@ -244,6 +290,15 @@ def main() -> None:
         print(json.dumps(run_flower(json.loads(args.flower_worker))))
         return
     sys.path.insert(0, str(ROOT))
+    if args.scale:
+        scale = []
+        for n in (200, 1000):
+            print(f"N={n}, default degree, P=1000: consistency check + unmasking ...", flush=True)
+            r = run_scale(n, 1000, args.seed)
+            print(f"  degree {r['degree']}, t {r['threshold']}: clients {r['clients_s']:.2f} CPU-s, server {r['server_s']:.2f} CPU-s, unmasking requests {r['unmasking_request_bytes'] / 1e6:.1f} MB", flush=True)
+            scale.append(r)
+        print(json.dumps({"scale": scale}))
+        return
     if args.quick:
         grid = [(10, 100_000, 0.0), (50, 1_000_000, 0.1)]
     else:

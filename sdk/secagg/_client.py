@@ -1,4 +1,12 @@
-"""The client side of a SecAgg+ round as a sans-IO state machine: ``receive(msg) -> reply``."""
+"""The client side of a SecAgg+ round as a sans-IO state machine: ``receive(msg) -> reply``.
+
+The consistency check is scoped to the neighbourhood: a client accepts the unmasking request only
+if at least ``threshold`` of its share holders (itself and its neighbours) validly signed the
+survivor set it signed, and no other signature is present. This keeps the double-reveal
+guarantee: an honest holder of w's shares answers once, for the one survivor set it signed, with
+either w's self-mask share or its mask-key share; so while the threshold is a majority of w's
+share holders (as the default is), the two secrets cannot both gather threshold honest shares.
+"""
 
 from __future__ import annotations
 
@@ -359,9 +367,12 @@ class SecAggClient:
         if sorted(survivors) != self._survivors or len(survivors) != len(msg.survivors):
             raise self._bad(Attack.INCONSISTENT_SURVIVORS, "survivor set differs from the one this client signed")
         payload = consistency_payload(p.round_id, self._survivors)
-        signers = [c for c, sig in msg.signatures.items() if c in survivors and self._roster.verify(c, sig, payload)]
+        # Only the neighbourhood's signatures count: this answer reveals shares of the
+        # neighbours' secrets alone (the module docstring says why that suffices).
+        holders = (self._nbrs | {self.client_id}) & survivors
+        signers = [c for c, sig in msg.signatures.items() if c in holders and self._roster.verify(c, sig, payload)]
         if len(signers) != len(msg.signatures):
-            raise self._bad(Attack.INCONSISTENT_SURVIVORS, "a consistency signature is invalid or covers another survivor set")
+            raise self._bad(Attack.INCONSISTENT_SURVIVORS, "a consistency signature is invalid, from outside this client's neighbourhood, or covers another survivor set")
         if self.client_id not in signers:
             raise self._bad(Attack.INCONSISTENT_SURVIVORS, "this client's own consistency signature is missing")
         if len(signers) < p.threshold:

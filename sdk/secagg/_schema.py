@@ -159,7 +159,8 @@ class ConsistencySignature(_Msg):
 
 class UnmaskingRequest(_Msg):
     """Stage 4: survivors (reveal their b shares), dropped (reveal their key shares), and the
-    consistency signatures proving every signer saw the same survivor set."""
+    consistency signatures of the recipient's neighbourhood (itself and its neighbours, the
+    holders of its shares), proving they signed the same survivor set."""
 
     STAGE = Stage.UNMASKING
     kind: Literal["unmasking_request"] = "unmasking_request"

@@ -201,8 +201,13 @@ class SecAggServer:
     def _close_consistency(self) -> dict[int, ServerMessage]:
         survivors = sorted(self._masked)
         dropped = sorted(self._u2 - set(survivors))
-        req = UnmaskingRequest(round_id=self.params.round_id, survivors=survivors, dropped=dropped, signatures=dict(self._signatures))
-        return dict.fromkeys(self._signatures, req)
+        # Each signer gets only its share holders' signatures: its unmasking answer concerns
+        # only its neighbours' secrets, so the check it makes is scoped to them.
+        return {
+            u: UnmaskingRequest(round_id=self.params.round_id, survivors=survivors, dropped=dropped,
+                                signatures={v: sig for v, sig in self._signatures.items() if v == u or v in self._graph[u]})
+            for u in self._signatures
+        }
 
     def _close_unmasking(self) -> dict[int, ServerMessage]:
         p = self.params

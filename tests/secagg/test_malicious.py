@@ -7,9 +7,17 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from sdk.secagg import Attack, ProtocolViolation, SecAggConfig, Stage, generate_identities
+from sdk.secagg import (
+    Attack,
+    ProtocolViolation,
+    RoundAborted,
+    SecAggConfig,
+    Stage,
+    generate_identities,
+)
 from sdk.secagg._crypto import raw_public
 from sdk.secagg._errors import MaliciousServerError
+from sdk.secagg._graph import neighbour_graph
 from sdk.secagg._schema import (
     AdvertisedKeys,
     AdvertiseKeysRequest,
@@ -76,13 +84,42 @@ def test_differing_survivor_sets_refused() -> None:
 
 
 def test_too_few_consistency_signatures_abort() -> None:
-    from sdk.secagg import RoundAborted
-
     h, req = _at_consistency_check(6)
     sigs = {c: h.clients[c].receive(req) for c in range(6)}
     unmask = UnmaskingRequest(round_id="r1", survivors=req.survivors, dropped=[], signatures={0: sigs[0].signature})  # type: ignore[union-attr]
     with pytest.raises(RoundAborted):
         h.clients[0].receive(unmask)
+
+
+def test_sparse_round_checks_only_the_neighbourhood_signatures() -> None:
+    # 40 clients at the default degree: a sparse graph, each client with a few share holders.
+    h = Harness(n=40, config=SecAggConfig(), seed=3)
+    graph = neighbour_graph(h.server.params.participants, h.server.params.degree, h.server.params.graph_seed)
+    _at_unmasking(h)
+    for u, req in h.outbox.items():
+        assert isinstance(req, UnmaskingRequest)
+        assert set(req.signatures) == graph[u] | {u} and len(req.signatures) < 40
+        assert req.survivors == list(range(40))
+    req0, req1 = h.outbox[0], h.outbox[1]
+    assert isinstance(req0, UnmaskingRequest) and isinstance(req1, UnmaskingRequest)
+    # Client 0 is also sent a valid signature over the same set, from a survivor outside its
+    # neighbourhood; client 1 a neighbour's signature forged by the server.
+    stranger = next(v for v in range(40) if v not in graph[0] | {0})
+    stranger_req = h.outbox[stranger]
+    assert isinstance(stranger_req, UnmaskingRequest)
+    outsider = {**req0.signatures, stranger: stranger_req.signatures[stranger]}
+    forged = {**req1.signatures, min(graph[1]): Ed25519PrivateKey.generate().sign(b"fedmor-secagg/consistency/r1")}
+    _refused(h, 0, req0.model_copy(update={"signatures": outsider}), Attack.INCONSISTENT_SURVIVORS)
+    _refused(h, 1, req1.model_copy(update={"signatures": forged}), Attack.INCONSISTENT_SURVIVORS)
+    # Client 2 is sent its own and neighbours' signatures, one short of the threshold.
+    req2 = h.outbox[2]
+    assert isinstance(req2, UnmaskingRequest)
+    short = dict(sorted(req2.signatures.items(), key=lambda kv: kv[0] != 2)[: h.server.params.threshold - 1])
+    with pytest.raises(RoundAborted):
+        h.clients[2].receive(req2.model_copy(update={"signatures": short}))
+    # The others' answers still rebuild every secret: the round ends with all 40 inputs.
+    h.step(skip=frozenset({0, 1, 2}))
+    h.assert_weighted_mean_of_all()
 
 
 def test_forged_and_unsigned_keys_refused(harness: Harness) -> None:
