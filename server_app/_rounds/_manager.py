@@ -104,18 +104,24 @@ class RoundManager:
             stage_deadline_s=req.stage_deadline_s or self.default_deadline_s,
             base_version=None if base is None else int(base["version"]),
             params=kind.prepare(req.params), router_config=router_config)
-        dp = self.records.dp_terms(kind, draft)  # outside the lock
+        # Parsed once, outside the lock: bad params are refused before the store is touched,
+        # and the DP terms come from the same parsed object as the server half.
+        try:
+            parsed = kind.terms(draft)
+        except ValueError as exc:
+            raise PayloadError(f"cannot start round: {exc}") from exc
+        dp = self.records.dp_terms(parsed)
         with self._lock:
             # One commit (one fsync) for the new round; a refused one rolls back: no row.
             with self.store.transaction():
                 round_id = self.store.create_round(req.kind, {},
                                                    captured=self.capture is not None)
-                spec = draft.model_copy(update={"round_id": round_id})
+                terms = parsed.numbered(round_id)
                 try:
-                    server = kind.server(kind.terms(spec))
+                    server = kind.server(terms)
                 except (ValueError, RoundFailed) as exc:
                     raise PayloadError(f"cannot start round: {exc}") from exc
-                self.store.update_round(round_id, spec=spec.model_dump_json(),
+                self.store.update_round(round_id, spec=terms.spec.model_dump_json(),
                                         stage_opened_at=time.time())
                 self.store.audit(actor, "round_created", round_id=round_id,
                                  kind=req.kind, participants=participants)

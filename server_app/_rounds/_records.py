@@ -4,9 +4,9 @@ it), and who left the round where and why."""
 
 from __future__ import annotations
 
-from sdk.rounds import RoundKind
+from sdk.rounds import RoundTerms
 from sdk.secagg import composed_epsilon
-from sdk.wire import DPAccount, DPTerms, Refusal, RoundSpec
+from sdk.wire import DPAccount, DPTerms, Refusal
 from server_app._store import Store
 
 __all__ = ["WHO_LEFT", "RoundRecords", "StageWalk"]
@@ -42,14 +42,10 @@ class RoundRecords:
         self._refusers: dict[int, set[str]] = {}
 
     @staticmethod
-    def dp_terms(kind: RoundKind, spec: RoundSpec) -> tuple[DPTerms, float] | None:
-        """A new round's DP terms and its own epsilon (None without DP, or with params its
-        kind refuses: creating its server half then fails the round with the reason). Slow
-        the first time (opacus): call it outside the round lock."""
-        try:
-            dp = kind.privacy(spec).dp
-        except (ValueError, KeyError, RuntimeError):
-            return None
+    def dp_terms(terms: RoundTerms) -> tuple[DPTerms, float] | None:
+        """A new round's DP terms and its own epsilon (None without DP), from its parsed
+        terms. Slow the first time (opacus): call it outside the round lock."""
+        dp = terms.privacy.dp
         if dp is None:
             return None
         return dp, composed_epsilon([(dp.noise_multiplier, dp.sample_rate)], dp.delta)
