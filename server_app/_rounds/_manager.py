@@ -68,8 +68,9 @@ class RoundManager:
         self.default_deadline_s = default_deadline_s
         self.on_change = on_change  # also called when a round opens, a stage closes or ends
         self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)  # a stage closed or a round ended
-        self._arrivals = threading.Condition()  # a submission finished storing its message
+        # Durability, not long polling (the routes' ``wait_broadcast`` waits on the event
+        # loop): the group commit waits here for the submissions still storing their message.
+        self._arrivals = threading.Condition()
         self._storing = 0  # admitted submissions still parsing or storing their message
         self._rounds = RoundLookup(store)
         self.records = RoundRecords(store)
@@ -191,12 +192,10 @@ class RoundManager:
             raise ConflictError(f"client {client_id} dropped out of round {round_id}")
         return server
 
-    def submit(self, round_id: int, stage: str, client_id: str, payload: StagePayload,
-               wait_next_s: float = 0.0, *, body_sha256: str | None = None) -> StageAck:
-        """Accept and commit one stage message; identical retries return the same ack. With
-        ``wait_next_s`` > 0 the ack also carries the next stage's input (``broadcast``), waited
-        for that long at most: one request per stage instead of two. ``body_sha256``: the hex
-        sha256 of a binary payload, when the caller already hashed it.
+    def submit(self, round_id: int, stage: str, client_id: str, payload: StagePayload, *,
+               body_sha256: str | None = None) -> StageAck:
+        """Accept and commit one stage message; identical retries return the same ack.
+        ``body_sha256``: the hex sha256 of a binary payload, when the caller already hashed it.
 
         Hashing and parsing (megabytes for a masked vector) run outside the lock, so uploads
         are decoded concurrently; only the state update and the durable insert are serialized.
@@ -204,14 +203,7 @@ class RoundManager:
         ack = self._submit(round_id, stage, client_id, payload_record(
             payload, body_sha256=body_sha256), payload)
         self._durable()  # only now may the message be acknowledged
-        following = self.next_stage(round_id, stage) if wait_next_s > 0 else None
-        if following is None:
-            return ack
-        try:
-            nxt = self.broadcast(round_id, following, client_id, wait_s=wait_next_s)
-        except (ConflictError, NotFoundError):  # the message is stored: ack it; a GET explains
-            return ack
-        return ack.model_copy(update={"next": nxt})
+        return ack
 
     def _submit(self, round_id: int, stage: str, client_id: str, record: tuple[str | bytes, str],
                 payload: StagePayload) -> StageAck:
@@ -255,18 +247,11 @@ class RoundManager:
                 self._arrivals.wait(left)
         self.store.flush()
 
-    def broadcast(self, round_id: int, stage: str, client_id: str,
-                  wait_s: float = 0.0) -> StageBroadcast:
-        """The server's input for ``client_id``'s ``stage`` (ready once the previous closed);
-        waits up to ``wait_s`` for it (long polling: the client learns of a close at once)."""
-        deadline = time.monotonic() + wait_s
+    def broadcast(self, round_id: int, stage: str, client_id: str) -> StageBroadcast:
+        """The server's input for ``client_id``'s ``stage`` now (ready once the previous stage
+        closed); a held request waits for it on the event loop (``_work.wait_broadcast``)."""
         with self._lock:
-            while True:
-                out = self._broadcast(round_id, stage, client_id)
-                left = deadline - time.monotonic()
-                if out.ready or out.round_status != "open" or left <= 0:
-                    return out
-                self._changed.wait(left)
+            return self._broadcast(round_id, stage, client_id)
 
     def next_stage(self, round_id: int, stage: str) -> str | None:
         """The stage after ``stage`` in this round, or None after the last one."""
@@ -443,9 +428,7 @@ class RoundManager:
         self.records.forget(round_id)
 
     def _notify(self) -> None:
-        """Wake every long-polling ``broadcast`` (and, through ``on_change``, ``/v1/work``)."""
-        with self._lock:
-            self._changed.notify_all()
+        """Tell ``on_change`` (the routes' long polls: stage inputs and ``/v1/work``)."""
         if self.on_change is not None:
             self.on_change()
 

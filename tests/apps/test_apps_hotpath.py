@@ -167,8 +167,10 @@ def test_stage_requests_decode_each_round_spec_once(tmp_path: Path,
     for stage in stages:
         for client, half in halves.items():
             inp = rounds.broadcast(rid, stage, client)
-            rounds.submit(rid, stage, client, half.message(stage, inp.payload or {}),
-                          wait_next_s=0.01)
+            rounds.submit(rid, stage, client, half.message(stage, inp.payload or {}))
+            following = rounds.next_stage(rid, stage)  # what an ack's ``wait_next_s`` reads
+            if following is not None:
+                rounds.broadcast(rid, following, client)
             rounds.awaiting(client)  # the work poll's path too
             rounds.tick()
     assert rounds.info(rid).status == "finished"
