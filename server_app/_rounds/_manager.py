@@ -7,7 +7,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Protocol
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from sdk.wire import (
 from server_app._rounds._lookup import RoundLookup, started
 from server_app._rounds._records import RoundRecords, StageWalk
 from server_app._router._config import RouterLineages
-from server_app._store import ConflictError, Store, payload_record
+from server_app._store import ConflictError, RoundRow, Store, payload_record
 
 __all__ = ["RoundManager"]
 
@@ -103,7 +104,7 @@ class RoundManager:
             public_keys=[clients[p]["public_key"] for p in participants],
             vector_length=length, min_clients=req.min_clients,
             stage_deadline_s=req.stage_deadline_s or self.default_deadline_s,
-            base_version=None if base is None else int(base["version"]),
+            base_version=None if base is None else base.version,
             params=kind.prepare(req.params), router_config=router_config)
         # Parsed once, outside the lock: bad params are refused before the store is touched,
         # and the DP terms come from the same parsed object as the server half.
@@ -127,7 +128,7 @@ class RoundManager:
                 self.store.audit(actor, "round_created", round_id=round_id,
                                  kind=req.kind, participants=participants)
                 if dp is not None:
-                    self.store.put_round_dp(round_id, dp[0].model_dump(), dp[1])
+                    self.store.put_round_dp(round_id, *dp)
             self._rounds.live[round_id] = server
             self._notify()  # idle clients long-polling ``/v1/work`` learn of it at once
         return self.info(round_id)
@@ -135,13 +136,13 @@ class RoundManager:
     def _recover(self) -> None:
         """Rebuild every open round by replaying its stored messages and closures in order;
         a round that cannot be rebuilt is failed cleanly (its clients move on)."""
-        for row in self.store.rounds("open"):
-            round_id = int(row["round_id"])
+        for row in self.store.round_rows("open"):
+            round_id = row.round_id
             try:
-                spec = RoundSpec.model_validate(row["spec"])
+                spec = self._rounds.spec(round_id, row)
                 kind = ROUND_KINDS[spec.kind]
                 server = kind.server(kind.terms(spec))
-                for index in range(int(row["stage_index"]) + 1):
+                for index in range(row.stage_index + 1):
                     stage = server.stages[index]
                     for client_id, payload in self.store.messages(round_id, stage).items():
                         server.accept(stage, client_id, server.parse(stage, client_id, payload))
@@ -151,10 +152,10 @@ class RoundManager:
                 # A fresh deadline: clients could not reach us while we were down; the note
                 # tells the operator why the round took longer.
                 note = (f"resumed after a server restart at stage "
-                        f"{server.stages[int(row['stage_index'])]} "
+                        f"{server.stages[row.stage_index]} "
                         f"({time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())})")
                 self.store.update_round(round_id, stage_opened_at=time.time(), resumed="; ".join(
-                    n for n in (row.get("resumed"), note) if n))
+                    n for n in (row.resumed, note) if n))
                 self.recovered.append(round_id)
                 self.store.audit("server", "round_resumed", round_id=round_id)
             except Exception as exc:  # any replay failure ends the round, never the server
@@ -162,7 +163,7 @@ class RoundManager:
 
     # -- client traffic ------------------------------------------------------------------------
     def _participant(self, round_id: int,
-                     client_id: str) -> tuple[dict[str, Any], ServerRound | None, RoundSpec]:
+                     client_id: str) -> tuple[RoundRow, ServerRound | None, RoundSpec]:
         """The round's row, live server and spec; refuses a client outside the round."""
         row, server = self._rounds.server(round_id)
         spec = self._rounds.spec(round_id, row)
@@ -180,15 +181,15 @@ class RoundManager:
             digest, at, _ = self.store.put_message(round_id, stage, client_id, record)
             return StageAck(round_id=round_id, stage=stage, client_id=client_id, digest=digest,
                             stored_at=at)
-        if row["status"] != "open" or server is None:
-            raise ConflictError(f"round {round_id} is {row['status']}")
-        current = server.stages[int(row["stage_index"])]
+        if row.status != "open" or server is None:
+            raise ConflictError(f"round {round_id} is {row.status}")
+        current = server.stages[row.stage_index]
         if stage not in server.stages:
             raise NotFoundError(f"round {round_id} has no stage {stage!r}; stages: "
                                 f"{', '.join(server.stages)}")
         if stage != current:
             raise ConflictError(f"round {round_id} is at stage {current}, not {stage}")
-        if client_id not in self._expected(round_id, server, int(row["stage_index"])):
+        if client_id not in self._expected(round_id, server, row.stage_index):
             raise ConflictError(f"client {client_id} dropped out of round {round_id}")
         return server
 
@@ -268,7 +269,7 @@ class RoundManager:
             raise NotFoundError(f"round {round_id} has no stage {stage!r}")
         index = stages.index(stage)
         out = StageBroadcast(round_id=round_id, stage=stage, ready=False,
-                             round_status=row["status"])
+                             round_status=row.status)
         if index == 0:
             payload = server.first_broadcast(client_id) if server else {}
             return out.model_copy(update={"ready": True, "payload": payload})
@@ -286,8 +287,8 @@ class RoundManager:
         with self._lock:
             row, server, _ = self._participant(round_id, client_id)
             self.records.refuse(round_id, client_id, reason, detail)
-            if row["status"] == "open" and server is not None:
-                index = int(row["stage_index"])
+            if row.status == "open" and server is not None:
+                index = row.stage_index
                 if self._expected(round_id, server, index) <= self.store.submitted(
                         round_id, server.stages[index]):
                     self._close(round_id)
@@ -301,8 +302,8 @@ class RoundManager:
             row = self.store.round_row(round_id)
             if row is None:
                 raise NotFoundError(f"round {round_id} does not exist")
-            if row["status"] != "open":
-                raise ConflictError(f"round {round_id} is {row['status']}: only an open round "
+            if row.status != "open":
+                raise ConflictError(f"round {round_id} is {row.status}: only an open round "
                                     f"can be cancelled")
             self.store.audit(actor, "round_cancelled", round_id=round_id, reason=reason)
             self._fail(round_id, f"cancelled by {actor}" + (f": {reason}" if reason else ""))
@@ -325,24 +326,24 @@ class RoundManager:
             for row in self.store.round_rows("open"):
                 if not started(row):
                     continue
-                spec = self._rounds.spec(int(row["round_id"]), row)
-                if current - float(row["stage_opened_at"]) >= spec.stage_deadline_s:
-                    self._close(int(row["round_id"]))
+                spec = self._rounds.spec(row.round_id, row)
+                if current - row.stage_opened_at >= spec.stage_deadline_s:
+                    self._close(row.round_id)
 
     def _published(self, round_id: int, mean_delta: np.ndarray) -> np.ndarray:
         """The next router version: the round's base plus the weighted mean of the deltas."""
         base_version = self._rounds.spec(round_id).base_version
         row = None if base_version is None else self.store.version(base_version)
-        base = None if row is None else np.frombuffer(row["blob"], dtype="<f4")
+        base = None if row is None else np.frombuffer(row.blob, dtype="<f4")
         return np.ascontiguousarray(from_delta(mean_delta, base), dtype="<f4")
 
     def _close(self, round_id: int) -> None:
         row, server = self._rounds.server(round_id)
         if server is None:
             return
-        index = int(row["stage_index"])
+        index = row.stage_index
         stage = server.stages[index]
-        captured = bool(row["captured"])  # as announced when it opened, whatever the setting now
+        captured = row.captured  # as announced when it opened, whatever the setting now
         present = self.store.submitted(round_id, stage)
         missing = self._expected(round_id, server, index) - present
         try:
@@ -407,7 +408,7 @@ class RoundManager:
         marker made durable before the failure, as for a finish)."""
         reason = self._failure_text(round_id, reason)
         row = self.store.round_row(round_id)
-        captured = row is not None and bool(row["captured"])
+        captured = row is not None and row.captured
         if captured and self.capture is not None:
             self.capture.reserve(round_id)
         with self.store.transaction():
@@ -439,13 +440,13 @@ class RoundManager:
         out = []
         with self._lock:
             for row in self.store.round_rows("open"):
-                round_id = int(row["round_id"])
+                round_id = row.round_id
                 server = self._rounds.live.get(round_id)
                 if not started(row) or server is None:
                     continue
                 if client_id not in self._rounds.spec(round_id, row).participants:
                     continue
-                index = int(row["stage_index"])
+                index = row.stage_index
                 if self.store.has_message(round_id, server.stages[index], client_id):
                     continue
                 if client_id in self._expected(round_id, server, index):
@@ -469,20 +470,20 @@ class RoundManager:
             dropouts |= expected - sent
             expected &= sent
         return RoundInfo.of(
-            spec, status=row["status"],
-            stage=stages[int(row["stage_index"])] if row["status"] == "open" else None,
-            stages=stages, dropouts=sorted(dropouts), router_version=row["router_version"],
-            error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],
+            spec, status=row.status,
+            stage=stages[row.stage_index] if row.status == "open" else None,
+            stages=stages, dropouts=sorted(dropouts), router_version=row.router_version,
+            error=row.error, created_at=row.created_at, finished_at=row.finished_at,
             refusals=refusals, failures=self._failures(refusals, row, spec, walk),
-            dp=self.records.dp_account(round_id, row["status"]),
-            captured=bool(row["captured"]), resumed=row.get("resumed"))
+            dp=self.records.dp_account(round_id, row.status),
+            captured=row.captured, resumed=row.resumed)
 
-    def _walk(self, round_id: int, row: dict[str, Any], stages: list[str]) -> StageWalk:
+    def _walk(self, round_id: int, row: RoundRow, stages: list[str]) -> StageWalk:
         """Who sent each stage up to the current one; the current open stage only where
         someone may be named there (the round ended, or a member reported leaving it)."""
         walk: StageWalk = []
-        named = row["status"] != "open" or bool(self.records.refusers(round_id))
-        for stage in stages[: int(row["stage_index"]) + 1]:
+        named = row.status != "open" or bool(self.records.refusers(round_id))
+        for stage in stages[: row.stage_index + 1]:
             closed = self._rounds.closure(round_id, stage) is not None
             if not (closed or named):
                 break
@@ -491,14 +492,14 @@ class RoundManager:
                 break
         return walk
 
-    def _failures(self, refusals: list[Refusal], row: dict[str, Any], spec: RoundSpec,
+    def _failures(self, refusals: list[Refusal], row: RoundRow, spec: RoundSpec,
                   walk: StageWalk, ended_at: float | None = None) -> list[dict[str, str]]:
         """Who left the round, where and why; ``ended_at``: the round is failing now."""
-        ended_at = ended_at if ended_at is not None else row["finished_at"]
-        ended = ended_at is not None and row["status"] != "finished"
+        ended_at = ended_at if ended_at is not None else row.finished_at
+        ended = ended_at is not None and row.status != "finished"
         # A stage cut short (a cancel, a failed replay) did not wait for its deadline.
-        waited = ended and float(ended_at) - float(row["stage_opened_at"] or 0) >= \
-            spec.stage_deadline_s
+        waited = ended_at is not None and ended and \
+            ended_at - row.stage_opened_at >= spec.stage_deadline_s
         return self.records.failures(
             refusals, spec.participants, walk, ended=ended,
             cut="no answer by the stage deadline" if waited or not ended
@@ -509,7 +510,7 @@ class RoundManager:
         try:
             row, _ = self._rounds.server(round_id)
             spec = self._rounds.spec(round_id, row)
-            walk = self._walk(round_id, {**row, "status": "failed"},
+            walk = self._walk(round_id, replace(row, status="failed"),
                               self._rounds.stages(round_id, row))
             failures = self._failures(self.records.refusals(round_id), row, spec, walk,
                                       ended_at=time.time())
@@ -519,5 +520,5 @@ class RoundManager:
 
     def list(self, status: str | None = None) -> list[RoundInfo]:
         """All rounds (that started), oldest first."""
-        return [self.info(int(r["round_id"])) for r in self.store.round_rows(status)
+        return [self.info(r.round_id) for r in self.store.round_rows(status)
                 if started(r)]

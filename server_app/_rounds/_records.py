@@ -59,9 +59,9 @@ class RoundRecords:
         terms, epsilon = found
         total = None
         if status == "finished":
-            total = composed_epsilon([(t["noise_multiplier"], t["sample_rate"])
-                                      for t in self.store.finished_dp(round_id)], terms["delta"])
-        return DPAccount(**terms, epsilon=epsilon, epsilon_total=total)
+            total = composed_epsilon([(t.noise_multiplier, t.sample_rate)
+                                      for t in self.store.finished_dp(round_id)], terms.delta)
+        return DPAccount(**terms.model_dump(), epsilon=epsilon, epsilon_total=total)
 
     def refuse(self, round_id: int, client_id: str, reason: str, detail: str) -> None:
         """Record a refusal (the first one per member stands) and audit it."""
@@ -74,12 +74,12 @@ class RoundRecords:
         found = self._refusers.get(round_id)
         if found is None:
             found = self._refusers[round_id] = {
-                r["client_id"] for r in self.store.refusals(round_id)}
+                r.client_id for r in self.store.refusals(round_id)}
         return found
 
     def refusals(self, round_id: int) -> list[Refusal]:
         """The round's refusals, oldest first."""
-        return [Refusal.model_validate(r) for r in self.store.refusals(round_id)]
+        return self.store.refusals(round_id)
 
     def name_of(self, client_id: str) -> str:
         """A member's roster name (a revoked one's too); its id when none is known."""

@@ -15,9 +15,17 @@ from sdk.serving import ConflictError
 from server_app._store._console import ConsoleTables
 from server_app._store._identities import IdentityTables
 from server_app._store._rewards import RewardTables
-from server_app._store._rounds import RoundTables, payload_record
+from server_app._store._rounds import (
+    LineageRow,
+    RoundRow,
+    RoundTables,
+    VersionMeta,
+    VersionRow,
+    payload_record,
+)
 
-__all__ = ["ConflictError", "Store", "payload_record"]
+__all__ = ["ConflictError", "LineageRow", "RoundRow", "Store", "VersionMeta", "VersionRow",
+           "payload_record"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS key_rotations (client_id TEXT NOT NULL,
