@@ -1,22 +1,17 @@
-"""Round lifecycle: create, accept stage messages, close stages at completion or deadline,
-persist every input, and rebuild open rounds from the store after a restart (by replay)."""
+"""Round lifecycle, the one facade the routes call: create rounds, admit and persist stage
+messages, hand out stage inputs, close stages at completion or deadline (``_closing``), answer
+status (``_status``), and rebuild open rounds from the store after a restart (by replay)."""
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Protocol
 
-import numpy as np
-
-from sdk.rounds import ROUND_KINDS, RoundFailed, ServerRound, from_delta
+from sdk.rounds import ROUND_KINDS, RoundFailed, ServerRound
 from sdk.serving import NotFoundError
 from sdk.wire import (
     PayloadError,
-    Refusal,
     RoundCreate,
     RoundInfo,
     RoundSpec,
@@ -24,38 +19,19 @@ from sdk.wire import (
     StageBroadcast,
     StagePayload,
 )
+from server_app._rounds._closing import RoundCapture, StageCloser
 from server_app._rounds._lookup import RoundLookup, started
-from server_app._rounds._records import RoundRecords, StageWalk
+from server_app._rounds._records import RoundRecords
+from server_app._rounds._status import RoundStatus
 from server_app._router._config import RouterLineages
 from server_app._store import ConflictError, RoundRow, Store, payload_record
 
 __all__ = ["RoundManager"]
 
-_log = logging.getLogger("fedmor.server")
 
 # How long a group commit waits for queued messages to join it: far below one fsync, so a lone
 # message loses little, while a stage's burst shares one commit.
 _GATHER_S = 0.002
-
-
-def _aggregate_problem(result: np.ndarray, bound: float) -> str | None:
-    """Why ``result`` (P,) cannot be published as a router version, or None."""
-    if not np.all(np.isfinite(result)):
-        return "contains NaN or infinity"
-    largest = float(np.max(np.abs(result))) if result.size else 0.0
-    if largest > bound:
-        return f"has a value of magnitude {largest:.3g}, outside [-{bound:g}, {bound:g}]"
-    return None
-
-
-class RoundCapture(Protocol):
-    """What the round manager tells capture mode (``ServerCapture``) about a captured round."""
-
-    def reserve(self, round_id: int) -> None:
-        """Mark the round as being captured, durably, before its end is acknowledged."""
-
-    def round_ended(self, round_id: int) -> None:
-        """Capture the round's artefacts (in the background)."""
 
 
 class RoundManager:
@@ -77,6 +53,9 @@ class RoundManager:
         self.records = RoundRecords(store)
         self.lineages = RouterLineages(store)
         self.capture = capture
+        self._status = RoundStatus(store, self._rounds, self.records)
+        self._closer = StageCloser(store, self._rounds, self.records, self._status,
+                                   capture=capture, notify=self._notify)
         self.recovered: list[int] = []  # open rounds resumed at start, for ``/v1/health``
         self._recover()
 
@@ -159,7 +138,7 @@ class RoundManager:
                 self.recovered.append(round_id)
                 self.store.audit("server", "round_resumed", round_id=round_id)
             except Exception as exc:  # any replay failure ends the round, never the server
-                self._fail(round_id, f"could not resume after restart: {exc}")
+                self._closer.fail(round_id, f"could not resume after restart: {exc}")
 
     # -- client traffic ------------------------------------------------------------------------
     def _participant(self, round_id: int,
@@ -189,7 +168,7 @@ class RoundManager:
                                 f"{', '.join(server.stages)}")
         if stage != current:
             raise ConflictError(f"round {round_id} is at stage {current}, not {stage}")
-        if client_id not in self._expected(round_id, server, row.stage_index):
+        if client_id not in self._closer.expected(round_id, server, row.stage_index):
             raise ConflictError(f"client {client_id} dropped out of round {round_id}")
         return server
 
@@ -226,9 +205,9 @@ class RoundManager:
                 digest, at, _ = self.store.put_message(round_id, stage, client_id, record,
                                                        defer_commit=True)
                 index = server.stages.index(stage)  # _admit checked it is the current stage
-                if self._expected(round_id, server, index) <= self.store.submitted(round_id,
+                if self._closer.expected(round_id, server, index) <= self.store.submitted(round_id,
                                                                                    stage):
-                    self._close(round_id)  # its transaction commits the messages too
+                    self._closer.close(round_id)  # its transaction commits the messages too
         finally:
             with self._arrivals:
                 self._storing -= 1
@@ -289,9 +268,9 @@ class RoundManager:
             self.records.refuse(round_id, client_id, reason, detail)
             if row.status == "open" and server is not None:
                 index = row.stage_index
-                if self._expected(round_id, server, index) <= self.store.submitted(
+                if self._closer.expected(round_id, server, index) <= self.store.submitted(
                         round_id, server.stages[index]):
-                    self._close(round_id)
+                    self._closer.close(round_id)
                 self._notify()
         return self.info(round_id)
 
@@ -306,19 +285,10 @@ class RoundManager:
                 raise ConflictError(f"round {round_id} is {row.status}: only an open round "
                                     f"can be cancelled")
             self.store.audit(actor, "round_cancelled", round_id=round_id, reason=reason)
-            self._fail(round_id, f"cancelled by {actor}" + (f": {reason}" if reason else ""))
+            self._closer.fail(round_id, f"cancelled by {actor}" + (f": {reason}" if reason else ""))
         return self.info(round_id)
 
-    # -- stage closing -------------------------------------------------------------------------
-    def _expected(self, round_id: int, server: ServerRound, index: int) -> set[str]:
-        if index == 0:
-            expected = set(self._rounds.spec(round_id).participants)
-        else:
-            closed = self._rounds.closure(round_id, server.stages[index - 1]) or {}
-            expected = set(closed) if closed else self.store.submitted(
-                round_id, server.stages[index - 1])
-        return expected - self.records.refusers(round_id)
-
+    # -- deadlines and work ----------------------------------------------------------------------
     def tick(self, now: float | None = None) -> None:
         """Close every stage whose deadline passed (called lazily and by a background task)."""
         current = time.time() if now is None else now
@@ -328,105 +298,7 @@ class RoundManager:
                     continue
                 spec = self._rounds.spec(row.round_id, row)
                 if current - row.stage_opened_at >= spec.stage_deadline_s:
-                    self._close(row.round_id)
-
-    def _published(self, round_id: int, mean_delta: np.ndarray) -> np.ndarray:
-        """The next router version: the round's base plus the weighted mean of the deltas."""
-        base_version = self._rounds.spec(round_id).base_version
-        row = None if base_version is None else self.store.version(base_version)
-        base = None if row is None else np.frombuffer(row.blob, dtype="<f4")
-        return np.ascontiguousarray(from_delta(mean_delta, base), dtype="<f4")
-
-    def _close(self, round_id: int) -> None:
-        row, server = self._rounds.server(round_id)
-        if server is None:
-            return
-        index = row.stage_index
-        stage = server.stages[index]
-        captured = row.captured  # as announced when it opened, whatever the setting now
-        present = self.store.submitted(round_id, stage)
-        missing = self._expected(round_id, server, index) - present
-        try:
-            broadcast = server.close(stage)
-        except (RoundFailed, ValueError, RuntimeError) as exc:
-            self._fail(round_id, f"stage {stage}: {exc}")
-            return
-        last = index + 1 == len(server.stages)
-        result = None
-        if last:
-            # The kind's bound holds the mean delta; base + delta is what gets published.
-            mean = np.ascontiguousarray(server.result(), dtype="<f4")
-            problem = _aggregate_problem(mean, server.aggregate_bound)
-            if problem is not None:  # publish nothing: a poisoned router never goes out
-                self._fail(round_id, f"stage {stage}: the aggregate {problem}")
-                return
-            result = self._published(round_id, mean)
-            if captured and self.capture is not None:  # durable before the finish (and ack)
-                self.capture.reserve(round_id)
-        with self.store.transaction():  # one commit (one fsync) per close
-            self.store.put_closure(round_id, stage, broadcast)
-            self.store.audit("server", "stage_closed", round_id=round_id, stage=stage,
-                             present=sorted(present), dropouts=sorted(missing))
-            if result is None:
-                self.store.update_round(round_id, stage_index=index + 1,
-                                        stage_opened_at=time.time())
-            else:
-                terms = self._rounds.spec(round_id).router_config
-                version = self.store.add_version(round_id, result.tobytes(),
-                                                 int(result.shape[0]),
-                                                 None if terms is None else terms.lineage)
-                self.store.update_round(round_id, status="finished", router_version=version,
-                                        finished_at=time.time())
-                self.store.audit("server", "round_finished", round_id=round_id, version=version)
-                if captured and self.capture is None:
-                    self.store.audit("server", "capture_missed", round_id=round_id)
-            _log.info("round %d: stage %s closed (%d present, dropouts: %s)", round_id, stage,
-                      len(present), sorted(missing) or "none")
-        if last:
-            if captured and result is not None:
-                self._captured(round_id)
-            self._forget(round_id)
-            self.store.checkpoint_soon()  # the round's megabytes leave the log between rounds
-        self._notify()
-
-    def _captured(self, round_id: int) -> None:
-        """Hand an ended round (finished or failed) recorded as captured to the capture
-        worker. With capture mode off now (the server restarted without it) the round is not
-        captured: a warning, and a ``capture_missed`` audit record (counted in ``/metrics``)
-        that the commit above made durable. It is not written into ``capture.dir`` anyway:
-        with the mode off that directory is only a default path, not served to the auditor,
-        not pruned, and the operator's setting says the server keeps no members' messages;
-        keeping fewer than announced breaks no member's policy, keeping more would."""
-        if self.capture is not None:
-            self.capture.round_ended(round_id)
-            return
-        _log.warning("round %d was announced as captured but capture mode is off now: "
-                     "it is not in the capture (capture_missed)", round_id)
-
-    def _fail(self, round_id: int, reason: str) -> None:
-        """End the round as failed; a captured one is captured with what it received (the
-        marker made durable before the failure, as for a finish)."""
-        reason = self._failure_text(round_id, reason)
-        row = self.store.round_row(round_id)
-        captured = row is not None and row.captured
-        if captured and self.capture is not None:
-            self.capture.reserve(round_id)
-        with self.store.transaction():
-            self.store.update_round(round_id, status="failed", error=reason,
-                                    finished_at=time.time())
-            self.store.audit("server", "round_failed", round_id=round_id, reason=reason)
-            if captured and self.capture is None:
-                self.store.audit("server", "capture_missed", round_id=round_id)
-        _log.warning("round %d failed: %s", round_id, reason)
-        if captured:
-            self._captured(round_id)
-        self._forget(round_id)
-        self.store.checkpoint_soon()
-        self._notify()
-
-    def _forget(self, round_id: int) -> None:
-        self._rounds.forget(round_id)  # an ended round: its closures stay in the store
-        self.records.forget(round_id)
+                    self._closer.close(row.round_id)
 
     def _notify(self) -> None:
         """Tell ``on_change`` (the routes' long polls: stage inputs and ``/v1/work``)."""
@@ -449,7 +321,7 @@ class RoundManager:
                 index = row.stage_index
                 if self.store.has_message(round_id, server.stages[index], client_id):
                     continue
-                if client_id in self._expected(round_id, server, index):
+                if client_id in self._closer.expected(round_id, server, index):
                     out.append(round_id)
         return out
 
@@ -457,68 +329,8 @@ class RoundManager:
     def info(self, round_id: int) -> RoundInfo:
         """Status of one round. Reads the store without the round lock, so status polls never
         queue behind a stage message being committed (one stage close is one transaction)."""
-        row, _ = self._rounds.server(round_id)
-        spec = self._rounds.spec(round_id, row)
-        stages = self._rounds.stages(round_id, row)
-        walk = self._walk(round_id, row, stages)
-        refusals = self.records.refusals(round_id)
-        dropouts: set[str] = set()
-        expected = set(spec.participants)
-        for _, sent, closed in walk:
-            if not closed:
-                break
-            dropouts |= expected - sent
-            expected &= sent
-        return RoundInfo.of(
-            spec, status=row.status,
-            stage=stages[row.stage_index] if row.status == "open" else None,
-            stages=stages, dropouts=sorted(dropouts), router_version=row.router_version,
-            error=row.error, created_at=row.created_at, finished_at=row.finished_at,
-            refusals=refusals, failures=self._failures(refusals, row, spec, walk),
-            dp=self.records.dp_account(round_id, row.status),
-            captured=row.captured, resumed=row.resumed)
-
-    def _walk(self, round_id: int, row: RoundRow, stages: list[str]) -> StageWalk:
-        """Who sent each stage up to the current one; the current open stage only where
-        someone may be named there (the round ended, or a member reported leaving it)."""
-        walk: StageWalk = []
-        named = row.status != "open" or bool(self.records.refusers(round_id))
-        for stage in stages[: row.stage_index + 1]:
-            closed = self._rounds.closure(round_id, stage) is not None
-            if not (closed or named):
-                break
-            walk.append((stage, self.store.submitted(round_id, stage), closed))
-            if not closed:
-                break
-        return walk
-
-    def _failures(self, refusals: list[Refusal], row: RoundRow, spec: RoundSpec,
-                  walk: StageWalk, ended_at: float | None = None) -> list[dict[str, str]]:
-        """Who left the round, where and why; ``ended_at``: the round is failing now."""
-        ended_at = ended_at if ended_at is not None else row.finished_at
-        ended = ended_at is not None and row.status != "finished"
-        # A stage cut short (a cancel, a failed replay) did not wait for its deadline.
-        waited = ended_at is not None and ended and \
-            ended_at - row.stage_opened_at >= spec.stage_deadline_s
-        return self.records.failures(
-            refusals, spec.participants, walk, ended=ended,
-            cut="no answer by the stage deadline" if waited or not ended
-            else "no answer before the round ended")
-
-    def _failure_text(self, round_id: int, cause: str) -> str:
-        """A failing round's text: ``cause`` and who left it, where and why."""
-        try:
-            row, _ = self._rounds.server(round_id)
-            spec = self._rounds.spec(round_id, row)
-            walk = self._walk(round_id, replace(row, status="failed"),
-                              self._rounds.stages(round_id, row))
-            failures = self._failures(self.records.refusals(round_id), row, spec, walk,
-                                      ended_at=time.time())
-        except (ValueError, KeyError, LookupError):  # a round that cannot be read: its cause
-            return cause
-        return self.records.failure_text(cause, failures)
+        return self._status.info(round_id)
 
     def list(self, status: str | None = None) -> list[RoundInfo]:
         """All rounds (that started), oldest first."""
-        return [self.info(r.round_id) for r in self.store.round_rows(status)
-                if started(r)]
+        return self._status.list(status)
