@@ -169,7 +169,8 @@ class RoundTables(StoreBase):
                          (round_id, stage))
         return {r["client_id"] for r in rows}
 
-    def put_closure(self, round_id: int, stage: str, broadcast: dict[str, Any]) -> None:
+    def put_closure(self, round_id: int, stage: str,
+                    broadcast: dict[str, dict[str, Any]]) -> None:
         """Record that a stage closed and what the server sends each client next."""
         self._write("INSERT OR REPLACE INTO stage_closures VALUES (?,?,?,?)",
                     (round_id, stage, json.dumps(broadcast), time.time()))
