@@ -27,7 +27,6 @@ whole, as one ``flat`` tensor.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
@@ -104,7 +103,7 @@ class ServerCapture:
         for marker in sorted(self._pending.glob("round-*")):
             round_id = int(marker.name.removeprefix("round-"))
             row = self.store.round_row(round_id)
-            status = None if row is None else row["status"]
+            status = None if row is None else row.status
             if status in ("finished", "failed"):
                 todo.append(round_id)
             elif status != "open":
@@ -203,19 +202,18 @@ class ServerCapture:
         row = None if version is None else self.store.version(version)
         if row is None:  # a federation's first round: members sent their parameters
             return np.zeros(length, dtype=np.float32)
-        return np.frombuffer(bytes(row["blob"]), dtype="<f4").copy()
+        return np.frombuffer(row.blob, dtype="<f4").copy()
 
     def _capture(self, round_id: int) -> None:
         row = self.store.round_row(round_id)
         # Only rounds recorded as captured when they opened: what their members agreed to.
-        if row is None or row["status"] not in ("finished", "failed") or not row["captured"]:
+        if row is None or row.status not in ("finished", "failed") or not row.captured:
             self._marker(round_id).unlink(missing_ok=True)
             return
         if round_id in {r.round_id for r in self.manifest().rounds}:  # written before a crash
             self._marker(round_id).unlink(missing_ok=True)
             return
-        spec = RoundSpec.model_validate(json.loads(row["spec"]) if isinstance(row["spec"], str)
-                                        else row["spec"])
+        spec = RoundSpec.model_validate_json(row.spec)
         names, encoder_id, shapes = self._layout()
         members = [self._name(c) for c in spec.participants]
         for m in members:
@@ -223,7 +221,7 @@ class ServerCapture:
                 names.append(m)  # an output the layout lacks: named, never attacked by index
         base_version = spec.base_version
         before = self._vector(base_version, spec.vector_length)
-        failed = row["status"] == "failed"
+        failed = row.status == "failed"
         plain: dict[str, Any] = {}
         weights: dict[str, float] = dict.fromkeys(members, 1.0)
         messages: list[Any] = []
@@ -252,10 +250,10 @@ class ServerCapture:
         rc = RoundCapture(
             round_id=round_id, meta=meta, before=_named(before, shapes),
             aggregate=None if failed else _named(
-                self._vector(row["router_version"], spec.vector_length), shapes),
-            plain_updates=plain, router_version=None if failed else row["router_version"],
+                self._vector(row.router_version, spec.vector_length), shapes),
+            plain_updates=plain, router_version=None if failed else row.router_version,
             status="failed" if failed else "finished",
-            failure=str(row["error"] or "unknown") if failed else None, round_kind=spec.kind,
+            failure=str(row.error or "unknown") if failed else None, round_kind=spec.kind,
             threshold=terms.privacy.min_survivors if secagg else None,
             secagg_ids={self._name(c): i for c, i in protocol_ids(spec).items()} if secagg
             else {})

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Generic, Self, TypeVar
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -86,6 +86,11 @@ class RoundTerms:
 
     spec: RoundSpec
     privacy: RoundPrivacy
+
+    def numbered(self, round_id: int) -> Self:
+        """These terms for round ``round_id``: the server parses a new round's params before
+        its store gives the round an id, then numbers the parsed terms (no second parse)."""
+        return replace(self, spec=self.spec.model_copy(update={"round_id": round_id}))
 
 
 TermsT = TypeVar("TermsT", bound=RoundTerms)
@@ -211,11 +216,6 @@ class RoundKind(ABC, Generic[TermsT]):
     def terms(self, spec: RoundSpec) -> TermsT:
         """The round ``spec`` with its params parsed and checked, once per round; raises
         ``ValueError`` on params the kind refuses."""
-
-    def privacy(self, spec: RoundSpec) -> RoundPrivacy:
-        """What the round exposes (``terms(spec).privacy``), for a caller that needs nothing
-        else of the round; raises ``ValueError`` on params the kind refuses."""
-        return self.terms(spec).privacy
 
     @abstractmethod
     def server(self, terms: TermsT) -> ServerRound[Any, Any]:

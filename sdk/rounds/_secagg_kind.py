@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -110,13 +110,18 @@ def protocol_ids(spec: RoundSpec) -> dict[str, int]:
     return {cid: i + 1 for i, cid in enumerate(spec.participants)}
 
 
+def _protocol_round(round_id: int) -> str:
+    """The SecAgg+ round id of REST round ``round_id``: every signed and encrypted message
+    names it, so no message of one round is accepted in another."""
+    return f"round-{round_id}"
+
+
 def _round_params(spec: RoundSpec) -> tuple[RoundParams, Roster]:
     """The SecAgg+ parameters and roster of the round ``spec`` describes (the one conversion
     from the round's description to the protocol's); ``ValueError`` on params it refuses."""
     cfg = SecAggRoundParams.parse(spec.params)
     ids = list(protocol_ids(spec).values())
-    params = cfg.round_params(ids, spec.vector_length,
-                              round_id=f"round-{spec.round_id}",
+    params = cfg.round_params(ids, spec.vector_length, round_id=_protocol_round(spec.round_id),
                               graph_seed=bytes.fromhex(cfg.graph_seed))
     # Every stage needs ``threshold`` answers, so a threshold >= min_clients also keeps any
     # aggregate from having fewer survivors; it cannot exceed the degree + 1 share holders
@@ -151,6 +156,10 @@ def _check_dp_range(params: RoundParams) -> None:
 class _SecAggTerms(RoundTerms):
     params: RoundParams
     roster: Roster
+
+    def numbered(self, round_id: int) -> _SecAggTerms:
+        return replace(super().numbered(round_id), params=self.params.model_copy(
+            update={"round_id": _protocol_round(round_id)}))
 
 
 class _Server(ServerRound[ClientMessage, ServerMessage]):

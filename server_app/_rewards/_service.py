@@ -117,11 +117,11 @@ class AlignmentService:
             raise ConflictError(f"selection {method!r} needs a router: none is published yet")
         encoder = HashingEncoder(HashingEncoderConfig.model_validate(view.encoder))
         router = Router(RouterConfig.model_validate(view.router), view.heads, encoder.encoder_id)
-        if router.num_params() != int(row["length"]):
-            raise ConflictError(f"router version {row['version']} has {row['length']} "
+        if router.num_params() != row.length:
+            raise ConflictError(f"router version {row.version} has {row.length} "
                                 f"parameters; alignment.router and alignment.members give "
                                 f"{router.num_params()}")
-        router.set_flat_params(np.frombuffer(bytes(row["blob"]), dtype="<f4").copy())
+        router.set_flat_params(np.frombuffer(row.blob, dtype="<f4").copy())
         online = NeuralTSConfig.model_validate(self.cfg.online)
         chooser = NeuralTSChooser(encoder, NeuralThompsonRouter(router, online))
         chooser.allow(view.selectable)
@@ -318,12 +318,12 @@ class AlignmentService:
         """The heads of version ``saved`` when ``version`` is the carry-over of it (a new
         lineage's first version), else None."""
         row = None if version is None else self.store.version_meta(version=version)
-        if row is None or row["carried_from"] != saved:
+        if row is None or row.carried_from != saved:
             return None
         source = self.store.version_meta(version=saved)
-        lineage = None if source is None else self.store.lineage(source["lineage"])
+        lineage = None if source is None else self.store.lineage(source.lineage)
         return None if lineage is None else list(
-            ConsortiumRouterConfig.model_validate_json(lineage["config"]).heads)
+            ConsortiumRouterConfig.model_validate_json(lineage.config).heads)
 
     def stats(self) -> AlignerStats:
         """The counters, the saved online router (step, last loss, version, state hash) and

@@ -14,15 +14,15 @@ from typing import Any
 from sdk.rounds import ROUND_KINDS, ServerRound
 from sdk.serving import NotFoundError
 from sdk.wire import RoundSpec
-from server_app._store import Store
+from server_app._store import RoundRow, Store
 
 __all__ = ["RoundLookup", "started"]
 
 
-def started(row: dict[str, Any]) -> bool:
+def started(row: RoundRow) -> bool:
     """Whether a ``Store.round_row`` belongs to a round that started (its spec was written;
     a round that failed at creation keeps the empty ``{}``)."""
-    return row["spec"] not in ("", "{}")
+    return row.spec not in ("", "{}")
 
 
 class RoundLookup:
@@ -34,9 +34,9 @@ class RoundLookup:
         self.live: dict[int, ServerRound] = {}
         self._specs: dict[int, RoundSpec] = {}  # immutable once started: parsed once
         # Live rounds' closed-stage broadcasts, decoded once: a closure never changes.
-        self.closures: dict[tuple[int, str], dict[str, Any]] = {}
+        self.closures: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
 
-    def server(self, round_id: int) -> tuple[dict[str, Any], ServerRound | None]:
+    def server(self, round_id: int) -> tuple[RoundRow, ServerRound | None]:
         """The round's row (spec undecoded) and live server half; 404 unless it started."""
         row = self.store.round_row(round_id)
         if row is None:
@@ -45,20 +45,20 @@ class RoundLookup:
             raise NotFoundError(f"round {round_id} was never started")
         return row, self.live.get(round_id)
 
-    def spec(self, round_id: int, row: dict[str, Any] | None = None) -> RoundSpec:
+    def spec(self, round_id: int, row: RoundRow | None = None) -> RoundSpec:
         """The round's spec (``row``: its ``Store.round_row`` if the caller has it)."""
         spec = self._specs.get(round_id)
         if spec is None:
             if row is None:
                 row = self.server(round_id)[0]
-            spec = self._specs[round_id] = RoundSpec.model_validate_json(row["spec"])
+            spec = self._specs[round_id] = RoundSpec.model_validate_json(row.spec)
         return spec
 
-    def stages(self, round_id: int, row: dict[str, Any]) -> list[str]:
+    def stages(self, round_id: int, row: RoundRow) -> list[str]:
         """The round's stage names: its kind's."""
         return list(ROUND_KINDS[self.spec(round_id, row).kind].stages)
 
-    def closure(self, round_id: int, stage: str) -> dict[str, Any] | None:
+    def closure(self, round_id: int, stage: str) -> dict[str, dict[str, Any]] | None:
         """``Store.closure`` (read-only; visible once the close committed), cached while the
         round is live: every submission and stage input reads one, all clients' JSON at once."""
         closed = self.closures.get((round_id, stage))

@@ -1,21 +1,17 @@
-"""Round lifecycle: create, accept stage messages, close stages at completion or deadline,
-persist every input, and rebuild open rounds from the store after a restart (by replay)."""
+"""Round lifecycle, the one facade the routes call: create rounds, admit and persist stage
+messages, hand out stage inputs, close stages at completion or deadline (``_closing``), answer
+status (``_status``), and rebuild open rounds from the store after a restart (by replay)."""
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
 
-import numpy as np
-
-from sdk.rounds import ROUND_KINDS, RoundFailed, ServerRound, from_delta
+from sdk.rounds import ROUND_KINDS, RoundFailed, ServerRound
 from sdk.serving import NotFoundError
 from sdk.wire import (
     PayloadError,
-    Refusal,
     RoundCreate,
     RoundInfo,
     RoundSpec,
@@ -23,38 +19,19 @@ from sdk.wire import (
     StageBroadcast,
     StagePayload,
 )
+from server_app._rounds._closing import RoundCapture, StageCloser
 from server_app._rounds._lookup import RoundLookup, started
-from server_app._rounds._records import RoundRecords, StageWalk
+from server_app._rounds._records import RoundRecords
+from server_app._rounds._status import RoundStatus
 from server_app._router._config import RouterLineages
-from server_app._store import ConflictError, Store, payload_record
+from server_app._store import ConflictError, RoundRow, Store, payload_record
 
 __all__ = ["RoundManager"]
 
-_log = logging.getLogger("fedmor.server")
 
 # How long a group commit waits for queued messages to join it: far below one fsync, so a lone
 # message loses little, while a stage's burst shares one commit.
 _GATHER_S = 0.002
-
-
-def _aggregate_problem(result: np.ndarray, bound: float) -> str | None:
-    """Why ``result`` (P,) cannot be published as a router version, or None."""
-    if not np.all(np.isfinite(result)):
-        return "contains NaN or infinity"
-    largest = float(np.max(np.abs(result))) if result.size else 0.0
-    if largest > bound:
-        return f"has a value of magnitude {largest:.3g}, outside [-{bound:g}, {bound:g}]"
-    return None
-
-
-class RoundCapture(Protocol):
-    """What the round manager tells capture mode (``ServerCapture``) about a captured round."""
-
-    def reserve(self, round_id: int) -> None:
-        """Mark the round as being captured, durably, before its end is acknowledged."""
-
-    def round_ended(self, round_id: int) -> None:
-        """Capture the round's artefacts (in the background)."""
 
 
 class RoundManager:
@@ -68,13 +45,17 @@ class RoundManager:
         self.default_deadline_s = default_deadline_s
         self.on_change = on_change  # also called when a round opens, a stage closes or ends
         self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)  # a stage closed or a round ended
-        self._arrivals = threading.Condition()  # a submission finished storing its message
+        # Durability, not long polling (the routes' ``wait_broadcast`` waits on the event
+        # loop): the group commit waits here for the submissions still storing their message.
+        self._arrivals = threading.Condition()
         self._storing = 0  # admitted submissions still parsing or storing their message
         self._rounds = RoundLookup(store)
         self.records = RoundRecords(store)
         self.lineages = RouterLineages(store)
         self.capture = capture
+        self._status = RoundStatus(store, self._rounds, self.records)
+        self._closer = StageCloser(store, self._rounds, self.records, self._status,
+                                   capture=capture, notify=self._notify)
         self.recovered: list[int] = []  # open rounds resumed at start, for ``/v1/health``
         self._recover()
 
@@ -102,25 +83,31 @@ class RoundManager:
             public_keys=[clients[p].public_key for p in participants],
             vector_length=length, min_clients=req.min_clients,
             stage_deadline_s=req.stage_deadline_s or self.default_deadline_s,
-            base_version=None if base is None else int(base["version"]),
+            base_version=None if base is None else base.version,
             params=kind.prepare(req.params), router_config=router_config)
-        dp = self.records.dp_terms(kind, draft)  # outside the lock
+        # Parsed once, outside the lock: bad params are refused before the store is touched,
+        # and the DP terms come from the same parsed object as the server half.
+        try:
+            parsed = kind.terms(draft)
+        except ValueError as exc:
+            raise PayloadError(f"cannot start round: {exc}") from exc
+        dp = self.records.dp_terms(parsed)
         with self._lock:
             # One commit (one fsync) for the new round; a refused one rolls back: no row.
             with self.store.transaction():
                 round_id = self.store.create_round(req.kind, {},
                                                    captured=self.capture is not None)
-                spec = draft.model_copy(update={"round_id": round_id})
+                terms = parsed.numbered(round_id)
                 try:
-                    server = kind.server(kind.terms(spec))
+                    server = kind.server(terms)
                 except (ValueError, RoundFailed) as exc:
                     raise PayloadError(f"cannot start round: {exc}") from exc
-                self.store.update_round(round_id, spec=spec.model_dump_json(),
+                self.store.update_round(round_id, spec=terms.spec.model_dump_json(),
                                         stage_opened_at=time.time())
                 self.store.audit(actor, "round_created", round_id=round_id,
                                  kind=req.kind, participants=participants)
                 if dp is not None:
-                    self.store.put_round_dp(round_id, dp[0].model_dump(), dp[1])
+                    self.store.put_round_dp(round_id, *dp)
             self._rounds.live[round_id] = server
             self._notify()  # idle clients long-polling ``/v1/work`` learn of it at once
         return self.info(round_id)
@@ -128,13 +115,13 @@ class RoundManager:
     def _recover(self) -> None:
         """Rebuild every open round by replaying its stored messages and closures in order;
         a round that cannot be rebuilt is failed cleanly (its clients move on)."""
-        for row in self.store.rounds("open"):
-            round_id = int(row["round_id"])
+        for row in self.store.round_rows("open"):
+            round_id = row.round_id
             try:
-                spec = RoundSpec.model_validate(row["spec"])
+                spec = self._rounds.spec(round_id, row)
                 kind = ROUND_KINDS[spec.kind]
                 server = kind.server(kind.terms(spec))
-                for index in range(int(row["stage_index"]) + 1):
+                for index in range(row.stage_index + 1):
                     stage = server.stages[index]
                     for client_id, payload in self.store.messages(round_id, stage).items():
                         server.accept(stage, client_id, server.parse(stage, client_id, payload))
@@ -144,18 +131,18 @@ class RoundManager:
                 # A fresh deadline: clients could not reach us while we were down; the note
                 # tells the operator why the round took longer.
                 note = (f"resumed after a server restart at stage "
-                        f"{server.stages[int(row['stage_index'])]} "
+                        f"{server.stages[row.stage_index]} "
                         f"({time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())})")
                 self.store.update_round(round_id, stage_opened_at=time.time(), resumed="; ".join(
-                    n for n in (row.get("resumed"), note) if n))
+                    n for n in (row.resumed, note) if n))
                 self.recovered.append(round_id)
                 self.store.audit("server", "round_resumed", round_id=round_id)
             except Exception as exc:  # any replay failure ends the round, never the server
-                self._fail(round_id, f"could not resume after restart: {exc}")
+                self._closer.fail(round_id, f"could not resume after restart: {exc}")
 
     # -- client traffic ------------------------------------------------------------------------
     def _participant(self, round_id: int,
-                     client_id: str) -> tuple[dict[str, Any], ServerRound | None, RoundSpec]:
+                     client_id: str) -> tuple[RoundRow, ServerRound | None, RoundSpec]:
         """The round's row, live server and spec; refuses a client outside the round."""
         row, server = self._rounds.server(round_id)
         spec = self._rounds.spec(round_id, row)
@@ -173,24 +160,22 @@ class RoundManager:
             digest, at, _ = self.store.put_message(round_id, stage, client_id, record)
             return StageAck(round_id=round_id, stage=stage, client_id=client_id, digest=digest,
                             stored_at=at)
-        if row["status"] != "open" or server is None:
-            raise ConflictError(f"round {round_id} is {row['status']}")
-        current = server.stages[int(row["stage_index"])]
+        if row.status != "open" or server is None:
+            raise ConflictError(f"round {round_id} is {row.status}")
+        current = server.stages[row.stage_index]
         if stage not in server.stages:
             raise NotFoundError(f"round {round_id} has no stage {stage!r}; stages: "
                                 f"{', '.join(server.stages)}")
         if stage != current:
             raise ConflictError(f"round {round_id} is at stage {current}, not {stage}")
-        if client_id not in self._expected(round_id, server, int(row["stage_index"])):
+        if client_id not in self._closer.expected(round_id, server, row.stage_index):
             raise ConflictError(f"client {client_id} dropped out of round {round_id}")
         return server
 
-    def submit(self, round_id: int, stage: str, client_id: str, payload: StagePayload,
-               wait_next_s: float = 0.0, *, body_sha256: str | None = None) -> StageAck:
-        """Accept and commit one stage message; identical retries return the same ack. With
-        ``wait_next_s`` > 0 the ack also carries the next stage's input (``broadcast``), waited
-        for that long at most: one request per stage instead of two. ``body_sha256``: the hex
-        sha256 of a binary payload, when the caller already hashed it.
+    def submit(self, round_id: int, stage: str, client_id: str, payload: StagePayload, *,
+               body_sha256: str | None = None) -> StageAck:
+        """Accept and commit one stage message; identical retries return the same ack.
+        ``body_sha256``: the hex sha256 of a binary payload, when the caller already hashed it.
 
         Hashing and parsing (megabytes for a masked vector) run outside the lock, so uploads
         are decoded concurrently; only the state update and the durable insert are serialized.
@@ -198,14 +183,7 @@ class RoundManager:
         ack = self._submit(round_id, stage, client_id, payload_record(
             payload, body_sha256=body_sha256), payload)
         self._durable()  # only now may the message be acknowledged
-        following = self.next_stage(round_id, stage) if wait_next_s > 0 else None
-        if following is None:
-            return ack
-        try:
-            nxt = self.broadcast(round_id, following, client_id, wait_s=wait_next_s)
-        except (ConflictError, NotFoundError):  # the message is stored: ack it; a GET explains
-            return ack
-        return ack.model_copy(update={"next": nxt})
+        return ack
 
     def _submit(self, round_id: int, stage: str, client_id: str, record: tuple[str | bytes, str],
                 payload: StagePayload) -> StageAck:
@@ -227,9 +205,9 @@ class RoundManager:
                 digest, at, _ = self.store.put_message(round_id, stage, client_id, record,
                                                        defer_commit=True)
                 index = server.stages.index(stage)  # _admit checked it is the current stage
-                if self._expected(round_id, server, index) <= self.store.submitted(round_id,
+                if self._closer.expected(round_id, server, index) <= self.store.submitted(round_id,
                                                                                    stage):
-                    self._close(round_id)  # its transaction commits the messages too
+                    self._closer.close(round_id)  # its transaction commits the messages too
         finally:
             with self._arrivals:
                 self._storing -= 1
@@ -249,18 +227,11 @@ class RoundManager:
                 self._arrivals.wait(left)
         self.store.flush()
 
-    def broadcast(self, round_id: int, stage: str, client_id: str,
-                  wait_s: float = 0.0) -> StageBroadcast:
-        """The server's input for ``client_id``'s ``stage`` (ready once the previous closed);
-        waits up to ``wait_s`` for it (long polling: the client learns of a close at once)."""
-        deadline = time.monotonic() + wait_s
+    def broadcast(self, round_id: int, stage: str, client_id: str) -> StageBroadcast:
+        """The server's input for ``client_id``'s ``stage`` now (ready once the previous stage
+        closed); a held request waits for it on the event loop (``_work.wait_broadcast``)."""
         with self._lock:
-            while True:
-                out = self._broadcast(round_id, stage, client_id)
-                left = deadline - time.monotonic()
-                if out.ready or out.round_status != "open" or left <= 0:
-                    return out
-                self._changed.wait(left)
+            return self._broadcast(round_id, stage, client_id)
 
     def next_stage(self, round_id: int, stage: str) -> str | None:
         """The stage after ``stage`` in this round, or None after the last one."""
@@ -277,7 +248,7 @@ class RoundManager:
             raise NotFoundError(f"round {round_id} has no stage {stage!r}")
         index = stages.index(stage)
         out = StageBroadcast(round_id=round_id, stage=stage, ready=False,
-                             round_status=row["status"])
+                             round_status=row.status)
         if index == 0:
             if server is None:  # the round is over: there is no opening to give
                 return out
@@ -297,11 +268,11 @@ class RoundManager:
         with self._lock:
             row, server, _ = self._participant(round_id, client_id)
             self.records.refuse(round_id, client_id, reason, detail)
-            if row["status"] == "open" and server is not None:
-                index = int(row["stage_index"])
-                if self._expected(round_id, server, index) <= self.store.submitted(
+            if row.status == "open" and server is not None:
+                index = row.stage_index
+                if self._closer.expected(round_id, server, index) <= self.store.submitted(
                         round_id, server.stages[index]):
-                    self._close(round_id)
+                    self._closer.close(round_id)
                 self._notify()
         return self.info(round_id)
 
@@ -312,23 +283,14 @@ class RoundManager:
             row = self.store.round_row(round_id)
             if row is None:
                 raise NotFoundError(f"round {round_id} does not exist")
-            if row["status"] != "open":
-                raise ConflictError(f"round {round_id} is {row['status']}: only an open round "
+            if row.status != "open":
+                raise ConflictError(f"round {round_id} is {row.status}: only an open round "
                                     f"can be cancelled")
             self.store.audit(actor, "round_cancelled", round_id=round_id, reason=reason)
-            self._fail(round_id, f"cancelled by {actor}" + (f": {reason}" if reason else ""))
+            self._closer.fail(round_id, f"cancelled by {actor}" + (f": {reason}" if reason else ""))
         return self.info(round_id)
 
-    # -- stage closing -------------------------------------------------------------------------
-    def _expected(self, round_id: int, server: ServerRound, index: int) -> set[str]:
-        if index == 0:
-            expected = set(self._rounds.spec(round_id).participants)
-        else:
-            closed = self._rounds.closure(round_id, server.stages[index - 1]) or {}
-            expected = set(closed) if closed else self.store.submitted(
-                round_id, server.stages[index - 1])
-        return expected - self.records.refusers(round_id)
-
+    # -- deadlines and work ----------------------------------------------------------------------
     def tick(self, now: float | None = None) -> None:
         """Close every stage whose deadline passed (called lazily and by a background task)."""
         current = time.time() if now is None else now
@@ -336,112 +298,12 @@ class RoundManager:
             for row in self.store.round_rows("open"):
                 if not started(row):
                     continue
-                spec = self._rounds.spec(int(row["round_id"]), row)
-                if current - float(row["stage_opened_at"]) >= spec.stage_deadline_s:
-                    self._close(int(row["round_id"]))
-
-    def _published(self, round_id: int, mean_delta: np.ndarray) -> np.ndarray:
-        """The next router version: the round's base plus the weighted mean of the deltas."""
-        base_version = self._rounds.spec(round_id).base_version
-        row = None if base_version is None else self.store.version(base_version)
-        base = None if row is None else np.frombuffer(row["blob"], dtype="<f4")
-        return np.ascontiguousarray(from_delta(mean_delta, base), dtype="<f4")
-
-    def _close(self, round_id: int) -> None:
-        row, server = self._rounds.server(round_id)
-        if server is None:
-            return
-        index = int(row["stage_index"])
-        stage = server.stages[index]
-        captured = bool(row["captured"])  # as announced when it opened, whatever the setting now
-        present = self.store.submitted(round_id, stage)
-        missing = self._expected(round_id, server, index) - present
-        try:
-            broadcast = server.close(stage)
-        except (RoundFailed, ValueError, RuntimeError) as exc:
-            self._fail(round_id, f"stage {stage}: {exc}")
-            return
-        last = index + 1 == len(server.stages)
-        result = None
-        if last:
-            # The kind's bound holds the mean delta; base + delta is what gets published.
-            mean = np.ascontiguousarray(server.result(), dtype="<f4")
-            problem = _aggregate_problem(mean, server.aggregate_bound)
-            if problem is not None:  # publish nothing: a poisoned router never goes out
-                self._fail(round_id, f"stage {stage}: the aggregate {problem}")
-                return
-            result = self._published(round_id, mean)
-            if captured and self.capture is not None:  # durable before the finish (and ack)
-                self.capture.reserve(round_id)
-        with self.store.transaction():  # one commit (one fsync) per close
-            self.store.put_closure(round_id, stage, broadcast)
-            self.store.audit("server", "stage_closed", round_id=round_id, stage=stage,
-                             present=sorted(present), dropouts=sorted(missing))
-            if result is None:
-                self.store.update_round(round_id, stage_index=index + 1,
-                                        stage_opened_at=time.time())
-            else:
-                terms = self._rounds.spec(round_id).router_config
-                version = self.store.add_version(round_id, result.tobytes(),
-                                                 int(result.shape[0]),
-                                                 None if terms is None else terms.lineage)
-                self.store.update_round(round_id, status="finished", router_version=version,
-                                        finished_at=time.time())
-                self.store.audit("server", "round_finished", round_id=round_id, version=version)
-                if captured and self.capture is None:
-                    self.store.audit("server", "capture_missed", round_id=round_id)
-            _log.info("round %d: stage %s closed (%d present, dropouts: %s)", round_id, stage,
-                      len(present), sorted(missing) or "none")
-        if last:
-            if captured and result is not None:
-                self._captured(round_id)
-            self._forget(round_id)
-            self.store.checkpoint_soon()  # the round's megabytes leave the log between rounds
-        self._notify()
-
-    def _captured(self, round_id: int) -> None:
-        """Hand an ended round (finished or failed) recorded as captured to the capture
-        worker. With capture mode off now (the server restarted without it) the round is not
-        captured: a warning, and a ``capture_missed`` audit record (counted in ``/metrics``)
-        that the commit above made durable. It is not written into ``capture.dir`` anyway:
-        with the mode off that directory is only a default path, not served to the auditor,
-        not pruned, and the operator's setting says the server keeps no members' messages;
-        keeping fewer than announced breaks no member's policy, keeping more would."""
-        if self.capture is not None:
-            self.capture.round_ended(round_id)
-            return
-        _log.warning("round %d was announced as captured but capture mode is off now: "
-                     "it is not in the capture (capture_missed)", round_id)
-
-    def _fail(self, round_id: int, reason: str) -> None:
-        """End the round as failed; a captured one is captured with what it received (the
-        marker made durable before the failure, as for a finish)."""
-        reason = self._failure_text(round_id, reason)
-        row = self.store.round_row(round_id)
-        captured = row is not None and bool(row["captured"])
-        if captured and self.capture is not None:
-            self.capture.reserve(round_id)
-        with self.store.transaction():
-            self.store.update_round(round_id, status="failed", error=reason,
-                                    finished_at=time.time())
-            self.store.audit("server", "round_failed", round_id=round_id, reason=reason)
-            if captured and self.capture is None:
-                self.store.audit("server", "capture_missed", round_id=round_id)
-        _log.warning("round %d failed: %s", round_id, reason)
-        if captured:
-            self._captured(round_id)
-        self._forget(round_id)
-        self.store.checkpoint_soon()
-        self._notify()
-
-    def _forget(self, round_id: int) -> None:
-        self._rounds.forget(round_id)  # an ended round: its closures stay in the store
-        self.records.forget(round_id)
+                spec = self._rounds.spec(row.round_id, row)
+                if current - row.stage_opened_at >= spec.stage_deadline_s:
+                    self._closer.close(row.round_id)
 
     def _notify(self) -> None:
-        """Wake every long-polling ``broadcast`` (and, through ``on_change``, ``/v1/work``)."""
-        with self._lock:
-            self._changed.notify_all()
+        """Tell ``on_change`` (the routes' long polls: stage inputs and ``/v1/work``)."""
         if self.on_change is not None:
             self.on_change()
 
@@ -452,16 +314,16 @@ class RoundManager:
         out = []
         with self._lock:
             for row in self.store.round_rows("open"):
-                round_id = int(row["round_id"])
+                round_id = row.round_id
                 server = self._rounds.live.get(round_id)
                 if not started(row) or server is None:
                     continue
                 if client_id not in self._rounds.spec(round_id, row).participants:
                     continue
-                index = int(row["stage_index"])
+                index = row.stage_index
                 if self.store.has_message(round_id, server.stages[index], client_id):
                     continue
-                if client_id in self._expected(round_id, server, index):
+                if client_id in self._closer.expected(round_id, server, index):
                     out.append(round_id)
         return out
 
@@ -469,68 +331,8 @@ class RoundManager:
     def info(self, round_id: int) -> RoundInfo:
         """Status of one round. Reads the store without the round lock, so status polls never
         queue behind a stage message being committed (one stage close is one transaction)."""
-        row, _ = self._rounds.server(round_id)
-        spec = self._rounds.spec(round_id, row)
-        stages = self._rounds.stages(round_id, row)
-        walk = self._walk(round_id, row, stages)
-        refusals = self.records.refusals(round_id)
-        dropouts: set[str] = set()
-        expected = set(spec.participants)
-        for _, sent, closed in walk:
-            if not closed:
-                break
-            dropouts |= expected - sent
-            expected &= sent
-        return RoundInfo.of(
-            spec, status=row["status"],
-            stage=stages[int(row["stage_index"])] if row["status"] == "open" else None,
-            stages=stages, dropouts=sorted(dropouts), router_version=row["router_version"],
-            error=row["error"], created_at=row["created_at"], finished_at=row["finished_at"],
-            refusals=refusals, failures=self._failures(refusals, row, spec, walk),
-            dp=self.records.dp_account(round_id, row["status"]),
-            captured=bool(row["captured"]), resumed=row.get("resumed"))
-
-    def _walk(self, round_id: int, row: dict[str, Any], stages: list[str]) -> StageWalk:
-        """Who sent each stage up to the current one; the current open stage only where
-        someone may be named there (the round ended, or a member reported leaving it)."""
-        walk: StageWalk = []
-        named = row["status"] != "open" or bool(self.records.refusers(round_id))
-        for stage in stages[: int(row["stage_index"]) + 1]:
-            closed = self._rounds.closure(round_id, stage) is not None
-            if not (closed or named):
-                break
-            walk.append((stage, self.store.submitted(round_id, stage), closed))
-            if not closed:
-                break
-        return walk
-
-    def _failures(self, refusals: list[Refusal], row: dict[str, Any], spec: RoundSpec,
-                  walk: StageWalk, ended_at: float | None = None) -> list[dict[str, str]]:
-        """Who left the round, where and why; ``ended_at``: the round is failing now."""
-        ended_at = ended_at if ended_at is not None else row["finished_at"]
-        ended = ended_at is not None and row["status"] != "finished"
-        # A stage cut short (a cancel, a failed replay) did not wait for its deadline.
-        waited = ended and float(ended_at) - float(row["stage_opened_at"] or 0) >= \
-            spec.stage_deadline_s
-        return self.records.failures(
-            refusals, spec.participants, walk, ended=ended,
-            cut="no answer by the stage deadline" if waited or not ended
-            else "no answer before the round ended")
-
-    def _failure_text(self, round_id: int, cause: str) -> str:
-        """A failing round's text: ``cause`` and who left it, where and why."""
-        try:
-            row, _ = self._rounds.server(round_id)
-            spec = self._rounds.spec(round_id, row)
-            walk = self._walk(round_id, {**row, "status": "failed"},
-                              self._rounds.stages(round_id, row))
-            failures = self._failures(self.records.refusals(round_id), row, spec, walk,
-                                      ended_at=time.time())
-        except (ValueError, KeyError, LookupError):  # a round that cannot be read: its cause
-            return cause
-        return self.records.failure_text(cause, failures)
+        return self._status.info(round_id)
 
     def list(self, status: str | None = None) -> list[RoundInfo]:
         """All rounds (that started), oldest first."""
-        return [self.info(int(r["round_id"])) for r in self.store.round_rows(status)
-                if started(r)]
+        return self._status.list(status)

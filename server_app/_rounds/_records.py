@@ -4,9 +4,9 @@ it), and who left the round where and why."""
 
 from __future__ import annotations
 
-from sdk.rounds import RoundKind
+from sdk.rounds import RoundTerms
 from sdk.secagg import composed_epsilon
-from sdk.wire import DPAccount, DPTerms, Refusal, RoundSpec
+from sdk.wire import DPAccount, DPTerms, Refusal
 from server_app._store import Store
 
 __all__ = ["WHO_LEFT", "RoundRecords", "StageWalk"]
@@ -42,14 +42,10 @@ class RoundRecords:
         self._refusers: dict[int, set[str]] = {}
 
     @staticmethod
-    def dp_terms(kind: RoundKind, spec: RoundSpec) -> tuple[DPTerms, float] | None:
-        """A new round's DP terms and its own epsilon (None without DP, or with params its
-        kind refuses: creating its server half then fails the round with the reason). Slow
-        the first time (opacus): call it outside the round lock."""
-        try:
-            dp = kind.privacy(spec).dp
-        except (ValueError, KeyError, RuntimeError):
-            return None
+    def dp_terms(terms: RoundTerms) -> tuple[DPTerms, float] | None:
+        """A new round's DP terms and its own epsilon (None without DP), from its parsed
+        terms. Slow the first time (opacus): call it outside the round lock."""
+        dp = terms.privacy.dp
         if dp is None:
             return None
         return dp, composed_epsilon([(dp.noise_multiplier, dp.sample_rate)], dp.delta)
@@ -63,9 +59,9 @@ class RoundRecords:
         terms, epsilon = found
         total = None
         if status == "finished":
-            total = composed_epsilon([(t["noise_multiplier"], t["sample_rate"])
-                                      for t in self.store.finished_dp(round_id)], terms["delta"])
-        return DPAccount(**terms, epsilon=epsilon, epsilon_total=total)
+            total = composed_epsilon([(t.noise_multiplier, t.sample_rate)
+                                      for t in self.store.finished_dp(round_id)], terms.delta)
+        return DPAccount(**terms.model_dump(), epsilon=epsilon, epsilon_total=total)
 
     def refuse(self, round_id: int, client_id: str, reason: str, detail: str) -> None:
         """Record a refusal (the first one per member stands) and audit it."""
@@ -78,12 +74,12 @@ class RoundRecords:
         found = self._refusers.get(round_id)
         if found is None:
             found = self._refusers[round_id] = {
-                r["client_id"] for r in self.store.refusals(round_id)}
+                r.client_id for r in self.store.refusals(round_id)}
         return found
 
     def refusals(self, round_id: int) -> list[Refusal]:
         """The round's refusals, oldest first."""
-        return [Refusal.model_validate(r) for r in self.store.refusals(round_id)]
+        return self.store.refusals(round_id)
 
     def name_of(self, client_id: str) -> str:
         """A member's roster name (a revoked one's too); its id when none is known."""

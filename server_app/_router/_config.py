@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 
 import numpy as np
 
 from sdk.serving import ConflictError, NotFoundError
 from sdk.wire import ConsortiumRouterConfig, PayloadError, RouterConfigInfo, RouterConfigRef
-from server_app._store import Store
+from server_app._store import LineageRow, Store, VersionRow
 
 __all__ = ["ENROLLMENT", "LINEAGE_COMMAND", "RouterLineages", "carried_router"]
 
@@ -25,15 +24,15 @@ LINEAGE_COMMAND = "fedmor router lineage --config FILE"
 """The operator command that starts a new router lineage (``POST /v1/router/lineage``)."""
 
 
-def _info(row: dict[str, Any], current: int | None,
+def _info(row: LineageRow, current: int | None,
           versions: tuple[int, int] | None = None) -> RouterConfigInfo:
     first, latest = versions or (None, None)
-    return RouterConfigInfo(lineage=int(row["lineage"]), sha256=row["sha256"],
-                            num_params=int(row["num_params"]),
-                            config=ConsortiumRouterConfig.model_validate_json(row["config"]),
-                            created_at=float(row["created_at"]),
-                            current=int(row["lineage"]) == current, first_version=first,
-                            latest_version=latest, started_by=row["actor"])
+    return RouterConfigInfo(lineage=row.lineage, sha256=row.sha256,
+                            num_params=row.num_params,
+                            config=ConsortiumRouterConfig.model_validate_json(row.config),
+                            created_at=row.created_at,
+                            current=row.lineage == current, first_version=first,
+                            latest_version=latest, started_by=row.actor)
 
 
 def carried_router(flat: np.ndarray, old: ConsortiumRouterConfig,
@@ -57,14 +56,14 @@ def carried_router(flat: np.ndarray, old: ConsortiumRouterConfig,
     return np.concatenate([flat[:trunk], w.reshape(-1), b]).astype("<f4")
 
 
-def _ref(row: dict[str, Any]) -> RouterConfigRef:
-    return RouterConfigRef(lineage=int(row["lineage"]), sha256=row["sha256"],
-                           num_params=int(row["num_params"]))
+def _ref(row: LineageRow) -> RouterConfigRef:
+    return RouterConfigRef(lineage=row.lineage, sha256=row.sha256,
+                           num_params=row.num_params)
 
 
-def _label(row: dict[str, Any]) -> str:
-    return (f"router configuration sha256 {str(row['sha256'])[:12]} (lineage {row['lineage']}, "
-            f"{row['num_params']} parameters)")
+def _label(row: LineageRow) -> str:
+    return (f"router configuration sha256 {row.sha256[:12]} (lineage {row.lineage}, "
+            f"{row.num_params} parameters)")
 
 
 class RouterLineages:
@@ -91,10 +90,10 @@ class RouterLineages:
             return
         if current is None:
             latest = self.store.version()
-            if latest is not None and int(latest["length"]) != declared.num_params:
+            if latest is not None and latest.length != declared.num_params:
                 raise ValueError(
                     f"the settings declare {declared.describe()}, but the store's router "
-                    f"versions (newest: {latest['version']}) have {latest['length']} "
+                    f"versions (newest: {latest.version}) have {latest.length} "
                     f"parameters: start the server without [router], run `{LINEAGE_COMMAND}` "
                     f"with the new configuration (a new lineage; no version is lost), then "
                     f"declare it in [router]")
@@ -105,32 +104,32 @@ class RouterLineages:
                 self.store.audit("server", "router_lineage_declared", lineage=lineage,
                                  sha256=declared.sha256, num_params=declared.num_params)
             return
-        if current["sha256"] != declared.sha256 and not self._joined_from(declared, current):
+        if current.sha256 != declared.sha256 and not self._joined_from(declared, current):
             raise ValueError(
                 f"the settings declare {declared.describe()}, the store's current lineage "
-                f"{current['lineage']} follows {_label(current)}: a changed router "
+                f"{current.lineage} follows {_label(current)}: a changed router "
                 f"configuration needs a new lineage. Start the server with the current "
                 f"configuration and run `{LINEAGE_COMMAND}` (signed by an operator) with the "
                 f"new one, then declare it in [router]; or put the current one back in "
                 f"[router]")
 
-    def _joined_from(self, declared: ConsortiumRouterConfig, current: dict[str, Any]) -> bool:
+    def _joined_from(self, declared: ConsortiumRouterConfig, current: LineageRow) -> bool:
         """Whether ``declared`` is a lineage from which only members' joins led to
         ``current``: the settings keep the consortium's first declaration."""
-        row: dict[str, Any] | None = current
-        while row is not None and str(row["actor"]).startswith(ENROLLMENT):
-            row = self.store.lineage(int(row["lineage"]) - 1)
-            if row is not None and row["sha256"] == declared.sha256:
+        row: LineageRow | None = current
+        while row is not None and row.actor.startswith(ENROLLMENT):
+            row = self.store.lineage(row.lineage - 1)
+            if row is not None and row.sha256 == declared.sha256:
                 _log.info("the settings declare lineage %s; members' enrollments since then "
-                          "lead to lineage %s, which stays current", row["lineage"],
-                          current["lineage"])
+                          "lead to lineage %s, which stays current", row.lineage,
+                          current.lineage)
                 return True
         return False
 
     def current(self) -> RouterConfigInfo | None:
         """The configuration rounds open on now (None: the server declares none)."""
         row = self.store.lineage()
-        return None if row is None else _info(row, int(row["lineage"]))
+        return None if row is None else _info(row, row.lineage)
 
     def get(self, lineage: int | None = None) -> RouterConfigInfo:
         """Lineage ``lineage``'s configuration (the current one when None); 404 if none."""
@@ -140,15 +139,15 @@ class RouterLineages:
                                 if lineage is None else f"router lineage {lineage} does not "
                                 "exist")
         current = self.store.lineage()
-        return _info(row, None if current is None else int(current["lineage"]),
-                     self.store.lineage_versions().get(int(row["lineage"])))
+        return _info(row, None if current is None else current.lineage,
+                     self.store.lineage_versions().get(row.lineage))
 
     def history(self) -> list[RouterConfigInfo]:
         """Every lineage with its first and latest version, oldest first."""
         current = self.store.lineage()
-        at = None if current is None else int(current["lineage"])
+        at = None if current is None else current.lineage
         versions = self.store.lineage_versions()
-        return [_info(row, at, versions.get(int(row["lineage"])))
+        return [_info(row, at, versions.get(row.lineage))
                 for row in self.store.lineages()]
 
     def start(self, config: ConsortiumRouterConfig, actor: str) -> RouterConfigInfo:
@@ -160,22 +159,22 @@ class RouterLineages:
         configuration already."""
         with self.store.transaction():
             current = self.store.lineage()
-            if current is not None and current["sha256"] == config.sha256:
+            if current is not None and current.sha256 == config.sha256:
                 raise ConflictError(f"{_label(current)} is the current one already")
             base = self.store.version()  # the current lineage's newest (None: none yet)
             lineage = self.store.add_lineage(config.sha256, config.num_params,
                                              config.canonical_json(), actor)
             carried = None
             if current is not None and base is not None:
-                flat = carried_router(np.frombuffer(bytes(base["blob"]), dtype="<f4"),
+                flat = carried_router(np.frombuffer(base.blob, dtype="<f4"),
                                       ConsortiumRouterConfig.model_validate_json(
-                                          current["config"]), config)
+                                          current.config), config)
                 if flat is not None:
                     carried = self.store.add_version(None, flat.tobytes(), int(flat.shape[0]),
-                                                     lineage, carried_from=int(base["version"]))
+                                                     lineage, carried_from=base.version)
             self.store.audit(actor, "router_lineage_started", lineage=lineage,
                              sha256=config.sha256, num_params=config.num_params,
-                             previous=None if current is None else int(current["lineage"]),
+                             previous=None if current is None else current.lineage,
                              carried_version=carried)
         return self.get(lineage)
 
@@ -188,7 +187,7 @@ class RouterLineages:
             current = self.store.lineage()
             if current is None:
                 return None
-            config = ConsortiumRouterConfig.model_validate_json(current["config"])
+            config = ConsortiumRouterConfig.model_validate_json(current.config)
             if name in config.heads:
                 return None
             grown = ConsortiumRouterConfig.model_validate(
@@ -204,16 +203,16 @@ class RouterLineages:
         return None if row is None else _ref(row)
 
     def round_terms(self, vector_length: int | None
-                    ) -> tuple[int, RouterConfigRef | None, dict[str, Any] | None]:
+                    ) -> tuple[int, RouterConfigRef | None, VersionRow | None]:
         """(length, configuration reference, base version row) of a round asked with
         ``vector_length`` (None: the configuration's). A length the configuration does not
         give is refused, naming it; without a configuration the newest version fixes it."""
         current = self.store.lineage()
         base = self.store.version()
         if current is not None:
-            wanted = int(current["num_params"])
+            wanted = current.num_params
             if vector_length is not None and vector_length != wanted:
-                config = json.loads(current["config"])
+                config = json.loads(current.config)
                 raise PayloadError(
                     f"vector_length {vector_length} differs from the consortium's "
                     f"{_label(current)}, heads {', '.join(config['heads'])}: leave "
@@ -223,7 +222,7 @@ class RouterLineages:
         if vector_length is None:
             raise PayloadError("vector_length is required: this server declares no router "
                                "configuration ([router] in its settings) to take it from")
-        if base is not None and int(base["length"]) != vector_length:
+        if base is not None and base.length != vector_length:
             raise PayloadError(f"vector_length {vector_length} differs from the current "
-                               f"router version's length {base['length']}")
+                               f"router version's length {base.length}")
         return vector_length, None, base

@@ -15,7 +15,7 @@ from typing import Any
 
 from sdk.serving import ConflictError
 from sdk.wire import ConsortiumRouterConfig
-from server_app._store import Store
+from server_app._store import LineageRow, Store, VersionMeta
 
 __all__ = ["ServingRouter", "carry_online_state", "serving_router"]
 
@@ -53,33 +53,33 @@ class ServingRouter:
                                                  for n, why in self.masked.items()) + ")"
 
 
-def _served_lineage(store: Store) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _served_lineage(store: Store) -> tuple[VersionMeta | None, LineageRow | None]:
     """(version row without blob, its lineage row): the current lineage's newest version, or
     the newest of the latest earlier lineage that has one."""
     current = store.lineage()
     if current is None:
         return store.version_meta(), None
-    for lineage in range(int(current["lineage"]), 0, -1):
+    for lineage in range(current.lineage, 0, -1):
         row = store.version_meta(lineage)
         if row is not None:
             return row, store.lineage(lineage)
     return None, current
 
 
-def _untrained(store: Store, lineage: dict[str, Any], version: int,
+def _untrained(store: Store, lineage: LineageRow, version: int,
                heads: list[str]) -> set[str]:
     """Heads the lineage added to the router it carried over that no finished round of the
     lineage (up to ``version``) has trained with their member taking part."""
-    source = store.carried_lineage(int(lineage["lineage"]))
+    source = store.carried_lineage(lineage.lineage)
     if source is None:  # the lineage carried nothing over: its rounds train every head
         return set()
     added = set(heads) - set(ConsortiumRouterConfig.model_validate_json(
-        source["config"]).heads)
+        source.config).heads)
     if not added:
         return set()
-    while (row := store.version_meta(version=version)) is not None and row["restored"]:
-        version = int(row["restored"])  # a rollback serves what the restored version learned
-    took_part = store.trained_in(int(lineage["lineage"]), version)
+    while (row := store.version_meta(version=version)) is not None and row.restored:
+        version = row.restored  # a rollback serves what the restored version learned
+    took_part = store.trained_in(lineage.lineage, version)
     names = store.names_of(took_part)
     return {h for h in added if h not in names}
 
@@ -91,7 +91,7 @@ def serving_router(store: Store, encoder: dict[str, Any], router: dict[str, Any]
     row, lineage = _served_lineage(store)
     enrolled = {m.name: m.client_id for m in store.clients("member")}
     if lineage is not None:
-        declared = ConsortiumRouterConfig.model_validate_json(lineage["config"])
+        declared = ConsortiumRouterConfig.model_validate_json(lineage.config)
         encoder, router = declared.encoder.model_dump(), declared.router.model_dump()
         heads: list[str] = list(declared.heads)
     elif members is not None:
@@ -105,12 +105,12 @@ def serving_router(store: Store, encoder: dict[str, Any], router: dict[str, Any]
         if name not in enrolled:
             masked[name] = "revoked" if store.revocation(name) is not None else "not enrolled"
     if row is not None and lineage is not None:
-        for name in sorted(_untrained(store, lineage, int(row["version"]), heads)):
-            masked.setdefault(name, f"joined in lineage {lineage['lineage']}, not trained in "
+        for name in sorted(_untrained(store, lineage, row.version, heads)):
+            masked.setdefault(name, f"joined in lineage {lineage.lineage}, not trained in "
                               f"a round yet")
     return ServingRouter(
-        version=None if row is None else int(row["version"]),
-        lineage=None if lineage is None else int(lineage["lineage"]), encoder=encoder,
+        version=None if row is None else row.version,
+        lineage=None if lineage is None else lineage.lineage, encoder=encoder,
         router=router, heads=heads, client_ids=[enrolled.get(n, "") for n in heads],
         masked=masked)
 

@@ -10,6 +10,7 @@ caller's own row, is audited, and the broker judges the next answer by it.
 
 # No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
 
+import json
 import logging
 from typing import Annotated, Any
 
@@ -88,8 +89,8 @@ def clip_bound_router(store: Store, broker: RewardBroker, access: Access,
         """The caller started (``problem`` null: counted as a restart when it had started
         before, and any known problem cleared) or refused to start (its problem shown in the
         operator's members views until its next clean start)."""
-        open_round = next((int(r["round_id"]) for r in store.rounds("open")
-                           if caller in r["spec"].get("participants", ())), None)
+        open_round = next((r.round_id for r in store.round_rows("open")
+                           if caller in json.loads(r.spec).get("participants", ())), None)
         if store.set_start(caller, body.problem, open_round):
             _log.info("member %s restarted%s", caller,
                       "" if open_round is None else f" during round {open_round}")

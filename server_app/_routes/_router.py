@@ -19,7 +19,7 @@ from sdk.wire import (
 )
 from server_app._identity._access import ADMIN, ANY_ROLE, Access, Identity
 from server_app._router._config import RouterLineages
-from server_app._store import ConflictError, Store
+from server_app._store import ConflictError, Store, VersionMeta
 
 __all__ = ["router_versions", "router_versions_router"]
 
@@ -55,13 +55,11 @@ def _none_yet(lineages: RouterLineages) -> str:
             f"{lineage} latest v{latest})")
 
 
-def _info_of(lineages: RouterLineages, row: dict[str, Any]) -> RouterVersionInfo:
-    return RouterVersionInfo(version=row["version"], round_id=row["round_id"],
-                             sha256=row["sha256"],
-                             size_bytes=row["size_bytes"] if "size_bytes" in row else len(row["blob"]),
-                             length=row["length"], created_at=row["created_at"],
-                             router_config=lineages.ref(row["lineage"]),
-                             restored=row.get("restored"), carried_from=row.get("carried_from"))
+def _info_of(lineages: RouterLineages, row: VersionMeta) -> RouterVersionInfo:
+    return RouterVersionInfo(version=row.version, round_id=row.round_id, sha256=row.sha256,
+                             size_bytes=row.size_bytes, length=row.length,
+                             created_at=row.created_at, router_config=lineages.ref(row.lineage),
+                             restored=row.restored, carried_from=row.carried_from)
 
 
 def _version_info(lineages: RouterLineages, version: int | None = None) -> RouterVersionInfo:
@@ -80,15 +78,16 @@ def router_versions(lineages: RouterLineages) -> list[RouterVersionInfo]:
     return [_info_of(lineages, r) for r in lineages.store.versions()]
 
 
-def _check_current(lineages: RouterLineages, row: dict[str, Any], length: int) -> None:
+def _check_current(lineages: RouterLineages, row: VersionMeta | None, length: int) -> None:
     """Refuse publishing a router that does not follow the current configuration: a version
-    of another lineage (``row``, 409) or another length (422)."""
+    of another lineage (``row``, the version published again, 409) or another length
+    (422)."""
     current = lineages.current()
     if current is None:
         return
-    if row.get("lineage", current.lineage) != current.lineage:
-        raise ConflictError(f"router version {row['version']} belongs to lineage "
-                            f"{row['lineage']}, rounds now follow lineage {current.lineage}")
+    if row is not None and row.lineage != current.lineage:
+        raise ConflictError(f"router version {row.version} belongs to lineage "
+                            f"{row.lineage}, rounds now follow lineage {current.lineage}")
     if length != current.num_params:
         raise PayloadError(f"the router has {length} parameters; the consortium's "
                            f"{current.config.describe()} (lineage {current.lineage}) gives "
@@ -146,7 +145,7 @@ def router_versions_router(store: Store, access: Access, lineages: RouterLineage
         vector = _initial_router(body)
         if store.version() is not None:
             raise ConflictError("a router version exists already; rounds build on it")
-        _check_current(lineages, {}, int(vector.shape[0]))
+        _check_current(lineages, None, int(vector.shape[0]))
         current = lineages.current()
         version = store.add_version(None, vector.tobytes(), int(vector.shape[0]),
                                     None if current is None else current.lineage)
@@ -160,8 +159,8 @@ def router_versions_router(store: Store, access: Access, lineages: RouterLineage
         row = store.version(version)
         if row is None:
             raise NotFoundError(f"router version {version} does not exist")
-        return Response(bytes(row["blob"]), media_type="application/octet-stream",
-                        headers={"x-fedmor-sha256": row["sha256"]})
+        return Response(row.blob, media_type="application/octet-stream",
+                        headers={"x-fedmor-sha256": row.sha256})
 
     @router.post("/rollback", response_model=RouterVersionInfo, openapi_extra=operators)
     def router_rollback(caller: Caller, req: RouterRollback) -> RouterVersionInfo:
@@ -171,10 +170,10 @@ def router_versions_router(store: Store, access: Access, lineages: RouterLineage
         row = store.version(req.version)
         if row is None:
             raise NotFoundError(f"router version {req.version} does not exist")
-        _check_current(lineages, row, int(row["length"]))
+        _check_current(lineages, row, row.length)
         with store.transaction():
-            version = store.add_version(None, bytes(row["blob"]), int(row["length"]),
-                                        row["lineage"], restored=req.version)
+            version = store.add_version(None, row.blob, row.length, row.lineage,
+                                        restored=req.version)
             store.audit(caller.caller_id, "router_rolled_back", restored=req.version,
                         version=version)
         return _version_info(lineages, version)

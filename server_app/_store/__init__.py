@@ -21,18 +21,29 @@ from server_app._store._identities import (
     RosterRow,
 )
 from server_app._store._rewards import OnlineRouterRow, QueryRow, RewardTables
-from server_app._store._rounds import RoundTables, payload_record
+from server_app._store._rounds import (
+    LineageRow,
+    RoundRow,
+    RoundTables,
+    VersionMeta,
+    VersionRow,
+    payload_record,
+)
 
 __all__ = [
     "AuditRow",
     "ClientRow",
     "ConflictError",
     "ConsoleTokenRow",
+    "LineageRow",
     "OnlineRouterRow",
     "QueryRow",
     "RevokedRow",
     "RosterRow",
+    "RoundRow",
     "Store",
+    "VersionMeta",
+    "VersionRow",
     "payload_record",
 ]
 

@@ -5,14 +5,81 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from sdk.serving import ConflictError
-from sdk.wire import StagePayload
+from sdk.wire import DPTerms, Refusal, StagePayload
 from server_app._store._base import StoreBase
 
-__all__ = ["RoundTables", "payload_record"]
+__all__ = ["LineageRow", "RoundRow", "RoundTables", "VersionMeta", "VersionRow",
+           "payload_record"]
+
+
+@dataclass(frozen=True, slots=True)
+class RoundRow:
+    """One round as stored; ``spec``: its ``RoundSpec`` JSON text (``"{}"`` until the round
+    started), left undecoded: whoever needs the spec decodes it once and keeps it."""
+
+    round_id: int
+    kind: str
+    spec: str
+    status: str
+    stage_index: int
+    stage_opened_at: float
+    router_version: int | None
+    error: str | None
+    created_at: float
+    finished_at: float | None
+    captured: bool  # announced when the round opened; never changed by a later setting
+    resumed: str | None  # how the round went on after server restarts (None: it never had to)
+
+    @classmethod
+    def of(cls, row: sqlite3.Row) -> RoundRow:
+        """The typed form of a ``SELECT * FROM rounds`` row."""
+        return cls(**{**dict(row), "captured": bool(row["captured"])})
+
+
+@dataclass(frozen=True, slots=True)
+class VersionMeta:
+    """A router version without its parameters; ``restored``: the version a rollback
+    published again, ``carried_from``: the earlier lineage's version a new lineage carried
+    over (both None: a round or the operator published it)."""
+
+    version: int
+    round_id: int | None
+    sha256: str
+    length: int
+    size_bytes: int
+    created_at: float
+    lineage: int | None
+    restored: int | None
+    carried_from: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRow(VersionMeta):
+    """A router version with its parameters (little-endian float32)."""
+
+    blob: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LineageRow:
+    """A router configuration the consortium declared (``config``: its JSON)."""
+
+    lineage: int
+    sha256: str
+    num_params: int
+    config: str
+    created_at: float
+    actor: str
+
+
+_META = ("version, round_id, sha256, length, LENGTH(blob) AS size_bytes, created_at, lineage, "
+         "restored, carried_from")
 
 
 def payload_record(payload: StagePayload, *,
@@ -28,10 +95,6 @@ def payload_record(payload: StagePayload, *,
     return data, hashlib.sha256(data if isinstance(data, bytes) else data.encode()).hexdigest()
 
 
-def _decoded(row: dict[str, Any]) -> dict[str, Any]:
-    return {**row, "spec": json.loads(row["spec"])}
-
-
 class RoundTables(StoreBase):
     """Rounds and what their stages stored."""
 
@@ -44,27 +107,15 @@ class RoundTables(StoreBase):
             "captured) VALUES (?,?,?,?,?,?,?)",
             (kind, json.dumps(spec), "open", 0, now, now, int(captured)))
 
-    def round(self, round_id: int) -> dict[str, Any] | None:
-        """One round row (``spec`` decoded), or None."""
-        row = self.round_row(round_id)
-        return None if row is None else _decoded(row)
-
-    def rounds(self, status: str | None = None) -> list[dict[str, Any]]:
-        """All rounds, optionally with one status, oldest first."""
-        return [_decoded(r) for r in self.round_rows(status)]
-
-    def round_row(self, round_id: int) -> dict[str, Any] | None:
-        """One round row with ``spec`` as stored (JSON text, ``"{}"`` until the round started),
-        or None: the per-request form, since a spec never changes once written and its
-        decoded form is kept by whoever needs it (a round reads it hundreds of times)."""
+    def round_row(self, round_id: int) -> RoundRow | None:
+        """One round, or None (its spec undecoded: a round reads its row hundreds of times)."""
         row = self._one("SELECT * FROM rounds WHERE round_id=?", (round_id,))
-        return None if row is None else dict(row)
+        return None if row is None else RoundRow.of(row)
 
-    def round_rows(self, status: str | None = None) -> list[dict[str, Any]]:
-        """``round_row`` of all rounds (optionally with one status), oldest first, in one
-        query."""
-        return [dict(r) for r in self._all("SELECT * FROM rounds WHERE ?1 IS NULL OR status=?1 "
-                                           "ORDER BY round_id", (status,))]
+    def round_rows(self, status: str | None = None) -> list[RoundRow]:
+        """All rounds (optionally with one status), oldest first, in one query."""
+        return [RoundRow.of(r) for r in self._all("SELECT * FROM rounds WHERE ?1 IS NULL OR "
+                                                  "status=?1 ORDER BY round_id", (status,))]
 
     def update_round(self, round_id: int, **fields: Any) -> None:
         """Set some columns of a round."""
@@ -118,13 +169,15 @@ class RoundTables(StoreBase):
                          (round_id, stage))
         return {r["client_id"] for r in rows}
 
-    def put_closure(self, round_id: int, stage: str, broadcast: dict[str, Any]) -> None:
+    def put_closure(self, round_id: int, stage: str,
+                    broadcast: dict[str, dict[str, Any]]) -> None:
         """Record that a stage closed and what the server sends each client next."""
         self._write("INSERT OR REPLACE INTO stage_closures VALUES (?,?,?,?)",
                     (round_id, stage, json.dumps(broadcast), time.time()))
 
-    def closure(self, round_id: int, stage: str) -> dict[str, Any] | None:
-        """The broadcast recorded when a stage closed, or None if still open."""
+    def closure(self, round_id: int, stage: str) -> dict[str, dict[str, Any]] | None:
+        """The broadcast recorded when a stage closed (each client's next input, its wire
+        JSON), or None if still open."""
         row = self._one("SELECT broadcast FROM stage_closures WHERE round_id=? AND stage=?",
                         (round_id, stage))
         return None if row is None else dict(json.loads(row["broadcast"]))
@@ -149,35 +202,34 @@ class RoundTables(StoreBase):
                            (round_id, digest, length, blob, time.time(), lineage, restored,
                             carried_from))
 
-    def version(self, version: int | None = None) -> dict[str, Any] | None:
+    def version(self, version: int | None = None) -> VersionRow | None:
         """One router version, blob included; None: the latest of the current lineage (of
         all versions while no lineage exists)."""
+        select = f"SELECT {_META}, blob FROM router_versions "
         if version is not None:
-            row = self._one("SELECT * FROM router_versions WHERE version=?", (version,))
+            row = self._one(select + "WHERE version=?", (version,))
         elif (current := self.lineage()) is None:
-            row = self._one("SELECT * FROM router_versions ORDER BY version DESC LIMIT 1")
+            row = self._one(select + "ORDER BY version DESC LIMIT 1")
         else:
-            row = self._one("SELECT * FROM router_versions WHERE lineage=? ORDER BY version "
-                            "DESC LIMIT 1", (current["lineage"],))
-        return None if row is None else dict(row)
+            row = self._one(select + "WHERE lineage=? ORDER BY version DESC LIMIT 1",
+                            (current.lineage,))
+        return None if row is None else VersionRow(**dict(row))
 
-    def versions(self) -> list[dict[str, Any]]:
+    def versions(self) -> list[VersionMeta]:
         """Every router version's metadata (no blob), oldest first."""
-        return [dict(r) for r in self._all(
-            "SELECT version, round_id, sha256, length, LENGTH(blob) AS size_bytes, created_at, "
-            "lineage, restored, carried_from "
-            "FROM router_versions ORDER BY version")]
+        return [VersionMeta(**dict(r)) for r in self._all(
+            f"SELECT {_META} FROM router_versions ORDER BY version")]
 
     def version_meta(self, lineage: int | None = None, *,
-                     version: int | None = None) -> dict[str, Any] | None:
+                     version: int | None = None) -> VersionMeta | None:
         """Version ``version``, or the newest of ``lineage`` (of all versions when both are
         None), without its blob."""
         where, args = ("", ()) if lineage is None else ("WHERE lineage=? ", (lineage,))
         if version is not None:
             where, args = "WHERE version=? ", (version,)
-        row = self._one("SELECT version, round_id, length, lineage, restored, carried_from "
-                        f"FROM router_versions {where}ORDER BY version DESC LIMIT 1", args)
-        return None if row is None else dict(row)
+        row = self._one(f"SELECT {_META} FROM router_versions {where}ORDER BY version DESC "
+                        "LIMIT 1", args)
+        return None if row is None else VersionMeta(**dict(row))
 
     def lineage_versions(self) -> dict[int, tuple[int, int]]:
         """(first, latest) version of each lineage that has one."""
@@ -185,13 +237,13 @@ class RoundTables(StoreBase):
             "SELECT lineage, MIN(version), MAX(version) FROM router_versions "
             "WHERE lineage IS NOT NULL GROUP BY lineage")}
 
-    def carried_lineage(self, lineage: int) -> dict[str, Any] | None:
+    def carried_lineage(self, lineage: int) -> LineageRow | None:
         """The lineage whose version ``lineage``'s first version carried over, or None."""
         row = self._one("SELECT l.* FROM router_versions v JOIN router_versions s ON "
                         "s.version = v.carried_from JOIN router_lineages l ON "
                         "l.lineage = s.lineage WHERE v.lineage=? ORDER BY v.version LIMIT 1",
                         (lineage,))
-        return None if row is None else dict(row)
+        return None if row is None else LineageRow(**dict(row))
 
     def trained_in(self, lineage: int, up_to: int) -> set[str]:
         """Client ids that took part in a finished round of ``lineage`` whose version is at
@@ -212,16 +264,17 @@ class RoundTables(StoreBase):
                            "created_at, actor) VALUES (?,?,?,?,?)",
                            (sha256, num_params, config, time.time(), actor))
 
-    def lineage(self, lineage: int | None = None) -> dict[str, Any] | None:
+    def lineage(self, lineage: int | None = None) -> LineageRow | None:
         """One router lineage (the current, newest one when ``lineage`` is None), or None."""
         row = (self._one("SELECT * FROM router_lineages ORDER BY lineage DESC LIMIT 1")
                if lineage is None else
                self._one("SELECT * FROM router_lineages WHERE lineage=?", (lineage,)))
-        return None if row is None else dict(row)
+        return None if row is None else LineageRow(**dict(row))
 
-    def lineages(self) -> list[dict[str, Any]]:
+    def lineages(self) -> list[LineageRow]:
         """Every router lineage, oldest first."""
-        return [dict(r) for r in self._all("SELECT * FROM router_lineages ORDER BY lineage")]
+        return [LineageRow(**dict(r))
+                for r in self._all("SELECT * FROM router_lineages ORDER BY lineage")]
 
     def adopt_versions(self, lineage: int) -> None:
         """Put the versions published before any lineage existed into ``lineage``."""
@@ -238,25 +291,25 @@ class RoundTables(StoreBase):
                         (round_id, client_id, reason, detail, time.time()))
         return True
 
-    def refusals(self, round_id: int) -> list[dict[str, Any]]:
+    def refusals(self, round_id: int) -> list[Refusal]:
         """The round's refusals, oldest first."""
-        return [dict(r) for r in self._all("SELECT client_id, reason, detail, at FROM "
+        return [Refusal.model_validate(dict(r)) for r in self._all("SELECT client_id, reason, detail, at FROM "
                                            "round_refusals WHERE round_id=? ORDER BY at",
                                            (round_id,))]
 
-    def put_round_dp(self, round_id: int, terms: dict[str, Any], epsilon: float) -> None:
+    def put_round_dp(self, round_id: int, terms: DPTerms, epsilon: float) -> None:
         """Record a DP round's terms and its own epsilon."""
         self._write("INSERT OR REPLACE INTO round_dp VALUES (?,?,?)",
-                    (round_id, json.dumps(terms), epsilon))
+                    (round_id, terms.model_dump_json(), epsilon))
 
-    def round_dp(self, round_id: int) -> tuple[dict[str, Any], float] | None:
+    def round_dp(self, round_id: int) -> tuple[DPTerms, float] | None:
         """(terms, epsilon) of a DP round, or None."""
         row = self._one("SELECT terms, epsilon FROM round_dp WHERE round_id=?", (round_id,))
-        return None if row is None else (json.loads(row[0]), float(row[1]))
+        return None if row is None else (DPTerms.model_validate_json(row[0]), float(row[1]))
 
-    def finished_dp(self, up_to: int) -> list[dict[str, Any]]:
+    def finished_dp(self, up_to: int) -> list[DPTerms]:
         """The terms of every finished DP round with an id <= ``up_to``, oldest first."""
-        return [json.loads(r[0]) for r in self._all(
+        return [DPTerms.model_validate_json(r[0]) for r in self._all(
             "SELECT d.terms FROM round_dp d JOIN rounds r ON r.round_id = d.round_id "
             "WHERE r.status='finished' AND d.round_id<=? ORDER BY d.round_id", (up_to,))]
 
@@ -272,5 +325,5 @@ class RoundTables(StoreBase):
         current = self.lineage()
         row = (self._one("SELECT MAX(version) AS v FROM router_versions") if current is None
                else self._one("SELECT MAX(version) AS v FROM router_versions WHERE lineage=?",
-                              (current["lineage"],)))
+                              (current.lineage,)))
         return None if row is None or row["v"] is None else int(row["v"])

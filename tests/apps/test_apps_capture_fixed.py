@@ -127,8 +127,8 @@ def test_a_store_from_before_the_record_opens_with_its_rounds_uncaptured(tmp_pat
                    "created_at) VALUES ('rm_fedavg', '{}', 'finished', 0, 0, 0)")
     store = Store(path)
     try:
-        assert store.round_row(1)["captured"] == 0  # type: ignore[index]
+        assert store.round_row(1).captured is False  # type: ignore[union-attr]
         new = store.create_round("rm_fedavg", {}, captured=True)
-        assert store.round_row(new)["captured"] == 1  # type: ignore[index]
+        assert store.round_row(new).captured is True  # type: ignore[union-attr]
     finally:
         store.close()

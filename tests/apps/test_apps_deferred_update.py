@@ -59,7 +59,7 @@ def test_key_stages_go_ahead_while_the_update_is_computed(tmp_path: Path) -> Non
     q = QuantizationConfig.fitted(num_clients=len(halves))  # the round's: default clip, weights
     atol = len(halves) * q.max_weight / q.scale / 6 + np.finfo(np.float32).eps * np.abs(
         expected).max()
-    np.testing.assert_allclose(np.frombuffer(version["blob"], "<f4"), expected, rtol=0,
+    np.testing.assert_allclose(np.frombuffer(version.blob, "<f4"), expected, rtol=0,
                                atol=atol)
 
 

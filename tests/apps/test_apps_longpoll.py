@@ -1,60 +1,78 @@
-"""Long polling in the round manager (no HTTP): a waiting stage-input request is answered as
-soon as the previous stage closes, and an ack can carry the next stage's input."""
+"""Long polling on the round routes of an in-process server (the path members use): a held
+stage-input request is answered as soon as the previous stage closes, and an ack can carry
+the next stage's input."""
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
-from pathlib import Path
+from typing import Any
 
 import numpy as np
+from fastapi.testclient import TestClient
 
 from client_app._member_round import MemberRound, ready_update
 from sdk.rounds import ROUND_KINDS
-from sdk.wire import RoundCreate, StageBroadcast, generate_key, public_key_b64
-from server_app import Store
-from server_app._rounds._manager import RoundManager
+from sdk.wire import RoundInfo
+
+from .conftest import Member
+
+ADMIN = {"authorization": "Bearer adm"}
 
 
-def test_waiting_request_wakes_on_close_and_acks_carry_next(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s.db")
-    keys = {f"m{i}": generate_key() for i in range(2)}
-    for name, key in keys.items():
-        store.upsert_roster(name, public_key_b64(key), hashlib.sha256(b"token-" + name.encode())
-                            .hexdigest())
-        store.enroll(name=name, token="token-" + name, public_key=public_key_b64(key),
-                     reward_url=None, new_id=f"c-{name}")
-    rounds = RoundManager(store, default_deadline_s=60.0)
-    info = rounds.create(RoundCreate(kind="router_secagg", vector_length=4, min_clients=2,
-                                     params={"threshold": 2, "degree": 1}))
-    rid, (a, b) = info.round_id, info.participants
+def _long_polls(tc: TestClient) -> float:
+    """The server's held requests now (its ``requests_in_progress`` gauge, ``long_polls``)."""
+    for line in tc.get("/metrics").text.splitlines():
+        if line.startswith('fedmor_server_requests_in_progress{pool="long_polls"}'):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no long_polls gauge in /metrics")
+
+
+def test_waiting_request_wakes_on_close_and_acks_carry_next(
+        server: tuple[TestClient, list[Member]]) -> None:
+    tc, (a, b) = server
+    r = tc.post("/v1/rounds", headers=ADMIN, json={
+        "kind": "router_secagg", "vector_length": 4, "min_clients": 2,
+        "params": {"threshold": 2, "degree": 1}})
+    assert r.status_code == 200, r.text
+    info = RoundInfo.model_validate(r.json())
+    stages = f"/v1/rounds/{info.round_id}/stages"
     terms = ROUND_KINDS[info.kind].terms(info)
-    halves = {c: MemberRound.join(terms, client_id=c, key=keys[c[2:]],
-                                  update=ready_update(np.zeros(4), 1), state=None)
-              for c in (a, b)}
+    halves = {m.client_id: MemberRound.join(terms, client_id=m.client_id, key=m.key,
+                                            update=ready_update(np.zeros(4), 1), state=None)
+              for m in (a, b)}
+
+    def send(member: Member, stage: str, wait_next_s: float) -> dict[str, Any]:
+        first = member.call("GET", f"{stages}/{stage}").json()
+        message = halves[member.client_id].message(stage, first["payload"] or {})
+        ack = member.call("POST", f"{stages}/{stage}?wait_next_s={wait_next_s:g}",
+                          {"payload": message})
+        assert ack.status_code == 200, ack.text
+        return dict(ack.json())
 
     t0 = time.monotonic()
-    early = rounds.broadcast(rid, "share_keys", a, wait_s=0.3)  # nothing closed: times out
-    assert not early.ready and 0.3 <= time.monotonic() - t0 < 10
+    early = a.call("GET", f"{stages}/share_keys?wait_s=0.3")  # nothing closed: times out
+    assert early.status_code == 200 and not early.json()["ready"]
+    assert 0.3 <= time.monotonic() - t0 < 10
 
-    woken: list[tuple[StageBroadcast, float]] = []
+    woken: list[tuple[Any, float]] = []
     waiter = threading.Thread(target=lambda: woken.append(
-        (rounds.broadcast(rid, "share_keys", a, wait_s=30.0), time.monotonic())))
+        (a.call("GET", f"{stages}/share_keys?wait_s=30"), time.monotonic())))
     waiter.start()
-    first = rounds.broadcast(rid, "advertise_keys", a)
-    ack_a = rounds.submit(rid, "advertise_keys", a,
-                          halves[a].message("advertise_keys", first.payload or {}),
-                          wait_next_s=0.2)
-    assert ack_a.next is not None and not ack_a.next.ready  # b has not advertised yet
-    first = rounds.broadcast(rid, "advertise_keys", b)
+    for _ in range(1000):  # until the server holds it: the close below must wake it
+        if _long_polls(tc) == 1:
+            break
+    assert _long_polls(tc) == 1
+    ack_a = send(a, "advertise_keys", 0.2)
+    assert ack_a["next"] is not None and not ack_a["next"]["ready"]  # b has not advertised
     closed_at = time.monotonic()
-    ack_b = rounds.submit(rid, "advertise_keys", b,
-                          halves[b].message("advertise_keys", first.payload or {}),
-                          wait_next_s=5.0)
+    ack_b = send(b, "advertise_keys", 5.0)
     # b's own message closed the stage: its ack carries its share_keys input.
-    assert ack_b.next is not None and ack_b.next.ready and ack_b.next.stage == "share_keys"
+    assert ack_b["next"]["ready"] and ack_b["next"]["stage"] == "share_keys"
     waiter.join(timeout=20)
-    (out, at), = woken
-    assert out.ready and out.payload is not None and at - closed_at < 10  # not the 30 s timeout
-    halves[a].message("share_keys", out.payload)  # a real ShareKeysRequest for a
+    assert woken, "the held request was not woken by the stage's close"
+    (resp, at), = woken
+    out = resp.json()
+    assert resp.status_code == 200 and out["ready"] and out["payload"] is not None
+    assert at - closed_at < 10  # woken by the close, not by the 30 s timeout
+    halves[a.client_id].message("share_keys", out["payload"])  # a real ShareKeysRequest for a

@@ -101,7 +101,8 @@ def test_server_store_commits_leave_the_checkpoint_to_the_background(tmp_path: P
     assert store.checkpoints.wait_idle(30)
     assert store.checkpoints.done >= 1
     assert (tmp_path / "server.db").stat().st_size - empty >= 2_000_000  # now in the file
-    assert store.version() is not None and len(store.version()["blob"]) == 2_000_000
+    latest = store.version()
+    assert latest is not None and len(latest.blob) == 2_000_000
     store.close()
 
 

@@ -17,7 +17,14 @@ from client_app._policy import SitePolicy, check_round
 from fedmor_local import OPEN_POLICY
 from sdk.rounds import ROUND_KINDS, RoundFailed, SecAggRoundParams, memory_spec
 from sdk.rounds._secagg_kind import _round_params
-from sdk.wire import ROUTER_ROUND_PARAM, UPDATE_PARAMS, RoundSpec, generate_key, public_key_b64
+from sdk.wire import (
+    ROUTER_ROUND_PARAM,
+    UPDATE_PARAMS,
+    RoundCreate,
+    RoundSpec,
+    generate_key,
+    public_key_b64,
+)
 
 from .conftest import Member, in_process_secure_round
 
@@ -91,18 +98,24 @@ def test_fewer_masked_inputs_than_min_clients_fail_the_round() -> None:
         server.close(stage)
 
 
-def test_a_round_s_params_are_parsed_once_on_each_side(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The server parses a round's params when it creates the round (its DP terms, then its
-    terms) and never again to list or show it; a member parses them once, for its site policy
-    and its half together."""
+def _count_parses(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Every ``router_secagg`` params parse from now on, appended to the returned list."""
     parsed: list[dict[str, Any]] = []
     parse = SecAggRoundParams.parse.__func__  # type: ignore[attr-defined]
     monkeypatch.setattr(SecAggRoundParams, "parse", classmethod(
         lambda cls, params: parsed.append(params) or parse(cls, params)))
+    return parsed
+
+
+def test_a_round_s_params_are_parsed_once_on_each_side(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server parses a round's params once, when it creates the round, and never again
+    to list or show it; a member parses them once, for its site policy and its half
+    together."""
+    parsed = _count_parses(monkeypatch)
     rounds, _, rid, halves = in_process_secure_round(
         tmp_path, 4, lambda _: ready_update(np.full(4, 0.25, np.float32), 1))
-    assert len(parsed) == 3  # the draft's DP terms, the round's terms, the members' (the helper)
+    assert len(parsed) == 2  # the server's creation, the members' (the helper)
     for stage in rounds.info(rid).stages:
         for client, half in halves.items():
             inp = rounds.broadcast(rid, stage, client)
@@ -111,9 +124,25 @@ def test_a_round_s_params_are_parsed_once_on_each_side(
     assert info.status == "finished"  # no live server half any more: stages from the kind
     rounds.list()
     rounds.info(rid)
-    assert len(parsed) == 3
+    assert len(parsed) == 2
     member = next(iter(halves))
     terms = check_round(SitePolicy(**OPEN_POLICY), info)
     MemberRound.join(terms, client_id=member, key=generate_key(), state=None,
                      update=ready_update(np.zeros(4, np.float32), 1))
-    assert len(parsed) == 4
+    assert len(parsed) == 3
+
+
+def test_round_creation_derives_dp_terms_and_server_half_from_one_parse(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DP round's creation parses its params once: its recorded DP terms and its server
+    half (numbered with the id the store gave it) come from that one parsed object."""
+    rounds, _, _, _ = in_process_secure_round(
+        tmp_path, 4, lambda _: ready_update(np.zeros(4, np.float32), 1))
+    parsed = _count_parses(monkeypatch)
+    info = rounds.create(RoundCreate(kind="router_secagg", vector_length=4, min_clients=2,
+                                     params={"threshold": 2, "degree": 2, "clip_range": 4.0,
+                                             "dp": {"noise_multiplier": 1.0}}))
+    assert len(parsed) == 1
+    assert info.dp is not None and info.dp.noise_multiplier == 1.0 and info.dp.epsilon > 0
+    opening = rounds.broadcast(info.round_id, info.stages[0], info.participants[0]).payload
+    assert opening is not None and opening["round_id"] == f"round-{info.round_id}"
