@@ -206,6 +206,9 @@ class LocalConsortium:
             "allow_plain_http": not tls,
             "allow_private_reward_urls": True, **self._tls("tls_ca"),  # members on 127.0.0.1
             **({"capture": {"enabled": True, "dir": str(capture)}} if capture else {}),
+            # The DP accountant (opacus, torch) loads at the first DP round instead of at every
+            # start: few of the harness's servers run one, and the import is seconds of CPU.
+            "preload_dp_accountant": False,
             "require_client_cert": mtls, **(server or {})}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         operator = self._client_cert(_OPERATOR, mtls)
