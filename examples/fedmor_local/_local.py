@@ -281,13 +281,15 @@ class LocalConsortium:
 
     def close(self) -> None:
         """Stop everything."""
+        # This harness's idle keep-alive connections first: over TLS an app's shutdown waits
+        # for each open connection's TLS close, which an idle client never answers.
+        self.admin.close()
+        self._probe.close()
         clients = [w for w in self.procs if w != "server"]
         for who in clients:  # all at once: each shutdown takes a while
             self.procs[who].terminate()
         for who in [*clients, "server"] if "server" in self.procs else clients:
             self.stop(who)
-        self.admin.close()
-        self._probe.close()
 
     def __enter__(self) -> LocalConsortium:
         return self
