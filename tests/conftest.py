@@ -1,4 +1,5 @@
-"""Suite-wide settings: no test reads or writes the user's own fedmor profiles."""
+"""Suite-wide settings: one torch thread per process, and no test reads or writes the user's own
+fedmor profiles."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ import os
 import tempfile
 
 import pytest
+
+# One intra-op thread for torch in every worker and every process the suite starts (apps, CLI
+# commands): the suite runs several processes per core, and OpenMP's threads spin-wait for
+# each other when they share cores. Set before any test module imports torch.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(autouse=True, scope="session")

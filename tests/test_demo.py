@@ -19,7 +19,7 @@ from sdk.secagg import QuantizationConfig
 from sdk.wire import ROUTER_ROUND_PARAM, ConsortiumRouterConfig, RoundInfo
 
 CONFIG = DemoConfig(clients=("detail", "safety"), train_pairs=64, eval_pairs=24, heldout_pairs=8,
-                    rm_steps=40, rm_batch_size=8, router_max_pairs=64, router_rounds=3,
+                    rm_steps=16, rm_batch_size=8, router_max_pairs=64, router_rounds=3,
                     router_epochs=5,
                     grpo_steps=3, grpo_prompts=4, warmup_steps=20, eval_queries=4,
                     capture=True)

@@ -223,7 +223,8 @@ def _running_consortium(config: DemoConfig, run_dir: Path,
 
     consortium = LocalConsortium(
         run_dir / "consortium", len(config.clients),
-        server={"stage_deadline_s": config.stage_deadline_s, "reward_timeout_s": 120.0},
+        server={"stage_deadline_s": config.stage_deadline_s, "reward_timeout_s": 120.0,
+                "preload_dp_accountant": config.dp},  # stage B's first DP round needs it
         identities={_ALIGNER: "aligner"},
         capture=run_dir / "capture" if config.capture else None,
         policy=site_policy(config))

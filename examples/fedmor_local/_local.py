@@ -209,6 +209,9 @@ class LocalConsortium:
             "allow_plain_http": not tls,
             "allow_private_reward_urls": True, **self._tls("tls_ca"),  # members on 127.0.0.1
             **({"capture": {"enabled": True, "dir": str(capture)}} if capture else {}),
+            # The DP accountant (opacus, torch) loads at the first DP round instead of at every
+            # start: few of the harness's servers run one, and the import is seconds of CPU.
+            "preload_dp_accountant": False,
             "require_client_cert": mtls, **(server or {})}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         operator = self._client_cert(_OPERATOR, mtls)
@@ -290,14 +293,16 @@ class LocalConsortium:
 
     def close(self) -> None:
         """Stop everything."""
+        # This harness's idle keep-alive connections first: over TLS an app's shutdown waits
+        # for each open connection's TLS close, which an idle client never answers.
+        self.admin.close()
+        self.ops.http.close()
+        self._probe.close()
         clients = [w for w in self.procs if w != "server"]
         for who in clients:  # all at once: each shutdown takes a while
             self.procs[who].terminate()
         for who in [*clients, "server"] if "server" in self.procs else clients:
             self.stop(who)
-        self.admin.close()
-        self.ops.http.close()
-        self._probe.close()
 
     def __enter__(self) -> LocalConsortium:
         return self

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 from PIL import Image
 
 from sdk.alignment import NeuralTSChooser
 from sdk.data import SynthConfig, load_queries, synthesize
 from sdk.models import build_tiny_vlm
 from sdk.router import HashingEncoder, NeuralThompsonRouter, Router, RouterConfig
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny models: one intra-op thread avoids OpenMP spin-waits on shared cores (~10x)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="session")

@@ -29,9 +29,10 @@ LENGTH = 256  # every round of the module (a published router fixes the length)
 
 @pytest.fixture(scope="module")
 def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
-    """Four demo clients (stand-in updates) under the client app's default policy."""
+    """Four demo clients (stand-in updates) under the client app's default policy; the server
+    preloads its DP accountant at start, as a deployment's does by default."""
     with running(tmp_path_factory.mktemp("policy"), 4, demo=True,
-                 server={"stage_deadline_s": 30.0}) as c:
+                 server={"stage_deadline_s": 30.0, "preload_dp_accountant": True}) as c:
         yield c
 
 
