@@ -93,7 +93,8 @@ class PolicyDenied(PermissionError):
 def check_round(policy: SitePolicy, info: RoundInfo) -> RoundTerms:
     """The round's terms (its params parsed once, by its kind, and its privacy); raises
     ``PolicyRefused`` unless ``policy`` allows taking part in the round (its kind and params,
-    before any local update exists), ``ValueError`` on params its kind refuses."""
+    before any local update exists); params its kind refuses (a threshold that is not a
+    majority of each member's share holders, say) are a refusal too, reason ``params``."""
     if info.kind not in policy.round_kinds:
         raise PolicyRefused("round_kind", f"kind {info.kind!r} is not among this site's "
                                           f"round_kinds {policy.round_kinds}")
@@ -104,7 +105,10 @@ def check_round(policy: SitePolicy, info: RoundInfo) -> RoundTerms:
         raise PolicyRefused("captured", "the server captures this round (keeps every message "
                                         "for its auditor) and this site has not agreed "
                                         "(allow_captured_rounds)")
-    terms = ROUND_KINDS[info.kind].terms(info)
+    try:
+        terms = ROUND_KINDS[info.kind].terms(info)
+    except ValueError as exc:  # a hostile server's parameters too: refused before any reply
+        raise PolicyRefused("params", str(exc)) from exc
     privacy = terms.privacy
     if privacy.masked and privacy.min_survivors < policy.min_threshold:
         raise PolicyRefused("threshold", f"an aggregate of {privacy.min_survivors} survivor(s) "

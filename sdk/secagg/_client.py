@@ -4,8 +4,9 @@ The consistency check is scoped to the neighbourhood: a client accepts the unmas
 if at least ``threshold`` of its share holders (itself and its neighbours) validly signed the
 survivor set it signed, and no other signature is present. This keeps the double-reveal
 guarantee: an honest holder of w's shares answers once, for the one survivor set it signed, with
-either w's self-mask share or its mask-key share; so while the threshold is a majority of w's
-share holders (as the default is), the two secrets cannot both gather threshold honest shares.
+either w's self-mask share or its mask-key share; so with a threshold that is a majority of w's
+share holders (``check_majority_threshold``, refused otherwise before any reply), the two
+secrets cannot both gather threshold honest shares.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from sdk.secagg._errors import (
     RoundAborted,
     SecAggError,
 )
-from sdk.secagg._graph import neighbour_graph
+from sdk.secagg._graph import check_majority_threshold, neighbour_graph
 from sdk.secagg._quantize import encode_weighted, validate_update
 from sdk.secagg._schema import (
     AdvertisedKeys,
@@ -222,6 +223,7 @@ class SecAggClient:
         if p.degree > len(p.participants) - 1 or p.threshold > p.degree + 1:
             raise self._bad(Attack.BAD_PARAMETERS, f"threshold {p.threshold} / degree {p.degree} impossible for {len(p.participants)} participants")
         try:
+            check_majority_threshold(p.threshold, p.degree, len(p.participants))
             p.quantization.check_capacity(len(p.participants))
         except ConfigError as exc:
             raise self._bad(Attack.BAD_PARAMETERS, str(exc)) from exc

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sdk.secagg._dp import DPConfig
 from sdk.secagg._errors import ConfigError
-from sdk.secagg._graph import default_degree
+from sdk.secagg._graph import check_majority_threshold, default_degree
 from sdk.secagg._quantize import MAX_CLIENTS, MAX_CLIP_RANGE, QuantizationConfig
 from sdk.secagg._schema import RoundParams
 
@@ -60,6 +60,7 @@ class SecAggConfig(BaseModel):
         threshold = self.threshold if self.threshold is not None else (degree + 1) // 2 + 1
         if threshold > degree + 1:
             raise ConfigError(f"threshold {threshold} exceeds the {degree + 1} share holders (degree + 1); raise degree or lower threshold")
+        check_majority_threshold(threshold, degree, n)
         quant = self.quantization or QuantizationConfig.fitted(num_clients=n, clip_range=self.clip_range, max_weight=self.max_weight)
         quant.check_capacity(n)
         return RoundParams(

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["default_degree", "neighbour_graph"]
+from sdk.secagg._errors import ConfigError
+
+__all__ = ["check_majority_threshold", "default_degree", "neighbour_graph", "share_holders"]
 
 
 def default_degree(num_clients: int) -> int:
@@ -37,3 +39,24 @@ def neighbour_graph(participants: Sequence[int], degree: int, seed: bytes) -> di
             nbrs[c].add(d)
             nbrs[d].add(c)
     return {c: frozenset(s) for c, s in nbrs.items()}
+
+
+def share_holders(num_clients: int, degree: int) -> int:
+    """How many participants hold shares of each client's secrets (itself and its neighbours
+    in ``neighbour_graph``): N for the complete graph, else 2 * ceil(degree / 2) + 1."""
+    if degree >= num_clients - 1:
+        return num_clients
+    return 2 * ((degree + 1) // 2) + 1
+
+
+def check_majority_threshold(threshold: int, degree: int, num_clients: int) -> None:
+    """Raise ``ConfigError`` unless 2 * threshold > each client's share holders: an honest
+    holder answers for one signed survivor set only, so only a majority threshold keeps a
+    hostile server from gathering both a client's self-mask and mask-key shares (its input)."""
+    holders = share_holders(num_clients, degree)
+    if 2 * threshold <= holders:
+        raise ConfigError(
+            f"threshold {threshold} is not a majority of the {holders} share holders of each "
+            f"client (degree {degree}, {num_clients} participants): the rule is 2 x threshold "
+            f"> share holders, else a hostile server can learn one client's input; use a "
+            f"threshold of at least {holders // 2 + 1} (or omit it)")

@@ -17,9 +17,10 @@ import pytest
 
 from client_app import SitePolicy
 from client_app._demo import SAMPLES_PARAM, demo_update
-from client_app._policy import describe_policy
+from client_app._policy import PolicyRefused, check_round, describe_policy
 from fedmor_local import LocalConsortium
-from sdk.wire import RoundInfo
+from sdk.rounds import memory_spec
+from sdk.wire import RoundInfo, generate_key
 
 from .conftest import running
 
@@ -90,6 +91,26 @@ def test_small_rounds_are_refused_and_a_safe_one_completes(strict: LocalConsorti
                              params={SAMPLES_PARAM: 5})
     done = strict.wait_round(ok["round_id"], timeout_s=60)
     assert done["status"] == "finished" and done["refusals"] == [], done
+
+
+def test_a_minority_threshold_from_a_hostile_server_is_refused_before_sending() -> None:
+    # Six members, complete graph: six share holders each. t = 3 passes min_threshold, but two
+    # disjoint triples could rebuild one member's self-mask and mask key: its update.
+    keys = {f"m{i}": generate_key() for i in range(6)}
+
+    def announced(threshold: int) -> RoundInfo:
+        spec = memory_spec("router_secagg", keys, 4, {"degree": 5, "threshold": threshold},
+                           min_clients=3)
+        return RoundInfo.of(spec, status="open", stage="advertise_keys", stages=[],
+                            dropouts=[], router_version=None, error=None, created_at=0.0,
+                            finished_at=None)
+
+    with pytest.raises(PolicyRefused) as refused:
+        check_round(SitePolicy(), announced(3))
+    assert refused.value.reason == "params"
+    assert ("threshold 3 is not a majority of the 6 share holders" in refused.value.detail
+            and "2 x threshold > share holders" in refused.value.detail), refused.value.detail
+    assert check_round(SitePolicy(), announced(4)).privacy.min_survivors == 4
 
 
 def test_a_demo_client_says_so_in_every_response(strict: LocalConsortium) -> None:

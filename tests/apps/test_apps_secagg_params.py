@@ -41,7 +41,7 @@ def _spec(n: int, min_clients: int, **params: Any) -> RoundSpec:
     ({"thresold": 2}, "unknown parameter 'thresold'"),
     ({"dp": {"noise_multiplier": 1.0}}, "raise clip_range"),
     ({"dp": {"noise_multiplier": 1.0}, "clip_range": 4.0, "max_weight": 9}, "max_weight must"),
-    ({"threshold": 1}, "threshold 1 < min_clients 2"),
+    ({"threshold": 1}, "2 x threshold > share holders"),  # a minority of the share holders
     ({"clip_range": 2.0, "quantization": {"clip_range": 1.0}}, "contradicts quantization"),
     ({"degree": "many"}, "degree:"),
 ])
@@ -68,12 +68,17 @@ def test_the_update_params_pass_through(server: tuple[TestClient, list[Member]])
     (2, {}, 6),  # degree 9 (10 clients): the SDK's majority floor(10 / 2) + 1, not 2
     (8, {}, 8),  # raised to min_clients
     (8, {"degree": 3}, 4),  # but never above degree + 1
-    (2, {"degree": 3, "threshold": 2}, 2),  # an explicit one >= min_clients is kept
+    (2, {"degree": 3, "threshold": 3}, 3),  # an explicit one >= min_clients is kept
 ])
 def test_default_threshold_is_the_sdk_majority_raised_to_min_clients(
         min_clients: int, params: dict[str, Any], threshold: int) -> None:
     round_params, _ = _round_params(_spec(10, min_clients, **params))
     assert round_params.threshold == threshold
+
+
+def test_a_majority_threshold_below_min_clients_is_refused() -> None:
+    with pytest.raises(ValueError, match="threshold 6 < min_clients 8"):
+        _round_params(_spec(10, 8, threshold=6))
 
 
 def test_fewer_masked_inputs_than_min_clients_fail_the_round() -> None:

@@ -56,11 +56,11 @@ def test_dp_round_survives_dropouts() -> None:
     rng = np.random.default_rng(3)
     updates = [np.full(dim, 0.01, dtype=np.float32) for _ in range(n)]
     dp = DPConfig(clip_norm=1.0, noise_multiplier=0.5)
-    cfg = SecAggConfig(degree=9, threshold=5, max_weight=1, clip_range=4.0, dp=dp)
+    cfg = SecAggConfig(degree=9, threshold=6, max_weight=1, clip_range=4.0, dp=dp)
     res = simulate_round(updates, [1] * n, cfg, dropouts={Stage.MASKED_INPUT_COLLECTION: {0, 1}}, rng=rng)
     assert len(res.survivors) == 8
-    # Noise of the mean: std sqrt(8) * z*C/sqrt(t) / 8 = 0.5 * sqrt(8/5) / 8.
-    expect = 0.5 * math.sqrt(8 / 5) / 8
+    # Noise of the mean: std sqrt(8) * z*C/sqrt(t) / 8 = 0.5 * sqrt(8/6) / 8.
+    expect = 0.5 * math.sqrt(8 / 6) / 8
     assert abs(np.std(res.mean - 0.01) / expect - 1) < 0.1
 
 

@@ -214,7 +214,7 @@ def test_server_rejects_bad_client_messages(harness: Harness) -> None:
 
 
 def test_wrong_threshold_parameters_refused() -> None:
-    h = Harness(n=4, config=SecAggConfig(degree=3, threshold=2))
+    h = Harness(n=4, config=SecAggConfig(degree=3, threshold=3))
     req = h.outbox[0]
     assert isinstance(req, AdvertiseKeysRequest)
     bad = req.params.model_copy(update={"threshold": 9})
@@ -222,10 +222,22 @@ def test_wrong_threshold_parameters_refused() -> None:
     assert np.all(np.isfinite(h.updates[0]))
 
 
+def test_minority_threshold_from_a_hostile_server_refused() -> None:
+    # 4 participants, complete graph: 4 share holders each; with t = 2 two disjoint halves of
+    # them could each rebuild one of a client's two secrets, so the client replies nothing.
+    h = Harness(n=4, config=SecAggConfig(degree=3, threshold=3))
+    req = h.outbox[0]
+    assert isinstance(req, AdvertiseKeysRequest)
+    bad = req.params.model_copy(update={"threshold": 2})
+    err = _refused(h, 0, req.model_copy(update={"params": bad}), Attack.BAD_PARAMETERS)
+    assert "threshold 2 is not a majority of the 4 share holders" in str(err)
+    assert "2 x threshold > share holders" in str(err)
+
+
 def test_round_weaker_than_required_dp_refused() -> None:
     from sdk.secagg import DPConfig, SecAggClient
 
-    h = Harness(n=4, config=SecAggConfig(degree=3, threshold=2, dp=DPConfig(noise_multiplier=0.5)))
+    h = Harness(n=4, config=SecAggConfig(degree=3, threshold=3, dp=DPConfig(noise_multiplier=0.5)))
     strict = SecAggClient(0, h.keys[0], h.roster, h.updates[0], h.weights[0], require_dp=DPConfig(noise_multiplier=1.0))
     h.clients[0] = strict
     _refused(h, 0, h.outbox[0], Attack.BAD_PARAMETERS)

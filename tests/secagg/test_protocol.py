@@ -15,7 +15,8 @@ from sdk.secagg import (
     Stage,
     simulate_round,
 )
-from sdk.secagg._graph import neighbour_graph
+from sdk.secagg._errors import ConfigError
+from sdk.secagg._graph import check_majority_threshold, neighbour_graph, share_holders
 from sdk.secagg._server import AggregateResult
 
 LIVE = [Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT_COLLECTION, Stage.CONSISTENCY_CHECK, Stage.UNMASKING]
@@ -37,7 +38,7 @@ def _check(res: AggregateResult, updates: list[np.ndarray], weights: list[int], 
 def _rounds(draw: st.DrawFn) -> tuple:
     n = draw(st.integers(2, 60))
     degree = draw(st.integers(1, n - 1))
-    threshold = draw(st.integers(1, degree + 1))
+    threshold = draw(st.integers(share_holders(n, degree) // 2 + 1, degree + 1))  # a majority
     weights = draw(st.lists(st.integers(1, 1000), min_size=n, max_size=n))
     drops = {s: set(draw(st.lists(st.integers(0, n - 1), max_size=max(1, n // 5), unique=True))) for s in LIVE}
     seed = draw(st.integers(0, 2**32 - 1))
@@ -130,3 +131,16 @@ def test_refused_masked_inputs_stay_out_of_the_aggregate() -> None:
     while h.server.result is None:
         h.step()
     _check(h.server.result, h.updates, h.weights, h.server.params.quantization)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 13])
+def test_share_holders_are_each_clients_neighbourhood_and_the_rule_wants_a_majority(n: int) -> None:
+    for degree in range(1, n + 1):
+        graph = neighbour_graph(list(range(n)), degree, b"s")
+        holders = share_holders(n, degree)  # odd degrees rounded up, as the graph does
+        assert {len(v) + 1 for v in graph.values()} == {holders}
+        check_majority_threshold(holders // 2 + 1, degree, n)
+        with pytest.raises(ConfigError, match="2 x threshold > share holders"):
+            check_majority_threshold(holders // 2, degree, n)
+    with pytest.raises(ConfigError, match="not a majority"):  # the config refuses it too
+        SecAggConfig(degree=n - 1, threshold=max(1, n // 2)).round_params(list(range(n)), 4)
