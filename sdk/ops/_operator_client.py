@@ -187,7 +187,7 @@ class OperatorClient:
                          what="the new lineage")
 
     def rollback(self, req: RouterRollback) -> RouterVersionInfo:
-        """``POST /v1/router/rollback``: an earlier version published again as the newest."""
+        """``POST /v1/router/rollback``: a version published before, made the newest again."""
         return self._one(RouterVersionInfo, "POST", "/v1/router/rollback", req,
                          what="rollback")
 

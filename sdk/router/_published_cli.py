@@ -83,7 +83,7 @@ def lineages(args: argparse.Namespace) -> int:
 
 
 def rollback(args: argparse.Namespace) -> int:
-    """An earlier version published again as the newest."""
+    """A version published before, made the newest again."""
     info = client_from_args(args).rollback(RouterRollback(version=args.version))
     print(f"router version {args.version} restored as version {info.version} "
           f"(sha256 {info.sha256})")
