@@ -144,6 +144,9 @@ def test_policy_show_says_what_leaves_the_site(tmp_path: Path) -> None:
     assert default.returncode == 0, default.stderr
     assert default.stdout.startswith("this site sends: masked router updates (router_secagg) "
                                      "in rounds of >= 3 members with threshold >= 3")
+    # The SecAgg+ client refuses a minority threshold whatever the policy: it is listed too.
+    assert "a majority of each member's share holders (2 x threshold > share holders)" \
+        in default.stdout
     assert "never: plain (unmasked) updates" in default.stdout
     relaxed = describe_policy(SitePolicy(round_kinds=["router_secagg", "rm_fedavg"],
                                          require_dp=True, serve_rewards=False))
