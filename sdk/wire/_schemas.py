@@ -439,6 +439,10 @@ class RewardAnswer(_Wire):
         default_factory=list, max_length=RewardRequest.MAX_ITEMS)
     missing: list[str] = Field(default_factory=list, max_length=RewardRequest.MAX_ITEMS)
     error: str | None = Field(default=None, max_length=1000, description="refusal reason")
+    retry_after_s: int | None = Field(default=None, ge=0, le=86_400, description="with "
+                                      "``error``: the member refused for load (its rate limit "
+                                      "or budget), as a push member's 429 with this "
+                                      "Retry-After")
 
 
 class AuditBudget(_Reply):
