@@ -160,9 +160,11 @@ def describe_policy(policy: SitePolicy) -> str:
     plain = "rm_fedavg" in policy.round_kinds
     sends = []
     if masked:
+        # The majority rule is the SecAgg+ client's own (sdk.secagg check_majority_threshold).
         sends.append(f"masked router updates (router_secagg) in rounds of >= "
                      f"{policy.min_participants} members with threshold >= "
-                     f"{policy.min_threshold}")
+                     f"{policy.min_threshold} and a majority of each member's share holders "
+                     f"(2 x threshold > share holders)")
     if plain:
         sends.append(f"plain router updates (rm_fedavg, readable by the server) in rounds of "
                      f">= {policy.min_participants} members")

@@ -29,7 +29,9 @@ def answer_pending(member: MemberConnection, queries: list[PendingQuery] | None 
             out = member.service.score("server", RewardRequest(items=q.items))
             answer = ({"missing": out.missing} if isinstance(out, MissingImages)
                       else {"scores": out.scores})
-        except (RateLimited, PayloadError, PolicyDenied) as exc:
+        except RateLimited as exc:  # refused for load: the server passes the wait on
+            answer = {"error": str(exc), "retry_after_s": exc.retry_after_s}
+        except (PayloadError, PolicyDenied) as exc:
             answer = {"error": str(exc)}
         except Exception:  # a bad item costs its own answer, never the worker
             _log.exception("scoring reward query %s failed", q.query_id)

@@ -75,7 +75,7 @@ def test_the_round_parameter_error_lists_what_an_operator_sets() -> None:
         SecAggRoundParams.parse({"thresh": 3})
     listed = str(err.value).split("router_secagg params: ")[1]
     assert "dp" in listed.split(", ") and "threshold" in listed
-    for internal in ("demo_samples", "demo_train_s", "router_round", "quantization",
+    for internal in ("update", "router_round", "quantization",
                      "graph_seed"):
         assert internal not in listed
 

@@ -28,3 +28,13 @@ def test_only_the_signed_client_builds_signed_requests() -> None:
         for folder in SOURCES for path in (ROOT / folder).rglob("*.py")
         if _signs(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))))
     assert signing == ["sdk/wire/_client.py"]
+
+
+def test_the_local_consortium_operator_has_one_client(tmp_path: Path) -> None:
+    from fedmor_local import LocalConsortium
+
+    # The raw side (tests' ``admin.get``) and the typed side share one client and its timeout.
+    with LocalConsortium(tmp_path, 0) as c:
+        assert c.admin is c.ops.http
+        assert c.admin.headers["authorization"].startswith("Bearer ")
+        assert c.admin.timeout.read == 120

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 from _scratch import scratch_dir
 
-from client_app._demo import TRAIN_PARAM
+from client_app._demo import demo_params
 from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.wire import ImageRef, load_private_key
 from server_app import RewardBroker, Store
@@ -102,7 +102,7 @@ def timed_round(c: LocalConsortium, kind: str, length: int, n: int, train_s: flo
     """One round whose local updates take ``train_s`` seconds each."""
     cpu0, t0 = cpu_s(c), time.perf_counter()
     info = c.create_round(kind=kind, vector_length=length, min_clients=max(2, n - 2),
-                          params={TRAIN_PARAM: train_s} if train_s else {})
+                          params=demo_params(train_s=train_s) if train_s else {})
     done = c.wait_round(info["round_id"], timeout_s=600)
     elapsed = time.perf_counter() - t0
     if done["status"] != "finished":

@@ -219,15 +219,20 @@ class LocalConsortium:
         """The operator's client certificate and key (mutual TLS), else None."""
         # ``verify`` stays certificate-less: it is what a caller without a certificate uses.
         self.operator_tls: Any = tls_verify(ca, self.cert)
-        self.admin = httpx.Client(base_url=self.server_url, verify=self.operator_tls, timeout=30,
-                                  headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
         self._probe = httpx.Client(verify=self.operator_tls, timeout=2)  # health polls
         # The server's first DP round loads its accountant (opacus, torch) before it
         # answers: tens of seconds on a loaded machine, hence the long timeout.
         self.ops = SignedClient(http=httpx.Client(
             base_url=self.server_url, verify=self.operator_tls, timeout=120,
             headers={"authorization": f"Bearer {ADMIN_TOKEN}"}))
-        """The operator's typed client (the admin token): each refusal a ``RequestRefused``."""
+        """The operator's one client (the admin token): typed, each refusal a
+        ``RequestRefused``; :attr:`admin` is its raw side."""
+
+    @property
+    def admin(self) -> httpx.Client:
+        """The operator's client's connections (the admin token) for a raw request: the
+        response whatever its status (a test's refusal, a router's bytes)."""
+        return self.ops.http
 
     def _tls(self, ca_field: str) -> dict[str, Any]:
         if self.pki is None:
@@ -295,7 +300,6 @@ class LocalConsortium:
         """Stop everything."""
         # This harness's idle keep-alive connections first: over TLS an app's shutdown waits
         # for each open connection's TLS close, which an idle client never answers.
-        self.admin.close()
         self.ops.http.close()
         self._probe.close()
         clients = [w for w in self.procs if w != "server"]

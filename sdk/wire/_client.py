@@ -153,21 +153,23 @@ def _body(payload: Any) -> bytes:
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
-def _success(response: httpx.Response, by: str) -> httpx.Response:
-    """``response`` when its status is 2xx; its :class:`RequestRefused` otherwise."""
+def _success(response: httpx.Response, by: str, what: str | None = None) -> httpx.Response:
+    """``response`` when its status is 2xx; its :class:`RequestRefused` otherwise (``what``:
+    the task the request served, which the refusal's message names)."""
     if not response.is_success:
-        raise RequestRefused.of(response, by=by)
+        raise RequestRefused.of(response, by=by, what=what)
     return response
 
 
 @overload
-def _parsed(response: httpx.Response, model: type[T], by: str) -> T: ...
+def _parsed(response: httpx.Response, model: type[T], by: str, what: str | None) -> T: ...
 @overload
-def _parsed(response: httpx.Response, model: None, by: str) -> None: ...
-def _parsed(response: httpx.Response, model: type[T] | None, by: str) -> T | None:
+def _parsed(response: httpx.Response, model: None, by: str, what: str | None) -> None: ...
+def _parsed(response: httpx.Response, model: type[T] | None, by: str,
+            what: str | None) -> T | None:
     """The answer read as ``model`` (None: its body is not read); ``RequestRefused`` unless
     2xx."""
-    _success(response, by)
+    _success(response, by, what)
     return None if model is None else TypeAdapter(model).validate_json(response.content)
 
 
@@ -241,25 +243,28 @@ class SignedClient(_Base[httpx.Client]):
         ``bytes`` sent as they are, else JSON; ``auth``: another signer, or None for none)."""
         return self.http.send(self._request(method, path, payload, media=media, auth=auth))
 
-    def get(self, path: str, model: type[T]) -> T:
+    def get(self, path: str, model: type[T], *, what: str | None = None) -> T:
         """``GET path``: its JSON answer read as ``model`` (a pydantic model, or a type such
-        as ``list[RoundInfo]``); :class:`RequestRefused` unless the status is 2xx."""
-        return _parsed(self.request("GET", path), model, self._by)
+        as ``list[RoundInfo]``); :class:`RequestRefused` unless the status is 2xx (``what``:
+        the task the request serves, named by the refusal's message instead of the path)."""
+        return _parsed(self.request("GET", path), model, self._by, what)
 
     @overload
-    def post(self, path: str, payload: Any, model: type[T]) -> T: ...
+    def post(self, path: str, payload: Any, model: type[T], *, what: str | None = None) -> T: ...
     @overload
-    def post(self, path: str, payload: Any = None, model: None = None) -> None: ...
-    def post(self, path: str, payload: Any = None, model: type[T] | None = None) -> T | None:
+    def post(self, path: str, payload: Any = None, model: None = None, *,
+             what: str | None = None) -> None: ...
+    def post(self, path: str, payload: Any = None, model: type[T] | None = None, *,
+             what: str | None = None) -> T | None:
         """``POST path`` with ``payload`` (``bytes`` as they are, a pydantic model or a
         JSON-able value as JSON): the answer read as ``model`` (without one, its body is not
-        read); :class:`RequestRefused` unless the status is 2xx."""
-        return _parsed(self.request("POST", path, payload), model, self._by)
+        read); :class:`RequestRefused` unless the status is 2xx (``what``: see :meth:`get`)."""
+        return _parsed(self.request("POST", path, payload), model, self._by, what)
 
-    def download(self, path: str) -> httpx.Response:
+    def download(self, path: str, *, what: str | None = None) -> httpx.Response:
         """``GET path`` for a body that is no schema (a router's parameters): the response;
-        :class:`RequestRefused` unless the status is 2xx."""
-        return _success(self.request("GET", path), self._by)
+        :class:`RequestRefused` unless the status is 2xx (``what``: see :meth:`get`)."""
+        return _success(self.request("GET", path), self._by, what)
 
     def close(self) -> None:
         """Close the connections (not those of an ``http`` client passed in)."""
@@ -290,22 +295,24 @@ class AsyncSignedClient(_Base[httpx.AsyncClient]):
         return await self.http.send(self._request(method, path, payload, media=media,
                                                   auth=auth))
 
-    async def get(self, path: str, model: type[T]) -> T:
+    async def get(self, path: str, model: type[T], *, what: str | None = None) -> T:
         """``GET path`` (see :meth:`SignedClient.get`)."""
-        return _parsed(await self.request("GET", path), model, self._by)
+        return _parsed(await self.request("GET", path), model, self._by, what)
 
     @overload
-    async def post(self, path: str, payload: Any, model: type[T]) -> T: ...
+    async def post(self, path: str, payload: Any, model: type[T], *,
+                   what: str | None = None) -> T: ...
     @overload
-    async def post(self, path: str, payload: Any = None, model: None = None) -> None: ...
-    async def post(self, path: str, payload: Any = None,
-                   model: type[T] | None = None) -> T | None:
+    async def post(self, path: str, payload: Any = None, model: None = None, *,
+                   what: str | None = None) -> None: ...
+    async def post(self, path: str, payload: Any = None, model: type[T] | None = None, *,
+                   what: str | None = None) -> T | None:
         """``POST path`` (see :meth:`SignedClient.post`)."""
-        return _parsed(await self.request("POST", path, payload), model, self._by)
+        return _parsed(await self.request("POST", path, payload), model, self._by, what)
 
-    async def download(self, path: str) -> httpx.Response:
+    async def download(self, path: str, *, what: str | None = None) -> httpx.Response:
         """``GET path`` for a body that is no schema (see :meth:`SignedClient.download`)."""
-        return _success(await self.request("GET", path), self._by)
+        return _success(await self.request("GET", path), self._by, what)
 
     async def aclose(self) -> None:
         """Close the connections (not those of an ``http`` client passed in)."""

@@ -149,10 +149,9 @@ class _UpdateParams(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     router_round: int = Field(default=0, ge=0, le=2**31 - 1)
-    # The demo update's keys (client_app's demo_update names and reads them): the server, which
-    # knows no update source, passes them through its round kinds and bounds them here.
-    demo_train_s: float = Field(default=0.0, ge=0, le=60)
-    demo_samples: int = Field(default=1, ge=1, le=1000)
+    # Options of the members' own update source (a site's trainer, a demo's stand-in): the
+    # server knows no update source, so it passes them through unread and the source checks them.
+    update: dict[str, Any] = Field(default_factory=dict)
 
 
 UPDATE_PARAMS = frozenset(_UpdateParams.model_fields)
@@ -439,6 +438,10 @@ class RewardAnswer(_Wire):
         default_factory=list, max_length=RewardRequest.MAX_ITEMS)
     missing: list[str] = Field(default_factory=list, max_length=RewardRequest.MAX_ITEMS)
     error: str | None = Field(default=None, max_length=1000, description="refusal reason")
+    retry_after_s: int | None = Field(default=None, ge=0, le=86_400, description="with "
+                                      "``error``: the member refused for load (its rate limit "
+                                      "or budget), as a push member's 429 with this "
+                                      "Retry-After")
 
 
 class AuditBudget(_Reply):

@@ -354,6 +354,10 @@ class RewardBroker:
                 self.on_queue(client_id)
             # Checked where it arrived (the answer route calls ``check``), stored as parsed.
             answer = await self._answer(client_id, query_id)
+            if answer.error and answer.retry_after_s is not None:
+                # Refused for load: the 429 a push member's POST /v1/reward would have given.
+                raise RequestRefused("POST", "/v1/reward", 429, answer.error,
+                                     retry_after=answer.retry_after_s, by=f"member {client_id}")
             if answer.error:
                 raise BrokerError(f"client {client_id} refused query {query_id}: "
                                   f"{answer.error}")

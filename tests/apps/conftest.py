@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,20 @@ class Member:
                                body=body if signed_body is None else signed_body,
                                authority=authority_of(str(self.tc.base_url)))
         return self.tc.post(path, content=body, headers=headers | {"content-type": media})
+
+
+def wait_long_polls(tc: TestClient, n: int = 1, timeout_s: float = 30.0) -> None:
+    """Return once the in-process server holds ``n`` long polls (its ``requests_in_progress``
+    gauge, ``long_polls``): a test of a wake-up makes its change only once the request waits."""
+    deadline = time.monotonic() + timeout_s
+    held = -1.0
+    while time.monotonic() < deadline:
+        for line in tc.get("/metrics").text.splitlines():
+            if line.startswith('fedmor_server_requests_in_progress{pool="long_polls"}'):
+                held = float(line.rsplit(" ", 1)[1])
+        if held == n:
+            return
+    raise AssertionError(f"the server holds {held:g} long polls, not {n}, after {timeout_s:g} s")
 
 
 def enrolled_team(tmp_path: Path, role_of: dict[str, str], *,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from client_app._demo import SAMPLES_PARAM
+from client_app._demo import demo_params
 from fedmor_local import LocalConsortium
 from sdk.capture import CaptureFiles
 
@@ -57,7 +57,7 @@ def test_a_member_that_did_not_agree_refuses_a_captured_round(
         consortium: LocalConsortium) -> None:
     ids = dict(zip(consortium.names, consortium.enrolled(), strict=True))
     info = consortium.create_round(kind="router_secagg", vector_length=LENGTH, min_clients=3,
-                                   params={SAMPLES_PARAM: 5, "threshold": 3})
+                                   params={**demo_params(samples=5), "threshold": 3})
     assert info["captured"] is True  # announced before anyone sends anything
     done = consortium.wait_round(info["round_id"], timeout_s=60)
     assert done["status"] == "finished", done
@@ -101,7 +101,7 @@ def test_a_finished_round_not_yet_captured_survives_a_server_crash(
     blocker = capture / f"round-{round_id:06d}"
     blocker.write_text("in the way of the capture worker")
     done = consortium.run_round(kind="router_secagg", vector_length=LENGTH, min_clients=3,
-                                params={SAMPLES_PARAM: 5, "threshold": 3},
+                                params={**demo_params(samples=5), "threshold": 3},
                                 participants=consortium.enrolled()[:3])
     assert done["round_id"] == round_id and done["captured"] is True
     _wait_log(consortium.dir / "server.log", f"capture of round {round_id} failed")
@@ -118,7 +118,7 @@ def test_a_finished_round_not_yet_captured_survives_a_server_crash(
     assert not any((capture / ".pending").iterdir())
     # The restarted server goes on capturing: the next round lands as usual.
     after = consortium.run_round(kind="router_secagg", vector_length=LENGTH, min_clients=3,
-                                 params={SAMPLES_PARAM: 5, "threshold": 3},
+                                 params={**demo_params(samples=5), "threshold": 3},
                                  participants=consortium.enrolled()[:3])
     assert after["round_id"] in {r.round_id for r in _captured_rounds(capture, 3).manifest.rounds}
 

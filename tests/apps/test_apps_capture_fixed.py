@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from client_app._demo import SAMPLES_PARAM
+from client_app._demo import demo_params
 from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.capture import CaptureFiles
 
 LENGTH = 64
 ROUND = {"kind": "router_secagg", "vector_length": LENGTH, "min_clients": 3,
-         "params": {SAMPLES_PARAM: 5, "threshold": 3}}
+         "params": {**demo_params(samples=5), "threshold": 3}}
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from client_app import ClientRunner, ClientSettings, ClientStore
-from client_app._demo import TRAIN_PARAM, demo_update
+from client_app._demo import demo_params, demo_update
 from client_app._member_round import MemberRound, UpdateSource, ready_update
 from fedmor_local import OPEN_POLICY
 from sdk.rounds import ROUND_KINDS, RoundFailed
@@ -128,9 +128,15 @@ def test_the_demo_update_stands_in_for_training_time() -> None:
                          created_at=0.0, finished_at=None)
 
     t = time.perf_counter()
-    update, weight = demo_update("m0", info({TRAIN_PARAM: 0.05}), None)
+    update, weight = demo_update("m0", info(demo_params(train_s=0.05)), None)
     assert time.perf_counter() - t >= 0.05 and update.shape == (3,) and 1 <= weight <= 10
     np.testing.assert_array_equal(update, demo_update("m0", info({}), None)[0])
+    # The demo checks its own options: the server passes them through unread.
     for bad in (-1, 61, "soon", True):
-        with pytest.raises(ValueError, match=TRAIN_PARAM):
-            demo_update("m0", info({TRAIN_PARAM: bad}), None)
+        with pytest.raises(ValueError, match=r"update\.train_s"):
+            demo_update("m0", info(demo_params(train_s=bad)), None)  # type: ignore[arg-type]
+    for samples in (0, 1001, 2.5):
+        with pytest.raises(ValueError, match=r"update\.samples"):
+            demo_update("m0", info(demo_params(samples=samples)), None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="update must be an object"):
+        demo_update("m0", info({"update": [1]}), None)

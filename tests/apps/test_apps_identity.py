@@ -16,6 +16,7 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from client_app._demo import demo_params
 from fedmor_local import OPEN_POLICY, LocalConsortium
 from fedmor_local._local import ADMIN_TOKEN
 from sdk.membership import add_to_roster
@@ -89,7 +90,7 @@ def test_a_rotated_key_works_and_the_old_one_is_refused(team: LocalConsortium) -
     assert (client_id, "key_rotated") in _audit(team)
     # The server wrote the new key into the roster file the members check rounds against,
     # and the running app switched to the new key file: a round of all three completes.
-    info = team.run_round(vector_length=8, min_clients=3, params={"demo_samples": 3},
+    info = team.run_round(vector_length=8, min_clients=3, params=demo_params(samples=3),
                           timeout_s=90)
     assert info["dropouts"] == [] and len(info["participants"]) == 3
 
@@ -99,7 +100,7 @@ def test_a_revoked_member_is_dropped_from_an_open_round_which_completes(
     ids = dict(zip(team.names, team.enrolled(), strict=True))
     gone = team.names[2]
     team.stop(gone)  # enrolled, but silent: the round would wait for it until the deadline
-    opened = team.create_round(vector_length=8, min_clients=2, params={"demo_samples": 3})
+    opened = team.create_round(vector_length=8, min_clients=2, params=demo_params(samples=3))
     assert ids[gone] in opened["participants"]
     time.sleep(1.0)
     assert team.round(opened["round_id"])["status"] == "open"
@@ -118,7 +119,7 @@ def test_a_revoked_member_is_dropped_from_an_open_round_which_completes(
     refused = _signed(team, key, ids[gone], "GET", "/v1/work")
     assert refused.status_code == 403 and "revoked" in refused.json()["detail"]
     assert gone not in {e["name"] for e in _roster(team)}
-    later = team.create_round(vector_length=8, min_clients=2, params={"demo_samples": 3})
+    later = team.create_round(vector_length=8, min_clients=2, params=demo_params(samples=3))
     assert ids[gone] not in later["participants"]
     assert team.wait_round(later["round_id"], timeout_s=60)["status"] == "finished"
     assert ("admin", "member_revoked") in _audit(team)

@@ -15,17 +15,9 @@ from client_app._member_round import MemberRound, ready_update
 from sdk.rounds import ROUND_KINDS
 from sdk.wire import RoundInfo
 
-from .conftest import Member
+from .conftest import Member, wait_long_polls
 
 ADMIN = {"authorization": "Bearer adm"}
-
-
-def _long_polls(tc: TestClient) -> float:
-    """The server's held requests now (its ``requests_in_progress`` gauge, ``long_polls``)."""
-    for line in tc.get("/metrics").text.splitlines():
-        if line.startswith('fedmor_server_requests_in_progress{pool="long_polls"}'):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError("no long_polls gauge in /metrics")
 
 
 def test_waiting_request_wakes_on_close_and_acks_carry_next(
@@ -59,10 +51,7 @@ def test_waiting_request_wakes_on_close_and_acks_carry_next(
     waiter = threading.Thread(target=lambda: woken.append(
         (a.call("GET", f"{stages}/share_keys?wait_s=30"), time.monotonic())))
     waiter.start()
-    for _ in range(1000):  # until the server holds it: the close below must wake it
-        if _long_polls(tc) == 1:
-            break
-    assert _long_polls(tc) == 1
+    wait_long_polls(tc)  # until the server holds it: the close below must wake it
     ack_a = send(a, "advertise_keys", 0.2)
     assert ack_a["next"] is not None and not ack_a["next"]["ready"]  # b has not advertised
     closed_at = time.monotonic()

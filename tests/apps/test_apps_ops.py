@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from client_app._demo import demo_params
 from fedmor_local import LocalConsortium
 
 from .conftest import running
@@ -41,7 +42,7 @@ def test_readiness_and_metrics(ops: LocalConsortium) -> None:
     refused = ops.create_round(kind="rm_fedavg", vector_length=4, min_clients=3)
     assert ops.wait_round(refused["round_id"], timeout_s=25)["status"] == "failed"
     done = ops.create_round(kind="router_secagg", vector_length=4, min_clients=3,
-                            params={"demo_samples": 3})
+                            params=demo_params(samples=3))
     assert ops.wait_round(done["round_id"], timeout_s=60)["status"] == "finished"
     server = ops._probe.get(f"{ops.server_url}/metrics").text
     assert _metric(server, 'fedmor_server_rounds{status="finished"}') == 1
@@ -79,7 +80,7 @@ def _restore(backup: Path, db: str) -> None:
 def test_restore_from_an_online_backup_completes_the_next_round(ops: LocalConsortium,
                                                                tmp_path: Path) -> None:
     first = ops.create_round(kind="router_secagg", vector_length=4, min_clients=3,
-                             params={"demo_samples": 3})
+                             params=demo_params(samples=3))
     first_done = ops.wait_round(first["round_id"], timeout_s=60)
     assert first_done["status"] == "finished"
     # Backups of the running server and of one running member.
@@ -92,7 +93,7 @@ def test_restore_from_an_online_backup_completes_the_next_round(ops: LocalConsor
                        capture_output=True, timeout=60, cwd=_REPO)
     # A round after the backup, lost with the disk: the restored server does not know it.
     lost = ops.create_round(kind="router_secagg", vector_length=4, min_clients=3,
-                            params={"demo_samples": 3})
+                            params=demo_params(samples=3))
     assert ops.wait_round(lost["round_id"], timeout_s=60)["status"] == "finished"
     ops.stop("server")
     ops.stop(site)
@@ -102,7 +103,7 @@ def test_restore_from_an_online_backup_completes_the_next_round(ops: LocalConsor
     ops.start_client(site)
     assert ops.round(first["round_id"])["status"] == "finished"
     nxt = ops.create_round(kind="router_secagg", vector_length=4, min_clients=3,
-                           params={"demo_samples": 3})
+                           params=demo_params(samples=3))
     # The restored server hands out the lost round's id again; the members that ended the
     # lost round tell the two apart by the server's creation time and take part.
     assert nxt["round_id"] == lost["round_id"]

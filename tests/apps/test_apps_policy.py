@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from client_app import SitePolicy
-from client_app._demo import SAMPLES_PARAM, demo_update
+from client_app._demo import demo_params, demo_update
 from client_app._policy import PolicyRefused, check_round, describe_policy
 from fedmor_local import LocalConsortium
 from sdk.rounds import memory_spec
@@ -66,7 +66,7 @@ def test_an_unmasked_round_is_refused_with_the_reason_on_the_server(
 
 def test_a_round_on_one_local_sample_is_refused(strict: LocalConsortium) -> None:
     info = strict.create_round(kind="router_secagg", vector_length=LENGTH, min_clients=3,
-                               params={SAMPLES_PARAM: 1})
+                               params=demo_params(samples=1))
     done = strict.wait_round(info["round_id"], timeout_s=25)
     _refused_by_all(strict, done, "local_samples")
     # The key agreement went ahead while the update was computed; no masked input left.
@@ -88,7 +88,7 @@ def test_small_rounds_are_refused_and_a_safe_one_completes(strict: LocalConsorti
     done = strict.wait_round(low["round_id"], timeout_s=25)
     assert {r["reason"] for r in done["refusals"]} == {"threshold"}
     ok = strict.create_round(kind="router_secagg", vector_length=LENGTH, min_clients=3,
-                             params={SAMPLES_PARAM: 5})
+                             params=demo_params(samples=5))
     done = strict.wait_round(ok["round_id"], timeout_s=60)
     assert done["status"] == "finished" and done["refusals"] == [], done
 
@@ -144,6 +144,9 @@ def test_policy_show_says_what_leaves_the_site(tmp_path: Path) -> None:
     assert default.returncode == 0, default.stderr
     assert default.stdout.startswith("this site sends: masked router updates (router_secagg) "
                                      "in rounds of >= 3 members with threshold >= 3")
+    # The SecAgg+ client refuses a minority threshold whatever the policy: it is listed too.
+    assert "a majority of each member's share holders (2 x threshold > share holders)" \
+        in default.stdout
     assert "never: plain (unmasked) updates" in default.stdout
     relaxed = describe_policy(SitePolicy(round_kinds=["router_secagg", "rm_fedavg"],
                                          require_dp=True, serve_rewards=False))
@@ -163,7 +166,7 @@ def test_a_dp_round_completes_with_a_dropout_and_its_epsilon_is_the_accountants(
         return float(acc.get_epsilon(delta=1e-5))
 
     dp = {"clip_norm": 0.5, "noise_multiplier": 1.0, "delta": 1e-5, "rounds": 10}
-    params = {"dp": dp, "clip_range": 2.0, SAMPLES_PARAM: 5}
+    params = {"dp": dp, "clip_range": 2.0, **demo_params(samples=5)}
     ids = dict(zip(strict.names, strict.enrolled(), strict=True))
     # The server loaded its accountant (opacus, torch) in the background when it started, not
     # in the request that opens the first DP round: it logged so before that request was sent.

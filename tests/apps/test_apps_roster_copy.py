@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from client_app._demo import demo_params
 from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.wire import key_fingerprint, load_private_key, public_key_b64
 
@@ -43,7 +44,7 @@ def test_a_rotation_reaches_members_that_keep_their_own_roster_copy(tmp_path: Pa
         new = public_key_b64(load_private_key(Path(c.client_cfg[rotating]["identity_key"])))
         assert new not in before["site-0"].decode()  # the others' copies still name the old key
 
-        info = c.run_round(vector_length=8, min_clients=3, params={"demo_samples": 3},
+        info = c.run_round(vector_length=8, min_clients=3, params=demo_params(samples=3),
                            timeout_s=120)
         assert info["dropouts"] == [] and info["refusals"] == []
         assert {name: path.read_bytes() for name, path in copies.items()} == before
@@ -57,7 +58,7 @@ def test_a_rotation_reaches_members_that_keep_their_own_roster_copy(tmp_path: Pa
         # Restarted, a member keeps the record it followed (once) and takes part again.
         c.stop("site-0")
         c.start_client("site-0")
-        again = c.run_round(vector_length=8, min_clients=3, params={"demo_samples": 3},
+        again = c.run_round(vector_length=8, min_clients=3, params=demo_params(samples=3),
                             timeout_s=120)
         assert again["dropouts"] == []
         assert len(_followed(c, "site-0")) == 1

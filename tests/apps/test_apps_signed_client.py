@@ -101,6 +101,9 @@ async def _scenario(url: str, name: str, key: Ed25519PrivateKey, token: str,
     assert (missing.value.method, missing.value.path) == ("GET", "/v1/rounds/999")
     assert missing.value.retry_after is None and "refused by the server (404)" in str(
         missing.value)
+    with pytest.raises(RequestRefused) as labelled:  # the task it served, named instead
+        await _done(signed.get("/v1/rounds/999", RoundInfo, what="round show"))
+    assert str(labelled.value).startswith("round show refused by the server (404)")
     # Another key under the same id, and a body changed after signing: both refused.
     impostor = client(url, key=generate_key(), sender=me)
     with pytest.raises(RequestRefused) as stranger:

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from sdk.wire import ImageRef, SignedClient
 from sdk.wire._payload import encode_vector
-from tests.apps.conftest import Member
+from tests.apps.conftest import Member, wait_long_polls
 
 ADMIN = {"authorization": "Bearer adm"}
 
@@ -37,7 +37,7 @@ def test_long_poll_wakes_on_new_round_and_times_out_empty(
     assert time.monotonic() - t0 >= 0.5  # held for wait_s, then empty
 
     thread, woken = _held(a, "/v1/work?wait_s=20")
-    time.sleep(0.3)  # let the request reach its wait
+    wait_long_polls(tc)  # the round below must wake a waiting request
     created_at = time.monotonic()
     r = tc.post("/v1/rounds", json={"kind": "rm_fedavg", "vector_length": 2, "min_clients": 2},
                 headers=ADMIN)
@@ -69,7 +69,7 @@ def test_pull_query_is_delivered_by_the_long_poll(
 
     thread = threading.Thread(target=answer_when_woken)
     thread.start()
-    time.sleep(0.3)
+    wait_long_polls(tc)  # the query below must wake a waiting request
     t0 = time.monotonic()
     image = ImageRef.of(b"\x89PNG-not-decoded-here")
     scores = asyncio.run(broker.query(b.client_id, [image] * 2, ["p"] * 2, ["r"] * 2))

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from client_app._demo import demo_params
 from fedmor_local import LocalConsortium
 from tests.security.conftest import PULL, PUSH, PUSH2, client_db, client_id
 
@@ -99,7 +100,7 @@ def _no_copy_left(c: LocalConsortium, name: str, round_id: int, secrets: set[byt
 
 def test_no_copy_of_a_finished_rounds_secrets_is_left(hostile: LocalConsortium) -> None:
     rid = hostile.create_round(kind="router_secagg", vector_length=8, min_clients=3,
-                               params={"threshold": 3, "demo_train_s": 1})["round_id"]
+                               params={"threshold": 3, **demo_params(train_s=1)})["round_id"]
     seen = _Collector(hostile, rid)
     assert seen.watch(hostile.names) == "finished"
     for name in hostile.names:
