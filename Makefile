@@ -3,6 +3,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.fedmor-installed
 DEPS := pyproject.toml Makefile
+WARM := import sdk.cli, sdk.reward, sdk.alignment, sdk.router, sdk.ops, sdk.data, server_app._app, client_app._app, attacks, fedmor_local, trl, opacus, pytest, xdist, hypothesis, schemathesis, mkdocs.commands.build, material, mkdocstrings, importlinter, grimp
 
 .PHONY: demo test bench lint docs docs-serve
 
@@ -10,10 +11,14 @@ $(STAMP): $(DEPS)
 	@test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	@$(VENV)/bin/python -m pip install -q --upgrade pip
 	@# torch first and pinned: the CPU build that lies on this machine's disk.
-	@$(VENV)/bin/python -m pip install -q torch==2.13.0
+	@$(VENV)/bin/python -m pip install -q --no-compile torch==2.13.0
 	@# setuptools' default editable mode maps each top-level package to its folder here, so
 	@# modules added to them later import too (the deprecated compat mode is not needed)
-	@$(VENV)/bin/python -m pip install -q -e '.[dev]'
+	@$(VENV)/bin/python -m pip install -q --no-compile -e '.[dev]'
+	@# pip's bytecode pass (skipped above) compiles every module of torch, transformers and the
+	@# rest, most of which nothing here imports: bytecode is written for what the apps, the CLI
+	@# and the tests import, by importing it once.
+	@env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/python -c "$(WARM)"
 	@touch $(STAMP)
 
 demo: $(STAMP)
