@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from sdk.wire._payload import PayloadError
+from sdk.wire._schemas import PayloadError
 
 __all__ = ["ImageCache", "ImageRef", "image_bytes"]
 

@@ -1,19 +1,77 @@
-"""Wire schemas of the aligner role: reward batches, per-step feedback and the service's stats.
+"""A reward query on the wire, from the aligner to the server and from the server to a member:
+the member's item (``RewardItem``: an image by content hash, its bytes only when asked) and the
+aligner's, which extends it; the batch limits of both hops; the answers (finite scores, or the
+images to resend); the aligner's per-step feedback and the service's stats.
 
-The aligner (the GRPO job) sends (image, prompt, response) items and gets one scalar each; which
-member judged an item stays inside the server unless the consortium's settings allow it.
+Which member judged an item stays inside the server unless the consortium's settings allow it.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from sdk.wire._schemas import RewardItem, _Reply, _Wire
+from sdk.wire._schemas import _SHA256, _Reply, _Wire
 
-__all__ = ["AlignerFeedback", "AlignerFeedbackAck", "AlignerItem", "AlignerRequest",
-           "AlignerResponse", "AlignerStats", "AlignmentStep"]
+__all__ = [
+    "AlignerFeedback",
+    "AlignerFeedbackAck",
+    "AlignerItem",
+    "AlignerRequest",
+    "AlignerResponse",
+    "AlignerStats",
+    "AlignmentStep",
+    "MissingImages",
+    "PendingQuery",
+    "RewardAnswer",
+    "RewardItem",
+    "RewardRequest",
+    "RewardResponse",
+]
+
+class RewardItem(_Wire):
+    """One (image, prompt, response) to score; the image travels once, then by hash."""
+
+    image_sha256: str = Field(pattern=_SHA256)
+    image_b64: str | None = Field(default=None, max_length=16_000_000)
+    prompt: str = Field(max_length=20_000)
+    response: str = Field(max_length=20_000)
+
+class RewardRequest(_Wire):
+    """A batch of reward queries, at most :attr:`MAX_ITEMS` items."""
+
+    MAX_ITEMS: ClassVar[int] = 256
+    """The most items a member takes in one reward request (push or pull): the server's
+    broker splits a larger batch at it, so the aligner's own limit may be larger."""
+
+    items: list[RewardItem] = Field(min_length=1, max_length=MAX_ITEMS)
+
+class RewardResponse(_Reply):
+    """Normalized, clipped scores, one per item."""
+
+    scores: list[Annotated[float, Field(allow_inf_nan=False)]]
+    query_sha256: str
+
+class RewardAnswer(_Wire):
+    """A pull-mode client's answer to one queued query: scores, or the image hashes it lacks."""
+
+    scores: list[Annotated[float, Field(allow_inf_nan=False)]] = Field(
+        default_factory=list, max_length=RewardRequest.MAX_ITEMS)
+    missing: list[str] = Field(default_factory=list, max_length=RewardRequest.MAX_ITEMS)
+    error: str | None = Field(default=None, max_length=1000, description="refusal reason")
+
+class PendingQuery(_Reply):
+    """A queued (pull-mode) reward query for one client."""
+
+    query_id: int
+    items: list[RewardItem]
+
+class MissingImages(_Reply):
+    """409 from a client app: resend these images' bytes."""
+
+    detail: str
+    missing: list[str]
 
 
 class AlignerItem(RewardItem):
