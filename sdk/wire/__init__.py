@@ -40,7 +40,6 @@ from sdk.wire._identity import (
     rotation_message,
     sign_rotation,
 )
-from sdk.wire._images import ImageCache, ImageRef, image_bytes
 from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel
 from sdk.wire._rewards import (
     AlignerFeedback,
@@ -50,12 +49,15 @@ from sdk.wire._rewards import (
     AlignerResponse,
     AlignerStats,
     AlignmentStep,
+    ImageCache,
+    ImageRef,
     MissingImages,
     PendingQuery,
     RewardAnswer,
     RewardItem,
     RewardRequest,
     RewardResponse,
+    image_bytes,
 )
 from sdk.wire._rounds import (
     ROUTER_ROUND_PARAM,
