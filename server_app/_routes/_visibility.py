@@ -13,7 +13,7 @@ from __future__ import annotations
 from sdk.wire import RoundInfo
 from server_app._identity._access import Identity
 from server_app._rounds._manager import RoundManager
-from server_app._rounds._records import WHO_LEFT
+from server_app._rounds._state import WHO_LEFT
 
 __all__ = ["member_view", "visible_round", "visible_rounds"]
 
