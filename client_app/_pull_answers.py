@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from client_app._connection import MemberConnection
 from client_app._policy import PolicyDenied
 from client_app._service import RateLimited
+from client_app._transport import MemberConnection
 from sdk.wire import MissingImages, PayloadError, PendingQuery, RewardRequest
 
 __all__ = ["answer_pending"]

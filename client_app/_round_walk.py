@@ -18,11 +18,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from client_app._causes import UpdateFailed, reported_cause
-from client_app._connection import MemberConnection, Unanswered
 from client_app._member_round import MemberRound, UpdateSource
 from client_app._policy import PolicyRefused, check_epsilon, check_round, check_update
 from client_app._roster_copy import RosterCopy
 from client_app._router_update import ConfiguredRouterUpdate, UpdateFn, unpack_update
+from client_app._transport import MemberConnection, Unanswered
 from sdk.rounds import RoundFailed, RoundTerms, as_delta
 from sdk.wire import (
     PayloadError,

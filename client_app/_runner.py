@@ -15,7 +15,6 @@ import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from client_app._announce import announce_clip_bound, announce_round_terms, announce_start
-from client_app._connection import MemberRevoked, Unanswered, passed_on
 from client_app._pull_answers import answer_pending
 from client_app._round_walk import FINISHED, reused, run_round, sweep_rounds
 from client_app._router_update import (
@@ -27,7 +26,7 @@ from client_app._router_update import (
 from client_app._service import RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
-from client_app._transport import ServerTransport
+from client_app._transport import MemberRevoked, ServerTransport, Unanswered, passed_on
 from sdk.wire import (
     PendingQuery,
     RequestRefused,
