@@ -24,8 +24,7 @@ from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sdk.serving._errors import send_error
-from sdk.serving._limits import Limiter
-from sdk.serving._rate_limit import RateLimited
+from sdk.serving._limits import Limiter, RateLimited
 from sdk.serving._request import CHECK, BodyNotSigned, RetiredKeys, SignatureCheck, signed_target
 from sdk.wire import HEADER_SIGNATURE, SERVER_SENDER, AuthError
 from sdk.wire._auth import SignedRequest
