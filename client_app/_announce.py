@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from client_app._connection import MemberConnection, passed_on
+from client_app._transport import MemberConnection, passed_on
 from sdk.wire import ClipBoundAck, RequestRefused
 
 __all__ = ["announce_clip_bound", "announce_round_terms", "announce_start"]

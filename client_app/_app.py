@@ -16,8 +16,8 @@ from client_app._retention import purge_client
 from client_app._reward_api import RewardCallers, install_reward_schemas, reward_router
 from client_app._router_update import UpdateFn, check_update_name, resolve_update_fn
 from client_app._runner import ClientRunner
-from client_app._scorer import Scorer, load_object
-from client_app._service import RewardService
+from client_app._scorer import load_object
+from client_app._service import RewardService, Scorer
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
 from sdk import __version__

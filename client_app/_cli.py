@@ -83,11 +83,11 @@ def _policy_show(args: argparse.Namespace) -> int:
 
 
 def _rotate_key(args: argparse.Namespace) -> int:
-    from client_app._connection import Unanswered
     from client_app._identity import rotate_key
     from client_app._router_update import no_update
     from client_app._runner import ClientRunner
     from client_app._settings import ClientSettings
+    from client_app._transport import Unanswered
     from sdk.serving import load_settings
     from sdk.wire import RequestRefused, key_fingerprint
 

@@ -6,7 +6,8 @@ The new key is written (0600, encrypted when a passphrase is configured) next to
 possession and the old key's endorsement (published for the other members' roster copies), and
 only then moved over the old file. A rotation interrupted after the server
 switched is finished by running the command again (the pending key is reused). A running client
-app notices at its next refused request that the key file changed and signs with the new key.
+app notices at its next refused request that the key file changed and signs with the new key
+(``client_app._transport``).
 """
 
 from __future__ import annotations
@@ -15,17 +16,15 @@ import logging
 import os
 from pathlib import Path
 
-from client_app._connection import MemberConnection, Unanswered
+from client_app._transport import MemberConnection, Unanswered
 from sdk.wire import (
     RequestRefused,
     key_passphrase,
     load_or_create_key,
-    load_private_key,
-    public_key_b64,
     sign_rotation,
 )
 
-__all__ = ["pending_key_path", "reload_key", "rotate_key"]
+__all__ = ["pending_key_path", "rotate_key"]
 
 _log = logging.getLogger("fedmor.client")
 _ROTATE = "/v1/identity/rotate"
@@ -65,18 +64,3 @@ def rotate_key(runner: MemberConnection) -> str:
     runner.key = new
     _log.info("identity key rotated; the old key is refused by the server from now on")
     return public
-
-
-def reload_key(runner: MemberConnection) -> bool:
-    """After a refused request: switch ``runner`` to the key file's key if it changed (a
-    rotation by ``fedmor client rotate-key`` while the app ran); True if it did."""
-    cfg = runner.settings
-    try:
-        key = load_private_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
-    except (OSError, ValueError):
-        return False
-    if public_key_b64(key) == public_key_b64(runner.key):
-        return False
-    runner.key = key
-    _log.info("the identity key file changed (a rotation): signing with the new key")
-    return True

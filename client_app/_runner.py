@@ -3,20 +3,20 @@
 ``ClientRunner`` is the one facade: it is the member's signed connection
 (``client_app._transport``), enrolls once (the client id survives restarts in the client's
 SQLite), and finds its work with long polls; each open round it takes part in is walked by
-``client_app._round_walk`` and each queued reward query answered by
-``client_app._pull_answers``.
+``client_app._round_walk`` and each queued reward query answered here,
+by the same service as the member's push endpoint.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from client_app._announce import announce_clip_bound, announce_round_terms, announce_start
-from client_app._connection import MemberRevoked, Unanswered, passed_on
-from client_app._pull_answers import answer_pending
+from client_app._policy import PolicyDenied
 from client_app._round_walk import FINISHED, reused, run_round, sweep_rounds
 from client_app._router_update import (
     ConfiguredRouterUpdate,
@@ -24,13 +24,16 @@ from client_app._router_update import (
     no_update,
     resolve_update_fn,
 )
-from client_app._service import RewardService
+from client_app._service import RateLimited, RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
-from client_app._transport import ServerTransport
+from client_app._transport import MemberRevoked, ServerTransport, Unanswered, passed_on
 from sdk.wire import (
+    MissingImages,
+    PayloadError,
     PendingQuery,
     RequestRefused,
+    RewardRequest,
     RoundInfo,
     RouterConfigInfo,
     Work,
@@ -78,8 +81,28 @@ class ClientRunner(ServerTransport):
         sweep_rounds(self)
 
     def answer_pending(self, queries: list[PendingQuery] | None = None) -> int:
-        """Answer ``queries`` (default: every queued one, fetched); returns how many."""
-        return answer_pending(self, queries)
+        """Pull mode: answer ``queries`` (default: every queued one, fetched) with the same
+        service as the push endpoint (``POST /v1/reward``); returns how many (none without a
+        reward service)."""
+        if self.service is None:
+            return 0
+        if queries is None:
+            queries = self.get("/v1/reward/pending", list[PendingQuery])
+        for q in queries:
+            answer: dict[str, Any]
+            try:
+                out = self.service.score("server", RewardRequest(items=q.items))
+                answer = ({"missing": out.missing} if isinstance(out, MissingImages)
+                          else {"scores": out.scores})
+            except RateLimited as exc:  # refused for load: the server passes the wait on
+                answer = {"error": str(exc), "retry_after_s": exc.retry_after_s}
+            except (PayloadError, PolicyDenied) as exc:
+                answer = {"error": str(exc)}
+            except Exception:  # a bad item costs its own answer, never the worker
+                _log.exception("scoring reward query %s failed", q.query_id)
+                answer = {"error": "internal error while scoring this query"}
+            self.post(f"/v1/reward/answers/{q.query_id}", answer)
+        return len(queries)
 
     # -- work discovery ------------------------------------------------------------------------
     def poll_once(self) -> bool:

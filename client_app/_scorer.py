@@ -1,26 +1,14 @@
-"""The scorer interface the client app serves, a deterministic demo scorer, and loading."""
+"""A deterministic demo scorer, and loading a scorer by name (the interface it fits,
+``Scorer``, is the reward service's)."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib
-from typing import Protocol, runtime_checkable
 
 from PIL import Image
 
-__all__ = ["HashScorer", "Scorer", "load_object"]
-
-
-@runtime_checkable
-class Scorer(Protocol):
-    """Anything with ``score(images, prompts, responses) -> list[float]`` (sdk.reward's
-    ClientScorer fits). A scorer may also declare ``input_pixels`` (the most pixels of an
-    image its model sees) and ``clip`` (the bound of its scores)."""
-
-    def score(self, images: list[Image.Image], prompts: list[str],
-              responses: list[str]) -> list[float]:
-        """One normalized score per (image, prompt, response)."""
-        ...
+__all__ = ["HashScorer", "load_object"]
 
 
 class HashScorer:

@@ -1,4 +1,5 @@
-"""Reward scoring as a service: caller budget and rate limit, image cache, audit.
+"""Reward scoring as a service: the scorer it serves, caller budget and rate limit, image cache,
+audit.
 
 One code path serves both push (``POST /v1/reward``) and pull (the runner answering queued
 queries).
@@ -13,12 +14,12 @@ import io
 import json
 import threading
 import time
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from PIL import Image
 
 from client_app._policy import SitePolicy, check_request
-from client_app._scorer import Scorer
 from client_app._store import ClientStore
 from sdk.data import DEFAULT_MAX_IMAGE_SIDE, fit_to_pixels, open_bounded_image
 from sdk.serving import RateLimited
@@ -31,7 +32,19 @@ from sdk.wire import (
     image_bytes,
 )
 
-__all__ = ["RateLimited", "RewardService"]
+__all__ = ["RateLimited", "RewardService", "Scorer"]
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """Anything with ``score(images, prompts, responses) -> list[float]`` (sdk.reward's
+    ClientScorer fits). A scorer may also declare ``input_pixels`` (the most pixels of an
+    image its model sees) and ``clip`` (the bound of its scores)."""
+
+    def score(self, images: list[Image.Image], prompts: list[str],
+              responses: list[str]) -> list[float]:
+        """One normalized score per (image, prompt, response)."""
+        ...
 
 
 def _rgb_bytes(image: Image.Image) -> int:

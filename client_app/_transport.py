@@ -1,10 +1,11 @@
-"""The member's signed connection to the server: requests, their retries and enrollment.
+"""The member's one connection to the server: signed requests, their retries, enrollment.
 
 Every request is signed afresh per attempt (new nonce); an unreachable server, 5xx and 429
 are tried again after the refusal's ``Retry-After`` or an exponential backoff; a refusal that
-stands is one ``RequestRefused`` (``MemberRevoked`` for a revoked identity). The runner is
-built on this class, and the member's helpers (key rotation, announcements) see it through
-``MemberConnection``.
+stands is one ``RequestRefused`` (``MemberRevoked`` for a revoked identity); a request refused
+just after the key file changed (a rotation) is sent again with the new key. The runner is
+built on ``ServerTransport``; the member's helpers (key rotation, the announcements, the round
+walk) see it through ``MemberConnection``, so that they need not import the runner back.
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ import json
 import logging
 import ssl
 import threading
-from typing import Any, TypeVar, overload
+import time
+from typing import Any, Protocol, TypeVar, overload
 
 import httpx
 import tenacity
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import TypeAdapter
 
-from client_app._connection import RETRYABLE, MemberRevoked, ServerLink, Unanswered, revoked
-from client_app._identity import reload_key
 from client_app._service import RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
@@ -30,14 +30,119 @@ from sdk.wire import (
     RequestRefused,
     SignedClient,
     check_private_files,
+    key_passphrase,
+    load_private_key,
     public_key_b64,
     tls_verify,
 )
 
-__all__ = ["ServerTransport"]
+__all__ = ["RETRYABLE", "MemberConnection", "MemberRevoked", "ServerLink", "ServerTransport",
+           "Unanswered", "passed_on", "reload_key", "revoked"]
 
 _log = logging.getLogger("fedmor.client")
 T = TypeVar("T")
+
+
+RETRYABLE = frozenset({408, 425, 429, 500, 502, 503, 504})
+"""Statuses the runner sends again (after the refusal's Retry-After, else its backoff): the
+server's load or trouble, not a verdict on the request."""
+
+
+class Unanswered(RuntimeError):
+    """No answer came: the server could not be reached on any attempt, or the runner is
+    stopping (it resumes after a restart)."""
+
+
+class MemberRevoked(RequestRefused):
+    """The server refuses this member's identity for good: the operator revoked it (403)."""
+
+
+def revoked(status: int, detail: str) -> bool:
+    """Whether a refusal says that the caller's identity was revoked (the server's 403 names
+    it: ``identity ... was revoked by the consortium operator``)."""
+    return status == 403 and "was revoked" in detail
+
+
+def passed_on(refusal: RequestRefused) -> bool:
+    """Whether a caller that notes a refusal and works on must pass this one on instead: the
+    identity was revoked (the runner stops), or the server refused for load or trouble (the
+    next pass asks again)."""
+    return isinstance(refusal, MemberRevoked) or refusal.status in RETRYABLE
+
+
+class ServerLink:
+    """Whether the server answered the last attempt: the member says so the first time it
+    cannot reach the server (WARNING, within one attempt, so within one poll interval) and
+    once when it can again (INFO); not at every retry in between."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.down_since: float | None = None
+
+    def down(self, exc: Exception) -> None:
+        """An attempt found no server (connection refused, timeout, TLS failure)."""
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            _log.warning("cannot reach the server at %s (server_url): %s; retrying until it "
+                         "answers", self.url, exc or type(exc).__name__)
+
+    def up(self) -> None:
+        """An attempt got an answer."""
+        if self.down_since is not None:
+            _log.info("reached the server at %s again after %.0f s", self.url,
+                      time.monotonic() - self.down_since)
+            self.down_since = None
+
+
+class MemberConnection(Protocol):
+    """A member's signed connection to the server (``ServerTransport``, under the runner, is
+    the one in use)."""
+
+    settings: ClientSettings
+    store: ClientStore
+    key: Ed25519PrivateKey
+    service: RewardService | None
+
+    def request(self, method: str, path: str, payload: Any = None, *, signed: bool = True,
+                attempts: int = 30) -> httpx.Response:
+        """Send one request signed with ``key``: its 2xx response; ``RequestRefused`` on a
+        final refusal, ``Unanswered`` without an answer."""
+        ...
+
+    def get(self, path: str, model: type[T], *, attempts: int = 30) -> T:
+        """``GET path`` through :meth:`request`, its answer read as ``model``."""
+        ...
+
+    @overload
+    def post(self, path: str, payload: Any, model: type[T], *, signed: bool = True,
+             attempts: int = 30) -> T: ...
+    @overload
+    def post(self, path: str, payload: Any, model: None = None, *, signed: bool = True,
+             attempts: int = 30) -> None: ...
+    def post(self, path: str, payload: Any, model: type[T] | None = None, *,
+             signed: bool = True, attempts: int = 30) -> T | None:
+        """``POST path`` through :meth:`request`, its answer read as ``model`` (without one,
+        not read)."""
+        ...
+
+    def enroll(self) -> str:
+        """Enroll if not yet enrolled; this member's client id."""
+        ...
+
+
+def reload_key(runner: MemberConnection) -> bool:
+    """After a refused request: switch ``runner`` to the key file's key if it changed (a
+    rotation by ``fedmor client rotate-key`` while the app ran); True if it did."""
+    cfg = runner.settings
+    try:
+        key = load_private_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
+    except (OSError, ValueError):
+        return False
+    if public_key_b64(key) == public_key_b64(runner.key):
+        return False
+    runner.key = key
+    _log.info("the identity key file changed (a rotation): signing with the new key")
+    return True
 
 
 def _again(exc: BaseException) -> bool:

@@ -12,12 +12,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from sdk.alignment._chooser import ONLINE_ROUTER_CONFIG, NeuralTSChooser, loss_feedback
-from sdk.alignment._empty_source import EmptyIsWorst
 from sdk.alignment._errors import AlignmentError
 from sdk.alignment._llm_judge import LLMJudge
 from sdk.alignment._parsing import parse_choice
 from sdk.alignment._reward_function import SelectionRewardFunction
-from sdk.alignment._reward_source import InProcessRewardSource, RewardSource
+from sdk.alignment._reward_source import EmptyIsWorst, InProcessRewardSource, RewardSource
 from sdk.alignment._selection import (
     SELECTIONS,
     ArmChooser,

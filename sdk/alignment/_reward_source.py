@@ -1,10 +1,16 @@
-"""Where rewards come from: one interface, an in-process implementation.
+"""Where rewards come from: one interface, an in-process implementation, and the wrapper that
+scores empty completions without a query.
 
 A :class:`RewardSource` answers "client k, score these (image, prompt, response) triples". The
 in-process source calls local scorer callables (tests, benchmarks, single-machine runs); the
 server's ``BrokerRewardSource`` (``server_app``, over its reward-query broker) moves the same
 question over the wire. Strategies only ever see this interface. An image is a PIL image (in one
 process) or an :class:`~sdk.wire.ImageRef` (its bytes and sha256, as the aligner sent them).
+
+A sampled policy emits an empty completion whenever it draws EOS first. A client's reward model
+refuses an empty response (the client app answers 422), and one refused query would stop GRPO.
+An empty answer is never better than any real one, so :class:`EmptyIsWorst` gives it the lowest
+score a client can return (``-c`` for normalized, clipped clients) and no client is asked.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from sdk.alignment._errors import RewardShapeError
 from sdk.router import open_image
 from sdk.wire import ImageRef
 
-__all__ = ["InProcessRewardSource", "RewardSource", "ScoreFn", "check_lengths"]
+__all__ = ["EmptyIsWorst", "InProcessRewardSource", "RewardSource", "ScoreFn", "check_lengths"]
 
 ScoreFn = Callable[[Sequence[Image.Image | None], Sequence[str], Sequence[str]], Sequence[float]]
 """A client's scorer: ``(images, prompts, responses) -> one score per triple`` (PIL images:
@@ -115,4 +121,48 @@ class InProcessRewardSource:
         out = [float(s) for s in scores]
         if len(out) != n:
             raise RewardShapeError(f"client {client_index} returned {len(out)} scores for {n} triples")
+        return out
+
+
+class EmptyIsWorst:
+    """A :class:`~sdk.alignment.RewardSource` over ``source`` that answers ``worst`` for a
+    response that is empty after stripping whitespace, and asks ``source`` only about the rest.
+
+    ``empty`` counts the completions answered locally.
+    """
+
+    def __init__(self, source: RewardSource, worst: float) -> None:
+        self.source = source
+        self.worst = float(worst)
+        self.empty = 0
+
+    @property
+    def num_clients(self) -> int:
+        """Number of clients K of the wrapped source."""
+        return self.source.num_clients
+
+    async def score(
+        self,
+        client_index: int,
+        images: Sequence[Image.Image | ImageRef | None],
+        prompts: Sequence[str],
+        responses: Sequence[str],
+    ) -> list[float]:
+        """``worst`` for empty responses, ``source``'s scores (in order) for the others (the
+        batch's lengths and the answer's count are checked where they enter: the
+        :class:`~sdk.alignment.CompletionBatch` and ``source``)."""
+        n = len(responses)
+        keep = [i for i, r in enumerate(responses) if r.strip()]
+        self.empty += n - len(keep)
+        out = [self.worst] * n
+        if not keep:
+            return out
+        scores = await self.source.score(
+            client_index,
+            [images[i] for i in keep],
+            [prompts[i] for i in keep],
+            [responses[i] for i in keep],
+        )
+        for i, s in zip(keep, scores, strict=True):
+            out[i] = float(s)
         return out

@@ -6,11 +6,10 @@ from sdk.reward._clients import (
     pair_texts,
     train_client_reward_models,
 )
-from sdk.reward._config import DPSettings, LoraSettings, RewardTrainingConfig
+from sdk.reward._config import DEFAULT_CLIP, DPSettings, LoraSettings, RewardTrainingConfig
 from sdk.reward._dp import PairDPSGD
 from sdk.reward._model import PairLike, RewardCheckpointError, RewardModel
-from sdk.reward._normalizer import DEFAULT_CLIP, ScoreNormalizer
-from sdk.reward._scorer import ClientScorer
+from sdk.reward._scorer import ClientScorer, ScoreNormalizer
 from sdk.reward._training import pairwise_accuracy, train_reward_model
 
 __all__ = [

@@ -19,7 +19,7 @@ from sdk.reward._best import BestWeights, write_curve
 from sdk.reward._config import RewardTrainingConfig
 from sdk.reward._dp import PairDPSGD
 from sdk.reward._model import PairLike, RewardModel, length_bucket
-from sdk.reward._normalizer import ScoreNormalizer
+from sdk.reward._scorer import ScoreNormalizer
 
 __all__ = [
     "RewardTrainingResult",

@@ -7,7 +7,6 @@ or ``simulate_round`` in memory) moves them and calls ``SecAggServer.close_stage
 from sdk.secagg._ckks import CKKSAggregator, CKKSContext, CKKSUpdate
 from sdk.secagg._client import SecAggClient
 from sdk.secagg._client_state import ClientState
-from sdk.secagg._config import SecAggConfig
 from sdk.secagg._crypto import Roster, generate_identities
 from sdk.secagg._dp import (
     DPConfig,
@@ -23,6 +22,7 @@ from sdk.secagg._schema import (
     ClientMessage,
     MaskedInput,
     RoundParams,
+    SecAggConfig,
     parse_client_message,
     parse_server_message,
 )

@@ -7,10 +7,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 import numpy as np
 
 from sdk.secagg._client import SecAggClient
-from sdk.secagg._config import SecAggConfig
 from sdk.secagg._crypto import generate_identities
 from sdk.secagg._errors import RoundAborted
-from sdk.secagg._schema import ClientMessage, ServerMessage
+from sdk.secagg._schema import ClientMessage, SecAggConfig, ServerMessage
 from sdk.secagg._server import AggregateResult, SecAggServer
 from sdk.secagg._stages import Stage
 

@@ -8,7 +8,7 @@ Prometheus metrics) and their periodic background work. It sits on the wire cont
 """
 
 from sdk._periodic import periodically
-from sdk.serving._admission import HeaderAuth, SizeLimit, check_bearer
+from sdk.serving._admission import HeaderAuth, SizeLimit, check_bearer, for_roles
 from sdk.serving._errors import (
     ERROR_RESPONSES,
     ConflictError,
@@ -16,11 +16,9 @@ from sdk.serving._errors import (
     docs_ui,
     install_errors,
 )
-from sdk.serving._limits import Limiter, RequestLimits, install_limits
+from sdk.serving._limits import Limiter, RateLimited, RequestLimits, install_limits
 from sdk.serving._ops import StoredGauge, install_ops
-from sdk.serving._rate_limit import RateLimited
 from sdk.serving._request import SignatureCheck, authenticate, signature_check, stage_payload
-from sdk.serving._roles import for_roles
 from sdk.serving._serve import configure_logging, serve
 from sdk.serving._settings import AppHardening, load_settings
 

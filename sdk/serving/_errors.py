@@ -12,7 +12,6 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Send
 
-from sdk.serving._rate_limit import RateLimited
 from sdk.wire import AuthError, PayloadError
 
 __all__ = ["ERROR_RESPONSES", "ConflictError", "NotFoundError", "docs_ui", "install_errors",
@@ -54,12 +53,6 @@ async def _auth_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=status)
 
 
-async def _rate_limited(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RateLimited)
-    return JSONResponse({"detail": str(exc)}, status_code=429,
-                        headers={"retry-after": str(exc.retry_after_s)})
-
-
 async def send_error(send: Send, status: int, detail: str, *,
                      retry_after_s: int | None = None) -> None:
     """Answer ``status`` with a JSON ``detail`` (and ``Retry-After`` when given) from ASGI
@@ -88,14 +81,13 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install_errors(app: FastAPI) -> None:
-    """Map typed errors to 4xx answers with a ``detail`` message (``RateLimited``: 429 with its
-    ``Retry-After``)."""
+    """Map typed errors to 4xx answers with a ``detail`` message (``RateLimited``'s 429:
+    ``install_limits``)."""
     app.add_exception_handler(AuthError, _auth_error)
     app.add_exception_handler(PermissionError, _error(403))
     app.add_exception_handler(NotFoundError, _error(404))
     app.add_exception_handler(ConflictError, _error(409))
     app.add_exception_handler(PayloadError, _error(422))
-    app.add_exception_handler(RateLimited, _rate_limited)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
 

@@ -7,28 +7,56 @@ one with a signature or a bearer token counts against a separate *unverified* ca
 ``SizeLimit`` has checked its headers (before any body byte), and from then on against its
 sender's caps: a caller can exhaust only its own quota, nobody can spend another identity's
 quota without its key, and an anonymous flood does not lock the identified callers out.
-Beyond a cap the answer is 429 with ``Retry-After``: fedmor's clients retry it.
+Beyond a cap, a per-minute rate or a query budget the answer is the one refusal of both apps,
+``RateLimited``: 429 with a ``detail`` and ``Retry-After``, which fedmor's clients retry.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import Counter
+import time
+from collections import Counter, deque
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sdk.serving._errors import send_error
-from sdk.serving._rate_limit import RateLimited
 from sdk.wire import HEADER_SIGNATURE
 
-__all__ = ["Limiter", "RequestLimits", "install_limits"]
+__all__ = ["Limiter", "RateLimited", "RequestLimits", "install_limits"]
 
 _SLOTS = "fedmor.slots"  # the scope key of a request's held slots
 _UNLIMITED = frozenset({"/v1/health"})  # liveness: answered on the event loop, nothing held
 _CREDENTIALS = frozenset({HEADER_SIGNATURE.encode(), b"authorization"})
+
+
+_WINDOW_S = 60.0
+_MINUTE_S = 60  # the rate windows and query budgets are counted per minute
+
+
+class RateLimited(RuntimeError):
+    """A caller has too many requests in progress, or exceeded its rate limit or query budget
+    (HTTP 429); ``retry_after_s`` is the ``Retry-After`` its answer carries."""
+
+    def __init__(self, message: str, *, retry_after_s: int = _MINUTE_S) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    @staticmethod
+    def per_minute(calls: deque[float], limit: int, caller: str) -> None:
+        """The one per-minute rate limit of both apps: refuse (raise) when ``calls`` (the
+        caller's monotonic call times, oldest first) holds ``limit`` calls of the last minute,
+        else count this call. The caller holds ``calls`` and any lock it needs."""
+        now = time.monotonic()
+        while calls and calls[0] <= now - _WINDOW_S:
+            calls.popleft()
+        if len(calls) >= limit:
+            raise RateLimited(f"{caller} sent {len(calls)} requests in the last minute (limit "
+                              f"{limit} per minute)")
+        calls.append(now)
 
 
 class RequestLimits(BaseModel):
@@ -187,8 +215,15 @@ class _Middleware:
             self.limiter._leave(slots)
 
 
+async def _rate_limited(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RateLimited)
+    return JSONResponse({"detail": str(exc)}, status_code=429,
+                        headers={"retry-after": str(exc.retry_after_s)})
+
+
 def install_limits(app: FastAPI, limiter: Limiter) -> None:
     """Count every request of ``app`` with ``limiter`` (add it last, as the outermost
-    middleware: a refused request costs nothing more); a cap answers ``RateLimited`` (429, as
-    ``install_errors`` maps it)."""
+    middleware: a refused request costs nothing more), and answer every ``RateLimited`` an
+    endpoint raises with its 429 and ``Retry-After``."""
+    app.add_exception_handler(RateLimited, _rate_limited)
     app.add_middleware(_Middleware, limiter=limiter)

@@ -9,15 +9,6 @@ header check, the caps, error answers) live in ``sdk.serving``, the store and it
 and ``client_app`` import these packages and never each other.
 """
 
-from sdk.wire._aligner import (
-    AlignerFeedback,
-    AlignerFeedbackAck,
-    AlignerItem,
-    AlignerRequest,
-    AlignerResponse,
-    AlignerStats,
-    AlignmentStep,
-)
 from sdk.wire._auth import (
     HEADER_SIGNATURE,
     KEY_PASSPHRASE_ENV,
@@ -49,40 +40,57 @@ from sdk.wire._identity import (
     rotation_message,
     sign_rotation,
 )
-from sdk.wire._images import ImageCache, ImageRef, image_bytes
 from sdk.wire._operator import MemberRefusal, MemberReport, RosterAdd, RosterAdded, RoundCancel
-from sdk.wire._payload import PayloadError, StagePayload, decode_vector
-from sdk.wire._router_config import ConsortiumRouterConfig
-from sdk.wire._schemas import (
-    ROUTER_ROUND_PARAM,
-    UPDATE_PARAMS,
-    AuditBudget,
-    ClipBoundAck,
-    ClipBoundAnnouncement,
-    DPAccount,
-    DPTerms,
-    EnrollRequest,
-    EnrollResponse,
-    Health,
+from sdk.wire._rewards import (
+    AlignerFeedback,
+    AlignerFeedbackAck,
+    AlignerItem,
+    AlignerRequest,
+    AlignerResponse,
+    AlignerStats,
+    AlignmentStep,
+    ImageCache,
+    ImageRef,
     MissingImages,
     PendingQuery,
-    Refusal,
     RewardAnswer,
     RewardItem,
     RewardRequest,
     RewardResponse,
+    image_bytes,
+)
+from sdk.wire._rounds import (
+    ROUTER_ROUND_PARAM,
+    UPDATE_PARAMS,
+    DPAccount,
+    DPTerms,
+    Refusal,
     RoundCreate,
     RoundInfo,
     RoundRefusal,
     RoundSpec,
+    StageAck,
+    StageBroadcast,
+    StagePayload,
+    StageSubmit,
+    Work,
+    decode_vector,
+)
+from sdk.wire._router_config import (
+    ConsortiumRouterConfig,
     RouterConfigInfo,
     RouterConfigRef,
     RouterRollback,
     RouterVersionInfo,
-    StageAck,
-    StageBroadcast,
-    StageSubmit,
-    Work,
+)
+from sdk.wire._schemas import (
+    AuditBudget,
+    ClipBoundAck,
+    ClipBoundAnnouncement,
+    EnrollRequest,
+    EnrollResponse,
+    Health,
+    PayloadError,
 )
 from sdk.wire._tls import tls_verify
 

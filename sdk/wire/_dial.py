@@ -25,7 +25,7 @@ import anyio.to_thread
 import httpcore
 import httpx
 
-from sdk.wire._payload import PayloadError
+from sdk.wire._schemas import PayloadError
 
 __all__ = ["DialRefused", "check_reward_url", "checked_addresses", "checked_transport"]
 

@@ -1,4 +1,6 @@
-"""The consortium's router configuration, declared once in the server's settings (``[router]``).
+"""The consortium's router configuration, declared once in the server's settings (``[router]``),
+and the router's wire schemas: a configuration's reference and listing, a version's metadata,
+a rollback.
 
 The encoder, the router's architecture, its head order and the federated schedule: what every
 member needs to train the round's router locally and what fixes the length of every router
@@ -16,12 +18,18 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sdk.wire._schemas import _SHA256, _Reply, _Wire
+
 __all__ = [
     "ConsortiumRouterConfig",
     "FederatedConfig",
     "HashingEncoderConfig",
     "LocalTrainingConfig",
     "RouterConfig",
+    "RouterConfigInfo",
+    "RouterConfigRef",
+    "RouterRollback",
+    "RouterVersionInfo",
     "default_federated_config",
     "router_param_count",
 ]
@@ -208,3 +216,60 @@ class ConsortiumRouterConfig(BaseModel):
         """The configuration in one phrase, as refusals name it."""
         return (f"router configuration sha256 {self.sha256[:12]} ({self.num_params} "
                 f"parameters, heads {', '.join(self.heads)})")
+
+
+class RouterConfigRef(_Reply):
+    """Which router configuration a round or a router version follows: its lineage, hash and
+    parameter count (the configuration itself: ``GET /v1/router/config``)."""
+
+    lineage: int = Field(description="router lineage (a new one starts with a new head order: "
+                         "a member's enrollment, or an operator's ``POST /v1/router/lineage``)")
+    sha256: str = Field(pattern=_SHA256, description="ConsortiumRouterConfig.sha256")
+    num_params: int = Field(description="the configuration's router parameter count")
+
+class RouterConfigInfo(RouterConfigRef):
+    """``GET /v1/router/config``: a lineage's router configuration, with its reference."""
+
+    config: ConsortiumRouterConfig
+    created_at: float
+    current: bool = Field(description="whether rounds open on this lineage now")
+    first_version: int | None = Field(default=None, description="the lineage's oldest router "
+                                      "version (None: none yet)")
+    latest_version: int | None = Field(default=None, description="the lineage's newest router "
+                                       "version (None: none yet)")
+    started_by: str | None = Field(default=None, description="who started the lineage: an "
+                                   "operator, ``settings`` or ``enrollment of NAME``")
+
+class RouterRollback(_Wire):
+    """Admin request: publish an earlier router version again as the newest."""
+
+    version: int = Field(ge=1, le=2**62, description="the router version to restore")
+
+class RouterVersionInfo(_Reply):
+    """Metadata of one global router version; the blob is little-endian float32."""
+
+    version: int
+    round_id: int | None
+    sha256: str
+    size_bytes: int
+    length: int
+    created_at: float
+    router_config: RouterConfigRef | None = Field(
+        default=None, description="the configuration (lineage) the version belongs to")
+    restored: int | None = Field(default=None, description="a rollback: the version it "
+                                 "published again")
+    carried_from: int | None = Field(default=None, description="a lineage's first version: "
+                                     "the earlier lineage's version whose trunk and heads it "
+                                     "carries over")
+
+    def origin(self) -> str:
+        """Where the version came from, in words (the console and ``fedmor router history``
+        say it the same way): its round, the version a rollback restored, the version a new
+        lineage carried over, or the operator's first publication."""
+        if self.round_id is not None:
+            return f"round {self.round_id}"
+        if self.restored is not None:
+            return f"restored version {self.restored}"
+        if self.carried_from is not None:
+            return f"carried over from version {self.carried_from}"
+        return "published"

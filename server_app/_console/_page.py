@@ -31,8 +31,8 @@ from server_app._identity._access import Identity
 from server_app._identity._identities import Identities
 from server_app._rewards._service import AlignmentService
 from server_app._rounds._manager import RoundManager
+from server_app._routes._rounds import visible_rounds
 from server_app._routes._router import router_versions
-from server_app._routes._visibility import visible_rounds
 from server_app._store import Store
 
 __all__ = ["ASSETS", "ConsoleSources", "ConsoleView", "message_page", "render"]

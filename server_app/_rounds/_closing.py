@@ -13,9 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from sdk.rounds import RoundFailed, ServerRound, from_delta
-from server_app._rounds._lookup import RoundLookup
-from server_app._rounds._records import RoundRecords
-from server_app._rounds._status import RoundStatus
+from server_app._rounds._state import RoundLookup, RoundRecords, RoundStatus
 from server_app._store import Store
 
 __all__ = ["RoundCapture", "StageCloser"]

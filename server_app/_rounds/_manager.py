@@ -20,9 +20,7 @@ from sdk.wire import (
     StagePayload,
 )
 from server_app._rounds._closing import RoundCapture, StageCloser
-from server_app._rounds._lookup import RoundLookup, started
-from server_app._rounds._records import RoundRecords
-from server_app._rounds._status import RoundStatus
+from server_app._rounds._state import RoundLookup, RoundRecords, RoundStatus, started
 from server_app._router._config import RouterLineages
 from server_app._store import ConflictError, RoundRow, Store, payload_record
 

@@ -1,5 +1,5 @@
 """The REST routes, one module per group of endpoints: each declares its callers' roles,
 names the caller (``_identity._access``) and hands the request to the part below that
-does the work; ``_visibility`` is what each role may read of a round. No part below the
-routes imports one.
+does the work (``_rounds`` also holds what each role may read of a round). No part below
+the routes imports one.
 """

@@ -1,5 +1,13 @@
 """Rounds: open and list rounds, submit a stage's message, fetch a stage's input, refuse a round
-(an ``APIRouter`` that ``create_app`` includes)."""
+(an ``APIRouter`` that ``create_app`` includes), and what each role may read of them.
+
+A member runs a round from its terms (kind, stages, participants and their identity keys, which
+SecAgg+ checks key advertisements against, parameters, deadline, DP terms) and its status. It
+has no business with rounds it is not in, nor with what other members did there: their
+refusals (a member's site policy and reason), who dropped out, or their ids in a failure
+reason. The other roles (operator, auditor, aligner, the admin token) see the full status.
+Stage inputs need no filter: each member is only ever handed the entries addressed to it.
+"""
 
 # No ``from __future__ import annotations``: FastAPI reads the local ``Annotated`` aliases.
 
@@ -21,10 +29,10 @@ from sdk.serving import (
 from sdk.wire import RoundCreate, RoundInfo, RoundRefusal, StageAck, StageBroadcast, StageSubmit
 from server_app._identity._access import ADMIN, ANY_ROLE, Access, Identity
 from server_app._rounds._manager import RoundManager
+from server_app._rounds._state import WHO_LEFT
 from server_app._rounds._work import Signal, wait_broadcast
-from server_app._routes._visibility import visible_round, visible_rounds
 
-__all__ = ["rounds_router"]
+__all__ = ["member_view", "rounds_router", "visible_rounds"]
 
 _log = logging.getLogger("fedmor.server")
 _STAGE = Path(pattern=r"^[a-z_]{1,40}$")
@@ -32,6 +40,46 @@ _STAGE_BODY = {"required": True, "content": {
     "application/json": {"schema": StageSubmit.model_json_schema()},
     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
 RoundId = Annotated[int, Path(ge=1, le=2**62)]
+
+
+OTHER_MEMBER = "another member"
+
+
+def member_view(info: RoundInfo, member: str) -> RoundInfo:
+    """``info`` as ``member`` (a participant) may see it: its own refusal, dropout and failure
+    only, and the failure reason without who left and with other participants' ids replaced."""
+    error = info.error
+    if error is not None:
+        error = error.partition(WHO_LEFT)[0]  # other members' causes are theirs
+        for other in info.participants:
+            if other != member:
+                error = error.replace(other, OTHER_MEMBER)
+    return info.model_copy(update={
+        "refusals": [r for r in info.refusals if r.client_id == member],
+        "dropouts": [d for d in info.dropouts if d == member],
+        "failures": [f for f in info.failures if f.client_id == member],
+        "error": error})
+
+
+def visible_round(rounds: RoundManager, caller: Identity, round_id: int) -> RoundInfo:
+    """Round ``round_id`` as ``caller`` may see it; 403 for a member outside the round."""
+    info = rounds.info(round_id)
+    if caller.role != "member":
+        return info
+    if caller.caller_id not in info.participants:
+        raise PermissionError(f"client {caller.caller_id} is not a participant of round "
+                              f"{round_id}: members read only their own rounds")
+    return member_view(info, caller.caller_id)
+
+
+def visible_rounds(rounds: RoundManager, caller: Identity,
+                   status: str | None = None) -> list[RoundInfo]:
+    """The rounds ``caller`` may see (a member: the ones it takes part in), oldest first."""
+    found = rounds.list(status)
+    if caller.role != "member":
+        return found
+    return [member_view(i, caller.caller_id) for i in found
+            if caller.caller_id in i.participants]
 
 
 def _json_response(model: StageAck | StageBroadcast) -> Response:

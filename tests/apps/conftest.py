@@ -20,7 +20,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 
-from client_app._member_round import MemberRound, UpdateSource
+from client_app._round_walk import MemberRound, UpdateSource
 from fedmor_local import OPEN_POLICY, LocalConsortium
 from sdk.membership import add_to_roster
 from sdk.rounds import ROUND_KINDS

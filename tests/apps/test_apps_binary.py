@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from fastapi.testclient import TestClient
 
-from client_app._member_round import MemberRound, ready_update
+from client_app._round_walk import MemberRound, ready_update
 from sdk.rounds import ROUND_KINDS
 from sdk.rounds._fedavg_kind import encode_update
 from sdk.secagg import MaskedInput, QuantizationConfig

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from attacks import audit_capture_dir
-from client_app._member_round import ready_update
+from client_app._round_walk import ready_update
 from sdk.capture import CaptureFiles
 from sdk.secagg._schema import MaskedInput
 from server_app import Store

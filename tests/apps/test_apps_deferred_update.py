@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from client_app import ClientRunner, ClientSettings, ClientStore
 from client_app._demo import demo_params, demo_update
-from client_app._member_round import MemberRound, UpdateSource, ready_update
+from client_app._round_walk import MemberRound, UpdateSource, ready_update
 from fedmor_local import OPEN_POLICY
 from sdk.rounds import ROUND_KINDS, RoundFailed
 from sdk.secagg import QuantizationConfig

@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 
 import server_app._rewards._broker as broker_module
-from client_app._member_round import ready_update
+from client_app._round_walk import ready_update
 from sdk.wire import ImageRef, RoundSpec, generate_key, public_key_b64
 from sdk.wire._auth import authority_of
 from server_app import Store

@@ -20,7 +20,7 @@ from client_app._app import create_client_app
 from sdk.reward import DEFAULT_CLIP
 from sdk.wire import generate_key, public_key_b64, sign_headers
 from sdk.wire._auth import authority_of
-from sdk.wire._payload import encode_vector
+from sdk.wire._rounds import encode_vector
 from server_app._settings import load_settings
 
 from .conftest import Member

@@ -17,7 +17,7 @@ import pytest
 
 from client_app import ClientRunner, ClientSettings, ClientStore
 from client_app._demo import demo_update
-from client_app._member_round import MemberRound, ready_update
+from client_app._round_walk import MemberRound, ready_update
 from fedmor_local import OPEN_POLICY
 from sdk.rounds import ROUND_KINDS
 from sdk.wire import RoundCreate, SignedClient

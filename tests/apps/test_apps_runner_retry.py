@@ -13,8 +13,8 @@ from typing import ClassVar
 import pytest
 
 from client_app import ClientRunner, ClientSettings, ClientStore
-from client_app._connection import Unanswered
 from client_app._demo import demo_update
+from client_app._transport import Unanswered
 from sdk.wire import RequestRefused, generate_key
 from sdk.wire._auth import HEADER_NONCE
 

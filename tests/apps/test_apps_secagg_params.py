@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from client_app._demo import demo_params
-from client_app._member_round import MemberRound, ready_update
 from client_app._policy import SitePolicy, check_round
+from client_app._round_walk import MemberRound, ready_update
 from fedmor_local import OPEN_POLICY
 from sdk.rounds import ROUND_KINDS, RoundFailed, SecAggRoundParams, memory_spec
 from sdk.rounds._secagg_kind import _round_params

@@ -13,7 +13,7 @@ import numpy as np
 from fastapi.testclient import TestClient
 
 from sdk.wire import ImageRef, SignedClient
-from sdk.wire._payload import encode_vector
+from sdk.wire._rounds import encode_vector
 from tests.apps.conftest import Member, wait_long_polls
 
 ADMIN = {"authorization": "Bearer adm"}

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from client_app._member_round import MemberRound, UpdateSource
+from client_app._round_walk import MemberRound, UpdateSource
 from fedmor_local import LocalConsortium
 from fedmor_local._local import ADMIN_TOKEN
 from sdk.rounds import ROUND_KINDS

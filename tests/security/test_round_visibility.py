@@ -13,7 +13,7 @@ import httpx
 from fedmor_local import LocalConsortium
 from sdk.wire import Refusal, RoundInfo, load_private_key, sign_headers
 from sdk.wire._auth import authority_of
-from server_app._routes._visibility import member_view
+from server_app._routes._rounds import member_view
 from tests.security.conftest import PULL, PUSH, PUSH2, client_id
 
 

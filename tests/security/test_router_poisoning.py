@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import sdk.cli
-from client_app._member_round import ready_update
+from client_app._round_walk import ready_update
 from fedmor_local import LocalConsortium
 from fedmor_local._local import ADMIN_TOKEN
 from sdk.secagg._schema import MaskedInput
