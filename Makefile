@@ -5,6 +5,10 @@ STAMP := $(VENV)/.fedmor-installed
 DEPS := pyproject.toml Makefile
 WARM := import sdk.cli, sdk.reward, sdk.alignment, sdk.router, sdk.ops, sdk.data, server_app._app, client_app._app, attacks, fedmor_local, trl, opacus, pytest, xdist, hypothesis, schemathesis, mkdocs.commands.build, material, mkdocstrings, importlinter, grimp
 
+# Every process the recipes start writes the bytecode of what it imports (an environment that
+# turns that off would compile the same modules again in each of the suite's processes).
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: demo test bench lint docs docs-serve
 
 $(STAMP): $(DEPS)
@@ -18,7 +22,7 @@ $(STAMP): $(DEPS)
 	@# pip's bytecode pass (skipped above) compiles every module of torch, transformers and the
 	@# rest, most of which nothing here imports: bytecode is written for what the apps, the CLI
 	@# and the tests import, by importing it once.
-	@env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/python -c "$(WARM)"
+	@$(VENV)/bin/python -c "$(WARM)"
 	@touch $(STAMP)
 
 demo: $(STAMP)
