@@ -41,6 +41,9 @@ def test_a_signalled_import_leaves_nothing(tmp_path: Path, signum: int, code: in
          str(tmp_path / "src" / "export.csv"), "--out", str(tmp_path / "out")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "FEDMOR_QUIET": "1"},
+        # A runner that started this suite in the background hands its children SIGINT
+        # ignored, and Python keeps an inherited ignore: the import starts as a shell's would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
     def writing() -> bool:  # the hidden folder exists and holds a written pair
