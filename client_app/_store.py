@@ -94,6 +94,15 @@ class ClientStore(SQLiteFile):
             row = self._db.execute(sql, args).fetchone()
             return None if row is None else row[0]
 
+    def _dicts(self, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        """The rows of ``sql``, each as a dict by the column names the query selects, so a
+        read names its columns once."""
+        with self._lock:
+            cursor = self._db.execute(sql, args)
+            rows = cursor.fetchall()
+        names = [column[0] for column in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
     def _exec(self, sql: str, args: tuple[Any, ...] = ()) -> None:
         with self._lock:
             self._db.execute(sql, args)
@@ -134,11 +143,7 @@ class ClientStore(SQLiteFile):
 
     def audit_log(self) -> list[dict[str, Any]]:
         """All audit records, oldest first."""
-        with self._lock:
-            rows = self._db.execute("SELECT ts, caller, query_sha256, items FROM query_audit "
-                                    "ORDER BY id").fetchall()
-        return [dict(zip(("ts", "caller", "query_sha256", "items"), r, strict=True))
-                for r in rows]
+        return self._dicts("SELECT ts, caller, query_sha256, items FROM query_audit ORDER BY id")
 
     def record_dp(self, round_id: int, created_at: float, noise_multiplier: float,
                   epsilon: float) -> None:
@@ -158,11 +163,8 @@ class ClientStore(SQLiteFile):
 
     def dp_ledger(self) -> list[dict[str, float]]:
         """Every counted DP round: round_id, noise_multiplier, epsilon (after it), at."""
-        with self._lock:
-            rows = self._db.execute("SELECT round_id, noise_multiplier, epsilon, at FROM "
-                                    "dp_ledger ORDER BY at").fetchall()
-        return [dict(zip(("round_id", "noise_multiplier", "epsilon", "at"), r, strict=True))
-                for r in rows]
+        return self._dicts("SELECT round_id, noise_multiplier, epsilon, at FROM dp_ledger "
+                           "ORDER BY at")
 
     def use_nonce(self, sender: str, nonce: str, ts: float, *, keep_s: float) -> bool:
         """Record a nonce; False if it was already used (a replay)."""
@@ -195,11 +197,9 @@ class ClientStore(SQLiteFile):
 
     def round_update(self, round_id: int) -> dict[str, Any] | None:
         """The pairs and local losses recorded for a round, or None."""
-        with self._lock:
-            row = self._db.execute("SELECT pairs, loss_before, loss_after FROM rounds WHERE "
-                                   "round_id=? AND pairs IS NOT NULL", (round_id,)).fetchone()
-        return None if row is None else dict(zip(("pairs", "loss_before", "loss_after"), row,
-                                                 strict=True))
+        rows = self._dicts("SELECT pairs, loss_before, loss_after FROM rounds WHERE "
+                           "round_id=? AND pairs IS NOT NULL", (round_id,))
+        return rows[0] if rows else None
 
     def round_created(self, round_id: int) -> float | None:
         """The server's creation time of the round this client recorded under ``round_id``."""

@@ -29,6 +29,7 @@ import torch
 from _scratch import scratch_dir
 
 from sdk.data import HELDOUT_CATEGORIES, SynthConfig, load_pairs, synthesize
+from sdk.models import ARCHITECTURES
 from sdk.reward import (
     RewardModel,
     RewardTrainingConfig,
@@ -54,7 +55,7 @@ from sdk.secagg import DPConfig, SecAggConfig, dp_clip_range
 
 QUICK_CLIENTS = ("diagram", "detail", "safety")
 FULL_CLIENTS = ("diagram", "poster", "position", "detail", "safety")
-ARCH_ORDER = ("qwen2_vl", "qwen2_5_vl", "llava_onevision")
+ARCH_ORDER = tuple(ARCHITECTURES)  # every supported architecture, cycled over the clients
 
 
 def _log(msg: str) -> None:

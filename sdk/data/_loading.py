@@ -10,7 +10,7 @@ import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from PIL import Image
 
@@ -194,6 +194,18 @@ def _answer(record: dict[str, Any], options: tuple[str, ...], path: Path, line: 
     return answer
 
 
+_R = TypeVar("_R")
+
+
+def _nonempty(records: Iterator[_R], path: Path) -> list[_R]:
+    """All of ``records``; a file without one is refused, since a split with no records would
+    train or evaluate on nothing."""
+    out = list(records)
+    if not out:
+        raise PreferenceDataError(path, "no records")
+    return out
+
+
 def _checked_directory(directory: Path | str) -> Path:
     root = Path(directory)
     if not root.is_dir():
@@ -208,11 +220,8 @@ def load_pairs(
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
 ) -> list[PreferencePair]:
     """Load and validate ``directory/pairs.jsonl`` and its images, in file order."""
-    pairs = list(iter_pairs(directory, max_image_side=max_image_side,
-                            max_image_bytes=max_image_bytes))
-    if not pairs:
-        raise PreferenceDataError(Path(directory) / PAIRS_FILE, "no records")
-    return pairs
+    return _nonempty(iter_pairs(directory, max_image_side=max_image_side,
+                                max_image_bytes=max_image_bytes), Path(directory) / PAIRS_FILE)
 
 
 def iter_pairs(
@@ -242,11 +251,8 @@ def load_queries(
     Besides the text fields ``id``, ``image``, ``prompt``, ``category``, a query may carry
     ``answer`` (string or null) and ``options`` (list of strings, containing the answer).
     """
-    queries = list(iter_queries(directory, max_image_side=max_image_side,
-                                max_image_bytes=max_image_bytes))
-    if not queries:
-        raise PreferenceDataError(Path(directory) / QUERIES_FILE, "no records")
-    return queries
+    return _nonempty(iter_queries(directory, max_image_side=max_image_side,
+                                  max_image_bytes=max_image_bytes), Path(directory) / QUERIES_FILE)
 
 
 def iter_queries(

@@ -23,6 +23,13 @@ def _png() -> bytes:
     return buf.getvalue()
 
 
+def _enrolled(tc: TestClient, name: str, clip_bound: float | None) -> Member:
+    """``name`` enrolled on the in-process server announcing ``clip_bound``, as a member."""
+    resp, key = enroll_new(tc, name, clip_bound)
+    assert resp.status_code == 200, resp.text
+    return Member(tc, key, resp.json()["client_id"])
+
+
 def _answer_in_pull_mode(tc: TestClient, member: Member, scores: list[float],
                          status: int) -> BaseException | list[float]:
     """Query ``member`` through the server's own broker (on the app's event loop) while the
@@ -42,9 +49,7 @@ def _answer_in_pull_mode(tc: TestClient, member: Member, scores: list[float],
 def test_scores_outside_the_announced_bound_are_refused(
         server: tuple[TestClient, list[Member]]) -> None:
     tc, _ = server
-    resp, key = enroll_new(tc, "evil", 2.0)
-    assert resp.status_code == 200, resp.text
-    evil = Member(tc, key, resp.json()["client_id"])
+    evil = _enrolled(tc, "evil", 2.0)
     refused = _answer_in_pull_mode(tc, evil, [1e300, -1e300], 422)  # refused at the door
     assert isinstance(refused, BrokerError)
     assert "outside its announced clip bound [-2, 2]" in str(refused)
@@ -55,9 +60,7 @@ def test_scores_outside_the_announced_bound_are_refused(
 def test_an_answer_with_the_wrong_count_is_refused(
         server: tuple[TestClient, list[Member]]) -> None:
     tc, _ = server
-    resp, key = enroll_new(tc, "short", 2.0)
-    assert resp.status_code == 200, resp.text
-    short = Member(tc, key, resp.json()["client_id"])
+    short = _enrolled(tc, "short", 2.0)
     refused = _answer_in_pull_mode(tc, short, [1.0], 422)  # one score for two items: refused
     assert isinstance(refused, BrokerError) and "instead of 2 scores" in str(refused)
 
@@ -65,10 +68,8 @@ def test_an_answer_with_the_wrong_count_is_refused(
 def test_a_member_without_a_bound_is_not_trusted_and_bad_bounds_are_422(
         server: tuple[TestClient, list[Member]]) -> None:
     tc, _ = server
-    resp, key = enroll_new(tc, "silent", None)  # an old client: it announces no bound
-    assert resp.status_code == 200, resp.text
-    refused = _answer_in_pull_mode(tc, Member(tc, key, resp.json()["client_id"]), [0.1, 0.2],
-                                   422)
+    silent = _enrolled(tc, "silent", None)  # an old client: it announces no bound
+    refused = _answer_in_pull_mode(tc, silent, [0.1, 0.2], 422)
     assert isinstance(refused, BrokerError) and "announced no clip bound" in str(refused), refused
     for bad in (-1, 0, 1e300):
         resp, _ = enroll_new(tc, f"bad{bad}".replace(".", "").replace("+", ""), bad)
@@ -97,8 +98,7 @@ def test_enrollment_above_the_consortium_maximum_is_refused(
 def test_a_bound_announced_through_another_process_is_read_before_refusing(
         server: tuple[TestClient, list[Member]]) -> None:
     tc, _ = server
-    resp, key = enroll_new(tc, "retrained", 1.0)
-    member = Member(tc, key, resp.json()["client_id"])
+    member = _enrolled(tc, "retrained", 1.0)
     assert _answer_in_pull_mode(tc, member, [0.5, -0.5], 204) == [0.5, -0.5]  # the row is cached
     # What another server process's POST /v1/identity/clip-bound writes: this broker's cached
     # row still says 1.
