@@ -28,10 +28,11 @@ $(STAMP): $(DEPS)
 demo: $(STAMP)
 	$(VENV)/bin/fedmor demo
 
-# Two workers, whole files each: much of the suite waits on a local consortium's processes,
-# and a file's module fixtures (and the order its tests rely on) stay on one worker.
+# Three workers on two cores, whole files each: much of the suite waits on a local
+# consortium's processes, which a third worker fills; a file's module fixtures (and the order its
+# tests rely on) stay on one worker.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile
+	$(VENV)/bin/python -m pytest -q -n 3 --dist loadfile
 
 # Flower (the `bench` extra) would upgrade fastapi/uvicorn in .venv: it gets a venv of its own,
 # which examples/benchmarks/secagg.py drives in a subprocess.

@@ -47,7 +47,7 @@ def _quiet_mode_stays_in_its_test() -> object:
 # on one worker running a long file alone. test_apps_rounds.py kills members of the apps' shared
 # consortium (one per worker), so it comes after the other files that use it.
 _FIRST = tuple(f"tests/{name}.py" for name in (
-    "test_guides", "test_demo", "test_docs", "alignment/test_align_service",
+    "test_guides", "test_guides_operator", "test_demo", "test_docs", "alignment/test_align_service",
     "apps/test_apps_capture_fixed", "apps/test_apps_policy", "apps/test_apps_capture_consent",
     "attacks/test_attacks_audit", "attacks/test_attacks_lira_base", "apps/test_apps_mtls",
     "benchmarks/test_attacks_real_size", "alignment/test_grpo", "apps/test_apps_reannounce",

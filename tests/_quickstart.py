@@ -1,0 +1,87 @@
+"""Running a guide's quickstart as written, on 127.0.0.1 (``tests/test_guides*.py``).
+
+The ``bash`` blocks under a guide's "Quickstart" heading are run in order in one shell, in an
+empty folder, with ``fedmor`` on the PATH; only the ports are swapped for free ones.
+"""
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests._checkout import checkout_env
+
+ROOT = Path(__file__).resolve().parents[1]
+GUIDES = ROOT / "docs" / "guides"
+
+
+def quickstart(guide: str) -> str:
+    """The guide's quickstart blocks, joined in order."""
+    text = (GUIDES / f"{guide}.md").read_text()
+    # "## Quickstart" or "## Quickstart: <what it does>"
+    section = re.split(r"\n## Quickstart(?::[^\n]*)?\n", text, maxsplit=1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    assert blocks, f"{guide}.md: no bash block under its Quickstart heading"
+    return "\n".join(blocks)
+
+
+def _free_run(n: int) -> int:
+    """A port p with p .. p + n - 1 all free on 127.0.0.1."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n > 65535:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no run of free ports")
+
+
+def run_quickstart(guide: str, tmp_path: Path, timeout: float = 600) -> str:
+    script = quickstart(guide)
+    server, clients = _free_run(1), _free_run(4)
+    script = script.replace("8443", str(server))
+    for k, doc_port in enumerate(("9441", "9442", "9443", "9444")):
+        script = script.replace(doc_port, str(clients + k))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "fedmor"  # the console script, pointing at this checkout
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m sdk.cli "$@"\n')
+    shim.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = checkout_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", OMP_NUM_THREADS="1",
+                       FEDMOR_CONFIG_DIR=str(tmp_path / "config"))  # never the user's profiles
+    env.pop("FEDMOR_ADMIN_TOKEN", None)
+    proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=work, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # apps the script's exit trap missed
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+NEEDS_BASH = pytest.mark.skipif(shutil.which("bash") is None, reason="the quickstarts need bash")
