@@ -55,12 +55,21 @@ def test_cli_groups_come_from_the_entry_point_table() -> None:
         assert f"\n  {command} " in "\n" + operator
 
 
-def test_a_command_imports_only_its_own_group() -> None:
-    """``fedmor rounds ...`` builds only the ``rounds`` parser: no model code (torch) is
-    imported for an operator command, so each one starts in a fraction of a second."""
-    code = ("import sys\nfrom sdk.cli import main\ntry:\n    main(['rounds', '--help'])\n"
-            "except SystemExit:\n    pass\nprint('torch imported:', 'torch' in sys.modules)")
+HEAVY = ("torch", "transformers", "fastapi")
+
+
+@pytest.mark.parametrize("argv", [["rounds", "--help"], ["router", "history", "--help"],
+                                  ["keys", "new", "--help"], ["audit", "--help"]],
+                         ids=lambda argv: "-".join(argv[:-1]))
+def test_a_command_imports_only_what_it_uses(argv: list[str]) -> None:
+    """``fedmor <command> ...`` builds only its group's parser, and the packages it goes through
+    load their heavy modules on first use: no model code (torch, transformers) and no web
+    framework (fastapi) is imported for a command that does not run them, so each one starts in
+    a fraction of a second."""
+    code = (f"import sys\nfrom sdk.cli import main\ntry:\n    main({argv!r})\n"
+            "except SystemExit:\n    pass\n"
+            f"print('imported:', [m for m in {HEAVY!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=checkout_env(), timeout=300)
-    assert "usage: fedmor rounds" in out.stdout, out.stderr[-2000:]
-    assert out.stdout.strip().endswith("torch imported: False"), out.stdout[-500:]
+    assert f"usage: fedmor {' '.join(argv[:-1])}" in out.stdout, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("imported: []"), out.stdout[-500:]
