@@ -63,8 +63,11 @@ HEAVY = ("torch", "transformers", "fastapi")
     (["router", "history", "--help"], "usage: fedmor router history"),
     (["keys", "new", "--help"], "usage: fedmor keys new"),
     (["audit", "--help"], "usage: fedmor audit"),
+    (["rm", "--help"], "usage: fedmor rm"),
+    (["policy", "--help"], "usage: fedmor policy"),
     (["client", "policy", "show"], "reward queries:"),  # runs: reads the client's settings
-], ids=["rounds-help", "router-history-help", "keys-new-help", "audit-help", "client-policy-show"])
+], ids=["rounds-help", "router-history-help", "keys-new-help", "audit-help", "rm-help",
+        "policy-help", "client-policy-show"])
 def test_a_command_imports_only_what_it_uses(argv: list[str], shows: str,
                                              tmp_path: Path) -> None:
     """``fedmor <command> ...`` builds only its group's parser, and the packages it goes through

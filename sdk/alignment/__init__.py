@@ -1,9 +1,9 @@
 """Stage C: GRPO alignment with routed rewards, the baselines' reward rules, evaluation and
 communication accounting.
 
-The selection layer (routing rules, Neural TS, reward sources) imports eagerly and needs neither
-trl nor transformers, so a server that only scores rewards does not load them; the training side
-(GRPO, evaluation, export) loads on first use of one of its names.
+Each name loads its module on first use: the selection layer (routing rules, Neural TS, reward
+sources) needs neither trl nor transformers, so a server that only scores rewards does not load
+them, and a command's ``--help`` loads no model code at all.
 """
 
 from __future__ import annotations
@@ -11,30 +11,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sdk._lazy import lazy_exports
-from sdk.alignment._chooser import ONLINE_ROUTER_CONFIG, NeuralTSChooser, loss_feedback
-from sdk.alignment._errors import AlignmentError
-from sdk.alignment._llm_judge import LLMJudge
-from sdk.alignment._parsing import parse_choice
-from sdk.alignment._reward_function import SelectionRewardFunction
-from sdk.alignment._reward_source import EmptyIsWorst, InProcessRewardSource, RewardSource
-from sdk.alignment._selection import (
-    SELECTIONS,
-    ArmChooser,
-    CompletionBatch,
-    RewardSelection,
-    Routing,
-    make_selection,
-    register_selection,
-    routed_scores,
-)
 
 if TYPE_CHECKING:
+    from sdk.alignment._chooser import ONLINE_ROUTER_CONFIG, NeuralTSChooser, loss_feedback
     from sdk.alignment._communication import (
         CommunicationSetting,
         communication_bytes,
         lora_parameter_count,
         parameter_count,
     )
+    from sdk.alignment._errors import AlignmentError
     from sdk.alignment._evaluation import (
         EvalSettings,
         evaluate_policy,
@@ -44,7 +30,21 @@ if TYPE_CHECKING:
     from sdk.alignment._fedavg import train_fedavg_reward_model
     from sdk.alignment._grpo import GRPORewardFunction, GRPOSettings, StepTimer, align
     from sdk.alignment._job import AlignJob
+    from sdk.alignment._llm_judge import LLMJudge
+    from sdk.alignment._parsing import parse_choice
     from sdk.alignment._rest_rewards import RestRewardFunction, enroll_identity
+    from sdk.alignment._reward_function import SelectionRewardFunction
+    from sdk.alignment._reward_source import EmptyIsWorst, InProcessRewardSource, RewardSource
+    from sdk.alignment._selection import (
+        SELECTIONS,
+        ArmChooser,
+        CompletionBatch,
+        RewardSelection,
+        Routing,
+        make_selection,
+        register_selection,
+        routed_scores,
+    )
     from sdk.alignment._warmup import WarmupConfig, warmup_policy
 
 __all__ = [
