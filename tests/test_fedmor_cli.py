@@ -55,12 +55,29 @@ def test_cli_groups_come_from_the_entry_point_table() -> None:
         assert f"\n  {command} " in "\n" + operator
 
 
-def test_a_command_imports_only_its_own_group() -> None:
-    """``fedmor rounds ...`` builds only the ``rounds`` parser: no model code (torch) is
-    imported for an operator command, so each one starts in a fraction of a second."""
-    code = ("import sys\nfrom sdk.cli import main\ntry:\n    main(['rounds', '--help'])\n"
-            "except SystemExit:\n    pass\nprint('torch imported:', 'torch' in sys.modules)")
+HEAVY = ("torch", "transformers", "fastapi")
+
+
+@pytest.mark.parametrize(("argv", "shows"), [
+    (["rounds", "--help"], "usage: fedmor rounds"),
+    (["router", "history", "--help"], "usage: fedmor router history"),
+    (["keys", "new", "--help"], "usage: fedmor keys new"),
+    (["audit", "--help"], "usage: fedmor audit"),
+    (["rm", "--help"], "usage: fedmor rm"),
+    (["policy", "--help"], "usage: fedmor policy"),
+    (["client", "policy", "show"], "reward queries:"),  # runs: reads the client's settings
+], ids=["rounds-help", "router-history-help", "keys-new-help", "audit-help", "rm-help",
+        "policy-help", "client-policy-show"])
+def test_a_command_imports_only_what_it_uses(argv: list[str], shows: str,
+                                             tmp_path: Path) -> None:
+    """``fedmor <command> ...`` builds only its group's parser, and the packages it goes through
+    load their heavy modules on first use: no model code (torch, transformers) and no web
+    framework (fastapi) is imported for a command that does not run them, so each one starts in
+    a fraction of a second."""
+    code = (f"import sys\nfrom sdk.cli import main\ntry:\n    main({argv!r})\n"
+            "except SystemExit:\n    pass\n"
+            f"print('imported:', [m for m in {HEAVY!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=checkout_env(), timeout=300)
-    assert "usage: fedmor rounds" in out.stdout, out.stderr[-2000:]
-    assert out.stdout.strip().endswith("torch imported: False"), out.stdout[-500:]
+                         cwd=tmp_path, env=checkout_env(), timeout=300)
+    assert shows in out.stdout, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("imported: []"), out.stdout[-500:]

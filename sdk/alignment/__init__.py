@@ -1,40 +1,26 @@
 """Stage C: GRPO alignment with routed rewards, the baselines' reward rules, evaluation and
 communication accounting.
 
-The selection layer (routing rules, Neural TS, reward sources) imports eagerly and needs neither
-trl nor transformers, so a server that only scores rewards does not load them; the training side
-(GRPO, evaluation, export) loads on first use of one of its names.
+Each name loads its module on first use: the selection layer (routing rules, Neural TS, reward
+sources) needs neither trl nor transformers, so a server that only scores rewards does not load
+them, and a command's ``--help`` loads no model code at all.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from sdk.alignment._chooser import ONLINE_ROUTER_CONFIG, NeuralTSChooser, loss_feedback
-from sdk.alignment._errors import AlignmentError
-from sdk.alignment._llm_judge import LLMJudge
-from sdk.alignment._parsing import parse_choice
-from sdk.alignment._reward_function import SelectionRewardFunction
-from sdk.alignment._reward_source import EmptyIsWorst, InProcessRewardSource, RewardSource
-from sdk.alignment._selection import (
-    SELECTIONS,
-    ArmChooser,
-    CompletionBatch,
-    RewardSelection,
-    Routing,
-    make_selection,
-    register_selection,
-    routed_scores,
-)
+from sdk._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from sdk.alignment._chooser import ONLINE_ROUTER_CONFIG, NeuralTSChooser, loss_feedback
     from sdk.alignment._communication import (
         CommunicationSetting,
         communication_bytes,
         lora_parameter_count,
         parameter_count,
     )
+    from sdk.alignment._errors import AlignmentError
     from sdk.alignment._evaluation import (
         EvalSettings,
         evaluate_policy,
@@ -44,30 +30,22 @@ if TYPE_CHECKING:
     from sdk.alignment._fedavg import train_fedavg_reward_model
     from sdk.alignment._grpo import GRPORewardFunction, GRPOSettings, StepTimer, align
     from sdk.alignment._job import AlignJob
+    from sdk.alignment._llm_judge import LLMJudge
+    from sdk.alignment._parsing import parse_choice
     from sdk.alignment._rest_rewards import RestRewardFunction, enroll_identity
+    from sdk.alignment._reward_function import SelectionRewardFunction
+    from sdk.alignment._reward_source import EmptyIsWorst, InProcessRewardSource, RewardSource
+    from sdk.alignment._selection import (
+        SELECTIONS,
+        ArmChooser,
+        CompletionBatch,
+        RewardSelection,
+        Routing,
+        make_selection,
+        register_selection,
+        routed_scores,
+    )
     from sdk.alignment._warmup import WarmupConfig, warmup_policy
-
-# name -> the private module that defines it, imported on first access (PEP 562)
-_LAZY = {
-    "CommunicationSetting": "sdk.alignment._communication",
-    "communication_bytes": "sdk.alignment._communication",
-    "lora_parameter_count": "sdk.alignment._communication",
-    "parameter_count": "sdk.alignment._communication",
-    "EvalSettings": "sdk.alignment._evaluation",
-    "evaluate_policy": "sdk.alignment._evaluation",
-    "generate_responses": "sdk.alignment._evaluation",
-    "style_scores": "sdk.alignment._evaluation",
-    "train_fedavg_reward_model": "sdk.alignment._fedavg",
-    "GRPORewardFunction": "sdk.alignment._grpo",
-    "GRPOSettings": "sdk.alignment._grpo",
-    "StepTimer": "sdk.alignment._grpo",
-    "align": "sdk.alignment._grpo",
-    "AlignJob": "sdk.alignment._job",
-    "RestRewardFunction": "sdk.alignment._rest_rewards",
-    "enroll_identity": "sdk.alignment._rest_rewards",
-    "WarmupConfig": "sdk.alignment._warmup",
-    "warmup_policy": "sdk.alignment._warmup",
-}
 
 __all__ = [
     "ONLINE_ROUTER_CONFIG",
@@ -108,16 +86,5 @@ __all__ = [
     "warmup_policy",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """Import a training-side name's module on first use, then keep the name here."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+if not TYPE_CHECKING:  # mypy reads the block above, so a mistyped name stays an error
+    __getattr__, __dir__ = lazy_exports(__name__)

@@ -1,61 +1,55 @@
-"""Stage B: the frozen public encoder, the router, local router training and online routing."""
+"""Stage B: the frozen public encoder, the router, local router training and online routing.
 
-import importlib
-from typing import TYPE_CHECKING, Any
+Each name loads its module (torch; transformers and peft for the VLM encoder) on first use, so
+``fedmor router history`` and a server that only routes rewards import none they do not call.
+"""
 
-from sdk.router._aggregators import Aggregator, PlainAggregator, SecureAggregator
-from sdk.router._encoder import (
-    EncodedBatch,
-    Encoder,
-    concat_batches,
-    image_digest,
-    image_ref,
-    open_image,
-)
-from sdk.router._errors import RouterError
-from sdk.router._evaluation import (
-    AverageRM,
-    RandomRM,
-    RouterSelection,
-    SelectionMethod,
-    SingleRM,
-    Table4,
-    encode_pairs,
-    reward_scores,
-    route_pairs,
-    table4,
-)
-from sdk.router._federated import FederatedConfig, FederatedRouterTrainer, RouterClient
-from sdk.router._hashing_encoder import HashingEncoder, HashingEncoderConfig
-from sdk.router._local import LocalTrainingConfig, fedavg_plain, train_router_locally
-from sdk.router._model import Router, RouterConfig
-from sdk.router._neural_ts import NeuralThompsonRouter, NeuralTSConfig
-from sdk.router._policy import route, soft_weights
-from sdk.router._recipe import (
-    default_federated_config,
-    load_router_clients,
-    train_federated_router,
-)
-from sdk.router._site_update import (
-    RouterUpdateSpec,
-    SiteData,
-    SiteRound,
-    load_router_update,
-    local_router_update,
-)
+from typing import TYPE_CHECKING
+
+from sdk._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from sdk.router._aggregators import Aggregator, PlainAggregator, SecureAggregator
+    from sdk.router._encoder import (
+        EncodedBatch,
+        Encoder,
+        concat_batches,
+        image_digest,
+        image_ref,
+        open_image,
+    )
+    from sdk.router._errors import RouterError
+    from sdk.router._evaluation import (
+        AverageRM,
+        RandomRM,
+        RouterSelection,
+        SelectionMethod,
+        SingleRM,
+        Table4,
+        encode_pairs,
+        reward_scores,
+        route_pairs,
+        table4,
+    )
+    from sdk.router._federated import FederatedConfig, FederatedRouterTrainer, RouterClient
+    from sdk.router._hashing_encoder import HashingEncoder, HashingEncoderConfig
+    from sdk.router._local import LocalTrainingConfig, fedavg_plain, train_router_locally
+    from sdk.router._model import Router, RouterConfig
+    from sdk.router._neural_ts import NeuralThompsonRouter, NeuralTSConfig
+    from sdk.router._policy import route, soft_weights
+    from sdk.router._recipe import (
+        default_federated_config,
+        load_router_clients,
+        train_federated_router,
+    )
+    from sdk.router._site_update import (
+        RouterUpdateSpec,
+        SiteData,
+        SiteRound,
+        load_router_update,
+        local_router_update,
+    )
     from sdk.router._vlm_encoder import VLMEncoder, VLMEncoderConfig
-
-# transformers and peft load on first use of these names: a server that only routes rewards
-# (the hashing encoder, the router head, Neural TS) never needs them.
-_LAZY = {"VLMEncoder": "sdk.router._vlm_encoder", "VLMEncoderConfig": "sdk.router._vlm_encoder"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Aggregator",
@@ -103,3 +97,7 @@ __all__ = [
     "train_federated_router",
     "train_router_locally",
 ]
+
+if not TYPE_CHECKING:  # mypy reads the block above, so a mistyped name stays an error
+    __getattr__, __dir__ = lazy_exports(__name__)
+

@@ -16,15 +16,17 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
+from typing import TYPE_CHECKING
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from starlette.requests import HTTPConnection
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sdk.serving._errors import send_error
 from sdk.wire import HEADER_SIGNATURE
+
+if TYPE_CHECKING:  # the web framework loads with the app: a settings file's reader needs none
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+    from starlette.requests import HTTPConnection
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["Limiter", "RateLimited", "RequestLimits", "install_limits"]
 
@@ -204,6 +206,8 @@ class _Middleware:
         pool = "unverified" if names & _CREDENTIALS else "anonymous"
         slots = self.limiter._enter(pool)
         if slots is None:
+            from sdk.serving._errors import send_error
+
             await send_error(send, 429, f"the app holds {getattr(self.limiter.cfg, pool)} "
                              f"requests of this kind (limits.{pool}); retry shortly",
                              retry_after_s=self.limiter.cfg.retry_after_s)
@@ -216,6 +220,8 @@ class _Middleware:
 
 
 async def _rate_limited(request: Request, exc: Exception) -> JSONResponse:
+    from fastapi.responses import JSONResponse
+
     assert isinstance(exc, RateLimited)
     return JSONResponse({"detail": str(exc)}, status_code=429,
                         headers={"retry-after": str(exc.retry_after_s)})
