@@ -149,6 +149,7 @@ class RewardItem(_Wire):
     prompt: str = Field(max_length=20_000)
     response: str = Field(max_length=20_000)
 
+
 class RewardRequest(_Wire):
     """A batch of reward queries, at most :attr:`MAX_ITEMS` items."""
 
@@ -158,11 +159,13 @@ class RewardRequest(_Wire):
 
     items: list[RewardItem] = Field(min_length=1, max_length=MAX_ITEMS)
 
+
 class RewardResponse(_Reply):
     """Normalized, clipped scores, one per item."""
 
     scores: list[Annotated[float, Field(allow_inf_nan=False)]]
     query_sha256: str
+
 
 class RewardAnswer(_Wire):
     """A pull-mode client's answer to one queued query: scores, or the image hashes it lacks."""
@@ -176,11 +179,13 @@ class RewardAnswer(_Wire):
                                       "or budget), as a push member's 429 with this "
                                       "Retry-After")
 
+
 class PendingQuery(_Reply):
     """A queued (pull-mode) reward query for one client."""
 
     query_id: int
     items: list[RewardItem]
+
 
 class MissingImages(_Reply):
     """409 from a client app: resend these images' bytes."""

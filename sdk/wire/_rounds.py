@@ -43,6 +43,7 @@ __all__ = [
 ROUTER_ROUND_PARAM = "router_round"
 """The federation's round index (the router lr schedule's clock), read by the router update."""
 
+
 class _UpdateParams(BaseModel):
     """The bounds of the round ``params`` addressed to the members' updates, not to a
     round kind (``UPDATE_PARAMS``), checked when the round is created: a value no member can
@@ -58,6 +59,7 @@ class _UpdateParams(BaseModel):
 UPDATE_PARAMS = frozenset(_UpdateParams.model_fields)
 """Round ``params`` addressed to the members' update sources, not to a round kind (a kind passes
 them through)."""
+
 
 class RoundCreate(_Wire):
     """Admin request that opens a round."""
@@ -94,6 +96,7 @@ class RoundCreate(_Wire):
                                        for e in exc.errors())) from None
         return value
 
+
 class DPTerms(_Reply):
     """A round's client-level DP: each member clips its update to L2 norm ``clip_norm`` and
     adds its share of Gaussian noise, so that any accepted aggregate carries std
@@ -104,6 +107,7 @@ class DPTerms(_Reply):
     sample_rate: float
     delta: float
 
+
 class DPAccount(DPTerms):
     """A DP round's privacy cost as the server accounts it (opacus' RDP accountant)."""
 
@@ -111,6 +115,7 @@ class DPAccount(DPTerms):
     epsilon_total: float | None = Field(default=None, description="every finished DP round "
                                         "of this server up to this one, composed, at "
                                         "``delta``; set once the round finished")
+
 
 class RoundRefusal(_Wire):
     """A member's refusal of a round its site policy does not allow, or its report that it
@@ -131,6 +136,7 @@ class RoundRefusal(_Wire):
         return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
                        for c in value)
 
+
 class Refusal(RoundRefusal):
     """A refusal as the server recorded it (``RoundInfo.refusals``)."""
 
@@ -138,6 +144,7 @@ class Refusal(RoundRefusal):
 
     client_id: str
     at: float
+
 
 class RoundFailure(_Reply):
     """A participant that left a round before its end, where and why (``RoundInfo.failures``):
@@ -148,6 +155,7 @@ class RoundFailure(_Reply):
     stage: str = Field(description="the first stage it sent nothing for")
     reason: str = Field(description="what it reported (abandoned: its local cause; a policy "
                         "refusal: the rule; revoked), else that it gave no answer")
+
 
 class RoundSpec(BaseModel):
     """A round as the server announces it when it opens it, fixed for the round's life: the
@@ -170,6 +178,7 @@ class RoundSpec(BaseModel):
     router_config: RouterConfigRef | None = Field(
         default=None, description="the router configuration the round trains (None: the "
         "server declares none)")
+
 
 class RoundInfo(RoundSpec):
     """Status of one round: its ``RoundSpec`` and how far it got."""
@@ -232,6 +241,7 @@ class StageSubmit(_Wire):
 
     payload: dict[str, Any]
 
+
 class StageBroadcast(_Reply):
     """The server's input for a client's stage; ``ready`` is false until the previous stage
     closed."""
@@ -241,6 +251,7 @@ class StageBroadcast(_Reply):
     ready: bool
     round_status: str
     payload: dict[str, Any] | None = None
+
 
 class StageAck(_Reply):
     """Sent only once the message is committed; identical retries get the same ack."""
@@ -252,6 +263,7 @@ class StageAck(_Reply):
     stored_at: float
     next: StageBroadcast | None = Field(
         default=None, description="with ``wait_next_s``: the next stage's input (saves a GET)")
+
 
 class Work(_Reply):
     """What a client has to do now (``GET /v1/work``): open rounds that still wait for its

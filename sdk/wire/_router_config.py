@@ -227,6 +227,7 @@ class RouterConfigRef(_Reply):
     sha256: str = Field(pattern=_SHA256, description="ConsortiumRouterConfig.sha256")
     num_params: int = Field(description="the configuration's router parameter count")
 
+
 class RouterConfigInfo(RouterConfigRef):
     """``GET /v1/router/config``: a lineage's router configuration, with its reference."""
 
@@ -240,10 +241,12 @@ class RouterConfigInfo(RouterConfigRef):
     started_by: str | None = Field(default=None, description="who started the lineage: an "
                                    "operator, ``settings`` or ``enrollment of NAME``")
 
+
 class RouterRollback(_Wire):
     """Admin request: publish an earlier router version again as the newest."""
 
     version: int = Field(ge=1, le=2**62, description="the router version to restore")
+
 
 class RouterVersionInfo(_Reply):
     """Metadata of one global router version; the blob is little-endian float32."""

@@ -24,6 +24,7 @@ __all__ = [
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 
+
 def _a_public_key(text: str) -> str:
     parse_public_key(text)  # its ValueError is the caller's 422, never a 500 further in
     return text
@@ -35,10 +36,12 @@ _PublicKey = Annotated[str, Field(min_length=40, max_length=64,
 
 _SHA256 = r"^[0-9a-f]{64}$"
 
+
 class _Wire(BaseModel):
     """A request: an unknown field is refused (422), never silently dropped."""
 
     model_config = ConfigDict(extra="forbid")
+
 
 class _Reply(BaseModel):
     """A response: a field added by a newer app is ignored, so an older caller (a member app
@@ -57,6 +60,7 @@ class ErrorBody(_Reply):
 
     detail: str
 
+
 class Health(_Reply):
     """``/v1/health``."""
 
@@ -68,6 +72,7 @@ class Health(_Reply):
                                      "started (Unix s; the server only)")
     recovered_rounds: list[int] = Field(default_factory=list, description="open rounds this "
                                         "server process resumed from its store at start")
+
 
 class EnrollRequest(_Wire):
     """A client's one-time enrollment: its roster name, token and identity key."""
@@ -81,6 +86,7 @@ class EnrollRequest(_Wire):
                                      description="every score this member answers lies in "
                                      "[-clip_bound, clip_bound]; the broker refuses others")
 
+
 class ClipBoundAnnouncement(_Wire):
     """``POST /v1/identity/clip-bound``, signed by a member: the bound of its current scorer
     (a reward model swapped for one with another normalizer announces its new ``c``)."""
@@ -88,6 +94,7 @@ class ClipBoundAnnouncement(_Wire):
     clip_bound: float = Field(gt=0, le=1e6, allow_inf_nan=False,
                               description="every score this member answers from now on lies "
                               "in [-clip_bound, clip_bound]")
+
 
 class ClipBoundAck(_Reply):
     """The bound the server now holds for the caller, and the one it replaced."""
@@ -97,6 +104,7 @@ class ClipBoundAck(_Reply):
     previous: float | None = Field(default=None, description="the bound announced before "
                                    "(None: the member had announced none)")
 
+
 class EnrollResponse(_Reply):
     """The id the client signs its later requests with, and the server's identity key."""
 
@@ -104,6 +112,7 @@ class EnrollResponse(_Reply):
     name: str
     server_public_key: str
     role: str = Field(default="member", description="what this identity may do (roster role)")
+
 
 class AuditBudget(_Reply):
     """An auditor's membership-query budget (``GET /v1/audit/budget``): scored items it may

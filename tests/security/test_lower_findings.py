@@ -101,6 +101,7 @@ def test_docs_ui_is_off_and_openapi_stays(server: tuple[TestClient, list[Member]
 
 # -- second review, finding 5 ----------------------------------------------------------------
 
+
 def _rows(tc: TestClient) -> list[tuple[object, ...]]:
     return tc.app.state.store.read("SELECT round_id, status FROM rounds")  # type: ignore[attr-defined,no-any-return]
 
