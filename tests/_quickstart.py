@@ -58,9 +58,10 @@ def _free_run(n: int) -> int:
 def run_quickstart(guide: str, tmp_path: Path, timeout: float = 600) -> str:
     script = quickstart(guide)
     server, clients = _free_run(1), _free_run(4)
-    script = script.replace("8443", str(server))
-    for k, doc_port in enumerate(("9441", "9442", "9443", "9444")):
-        script = script.replace(doc_port, str(clients + k))
+    # One pass over whole numbers: a free port found for one (44944, say) may hold another's
+    # digits, which a replacement after it would rewrite.
+    ports = {"8443": server, **{f"944{k + 1}": clients + k for k in range(4)}}
+    script = re.sub(r"\b(8443|944[1-4])\b", lambda m: str(ports[m.group()]), script)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "fedmor"  # the console script, pointing at this checkout
