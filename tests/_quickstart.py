@@ -55,13 +55,16 @@ def _free_run(n: int) -> int:
     raise RuntimeError("no run of free ports")
 
 
-def run_quickstart(guide: str, tmp_path: Path, timeout: float = 600) -> str:
-    script = quickstart(guide)
-    server, clients = _free_run(1), _free_run(4)
-    # One pass over whole numbers: a free port found for one (44944, say) may hold another's
-    # digits, which a replacement after it would rewrite.
+def swap_ports(script: str, server: int, clients: int) -> str:
+    """``script`` with the guides' ports (server 8443, members 9441-9444) replaced by ``server``
+    and ``clients`` .. ``clients + 3``, in one pass over whole numbers: a port put in for one
+    (44944, say) may hold another's digits, which a replacement after it would rewrite."""
     ports = {"8443": server, **{f"944{k + 1}": clients + k for k in range(4)}}
-    script = re.sub(r"\b(8443|944[1-4])\b", lambda m: str(ports[m.group()]), script)
+    return re.sub(r"\b(8443|944[1-4])\b", lambda m: str(ports[m.group()]), script)
+
+
+def run_quickstart(guide: str, tmp_path: Path, timeout: float = 600) -> str:
+    script = swap_ports(quickstart(guide), _free_run(1), _free_run(4))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "fedmor"  # the console script, pointing at this checkout

@@ -66,8 +66,10 @@ HEAVY = ("torch", "transformers", "fastapi")
     (["rm", "--help"], "usage: fedmor rm"),
     (["policy", "--help"], "usage: fedmor policy"),
     (["client", "policy", "show"], "reward queries:"),  # runs: reads the client's settings
+    (["--help"], "usage: fedmor"),  # every group's parser, built with nothing heavy
+    (["align", "--help"], "usage: fedmor align"),
 ], ids=["rounds-help", "router-history-help", "keys-new-help", "audit-help", "rm-help",
-        "policy-help", "client-policy-show"])
+        "policy-help", "client-policy-show", "help", "align-help"])
 def test_a_command_imports_only_what_it_uses(argv: list[str], shows: str,
                                              tmp_path: Path) -> None:
     """``fedmor <command> ...`` builds only its group's parser, and the packages it goes through

@@ -12,7 +12,7 @@ import pytest
 
 from attacks import AuditReport
 from attacks._summary import verdict_level
-from tests._quickstart import GUIDES, NEEDS_BASH, quickstart, run_quickstart
+from tests._quickstart import GUIDES, NEEDS_BASH, quickstart, run_quickstart, swap_ports
 
 pytestmark = NEEDS_BASH
 
@@ -23,6 +23,14 @@ def test_guides_use_only_fedmor_commands(guide: str) -> None:
     text = (GUIDES / f"{guide}.md").read_text()
     assert "curl " not in text and "```python" not in text and "python -" not in text
     assert "fedmor " in quickstart(guide)
+
+
+def test_the_ports_are_swapped_in_one_pass_over_whole_numbers() -> None:
+    """A port put in for one may hold another's digits (44944 holds 9444): it stays as put in,
+    and a number that only contains a guide's port (18443, 94410) is not a port."""
+    script = "--port 8443 http://127.0.0.1:9441 :9442 9443 9444 18443 94410 8443"
+    assert swap_ports(script, 44944, 39441) == (
+        "--port 44944 http://127.0.0.1:39441 :39442 39443 39444 18443 94410 44944")
 
 
 def test_member_quickstart(tmp_path: Path) -> None:

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
         style_scores,
     )
     from sdk.alignment._fedavg import train_fedavg_reward_model
-    from sdk.alignment._grpo import GRPORewardFunction, GRPOSettings, StepTimer, align
+    from sdk.alignment._grpo import GRPORewardFunction, StepTimer, align
+    from sdk.alignment._grpo_settings import GRPOSettings
     from sdk.alignment._job import AlignJob
     from sdk.alignment._llm_judge import LLMJudge
     from sdk.alignment._parsing import parse_choice

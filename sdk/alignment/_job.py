@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from sdk.alignment._errors import DEFAULT_MAX_FAILED_FRACTION
-from sdk.alignment._grpo import GRPOSettings
+from sdk.alignment._grpo_settings import GRPOSettings
 from sdk.models import Runtime
 from sdk.progress import say
 from sdk.runtime_options import add_runtime_arguments, runtime_from_args

@@ -8,22 +8,17 @@ bfloat16 on a GPU that supports it, float32 otherwise, so a CPU run keeps full p
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["DTypeName", "Placement", "Runtime"]
 
 DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
 """A dtype ``Runtime`` accepts by name (``auto`` resolves per device)."""
-
-_DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
-
 
 class Placement(NamedTuple):
     """A resolved runtime: the concrete device and dtype."""
@@ -33,7 +28,8 @@ class Placement(NamedTuple):
 
 
 class Runtime(BaseModel):
-    """Device, dtype and gradient checkpointing for one stage.
+    """Device, dtype and gradient checkpointing for one stage (torch loads when one resolves,
+    so a command's settings and ``--help`` stay light).
 
     ``device``: ``auto`` (CUDA if available, else CPU), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
     ``dtype``: ``auto`` (bfloat16 on a GPU that supports it, float32 otherwise), ``float32``,
@@ -49,6 +45,8 @@ class Runtime(BaseModel):
 
     def resolve_device(self) -> torch.device:
         """The concrete device; a named accelerator that is absent raises ValueError."""
+        import torch
+
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         device = torch.device(self.device)
@@ -65,8 +63,11 @@ class Runtime(BaseModel):
 
     def resolve_dtype(self, device: torch.device | None = None) -> torch.dtype:
         """The concrete dtype on ``device`` (default: :meth:`resolve_device`)."""
+        import torch
+
         if self.dtype != "auto":
-            return _DTYPES[self.dtype]
+            dtype: torch.dtype = getattr(torch, self.dtype)  # a DTypeName is torch's own name
+            return dtype
         device = device or self.resolve_device()
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
             return torch.bfloat16
@@ -80,6 +81,8 @@ class Runtime(BaseModel):
     def trainer_precision(self) -> dict[str, Any]:
         """The ``bf16`` / ``fp16`` / ``use_cpu`` / ``gradient_checkpointing`` arguments of a
         transformers ``TrainingArguments`` (trl's GRPOConfig) for this runtime."""
+        import torch
+
         device, dtype = self.resolve()
         return {
             "bf16": dtype == torch.bfloat16,

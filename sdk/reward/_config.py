@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from peft import LoraConfig
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
 
 __all__ = ["DEFAULT_CLIP", "DPSettings", "LoraSettings", "RewardTrainingConfig"]
 
@@ -32,7 +36,9 @@ class LoraSettings(BaseModel):
                                               "out_proj")
 
     def peft_config(self) -> LoraConfig:
-        """The peft config these settings stand for."""
+        """The peft config these settings stand for (peft loads here, not with the settings)."""
+        from peft import LoraConfig
+
         pattern = rf".*language_model.*\.({'|'.join(self.target_modules)})$"
         if self.train_vision:
             # The tower's repeated blocks only: SigLIP's pooling head is an nn.MultiheadAttention,

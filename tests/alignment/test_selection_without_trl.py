@@ -47,7 +47,7 @@ _SCRIPT = textwrap.dedent("""
                  for m in ("mor", "mor_no_online", "avg_rm", "random")}
         before = sorted(m for m in ("trl", "transformers", "peft") if m in sys.modules)
         import sdk.alignment
-        sdk.alignment.GRPOSettings  # the training side: this one must load trl
+        sdk.alignment.align  # the training side: this one must load trl
         print(json.dumps({"built": built, "trl_before": before,
                           "trl_after_grpo": "trl" in sys.modules}))
 """)
@@ -61,5 +61,5 @@ def test_server_alignment_service_does_not_import_trl(tmp_path: Path) -> None:
     assert result["built"] == {"mor": "MoRSelection", "mor_no_online": "MoRNoOnline",
                                "avg_rm": "AvgRM", "random": "RandomSelection"}
     assert result["trl_before"] == [], "building the server's reward pipelines imported these"
-    # the check can see trl: the GRPO settings, one attribute away, do import it
+    # the check can see trl: GRPO itself, one attribute away, does import it
     assert result["trl_after_grpo"] is True
