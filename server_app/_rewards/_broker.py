@@ -13,8 +13,9 @@ pull answer at the route it is posted to.
 
 A member app caps the requests one identity has in progress (its ``limits.per_identity``), and
 the server is one identity to it: the broker keeps at most ``per_member`` push queries in
-flight to each member, and sends a query the member refused with 429 again after its
-``Retry-After``, for as long as the query's deadline allows.
+flight to each member. A query the member refused for load (a push 429, a pull answer with
+``retry_after_s``) goes to it again once its ``Retry-After`` passed, for as long as the query's
+deadline allows.
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ class RewardBroker:
         self.per_member = per_member
         self._slots: dict[str, asyncio.Semaphore] = {}
         # For tests and the benchmark: push requests that waited for a free slot of their
-        # member, push requests sent again after a 429, store reads of waiting pull queries.
+        # member, queries sent again after a refusal for load, store reads of waiting pull
+        # queries.
         self.slot_waits = self.resends = self.pull_reads = 0
         # The pull queries waiting here, by id: ``answered`` (any thread) resolves a future.
         self._waiting: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = {}
@@ -334,48 +336,57 @@ class RewardBroker:
                 slot.release()
             if resp.status_code != 429:
                 return resp
-            busy = RequestRefused.of(resp, by=f"member {client_id}")
-            if time.monotonic() + busy.wait_s > deadline:
-                _log.warning("reward query to %s: its Retry-After (%g s) passes the query's "
-                             "deadline (%g s): not sent again", client_id, busy.wait_s,
-                             self.timeout_s)
-                raise busy
-            self.resends += 1
-            await asyncio.sleep(busy.wait_s)
+            await self._wait_to_resend(RequestRefused.of(resp, by=f"member {client_id}"),
+                                       client_id, deadline)
+
+    async def _wait_to_resend(self, busy: RequestRefused, client_id: str,
+                              deadline: float) -> None:
+        """Wait out a member's refusal for load before its query goes again, or raise it when
+        its ``Retry-After`` passes ``deadline``: the member refused for load, not the query."""
+        if time.monotonic() + busy.wait_s > deadline:
+            _log.warning("reward query to %s: its Retry-After (%g s) passes the query's "
+                         "deadline (%g s): not sent again", client_id, busy.wait_s,
+                         self.timeout_s)
+            raise busy
+        self.resends += 1
+        await asyncio.sleep(busy.wait_s)
 
     async def _pull(self, client_id: str, items: list[RewardItem],
                     images: dict[str, ImageRef], cached: set[str]) -> list[float]:
+        deadline = time.monotonic() + self.timeout_s
         force: set[str] = set()
-        for _ in range(2):
+        while True:
             queued = self._items(items, images, cached, force)
             self.bytes_sent += len(json.dumps({"items": queued}))  # what the member fetches
             query_id = await asyncio.to_thread(self.store.queue_query, client_id, queued)
             if self.on_queue is not None:
                 self.on_queue(client_id)
             # Checked where it arrived (the answer route calls ``check``), stored as parsed.
-            answer = await self._answer(client_id, query_id)
+            answer = await self._answer(client_id, query_id, deadline)
             if answer.error and answer.retry_after_s is not None:
                 # Refused for load: the 429 a push member's POST /v1/reward would have given.
-                raise RequestRefused("POST", "/v1/reward", 429, answer.error,
-                                     retry_after=answer.retry_after_s, by=f"member {client_id}")
+                await self._wait_to_resend(
+                    RequestRefused("POST", "/v1/reward", 429, answer.error,
+                                   retry_after=answer.retry_after_s, by=f"member {client_id}"),
+                    client_id, deadline)
+                continue
             if answer.error:
                 raise BrokerError(f"client {client_id} refused query {query_id}: "
                                   f"{answer.error}")
-            if answer.missing:
-                force = set(answer.missing)
-                self.store.forget_cached(client_id, sorted(force))
-                cached -= force
-                continue
-            return answer.scores
-        raise BrokerError(f"client {client_id} still lacks images after a resend")
+            if not answer.missing:
+                return answer.scores
+            if force:  # the images it lacked were sent with this query
+                raise BrokerError(f"client {client_id} still lacks images after a resend")
+            force = set(answer.missing)
+            self.store.forget_cached(client_id, sorted(force))
+            cached -= force
 
-    async def _answer(self, client_id: str, query_id: int) -> RewardAnswer:
+    async def _answer(self, client_id: str, query_id: int, deadline: float) -> RewardAnswer:
         """Query ``query_id``'s answer once stored, read again each time :meth:`answered`
-        wakes it and every ``poll_s`` otherwise; withdrawn (``BrokerError``) after
-        ``timeout_s``. The waiter is registered before each read, so an answer stored
-        between the read and the wait still wakes it."""
+        wakes it and every ``poll_s`` otherwise; withdrawn (``BrokerError``) at ``deadline``.
+        The waiter is registered before each read, so an answer stored between the read and
+        the wait still wakes it."""
         loop = asyncio.get_running_loop()
-        deadline = time.monotonic() + self.timeout_s
         try:
             while True:
                 woken = loop.create_future()

@@ -20,14 +20,14 @@ from .conftest import Member, enrolled_team
 IMAGE = ImageRef.of(b"\x89PNG an image as the aligner sent it")
 
 
-async def _answer(member: Member, scores: list[float]) -> Any:
+async def _answer(member: Member, scores: list[float] | None = None, **answer: Any) -> Any:
     """Play the member's worker: learn of the query from a held ``GET /v1/work`` (woken when
-    the broker queues it), then post ``scores`` for it."""
+    the broker queues it), then post ``scores`` for it (or the ``answer`` given)."""
     work = await asyncio.to_thread(member.call, "GET", "/v1/work?wait_s=30&rounds=false")
     (query,) = work.json()["queries"]
     return await asyncio.to_thread(member.call, "POST",
                                    f"/v1/reward/answers/{query['query_id']}",
-                                   {"scores": scores})
+                                   answer if scores is None else {"scores": scores})
 
 
 def test_an_answer_wakes_the_waiting_query_without_a_poll(tmp_path: Path) -> None:
@@ -70,3 +70,24 @@ def test_an_answer_wakes_the_waiting_query_without_a_poll(tmp_path: Path) -> Non
     metrics = member.tc.get("/metrics").text
     assert f'fedmor_server_broker_waits{{event="pull_reads"}} {float(broker.pull_reads)}' \
         in metrics, [line for line in metrics.splitlines() if "broker" in line]
+
+
+def test_a_pull_members_refusal_for_load_is_queued_again_after_its_retry_after(
+        tmp_path: Path) -> None:
+    """As a push member's 429 is sent again: the answer ``retry_after_s`` 1 (refused for load,
+    not for the query) puts the same query back in the member's queue a second later, and its
+    next answer is the query's."""
+    team = enrolled_team(tmp_path, {"m0": "member"}, clip_bound=1.0, reward_timeout_s=60.0)
+    member = team["m0"]
+    broker: RewardBroker = member.tc.app.state.broker  # type: ignore[attr-defined]
+
+    async def scenario() -> None:
+        asked = asyncio.create_task(broker.query(member.client_id, [IMAGE], ["p"], ["r"]))
+        busy = await _answer(member, error="busy", retry_after_s=1)
+        assert busy.status_code == 204, busy.text
+        answered = await _answer(member, [0.5])  # the same items, queued again
+        assert answered.status_code == 204, answered.text
+        assert await asyncio.wait_for(asked, 60) == [0.5]
+
+    asyncio.run(scenario())
+    assert broker.resends == 1
