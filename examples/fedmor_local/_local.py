@@ -298,8 +298,8 @@ class LocalConsortium:
 
     def close(self) -> None:
         """Stop everything."""
-        # This harness's idle keep-alive connections first: over TLS an app's shutdown waits
-        # for each open connection's TLS close, which an idle client never answers.
+        # This harness's idle keep-alive connections first: over TLS an app's shutdown gives
+        # an idle peer a moment to answer its TLS close before cutting the connection.
         self.ops.http.close()
         self._probe.close()
         clients = [w for w in self.procs if w != "server"]

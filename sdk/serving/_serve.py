@@ -19,6 +19,11 @@ __all__ = ["ConnectionLimits", "configure_logging", "serve"]
 
 _log = logging.getLogger("fedmor.serve")
 
+# Over TLS, closing a connection waits for the peer's close_notify, which an idle keep-alive
+# client never sends (asyncio waits long for it), and the app's stop waits for every
+# connection: an idle one closed at shutdown is cut after this grace.
+_CLOSE_GRACE_S = 1.0
+
 
 class ConnectionLimits(BaseModel):
     """How long a connection may take and how many the app serves at once (``[connections]``
@@ -47,7 +52,8 @@ class ConnectionLimits(BaseModel):
 def _header_timeout_protocol(timeout_s: float) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol with a header deadline: a timer armed when a connection
     opens or a request's first byte arrives, disarmed when its headers are complete (uvicorn
-    has no such timeout of its own)."""
+    has no such timeout of its own). A connection past it is cut at once, and an idle one that
+    the app's stop closes after ``_CLOSE_GRACE_S``: neither waits for a TLS peer's reply."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     class HeaderDeadline(HttpToolsProtocol):
@@ -66,7 +72,12 @@ def _header_timeout_protocol(timeout_s: float) -> type[asyncio.Protocol]:
             self._header_timer = None
             _log.info("closed a connection from %s: no complete request headers within %g s",
                       self.client[0] if self.client else "?", timeout_s)
-            self.transport.close()
+            self.transport.abort()
+
+        def shutdown(self) -> None:
+            super().shutdown()
+            if self.transport.is_closing():  # it was idle; one in a request ends with it
+                self.loop.call_later(_CLOSE_GRACE_S, self.transport.abort)
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
