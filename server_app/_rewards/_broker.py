@@ -1,21 +1,17 @@
 """The reward-query broker (stage C): ask a member to score a batch, by push or pull.
 
 Push: the server POSTs ``/v1/reward`` to the client app, signed with the server's identity.
-Pull: the query waits in the store until the client fetches ``/v1/reward/pending`` and answers;
-the answer route wakes it (:meth:`RewardBroker.answered`), a slow re-read of the store is the
-fallback.
+Pull: the query waits in the store until the client fetches it and answers; the answer route
+wakes it (:meth:`RewardBroker.answered`), a slow re-read of the store is the fallback.
 Each item goes as one :class:`~sdk.wire.RewardItem` made from its :class:`~sdk.wire.ImageRef`:
-the image's bytes exactly as the aligner sent them, once per member, then only their sha256; a
-member that lacks an image says so (409 / ``missing``) and the broker resends it. A member's
-answer is read with its response schema (which refuses a non-finite score) and checked once, by
-:meth:`RewardBroker.check` (count, its announced bound): a push answer as it arrives here, a
-pull answer at the route it is posted to.
+the image's bytes as the aligner sent them, once per member, then only their sha256 (resent
+when the member says it lacks them). A member's answer is read with its response schema and
+checked once, by :meth:`RewardBroker.check`: a push answer here, a pull answer at its route.
 
-A member app caps the requests one identity has in progress (its ``limits.per_identity``), and
-the server is one identity to it: the broker keeps at most ``per_member`` push queries in
-flight to each member. A query the member refused for load (a push 429, a pull answer with
-``retry_after_s``) goes to it again once its ``Retry-After`` passed, for as long as the query's
-deadline allows.
+A member app caps the requests one identity (the server is one) has in progress: the broker
+keeps at most ``per_member`` push queries in flight to each member, and a query the member
+refused for load (a push 429, a pull answer with ``retry_after_s``) goes to it again once its
+``Retry-After`` passed, for as long as the query's deadline allows.
 """
 
 from __future__ import annotations
