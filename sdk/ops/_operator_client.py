@@ -96,7 +96,7 @@ class OperatorClient:
     def enroll(self, req: EnrollRequest) -> EnrollResponse:
         """``POST /v1/enroll``: an identity's one-time enrollment."""
         return self._post(EnrollResponse, "/v1/enroll", req, unsigned=True,
-                         what=f"enrollment of {req.name!r}")
+                          what=f"enrollment of {req.name!r}")
 
     # -- members and the roster -----------------------------------------------------------------
     def members(self) -> list[MemberInfo]:
@@ -115,7 +115,7 @@ class OperatorClient:
     def revoke(self, name: str, req: Revocation) -> MemberInfo:
         """``POST /v1/members/{name}/revoke``."""
         return self._post(MemberInfo, f"/v1/members/{name}/revoke", req,
-                         what="revocation")
+                          what="revocation")
 
     def add_to_roster(self, req: RosterAdd) -> RosterAdded:
         """``POST /v1/roster``: a new identity and its one-time enrollment token."""
@@ -129,7 +129,7 @@ class OperatorClient:
     def rounds(self, status: str | None = None) -> list[RoundInfo]:
         """``GET /v1/rounds``: every round (``status``: only open, finished or failed ones)."""
         return self._get(list[RoundInfo], "/v1/rounds" + (f"?status={status}" if status else ""),
-                          what="rounds list")
+                         what="rounds list")
 
     def round(self, round_id: int) -> RoundInfo:
         """``GET /v1/rounds/{round_id}``."""
@@ -138,7 +138,7 @@ class OperatorClient:
     def cancel_round(self, round_id: int, req: RoundCancel) -> RoundInfo:
         """``POST /v1/rounds/{round_id}/cancel``."""
         return self._post(RoundInfo, f"/v1/rounds/{round_id}/cancel", req,
-                         what="cancelling the round")
+                          what="cancelling the round")
 
     # -- router versions and lineages -------------------------------------------------------------
     def router_latest(self) -> RouterVersionInfo:
@@ -163,7 +163,7 @@ class OperatorClient:
         """``GET /v1/router/{version}``: the version's little-endian float32 parameters,
         refused unless they hash to the sha256 the server lists for it."""
         resp = self._call(lambda client: client.download(f"/v1/router/{info.version}",
-                                                         what="router pull"),
+                          what="router pull"),
                           timeout_s=max(self.timeout_s, 120.0))
         digest = hashlib.sha256(resp.content).hexdigest()
         if digest != info.sha256 or digest != resp.headers.get("x-fedmor-sha256"):
@@ -185,12 +185,12 @@ class OperatorClient:
     def start_lineage(self, config: ConsortiumRouterConfig) -> RouterConfigInfo:
         """``POST /v1/router/lineage``: rounds follow ``config`` from now on."""
         return self._post(RouterConfigInfo, "/v1/router/lineage", config,
-                         what="the new lineage")
+                          what="the new lineage")
 
     def rollback(self, req: RouterRollback) -> RouterVersionInfo:
         """``POST /v1/router/rollback``: a version published before, made the newest again."""
         return self._post(RouterVersionInfo, "/v1/router/rollback", req,
-                         what="rollback")
+                          what="rollback")
 
     # -- the reward service and the console -------------------------------------------------------
     def alignment_stats(self) -> AlignerStats:
@@ -200,7 +200,7 @@ class OperatorClient:
     def score(self, req: AlignerRequest, *, timeout_s: float) -> AlignerResponse:
         """``POST /v1/rewards`` (the aligner's role): one reward per item."""
         return self._post(AlignerResponse, "/v1/rewards", req, what="reward query",
-                         timeout_s=timeout_s)
+                          timeout_s=timeout_s)
 
     def console_link(self) -> ConsoleLink:
         """``POST /v1/console/links``: a one-time login link to the operator console."""
