@@ -163,7 +163,7 @@ class OperatorClient:
         """``GET /v1/router/{version}``: the version's little-endian float32 parameters,
         refused unless they hash to the sha256 the server lists for it."""
         resp = self._call(lambda client: client.download(f"/v1/router/{info.version}",
-                          what="router pull"),
+                                                         what="router pull"),
                           timeout_s=max(self.timeout_s, 120.0))
         digest = hashlib.sha256(resp.content).hexdigest()
         if digest != info.sha256 or digest != resp.headers.get("x-fedmor-sha256"):
