@@ -63,7 +63,8 @@ def test_both_limiters_answer_429_with_their_retry_after() -> None:
     assert capped.headers["retry-after"] == "7"  # limits.retry_after_s
     assert "limits.anonymous" in capped.json()["detail"]
     assert rated.status_code == 429, rated.text
-    assert rated.headers["retry-after"] == "60"  # the per-minute window
+    # until the first call leaves the minute's window: at most the minute, less as time passed
+    assert 1 <= int(rated.headers["retry-after"]) <= 60
     assert "in the last minute" in rated.json()["detail"]
 
 

@@ -13,6 +13,7 @@ Beyond a cap, a per-minute rate or a query budget the answer is the one refusal 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import Counter, deque
@@ -51,13 +52,16 @@ class RateLimited(RuntimeError):
     def per_minute(calls: deque[float], limit: int, caller: str) -> None:
         """The one per-minute rate limit of both apps: refuse (raise) when ``calls`` (the
         caller's monotonic call times, oldest first) holds ``limit`` calls of the last minute,
-        else count this call. The caller holds ``calls`` and any lock it needs."""
+        with the seconds until the oldest leaves it as ``Retry-After`` (a caller waits no
+        longer than it must), else count this call. The caller holds ``calls`` and any lock it
+        needs."""
         now = time.monotonic()
         while calls and calls[0] <= now - _WINDOW_S:
             calls.popleft()
         if len(calls) >= limit:
             raise RateLimited(f"{caller} sent {len(calls)} requests in the last minute (limit "
-                              f"{limit} per minute)")
+                              f"{limit} per minute)",
+                              retry_after_s=max(1, math.ceil(calls[0] + _WINDOW_S - now)))
         calls.append(now)
 
 

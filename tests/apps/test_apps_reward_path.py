@@ -173,5 +173,11 @@ def test_one_per_minute_limiter_serves_the_aligner_and_the_member(tmp_path: Path
     calls = deque([time.monotonic() - 61.0] * 5)
     RateLimited.per_minute(calls, 1, "caller")
     assert len(calls) == 1
-    with pytest.raises(RateLimited):
+    with pytest.raises(RateLimited) as refused:
         RateLimited.per_minute(calls, 1, "caller")
+    assert refused.value.retry_after_s in (59, 60)  # the one call just made leaves in a minute
+    # Retry-After is the wait until the oldest call leaves the window, not a whole minute.
+    calls = deque([time.monotonic() - 50.0])
+    with pytest.raises(RateLimited) as refused:
+        RateLimited.per_minute(calls, 1, "caller")
+    assert refused.value.retry_after_s in (9, 10)

@@ -93,7 +93,7 @@ def test_a_members_429_reaches_the_auditor_with_its_retry_after(tmp_path: Path) 
 
 def _assert_passed_on(busy: Any) -> None:
     assert busy.status_code == 429, busy.text
-    assert busy.headers["retry-after"] == "60"
+    assert 1 <= int(busy.headers["retry-after"]) <= 60  # the member's wait, within its minute
     assert f"member {MEMBER}" in busy.json()["detail"]
 
 
