@@ -167,10 +167,12 @@ def in_process_secure_round(tmp_path: Path, length: int, update: Callable[[str],
 
 @contextlib.contextmanager
 def push_member(workdir: Path, store: Store, server_key: Ed25519PrivateKey, name: str,
-                scorer: Any, *, wrap: Callable[[Any], Any] = lambda app: app) -> Iterator[str]:
+                scorer: Any, *, wrap: Callable[[Any], Any] = lambda app: app,
+                port: int | None = None) -> Iterator[str]:
     """Member ``name`` (client id ``c-{name}``): a real client app scoring with ``scorer``,
     served on 127.0.0.1 (its ASGI app passed through ``wrap`` first), enrolled in ``store``
-    as a push member at its URL with its scorer's bound; yields the URL, stopped on exit."""
+    as a push member at its URL with its scorer's bound; yields the URL, stopped on exit.
+    Started again with the same ``port``, it is the same member restarted (enrolled once)."""
     from client_app import ClientSettings, ClientStore
     from client_app._app import create_client_app
     from fedmor_local import free_port
@@ -178,14 +180,16 @@ def push_member(workdir: Path, store: Store, server_key: Ed25519PrivateKey, name
 
     db = workdir / f"{name}.db"
     ClientStore(db).put("client_id", f"c-{name}")  # as enrollment leaves it
-    port = free_port()  # the settings name it: the server's queries are signed for it
+    port = free_port() if port is None else port  # the server's queries are signed for it
     app = create_client_app(ClientSettings(db_path=db, identity_key=workdir / f"{name}.pem",
                                            server_public_key=public_key_b64(server_key),
                                            port=port), scorer)
     with served(wrap(app), port) as url:
-        key = public_key_b64(generate_key())
-        store.upsert_roster(name, key, hashlib.sha256(f"token-{name}".encode()).hexdigest())
-        store.enroll(name=name, token=f"token-{name}", public_key=key, reward_url=url,
-                     new_id=f"c-{name}", clip_bound=scorer.clip)
+        if store.client(f"c-{name}") is None:
+            key = public_key_b64(generate_key())
+            store.upsert_roster(name, key,
+                                hashlib.sha256(f"token-{name}".encode()).hexdigest())
+            store.enroll(name=name, token=f"token-{name}", public_key=key, reward_url=url,
+                         new_id=f"c-{name}", clip_bound=scorer.clip)
         yield url
 

@@ -195,52 +195,46 @@ def test_nonce_purge_is_throttled_and_replays_are_still_refused(
     assert "WITHOUT ROWID" in sql
 
 
-def _enrolled_broker(tmp_path: Path) -> tuple[Store, Any]:
-    """A store with one enrolled push client ``c-m0`` and a push-mode broker over it."""
-    store = Store(tmp_path / "s.db")
-    key = generate_key()
-    store.upsert_roster("m0", public_key_b64(key), hashlib.sha256(b"token-m0").hexdigest())
-    store.enroll(name="m0", token="token-m0", public_key=public_key_b64(key),
-                 reward_url="http://127.0.0.1:9", new_id="c-m0", clip_bound=1.0)
-    return store, broker_module.RewardBroker(store, generate_key(), mode="push",
-                                               allow_private=True)
-
-
 def test_broker_stores_and_marks_only_new_images(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     import asyncio
 
-    store, broker = _enrolled_broker(tmp_path)
-    calls: dict[str, list[Any]] = {"client": [], "put_images": [], "mark_cached": []}
-    for name in calls:
-        real = getattr(store, name)
+    from client_app import HashScorer
 
-        def spy(*args: Any, _real: Any = real, _name: str = name) -> Any:
-            calls[_name].append(args)
-            return _real(*args)
+    store, server_key = Store(tmp_path / "s.db"), generate_key()
+    with push_member(tmp_path, store, server_key, "m0", HashScorer()):
+        calls: dict[str, list[Any]] = {"client": [], "put_images": [], "mark_cached": []}
+        for name in calls:
+            real = getattr(store, name)
 
-        monkeypatch.setattr(store, name, spy)
+            def spy(*args: Any, _real: Any = real, _name: str = name) -> Any:
+                calls[_name].append(args)
+                return _real(*args)
 
-    async def push(client_id: str, url: str, items: list[Any], images: Any,
-                   cached: set[str]) -> list[float]:
-        return [0.0] * len(items)
+            monkeypatch.setattr(store, name, spy)
+        broker = broker_module.RewardBroker(store, server_key, mode="push",
+                                            allow_private=True)  # a member on 127.0.0.1
+        a, b = (_png(i) for i in range(2))
 
-    monkeypatch.setattr(broker, "_push", push)
-    a, b = (ImageRef.of(bytes([i]) * 10) for i in range(2))
+        async def run() -> None:
+            await broker.query("c-m0", [a], ["p"], ["r"])
+            await broker.query("c-m0", [a, b], ["p"] * 2, ["r"] * 2)
+            await broker.query("c-m0", [b, a], ["p"] * 2, ["r"] * 2)
+            await broker.aclose()
 
-    async def run() -> None:
-        await broker.query("c-m0", [a], ["p"], ["r"])
-        await broker.query("c-m0", [a, b], ["p"] * 2, ["r"] * 2)
-        await broker.query("c-m0", [b, a], ["p"] * 2, ["r"] * 2)
-        await broker.aclose()
-
-    asyncio.run(run())
+        asyncio.run(run())
     assert [sorted(imgs) for (imgs,) in calls["put_images"]] == [[a.sha256], [b.sha256]]
     assert [h for _, h in calls["mark_cached"]] == [[a.sha256], [b.sha256]]
     assert len(calls["client"]) == 1  # an enrolled client's row never changes
     # Every query is still audited, cached images or not; and both images are kept.
     assert [r.action for r in store.audit_log()].count("reward_query") == 3
     assert store.image(a.sha256) == a.data and store.image(b.sha256) == b.data
+
+
+def _png(shade: int) -> ImageRef:
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), (shade, 2, 3)).save(buf, format="PNG")
+    return ImageRef.of(buf.getvalue())
 
 
 def test_client_app_reads_the_learned_server_key_once(tmp_path: Path,
@@ -280,30 +274,38 @@ def test_client_app_reads_the_learned_server_key_once(tmp_path: Path,
     assert reads.count("server_public_key") == 1
 
 
-def test_broker_marks_an_image_the_client_lost_again_after_the_resend(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_broker_marks_an_image_the_client_lost_again_after_the_resend(tmp_path: Path) -> None:
     import asyncio
 
-    import httpx
+    from client_app import ClientStore, HashScorer
+    from fedmor_local import free_port
 
-    store, broker = _enrolled_broker(tmp_path)
-    item = ImageRef.of(b"image bytes")
-    bodies: list[dict[str, Any]] = []
+    store, server_key = Store(tmp_path / "s.db"), generate_key()
+    item = _png(5)
+    bodies: list[bytes] = []
+    port = free_port()
 
-    async def request(method: str, url: str, content: bytes, **_: Any) -> httpx.Response:
-        bodies.append(json.loads(content))
-        if len(bodies) == 2:  # the client lost its cache: it asks for the image again
-            return httpx.Response(409, json={"detail": "resend", "missing": [item.sha256]})
-        return httpx.Response(200, json={"scores": [0.5], "query_sha256": "0" * 64})
+    def query() -> list[float]:
+        async def run() -> list[float]:
+            broker = broker_module.RewardBroker(store, server_key, mode="push",
+                                                allow_private=True)  # a member on 127.0.0.1
+            try:
+                return await broker.query("c-m0", [item], ["p"], ["r"])
+            finally:
+                await broker.aclose()
+        return asyncio.run(run())
 
-    monkeypatch.setattr(broker._http, "request", request)
+    def member() -> Any:
+        return push_member(tmp_path, store, server_key, "m0", HashScorer(), port=port,
+                           wrap=lambda app: _recording_bodies(app, bodies))
 
-    async def run() -> list[list[float]]:
-        out = [await broker.query("c-m0", [item], ["p"], ["r"]) for _ in range(3)]
-        await broker.aclose()
-        return out
-
-    assert asyncio.run(run()) == [[0.5]] * 3
-    sent = [b["items"][0]["image_b64"] is not None for b in bodies]
+    with member():
+        first = query()
+    # The member restarts with its image cache purged (its retention, say): it lost the image.
+    ClientStore(tmp_path / "m0.db").delete("DELETE FROM images", ())
+    with member():
+        assert query() == first  # asked for the image (409), sent it again, scored it
+        assert query() == first
+    sent = [json.loads(b)["items"][0].get("image_b64") is not None for b in bodies]
     assert sent == [True, False, True, False]  # sent, cached, resent on request, cached again
     assert store.cached("c-m0") == {item.sha256}

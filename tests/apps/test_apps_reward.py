@@ -74,14 +74,18 @@ def test_push_scores_match_in_process_and_cache_saves_bytes(consortium: LocalCon
 
 
 def test_push_resends_images_the_client_lost(consortium: LocalConsortium) -> None:
-    client_id = consortium.enrolled()[3]
+    client_id, name = consortium.enrolled()[3], consortium.names[3]
     broker = _broker(consortium, "push")
     _query(broker, client_id, ITEMS[:2])
-    db = consortium.client_cfg[consortium.names[3]]["db_path"]
-    with sqlite3.connect(db) as conn:
-        conn.execute("DELETE FROM images")  # the client's cache is gone
+    # The member restarts with its image cache purged: what it decoded in memory went too.
+    consortium.stop(name)
+    with sqlite3.connect(consortium.client_cfg[name]["db_path"]) as conn:
+        conn.execute("DELETE FROM images")
+    consortium.start_client(name)
     broker = _broker(consortium, "push")
     assert _query(broker, client_id, ITEMS[:2]) == pytest.approx(_reference(ITEMS[:2]))
+    # Sent by hash, refused as unknown (409), sent again with its bytes.
+    assert broker.bytes_sent > len(ITEMS[0][0].data)
 
 
 def test_pull_mode_round_trip(consortium: LocalConsortium) -> None:
