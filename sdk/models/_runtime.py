@@ -20,6 +20,7 @@ __all__ = ["DTypeName", "Placement", "Runtime"]
 DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
 """A dtype ``Runtime`` accepts by name (``auto`` resolves per device)."""
 
+
 class Placement(NamedTuple):
     """A resolved runtime: the concrete device and dtype."""
 
