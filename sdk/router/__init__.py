@@ -100,4 +100,3 @@ __all__ = [
 
 if not TYPE_CHECKING:  # mypy reads the block above, so a mistyped name stays an error
     __getattr__, __dir__ = lazy_exports(__name__)
-

@@ -57,4 +57,3 @@ __all__: list[str] = [
 
 if not TYPE_CHECKING:  # mypy reads the block above, so a mistyped name stays an error
     __getattr__, __dir__ = lazy_exports(__name__)
-
