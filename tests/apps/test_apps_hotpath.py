@@ -47,6 +47,12 @@ def _recording_bodies(app: Any, bodies: list[bytes]) -> Any:
     return wrapped
 
 
+def _png(shade: int) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), (shade, 2, 3)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
 def _in_client_app() -> bool:
     """Whether the caller runs on behalf of the member app (served in this process)."""
     frame = sys._getframe(2)
@@ -63,9 +69,7 @@ def test_an_image_is_hashed_once_when_its_reference_is_made(
 
     from client_app import HashScorer
 
-    buf = io.BytesIO()
-    Image.new("RGB", (8, 8), (1, 2, 3)).save(buf, format="PNG")
-    image = buf.getvalue()
+    image = _png(1)
     calls: list[bytes] = []  # the server side's hashes of the image
     sha256 = hashlib.sha256
 
@@ -214,7 +218,7 @@ def test_broker_stores_and_marks_only_new_images(tmp_path: Path,
             monkeypatch.setattr(store, name, spy)
         broker = broker_module.RewardBroker(store, server_key, mode="push",
                                             allow_private=True)  # a member on 127.0.0.1
-        a, b = (_png(i) for i in range(2))
+        a, b = (ImageRef.of(_png(i)) for i in range(2))
 
         async def run() -> None:
             await broker.query("c-m0", [a], ["p"], ["r"])
@@ -229,12 +233,6 @@ def test_broker_stores_and_marks_only_new_images(tmp_path: Path,
     # Every query is still audited, cached images or not; and both images are kept.
     assert [r.action for r in store.audit_log()].count("reward_query") == 3
     assert store.image(a.sha256) == a.data and store.image(b.sha256) == b.data
-
-
-def _png(shade: int) -> ImageRef:
-    buf = io.BytesIO()
-    Image.new("RGB", (8, 8), (shade, 2, 3)).save(buf, format="PNG")
-    return ImageRef.of(buf.getvalue())
 
 
 def test_client_app_reads_the_learned_server_key_once(tmp_path: Path,
@@ -281,7 +279,7 @@ def test_broker_marks_an_image_the_client_lost_again_after_the_resend(tmp_path: 
     from fedmor_local import free_port
 
     store, server_key = Store(tmp_path / "s.db"), generate_key()
-    item = _png(5)
+    item = ImageRef.of(_png(5))
     bodies: list[bytes] = []
     port = free_port()
 
