@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import io
 import json
 import sys
 import time
@@ -16,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from PIL import Image
 
 import server_app._rewards._broker as broker_module
 from client_app._round_walk import ready_update
@@ -24,6 +22,7 @@ from sdk.wire import ImageRef, RoundSpec, generate_key, public_key_b64
 from sdk.wire._auth import authority_of
 from server_app import Store
 from server_app._rounds._manager import RoundManager
+from tests._images import png
 
 from .conftest import in_process_secure_round, push_member
 
@@ -47,12 +46,6 @@ def _recording_bodies(app: Any, bodies: list[bytes]) -> Any:
     return wrapped
 
 
-def _png(shade: int) -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (8, 8), (shade, 2, 3)).save(buf, format="PNG")
-    return buf.getvalue()
-
-
 def _in_client_app() -> bool:
     """Whether the caller runs on behalf of the member app (served in this process)."""
     frame = sys._getframe(2)
@@ -69,7 +62,7 @@ def test_an_image_is_hashed_once_when_its_reference_is_made(
 
     from client_app import HashScorer
 
-    image = _png(1)
+    image = png(8, 1)
     calls: list[bytes] = []  # the server side's hashes of the image
     sha256 = hashlib.sha256
 
@@ -218,7 +211,7 @@ def test_broker_stores_and_marks_only_new_images(tmp_path: Path,
             monkeypatch.setattr(store, name, spy)
         broker = broker_module.RewardBroker(store, server_key, mode="push",
                                             allow_private=True)  # a member on 127.0.0.1
-        a, b = (ImageRef.of(_png(i)) for i in range(2))
+        a, b = (ImageRef.of(png(8, i)) for i in range(2))
 
         async def run() -> None:
             await broker.query("c-m0", [a], ["p"], ["r"])
@@ -279,7 +272,7 @@ def test_broker_marks_an_image_the_client_lost_again_after_the_resend(tmp_path: 
     from fedmor_local import free_port
 
     store, server_key = Store(tmp_path / "s.db"), generate_key()
-    item = ImageRef.of(_png(5))
+    item = ImageRef.of(png(8, 5))
     bodies: list[bytes] = []
     port = free_port()
 

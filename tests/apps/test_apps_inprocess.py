@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,6 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
-from PIL import Image
 
 from client_app import ClientSettings, HashScorer
 from client_app._app import create_client_app
@@ -22,6 +20,7 @@ from sdk.wire import generate_key, public_key_b64, sign_headers
 from sdk.wire._auth import authority_of
 from sdk.wire._rounds import encode_vector
 from server_app._settings import load_settings
+from tests._images import png
 
 from .conftest import Member
 
@@ -68,12 +67,6 @@ def test_round_refused_for_unknown_participant(server: tuple[TestClient, list[Me
     assert r.status_code == 422 and "c-ghost" in r.json()["detail"]
 
 
-def _png() -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (8, 8), (1, 2, 3)).save(buf, format="PNG")
-    return buf.getvalue()
-
-
 def _reward_call(tc: TestClient, key: Ed25519PrivateKey,
                  items: list[dict[str, Any]]) -> Any:
     body = json.dumps({"items": items}).encode()
@@ -99,15 +92,15 @@ def _client_app(tmp_path: Path, key: Ed25519PrivateKey, scorer: object, **kw: ob
 
 def test_reward_budget_rate_limit_scores_and_image_cache(tmp_path: Path) -> None:
     key = generate_key()
-    png = _png()
-    digest = hashlib.sha256(png).hexdigest()
+    image = png(8)
+    digest = hashlib.sha256(image).hexdigest()
     item: dict[str, Any] = {"image_sha256": digest, "prompt": "p", "response": "r"}
     with _client_app(tmp_path, key, _Wild(), policy={"reward_budget": 3},
                      rate_limit_per_minute=100,
                      clip=2.0) as tc:
         missing = _reward_call(tc, key, [item])
         assert missing.status_code == 409 and missing.json()["missing"] == [digest]
-        full = dict(item, image_b64=base64.b64encode(png).decode())
+        full = dict(item, image_b64=base64.b64encode(image).decode())
         ok = _reward_call(tc, key, [full, item])
         # Sent as scored, NaN as 0, never clipped again: the server fails the 100 (outside
         # the announced bound of 2) instead of taking it as a 2.
@@ -119,7 +112,7 @@ def test_reward_budget_rate_limit_scores_and_image_cache(tmp_path: Path) -> None
         over = _reward_call(tc, key, [item, item])
         assert over.status_code == 429 and "budget" in over.json()["detail"]
     with _client_app(tmp_path / "b", key, HashScorer(), rate_limit_per_minute=2) as tc:
-        full = dict(item, image_b64=base64.b64encode(png).decode())
+        full = dict(item, image_b64=base64.b64encode(image).decode())
         assert [_reward_call(tc, key, [full]).status_code for _ in range(3)] == [200, 200, 429]
 
 
@@ -130,11 +123,11 @@ def test_reward_policy_windowed_budget_and_request_limits(tmp_path: Path) -> Non
     from client_app import ClientStore
 
     key = generate_key()
-    png = base64.b64encode(_png()).decode()
-    digest = hashlib.sha256(_png()).hexdigest()
+    encoded = base64.b64encode(png(8)).decode()
+    digest = hashlib.sha256(png(8)).hexdigest()
 
     def items(*prompts: str) -> list[dict[str, Any]]:
-        return [{"image_sha256": digest, "image_b64": png, "prompt": p, "response": f"r{i}"}
+        return [{"image_sha256": digest, "image_b64": encoded, "prompt": p, "response": f"r{i}"}
                 for i, p in enumerate(prompts)]
 
     ClientStore(tmp_path / "c.db").close()  # the schema; then an old and a recent query
@@ -165,8 +158,8 @@ class _WildBounded(_Wild):
 
 def test_the_clip_bound_comes_from_the_scorer_unless_set(tmp_path: Path) -> None:
     key = generate_key()
-    full = {"image_sha256": hashlib.sha256(_png()).hexdigest(), "prompt": "p", "response": "r",
-            "image_b64": base64.b64encode(_png()).decode()}
+    full = {"image_sha256": hashlib.sha256(png(8)).hexdigest(), "prompt": "p", "response": "r",
+            "image_b64": base64.b64encode(png(8)).decode()}
     for name, scorer, clip, expected in [("own", _WildBounded(), None, 1.5),
                                          ("override", _WildBounded(), 2.5, 2.5),
                                          ("none", _Wild(), None, DEFAULT_CLIP)]:
@@ -242,9 +235,9 @@ def test_reward_input_the_model_refuses_is_a_422(tmp_path: Path) -> None:
         build_tiny_vlm("qwen2_vl", tmp_path / "vlm", corpus=["a red square", "p", "r"]))
     scorer = ClientScorer(model, ScoreNormalizer.fit([0.0, 1.0, 2.0]))
     key = generate_key()
-    png = _png()
-    item = {"image_sha256": hashlib.sha256(png).hexdigest(), "prompt": "p",
-            "image_b64": base64.b64encode(png).decode()}
+    image = png(8)
+    item = {"image_sha256": hashlib.sha256(image).hexdigest(), "prompt": "p",
+            "image_b64": base64.b64encode(image).decode()}
     with _client_app(tmp_path, key, scorer) as tc:
         assert _reward_call(tc, key, [dict(item, response="a red square")]).status_code == 200
         empty = _reward_call(tc, key, [dict(item, response="")])

@@ -7,7 +7,6 @@ import io
 import sqlite3
 from pathlib import Path
 
-import numpy as np
 import pytest
 from PIL import Image
 
@@ -16,18 +15,10 @@ from fedmor_local import LocalConsortium
 from sdk.wire import ImageRef, load_private_key
 from server_app import RewardBroker, Store
 from server_app._rewards._broker import server_timing
-
-
-def _png(seed: int) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 256, (48, 48, 3), dtype=np.uint8)
-    image = Image.fromarray(pixels)
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    return buf.getvalue()
-
+from tests._images import png
 
 Item = tuple[ImageRef, str, str]
-ITEMS: list[Item] = [(ImageRef.of(_png(i % 2)), f"what is shown? {i}", f"answer {i}")
+ITEMS: list[Item] = [(ImageRef.of(png(48, i % 2)), f"what is shown? {i}", f"answer {i}")
                      for i in range(4)]
 
 
@@ -91,10 +82,10 @@ def test_push_resends_images_the_client_lost(consortium: LocalConsortium) -> Non
 def test_pull_mode_round_trip(consortium: LocalConsortium) -> None:
     client_id = consortium.enrolled()[1]
     broker = _broker(consortium, "pull")
-    items: list[Item] = [(ImageRef.of(_png(7)), "pull?", "yes")]
+    items: list[Item] = [(ImageRef.of(png(48, 7)), "pull?", "yes")]
     assert _query(broker, client_id, items) == pytest.approx(_reference(items))
     uncached = broker.bytes_sent  # what the member fetched: counted as in push mode
-    assert uncached > len(_png(7))
+    assert uncached > len(png(48, 7))
     broker = _broker(consortium, "pull")
     assert _query(broker, client_id, items) == pytest.approx(_reference(items))
     assert 0 < broker.bytes_sent < uncached / 2  # the image went by hash only

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from PIL import Image
 
@@ -36,20 +35,13 @@ from server_app import RewardBroker, ServerSettings, Store
 from server_app._app import create_app
 from server_app._rewards._service import AlignmentService
 from server_app._settings import AlignmentSettings
+from tests._images import png
 from tests._serve import served
 
 from ._wide_scorer import WideScorer
 from .test_apps_aligner import Aligner
 
-
-def _png(seed: int) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 256, (16, 16, 3), dtype=np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-IMAGES = [ImageRef.of(_png(seed)) for seed in range(3)]
+IMAGES = [ImageRef.of(png(16, seed)) for seed in range(3)]
 
 
 @contextlib.contextmanager

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import io
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -14,11 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
-from PIL import Image
 
 from fedmor_local import OPEN_POLICY, LocalConsortium
 from fedmor_local._local import wait_healthy
@@ -52,13 +49,6 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortiu
                          proc=c.procs[name])
         c.wait_enrolled()
         yield c
-
-
-def png(side: int = 32, seed: int = 0) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 256, (side, side, 3), dtype=np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 def client_id(c: LocalConsortium, name: str) -> str:

@@ -8,26 +8,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import io
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
-from PIL import Image
 
 from client_app import ClientSettings, ClientStore, HashScorer
 from client_app._app import create_client_app
 from sdk.wire import SERVER_SENDER, generate_key, public_key_b64, sign_headers
 from sdk.wire._auth import authority_of
+from tests._images import png
 
 MEMBER = "c-bounded"
-
-
-def _png() -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (8, 8), "red").save(buf, format="PNG")
-    return buf.getvalue()
 
 
 async def _identified(http: httpx.AsyncClient) -> float:
@@ -46,10 +39,10 @@ def test_one_caller_is_capped_at_the_member_app(tmp_path: Path) -> None:
         server_public_key=public_key_b64(server_key),
         limits={"per_identity": 2, "long_polls_per_identity": 1},
         public_urls=["http://member"]), HashScorer())
-    png = _png()
+    image = png(8)
     body = json.dumps({"items": [{
-        "image_sha256": hashlib.sha256(png).hexdigest(),
-        "image_b64": base64.b64encode(png).decode(), "prompt": "p", "response": "r"}]}).encode()
+        "image_sha256": hashlib.sha256(image).hexdigest(),
+        "image_b64": base64.b64encode(image).decode(), "prompt": "p", "response": "r"}]}).encode()
     release, holding = asyncio.Event(), asyncio.Event()
     read = 0
 

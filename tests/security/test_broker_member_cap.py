@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from PIL import Image
@@ -28,6 +27,7 @@ from fedmor_local import free_port
 from sdk.wire import ImageRef, RequestRefused, generate_key, public_key_b64
 from sdk.wire._client import _retry_after
 from server_app import RewardBroker, Store
+from tests._images import png
 from tests._serve import served
 
 MEMBER = "c-capped"
@@ -110,14 +110,7 @@ def member(tmp_path: Path) -> Iterator[Member]:
             scorer.gate.set()  # no scorer thread outlives the test
 
 
-def _png(seed: int) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 256, (16, 16, 3), dtype=np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-IMAGE = ImageRef.of(_png(0))
+IMAGE = ImageRef.of(png(16, 0))
 
 
 def _ask(broker: RewardBroker, i: int) -> Awaitable[list[float]]:

@@ -18,13 +18,13 @@ from client_app._app import create_client_app
 from client_app._runner import ClientRunner
 from fedmor_local import LocalConsortium
 from server_app._rewards._broker import BrokerError
+from tests._images import png
 from tests.security.conftest import (
     PULL,
     PUSH,
     broker,
     client_db,
     client_id,
-    png,
     query,
     server_signed_post,
 )

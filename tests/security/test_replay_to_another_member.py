@@ -13,7 +13,8 @@ import httpx
 from fedmor_local import LocalConsortium
 from sdk.wire import load_private_key, sign_headers
 from sdk.wire._auth import HEADER_AUTHORITY, HEADER_RECIPIENT, authority_of
-from tests.security.conftest import PUSH, PUSH2, client_db, client_id, png
+from tests._images import png
+from tests.security.conftest import PUSH, PUSH2, client_db, client_id
 
 
 def test_a_query_signed_for_one_member_is_refused_by_another(hostile: LocalConsortium) -> None:

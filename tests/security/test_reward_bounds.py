@@ -3,24 +3,17 @@ a pull-mode answer of [1e300, -1e300] is refused (the query fails, the server st
 
 from __future__ import annotations
 
-import io
 import sqlite3
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from PIL import Image
 
 from sdk.wire import ImageRef
 from server_app._rewards._broker import BrokerError
+from tests._images import png
 from tests.apps.conftest import Member
 from tests.security.conftest import enroll_new
-
-
-def _png() -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (4, 4)).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 def _enrolled(tc: TestClient, name: str, clip_bound: float | None) -> Member:
@@ -35,7 +28,7 @@ def _answer_in_pull_mode(tc: TestClient, member: Member, scores: list[float],
     """Query ``member`` through the server's own broker (on the app's event loop) while the
     member answers ``scores``, its answer getting ``status``: the query's result or error."""
     broker = tc.app.state.broker  # type: ignore[attr-defined]
-    image = ImageRef.of(_png())
+    image = ImageRef.of(png(4))
     asked = tc.portal.start_task_soon(broker.query, member.client_id, [image, image],
                                       ["p", "p"], ["r0", "r1"])
     # The member's long poll returns as soon as the broker queued the query (its wake).
