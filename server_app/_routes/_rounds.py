@@ -139,32 +139,8 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
         ``{"payload": {...}}``, or the raw bytes of a bulk message (masked input, plain update)
         as ``application/octet-stream``. ``wait_next_s`` > 0 also waits (that long at most) for
         the next stage's input and returns it in ``next``."""
-        media, body = request.headers.get("content-type", ""), check.body
-        seen = changes.token()  # before the submission: the close it causes is not missed
-
-        def run() -> tuple[StageAck, str, StageBroadcast | None]:
-            client = check()  # authentication first, as with a dependency
-            ack = rounds.submit(round_id, stage, client, stage_payload(media, body),
-                                body_sha256=check.body_sha256)
-            following = rounds.next_stage(round_id, stage) if wait_next_s > 0 else None
-            if following is None:
-                return ack, client, None
-            try:
-                return ack, client, rounds.broadcast(round_id, following, client)
-            except (ConflictError, NotFoundError):  # stored: ack it; a GET explains
-                return ack, client, None
-
-        ack, client, nxt = await run_in_threadpool(run)
-        if nxt is not None and not (nxt.ready or nxt.round_status != "open"):
-            try:
-                limits.hold_wait(request, client)
-            except RateLimited:  # the message is committed: ack it; the client GETs the next input
-                return _json_response(ack)
-            nxt = await wait_broadcast(request, rounds, changes, round_id, nxt.stage, client,
-                                       wait_next_s, first=(seen, nxt))
-        if nxt is not None:
-            ack = ack.model_copy(update={"next": nxt})
-        return _json_response(ack)
+        return await _submit(request, check, rounds, changes, limits, round_id, stage,
+                             wait_next_s)
 
     @router.post("/{round_id}/refusal", response_model=RoundInfo, openapi_extra=members)
     def refuse(client: Client, round_id: RoundId, body: RoundRefusal) -> RoundInfo:
@@ -185,17 +161,57 @@ def rounds_router(rounds: RoundManager, access: Access, changes: Signal,
                           wait_s: Annotated[float, Query(ge=0, le=30)] = 0.0) -> Response:
         """The server's input for this client's stage (``ready`` false until available);
         ``wait_s`` > 0 holds the request until it is ready or that time passed."""
-        seen = changes.token()
-
-        def run() -> tuple[str, StageBroadcast]:
-            client = check()
-            return client, rounds.broadcast(round_id, stage, client)
-
-        client, out = await run_in_threadpool(run)
-        if wait_s > 0 and not (out.ready or out.round_status != "open"):
-            limits.hold_wait(request, client)
-            out = await wait_broadcast(request, rounds, changes, round_id, stage, client, wait_s,
-                                       first=(seen, out))
-        return _json_response(out)
+        return await _stage_input(request, check, rounds, changes, limits, round_id, stage,
+                                  wait_s)
 
     return router
+
+
+async def _submit(request: Request, check: SignatureCheck, rounds: RoundManager, changes: Signal,
+                  limits: Limiter, round_id: int, stage: str, wait_next_s: float) -> Response:
+    """Commit a member's stage message in one worker thread (its signature checked first), then,
+    when asked, hold the request for the next stage's input; a refused hold still acks."""
+    media, body = request.headers.get("content-type", ""), check.body
+    seen = changes.token()  # before the submission: the close it causes is not missed
+
+    def run() -> tuple[StageAck, str, StageBroadcast | None]:
+        client = check()  # authentication first, as with a dependency
+        ack = rounds.submit(round_id, stage, client, stage_payload(media, body),
+                            body_sha256=check.body_sha256)
+        following = rounds.next_stage(round_id, stage) if wait_next_s > 0 else None
+        if following is None:
+            return ack, client, None
+        try:
+            return ack, client, rounds.broadcast(round_id, following, client)
+        except (ConflictError, NotFoundError):  # stored: ack it; a GET explains
+            return ack, client, None
+
+    ack, client, nxt = await run_in_threadpool(run)
+    if nxt is not None and not (nxt.ready or nxt.round_status != "open"):
+        try:
+            limits.hold_wait(request, client)
+        except RateLimited:  # the message is committed: ack it; the client GETs the next input
+            return _json_response(ack)
+        nxt = await wait_broadcast(request, rounds, changes, round_id, nxt.stage, client,
+                                   wait_next_s, first=(seen, nxt))
+    if nxt is not None:
+        ack = ack.model_copy(update={"next": nxt})
+    return _json_response(ack)
+
+
+async def _stage_input(request: Request, check: SignatureCheck, rounds: RoundManager,
+                       changes: Signal, limits: Limiter, round_id: int, stage: str,
+                       wait_s: float) -> Response:
+    """A member's stage input, held until it is ready when ``wait_s`` > 0."""
+    seen = changes.token()
+
+    def run() -> tuple[str, StageBroadcast]:
+        client = check()
+        return client, rounds.broadcast(round_id, stage, client)
+
+    client, out = await run_in_threadpool(run)
+    if wait_s > 0 and not (out.ready or out.round_status != "open"):
+        limits.hold_wait(request, client)
+        out = await wait_broadcast(request, rounds, changes, round_id, stage, client, wait_s,
+                                   first=(seen, out))
+    return _json_response(out)

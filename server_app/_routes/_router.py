@@ -94,6 +94,33 @@ def _check_current(lineages: RouterLineages, row: VersionMeta | None, length: in
                            f"{current.num_params}")
 
 
+def _publish_first(lineages: RouterLineages, actor: str, vector: np.ndarray) -> RouterVersionInfo:
+    """Store ``vector`` as the first router version (409 once any exists), audited."""
+    store = lineages.store
+    if store.version() is not None:
+        raise ConflictError("a router version exists already; rounds build on it")
+    _check_current(lineages, None, int(vector.shape[0]))
+    current = lineages.current()
+    version = store.add_version(None, vector.tobytes(), int(vector.shape[0]),
+                                None if current is None else current.lineage)
+    store.audit(actor, "router_published", version=version)
+    return _version_info(lineages, version)
+
+
+def _roll_back(lineages: RouterLineages, actor: str, restored: int) -> RouterVersionInfo:
+    """Publish version ``restored`` again as the newest, with its audit row in one
+    transaction; 404 for a version that does not exist."""
+    store = lineages.store
+    row = store.version(restored)
+    if row is None:
+        raise NotFoundError(f"router version {restored} does not exist")
+    _check_current(lineages, row, row.length)
+    with store.transaction():
+        version = store.add_version(None, row.blob, row.length, row.lineage, restored=restored)
+        store.audit(actor, "router_rolled_back", restored=restored, version=version)
+    return _version_info(lineages, version)
+
+
 def router_versions_router(store: Store, access: Access, lineages: RouterLineages) -> APIRouter:
     """The ``/v1/router`` endpoints over ``store``: any signed caller reads, the operator role
     (or the admin token) publishes the first version, rolls back and starts a lineage."""
@@ -142,15 +169,7 @@ def router_versions_router(store: Store, access: Access, lineages: RouterLineage
         float32 parameters, accepted only while no version exists. Rounds then sum deltas
         from it, which one fixed-point clip range holds."""
         caller, body = await access.caller_with_body(request)
-        vector = _initial_router(body)
-        if store.version() is not None:
-            raise ConflictError("a router version exists already; rounds build on it")
-        _check_current(lineages, None, int(vector.shape[0]))
-        current = lineages.current()
-        version = store.add_version(None, vector.tobytes(), int(vector.shape[0]),
-                                    None if current is None else current.lineage)
-        store.audit(caller.caller_id, "router_published", version=version)
-        return _version_info(lineages, version)
+        return _publish_first(lineages, caller.caller_id, _initial_router(body))
 
     @router.get("/{version}", response_class=Response, responses=_BLOB_RESPONSE,
                 openapi_extra=everyone)
@@ -167,15 +186,6 @@ def router_versions_router(store: Store, access: Access, lineages: RouterLineage
         """Publish an earlier router version again as the newest (operator or admin):
         members fetch it as ``latest`` and the next round starts from it. Nothing is deleted;
         versions only grow."""
-        row = store.version(req.version)
-        if row is None:
-            raise NotFoundError(f"router version {req.version} does not exist")
-        _check_current(lineages, row, row.length)
-        with store.transaction():
-            version = store.add_version(None, row.blob, row.length, row.lineage,
-                                        restored=req.version)
-            store.audit(caller.caller_id, "router_rolled_back", restored=req.version,
-                        version=version)
-        return _version_info(lineages, version)
+        return _roll_back(lineages, caller.caller_id, req.version)
 
     return router
