@@ -38,6 +38,11 @@ LAB_NOTE = re.compile("|".join([
     r"\bearlier (?:runs?|records?|values?|versions?|defaults?|results?)\b",
     r"\b(?:commit|at) [0-9a-f]{7,12}\b",                      # a commit hash
     r"\(\s*[0-9a-f]{7,12}\s*[,)]",
+    # a reading of a run: "gave 0.72", "scores right 0.68", "stayed at 0.73", "count 0.125"
+    r"\b(?:gave|gives|stayed|scores?|scored|left|read|got|reached|count)\b[^.;:\n]{0,40}?"
+    r"-?\d\.\d{2,}",
+    r"\bon (?:one|another) machine\b|\bafter ~?\d+ (?:steps|rounds|epochs)\b",
+    r"\d\s?(?:" + _UNIT_TIME + r"|" + _UNIT_SIZE + r")\s+here\b",   # "3-14 s here"
 ]), re.IGNORECASE)
 
 CODE = ("sdk", "server_app", "client_app", "attacks", "examples/fedmor_local")
@@ -103,10 +108,14 @@ def test_the_patterns_catch_lab_notes_and_pass_rules() -> None:
                  "a LoRA step peaked at 3.7x the weight bytes", "grew ~150 MB per layer",
                  "(`sign` 0.92 -> 0.74)", "at load average 7", "it used to poll",
                  "the default was 120 before", "as at commit 3278d60", "0.08 GB of inputs",
-                 "backward ~20% faster on a CPU", "35 ms of CPU here", "the earlier runs"):
+                 "backward ~20% faster on a CPU", "35 ms of CPU here", "the earlier runs",
+                 "the same recipe gave 0.72 on one machine", "scores right 0.68, wrong -0.84",
+                 "a pair stayed at 0.73 pairwise accuracy", "(best-of-3 count 0.125)",
+                 "takes 3-14 s here", "reaches 1.0 after ~200 steps"):
         assert LAB_NOTE.search(line), line
     for line in ("# owner -> (b share, key share)", "16x16 images -> (B, K) logits",
                  "4 bytes per element", "the first 16 hex digits", "clip to C + 4 x its std",
                  "hashing 4 MB takes ms", "waits ``timeout_s`` at most", "keeps 99.7% of a tail",
-                 "the previous stage closed", "an earlier query's image", "1 MiB of a line"):
+                 "the previous stage closed", "an earlier query's image", "1 MiB of a line",
+                 "scores in [-c, c]", "the step left 0.5 of its budget", "read on this host"):
         assert not LAB_NOTE.search(line), line

@@ -197,7 +197,7 @@ def table5_images(
     labels3 = torch.cat([one_hot(k) for k in range(3)])
     attack(summed, labels3, images[:3], f"{lowered}, batch-aware attacker", [1, 1, 1])
     # Realistic clients: 8 images each, 3 local SGD steps; the attacker reconstructs all 24,
-    # replaying the 3 steps per client (each attack step costs ~24x a single-sample one).
+    # replaying the 3 steps per client (each attack step runs all 24 images, not one).
     labels24 = torch.cat([one_hot(k, 8) for k in range(3)])
     local = [
         compute_update(

@@ -1,7 +1,7 @@
 """The benchmarks' work folder: the user's ``--out`` (kept), or a temporary one removed on exit.
 
-A 10-client ``apps.py`` run leaves 0.7-1.5 GB of stores behind, so an unnamed folder must not
-outlive the script.
+A many-client ``apps.py`` run leaves its members' and the server's stores behind, so an
+unnamed folder must not outlive the script.
 """
 
 from __future__ import annotations

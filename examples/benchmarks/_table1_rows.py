@@ -1,6 +1,6 @@
 """Table 1's result rows, one JSON line per (seed, method), so a long run can be resumed.
 
-A full run is about 95 minutes on 2 cores. Each finished row is appended to ``rows.jsonl``
+A full run takes over an hour on a small machine. Each finished row is appended to ``rows.jsonl``
 at once; ``--resume`` reuses those rows instead of re-running them, but only when the run's
 settings (``settings.json``, written beside them) are the ones the rows were made with.
 Without ``--resume`` an earlier ``rows.jsonl`` is kept under a new name, never appended to.

@@ -16,17 +16,16 @@ from sdk.router import image_digest
 
 __all__ = ["TaskBenchmark", "prepare_task_benchmark"]
 
-# At most 1600 steps (600 left the answer format unlearned), and stopped once the task
-# categories' validation P(right) averages 0.72, a base with partial ability: without the target
-# the same recipe gave 0.72 on one machine and 0.97 on another, where GRPO had nothing left to
+# At most 1600 steps (the format needs many), stopped once the task categories' validation
+# P(right) averages 0.72, a base with partial ability: without the target how far the same
+# recipe gets differs by machine, and a base that already answers right leaves GRPO nothing to
 # teach.
 WARMUP = WarmupConfig(steps=1600, batch_size=16, stop_at_expected=0.72, check_every=50)
 # GRPO-data queries per task category held back to decide the warm-up's stop (never trained on).
 WARMUP_VALIDATION = 32
-# Warm-up queries per category. With 400, the same 1600 steps on another machine
-# left poster and position at chance (P(right) 0.25 / 0.24; diagram 0.70) for seed 0 and poster
-# for seed 1: the 6.4 passes over 4,000 images fit them instead. With 1,600 (1.6 passes) three
-# seeds read diagram 0.93-0.96, poster 0.49-0.98, position 0.68-0.98.
+# Warm-up queries per category: enough that 1600 steps make under two passes over them, so the
+# warm-up learns the categories rather than fitting the images (many passes over a few hundred
+# per category left the harder ones at chance).
 WARMUP_QUERIES = 1600
 
 

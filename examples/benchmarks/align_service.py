@@ -58,7 +58,7 @@ def _runtime(out: Path) -> float:
     """Median seconds per step after the first (``align``'s ``step_seconds``, rank 0: from one
     step's end to the next, so the router feedback post after each step counts, which trl's
     ``step_time`` leaves out): the first step also pays one-off costs (the server builds its
-    pipeline on the first batch, importing torch and the router: 3-14 s here)."""
+    pipeline on the first batch, importing torch and the router)."""
     times = [t["seconds"] for t in json.loads((out / "metrics.json").read_text())["step_seconds"]]
     return float(np.median(times[1:] if len(times) > 1 else times))
 

@@ -34,7 +34,7 @@ import numpy as np
 from PIL import Image
 
 # One torch thread per process (here and, inherited, in every client process): with many
-# processes on few cores, torch's intra-op threads contend and scoring slows down ~40x.
+# processes on few cores, torch's intra-op threads contend and scoring slows down many-fold.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fedmor_local's folder
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
@@ -166,8 +166,7 @@ def main() -> None:
         log(f"consortium up in {time.perf_counter() - t0:.1f} s")
         # One untimed round of each kind first: the first round of a fresh consortium pays
         # one-time costs (lazy imports and first connections in every process, no base router
-        # yet) that took 1-3 s here, and the median of two timed rounds (--quick) would take
-        # half of them in. Both kinds get the same warm-up; its times are reported.
+        # yet), and the median of two timed rounds (--quick) would take half of them in. Both kinds get the same warm-up; its times are reported.
         warm = {kind: timed_round(c, kind, length, n_clients).wall_s
                 for kind in ("rm_fedavg", "router_secagg")}
         log(f"warm-up rounds (not timed): plain {warm['rm_fedavg']:.2f} s, secure "

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     clients = tuple(args.clients or (QUICK_CLIENTS if args.quick else FULL_CLIENTS))
     train_pairs, eval_pairs, heldout_pairs = (600, 100, 100) if args.quick else (2000, 200, 200)
-    # The slowest client, position, reaches 1.0 after ~200 steps (docs/data.md): 2x margin.
+    # Twice the steps the slowest client, position, needs to learn its task (docs/data.md).
     steps = args.steps or (110 if args.quick else 400)
     root = scratch_dir("fedmor-rm-bench-", args.out)
     start = time.perf_counter()

@@ -100,7 +100,7 @@ def _encoder(kind: str, root: Path, seed: int) -> Encoder:
 
 def _dp_aggregator(epsilon: float, rounds: int, clip_norm: float) -> SecureAggregator:
     """SecAgg+ with client-level DP reaching ``epsilon`` (delta 1e-5) after ``rounds`` rounds of
-    every client; the noise multiplier is resolved once (opacus' search takes ~1 s)."""
+    every client; the noise multiplier is resolved once (opacus' search is a numeric solve)."""
     target = DPConfig(clip_norm=clip_norm, target_epsilon=epsilon, rounds=rounds)
     dp = DPConfig(clip_norm=clip_norm, noise_multiplier=target.resolved_noise_multiplier(),
                   rounds=rounds)

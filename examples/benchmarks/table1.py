@@ -222,9 +222,8 @@ class Table1:
         self.seeds = config.seeds or (1 if config.quick else 3)
         self.grpo = grpo_settings(config)
         self.evals = EvalSettings(samples=3, max_new_tokens=8)
-        # Best-of-3 on n queries has a sampling SD of ~sqrt(0.6 * 0.4 / n) per category: 0.07
-        # at n = 50 (the same base policy read 0.605-0.661 in-domain over three eval seeds at
-        # n = 60).
+        # Best-of-3 on n queries has a sampling SD of ~sqrt(0.6 * 0.4 / n) per category, 0.07
+        # at n = 50, 0.05 at the full run's 100 per category.
         self.eval_per_category = 24 if config.quick else 100
         self.t0 = time.perf_counter()
         self.bench = prepare_task_benchmark(config.out, eval_per_category=self.eval_per_category,
@@ -347,8 +346,8 @@ def main() -> None:
         parser.error(str(e))
     if len(log):
         say(f"resuming: {len(log)} saved rows in {log.path}")
-    # One intra-op thread: on a shared 2-core machine OpenMP spin-waiting made a tiny-model
-    # step ~10x slower with 2 threads (measured 1.06 s vs 0.12 s fwd+bwd, batch 16).
+    # One intra-op thread: on a shared small machine OpenMP's spin-waiting makes a tiny
+    # model's step many times slower with more threads (each waits for a core another holds).
     torch.set_num_threads(1)
     try:
         Table1(config, log).run()

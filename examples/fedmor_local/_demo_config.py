@@ -57,18 +57,16 @@ class DemoConfig(BaseModel):
     # off-format answers.
     grpo_lr: float = Field(default=3e-4, gt=0)
     grpo_beta: float = Field(default=0.2, gt=0, description="GRPO's KL penalty")
-    # None: the library's WarmupConfig default (1600). 600 steps on the 8-category warm-up split
-    # left the base policy off format on most held-out categories (best-of-3 count 0.125, text
-    # 0.094).
+    # None: the library's WarmupConfig default, which teaches the answer format on every
+    # category (far fewer steps leave the base policy off format on held-out categories).
     warmup_steps: int | None = Field(default=None, ge=0)
     warmup_label_noise: float = Field(default=0.4, ge=0, lt=1, description="share of warm-up "
                                       "queries trained on a random option (a base that "
                                       "hesitates)")
     # The reward of an unparseable or empty answer to a multiple-choice prompt (no client is
-    # asked). The demo's `diagram` reward model scores right 0.68, wrong -0.84 and unparseable
-    # answers -0.34..0.49 (normalized): the rule is needed, and -1.6 sits below a wrong answer by
-    # about as much as in table1.py, where -3 (the clip floor) made "be in format" outweigh
-    # "be right" (docs/alignment.md, "Format rule").
+    # asked). A reward model may score an off-format answer above a wrong one, so the rule is
+    # needed; the value sits below a normalized wrong answer by about one unit, not at the clip
+    # floor, where "be in format" would outweigh "be right" (docs/alignment.md, "Format rule").
     invalid_choice_reward: float = Field(default=-1.6, lt=0)
     eval_queries: int = Field(default=32, ge=1, description="eval queries per category")
     # Every stage that loads a model (reward models, judges, warm-up, GRPO, evaluation, the

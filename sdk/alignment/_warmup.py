@@ -32,18 +32,16 @@ class WarmupConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # 1600: on the 10-category warm-up split 600 steps left the answer format unlearned (P(any
-    # option) 0.25 on some categories) and poster / position at 0.09 / 0.18 P(right); 1600 gave
-    # diagram 0.95, poster 0.49, position 0.72 (table1 --quick).
+    # Enough steps for the answer format on every category of the warm-up split and partial
+    # ability on the hardest ones; far fewer leave some categories answering off format.
     steps: int = Field(default=1600, ge=0)
     batch_size: int = Field(default=16, ge=1)
     learning_rate: float = Field(default=1e-3, gt=0)
     warmup_steps: int = Field(default=10, ge=0)
     seed: int = 0
-    # How far a warm-up gets in its steps is chaotic: the same recipe read `poster` at P(right)
-    # 0.49 on one machine and 0.98 on another. A target makes
-    # "partial ability" a setting rather than luck: the warm-up stops at the first check where
-    # the validation queries' P(right), averaged per category, reaches it.
+    # How far a warm-up gets in its steps is chaotic (the same recipe differs by machine). A
+    # target makes "partial ability" a setting rather than luck: the warm-up stops at the first
+    # check where the validation queries' P(right), averaged per category, reaches it.
     stop_at_expected: float | None = Field(default=None, gt=0, le=1)
     check_every: int = Field(default=50, ge=1)
     # A share of the queries trained on a random option instead of the right one (drawn once

@@ -120,8 +120,8 @@ class PositionCategory(MultipleChoiceCategory):
     The blue reference shape sits at the centre and the red one in one of four zones around it,
     over a light two-axis gradient (like sky above and ground below in a photo). A tiny vision
     tower has no absolute position embedding, so on a flat background a red patch looks the same
-    anywhere: a free-floating pair stayed at 0.73 pairwise accuracy after 1500 steps, every error
-    on the wrong axis. The gradient gives each zone its own context, as real scenes do.
+    anywhere, and a free-floating pair is learned only up to the axis. The gradient gives each
+    zone its own context, as real scenes do.
     """
 
     name = "position"
