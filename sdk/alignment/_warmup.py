@@ -97,6 +97,52 @@ def _validation_accuracy(bundle: VLMBundle, validation: Mapping[str, Sequence[Qu
                for qs in validation.values()) / len(validation)
 
 
+def _train(bundle: VLMBundle, usable: Sequence[Query], targets: Sequence[str], cfg: WarmupConfig,
+           checked: Mapping[str, Sequence[Query]], say: Callable[[str], None]
+           ) -> tuple[list[float], list[tuple[int, float]]]:
+    """Supervised steps on ``usable`` (answers ``targets``) until ``cfg.steps`` or the target;
+    the losses, and (steps done, validation P(right)) at each check."""
+    model, processor = bundle.model, bundle.processor
+    target = cfg.stop_at_expected
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps))
+    )
+    model.train()
+    losses: list[float] = []
+    reached: list[tuple[int, float]] = []  # (steps done, validation P(right)) at each check
+    for step in range(cfg.steps):
+        picked = rng.sample(range(len(usable)), min(cfg.batch_size, len(usable)))
+        batch = [usable[i] for i in picked]
+        images = [q.image for q in batch]
+        prompts = [q.prompt for q in batch]
+        answers = [targets[i] for i in picked]
+        full = encode_batch(processor, images, prompts, answers, max_length=bundle.max_length)
+        prompt_only = encode_batch(processor, images, prompts, max_length=bundle.max_length)
+        labels = _answer_labels(full["input_ids"], prompt_only["attention_mask"].sum(1),
+                                full["attention_mask"])
+        full, labels = full.to(model.device), labels.to(model.device)
+        loss = model(**full, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if step % 25 == 0 or step == cfg.steps - 1:
+            say(f"warm-up step {step + 1}/{cfg.steps} loss {losses[-1]:.3f}")
+        if target is not None and (step + 1) % cfg.check_every == 0:
+            reached.append((step + 1, _validation_accuracy(bundle, checked)))
+            model.train()  # the check's teacher forcing switched it to eval
+            say(f"warm-up step {step + 1}: validation P(right) {reached[-1][1]:.3f}")
+            if reached[-1][1] >= target:
+                say(f"warm-up: stopped at step {step + 1} (target {target})")
+                break
+    return losses, reached
+
+
 def warmup_policy(
     base_dir: str | Path,
     queries: Sequence[Query],
@@ -135,43 +181,8 @@ def warmup_policy(
         return out
     targets = _noisy_answers(usable, cfg.label_noise, cfg.seed)
     bundle = load_vlm(base, runtime=runtime)
+    losses, reached = _train(bundle, usable, targets, cfg, checked, say)
     model, processor = bundle.model, bundle.processor
-    torch.manual_seed(cfg.seed)
-    rng = random.Random(cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps))
-    )
-    model.train()
-    losses: list[float] = []
-    reached: list[tuple[int, float]] = []  # (steps done, validation P(right)) at each check
-    for step in range(cfg.steps):
-        picked = rng.sample(range(len(usable)), min(cfg.batch_size, len(usable)))
-        batch = [usable[i] for i in picked]
-        images = [q.image for q in batch]
-        prompts = [q.prompt for q in batch]
-        answers = [targets[i] for i in picked]
-        full = encode_batch(processor, images, prompts, answers, max_length=bundle.max_length)
-        prompt_only = encode_batch(processor, images, prompts, max_length=bundle.max_length)
-        labels = _answer_labels(full["input_ids"], prompt_only["attention_mask"].sum(1),
-                                full["attention_mask"])
-        full, labels = full.to(model.device), labels.to(model.device)
-        loss = model(**full, labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        if step % 25 == 0 or step == cfg.steps - 1:
-            say(f"warm-up step {step + 1}/{cfg.steps} loss {losses[-1]:.3f}")
-        if target is not None and (step + 1) % cfg.check_every == 0:
-            reached.append((step + 1, _validation_accuracy(bundle, checked)))
-            model.train()  # the check's teacher forcing switched it to eval
-            say(f"warm-up step {step + 1}: validation P(right) {reached[-1][1]:.3f}")
-            if reached[-1][1] >= target:
-                say(f"warm-up: stopped at step {step + 1} (target {target})")
-                break
     model.eval()
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(tmp)
