@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from client_app._transport import MemberConnection, passed_on
+from client_app._transport import ServerTransport, passed_on
 from sdk.wire import ClipBoundAck, RequestRefused
 
 __all__ = ["announce_clip_bound", "announce_round_terms", "announce_start"]
@@ -22,7 +22,7 @@ __all__ = ["announce_clip_bound", "announce_round_terms", "announce_start"]
 _log = logging.getLogger("fedmor.client")
 
 
-def announce_clip_bound(runner: MemberConnection) -> bool:
+def announce_clip_bound(runner: ServerTransport) -> bool:
     """Tell the server ``runner``'s scorer bound (enrolling first if need be); True if the
     server held another one."""
     if runner.service is None:  # a runner that answers no reward queries has no bound
@@ -37,7 +37,7 @@ def announce_clip_bound(runner: MemberConnection) -> bool:
     return True
 
 
-def announce_start(runner: MemberConnection) -> None:
+def announce_start(runner: ServerTransport) -> None:
     """Tell the server this member started cleanly (it counts a restart and clears a problem
     it reported at a refused start). An older server without the endpoint is left alone."""
     runner.enroll()
@@ -50,7 +50,7 @@ def announce_start(runner: MemberConnection) -> None:
             _log.warning("the server refused this member's start announcement: %s", exc)
 
 
-def announce_round_terms(runner: MemberConnection) -> None:
+def announce_round_terms(runner: ServerTransport) -> None:
     """Tell the server which rounds this member's site policy takes part in (a member in no
     rounds announces none): the operator sees whom a round would lose before opening it. An
     older server without the endpoint is left alone."""

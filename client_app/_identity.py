@@ -16,7 +16,7 @@ import logging
 import os
 from pathlib import Path
 
-from client_app._transport import MemberConnection, Unanswered
+from client_app._transport import ServerTransport, Unanswered
 from sdk.wire import (
     RequestRefused,
     key_passphrase,
@@ -35,7 +35,7 @@ def pending_key_path(identity_key: Path) -> Path:
     return identity_key.with_name(identity_key.name + ".next")
 
 
-def rotate_key(runner: MemberConnection) -> str:
+def rotate_key(runner: ServerTransport) -> str:
     """Rotate ``runner``'s identity key at the server and on disk; returns the new public
     key. Raises ``ValueError`` before enrollment, ``RequestRefused`` when the server refuses."""
     cfg = runner.settings

@@ -18,7 +18,7 @@ import hashlib
 import logging
 import threading
 from concurrent.futures import Future
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -27,7 +27,7 @@ from client_app._causes import UpdateFailed, reported_cause
 from client_app._policy import PolicyRefused, check_epsilon, check_round, check_update
 from client_app._roster_copy import RosterCopy
 from client_app._router_update import ConfiguredRouterUpdate, UpdateFn, unpack_update
-from client_app._transport import MemberConnection, Unanswered
+from client_app._transport import ServerTransport, Unanswered
 from sdk.rounds import ROUND_KINDS, ClientRound, RoundFailed, RoundTerms, as_delta
 from sdk.wire import (
     PayloadError,
@@ -39,7 +39,7 @@ from sdk.wire import (
     StagePayload,
 )
 
-__all__ = ["FINISHED", "MemberRound", "RoundMember", "UpdateSource", "ready_update", "reused", "run_round",
+__all__ = ["FINISHED", "MemberRound", "UpdateSource", "ready_update", "reused", "run_round",
            "sweep_rounds"]
 
 _log = logging.getLogger("fedmor.client")
@@ -126,20 +126,6 @@ class MemberRound:
             self._ahead = None
 
 
-class RoundMember(MemberConnection, Protocol):
-    """What the round walk uses of the runner: its connection, its stop signal, its enrolled
-    id and its local update (``configured``: the ``[router_training]`` one, or None)."""
-
-    stop: threading.Event
-    update_fn: UpdateFn
-    configured: ConfiguredRouterUpdate | None
-
-    @property
-    def client_id(self) -> str:
-        """The id the server gave this member (enrolls on first use)."""
-        ...
-
-
 def _gave(update: dict[str, Any] | None) -> str:
     """What the member's update was made of, for its round log line."""
     if update is None:
@@ -150,7 +136,7 @@ def _gave(update: dict[str, Any] | None) -> str:
     return f" ({update['pairs']} local pairs{losses})"
 
 
-def _base(member: RoundMember, info: RoundInfo) -> np.ndarray | None:
+def _base(member: ServerTransport, info: RoundInfo) -> np.ndarray | None:
     if info.base_version is None:
         return None
     resp = member.request("GET", f"/v1/router/{info.base_version}")
@@ -160,13 +146,13 @@ def _base(member: RoundMember, info: RoundInfo) -> np.ndarray | None:
     return np.frombuffer(resp.content, dtype="<f4").copy()
 
 
-def _check_roster(member: RoundMember, info: RoundInfo) -> None:
+def _check_roster(member: ServerTransport, info: RoundInfo) -> None:
     if member.settings.roster_file is not None:
         RosterCopy(member.settings.roster_file, member.store,
                    lambda: _rotations(member)).check(info)
 
 
-def _rotations(member: RoundMember) -> list[RotationRecord]:
+def _rotations(member: ServerTransport) -> list[RotationRecord]:
     """The server's key rotation records (none from a server that cannot say)."""
     try:
         return member.get("/v1/identity/rotations", list[RotationRecord], attempts=3)
@@ -175,7 +161,7 @@ def _rotations(member: RoundMember) -> list[RotationRecord]:
         return []
 
 
-def _wait_input(member: RoundMember, round_id: int, stage: str) -> StageBroadcast:
+def _wait_input(member: ServerTransport, round_id: int, stage: str) -> StageBroadcast:
     # Long polling: the server answers as soon as the previous stage closes.
     wait = member.settings.long_poll_s
     path = f"/v1/rounds/{round_id}/stages/{stage}" + (f"?wait_s={wait:g}" if wait else "")
@@ -187,7 +173,7 @@ def _wait_input(member: RoundMember, round_id: int, stage: str) -> StageBroadcas
             raise Unanswered(f"GET {path}: runner stopping")
 
 
-def _local_update(member: RoundMember, info: RoundInfo) -> UpdateSource:
+def _local_update(member: ServerTransport, info: RoundInfo, update_fn: UpdateFn) -> UpdateSource:
     """Start the base download and the local update in the background: stages that need
     no input (SecAgg+'s key agreement) go ahead meanwhile."""
     out: UpdateSource = Future()
@@ -195,7 +181,7 @@ def _local_update(member: RoundMember, info: RoundInfo) -> UpdateSource:
     def run() -> None:  # whatever it raises goes to the stage that waits for the update
         try:
             base = _base(member, info)
-            update = unpack_update(member.update_fn(member.settings.name, info, base))
+            update = unpack_update(update_fn(member.settings.name, info, base))
             check_update(member.settings.policy, update.samples)
             member.store.record_update(info.round_id, update.samples, update.loss_before,
                                        update.loss_after)
@@ -211,8 +197,9 @@ def _local_update(member: RoundMember, info: RoundInfo) -> UpdateSource:
     return out
 
 
-def run_round(member: RoundMember, round_id: int) -> str:
-    """Take part in one round until it ends for ``member``; returns its local status."""
+def run_round(member: ServerTransport, round_id: int, update_fn: UpdateFn) -> str:
+    """Take part in one round until it ends for ``member``, its local update computed by
+    ``update_fn``; returns its local status."""
     store = member.store
     status = store.round_status(round_id)
     if status in FINISHED and not reused(member, round_id):
@@ -223,7 +210,7 @@ def run_round(member: RoundMember, round_id: int) -> str:
         return "not_participant"
     store.set_round(round_id, "checking", created_at=info.created_at)
     try:
-        terms = _admit(member, info)
+        terms = _admit(member, info, update_fn)
     except PolicyRefused as exc:
         return _refuse(member, round_id, exc)
     except (ValueError, KeyError) as exc:
@@ -233,7 +220,7 @@ def run_round(member: RoundMember, round_id: int) -> str:
         _check_roster(member, info)
         # A restart mid-round continues from the state saved with the last sent message.
         half = MemberRound.join(terms, client_id=me, key=member.key,
-                                update=_local_update(member, info),
+                                update=_local_update(member, info, update_fn),
                                 state=store.round_state(round_id))
     except (RoundFailed, ValueError, KeyError) as exc:
         return _abandon(member, round_id, exc)
@@ -252,7 +239,7 @@ def run_round(member: RoundMember, round_id: int) -> str:
         return _abandon(member, round_id, exc)
 
 
-def _walk(member: RoundMember, round_id: int, stages: list[str], half: MemberRound,
+def _walk(member: ServerTransport, round_id: int, stages: list[str], half: MemberRound,
           sent: dict[str, StagePayload]) -> str:
     """Send ``half``'s message for each stage once its input is there (a message in ``sent``,
     stored before a restart, as it was); returns the local status the round ends with."""
@@ -288,7 +275,7 @@ def _walk(member: RoundMember, round_id: int, stages: list[str], half: MemberRou
     return _end(member, round_id, "done")
 
 
-def _end(member: RoundMember, round_id: int, status: str, detail: str = "") -> str:
+def _end(member: ServerTransport, round_id: int, status: str, detail: str = "") -> str:
     _forget(member, round_id, status, detail)
     if status != "done":  # abandoned: this member left; ended: the round failed first
         _log.log(logging.WARNING if status == "abandoned" else logging.INFO,
@@ -296,13 +283,13 @@ def _end(member: RoundMember, round_id: int, status: str, detail: str = "") -> s
     return status
 
 
-def _forget(member: RoundMember, round_id: int, status: str, detail: str) -> None:
+def _forget(member: ServerTransport, round_id: int, status: str, detail: str) -> None:
     """Record how the round ended for ``member`` and forget its secrets."""
     member.store.set_round(round_id, status, detail)
     member.store.forget_round(round_id)
 
 
-def _dropped(member: RoundMember, round_id: int, stage: str, why: str) -> str:
+def _dropped(member: ServerTransport, round_id: int, stage: str, why: str) -> str:
     """``member``'s message for ``stage`` came after the stage closed (it was slow, stopped or
     cut off past the deadline): the server counts it out of that stage already, so it leaves
     the round with one line and reports nothing more."""
@@ -312,7 +299,7 @@ def _dropped(member: RoundMember, round_id: int, stage: str, why: str) -> str:
     return "abandoned"
 
 
-def _abandon(member: RoundMember, round_id: int, exc: Exception) -> str:
+def _abandon(member: ServerTransport, round_id: int, exc: Exception) -> str:
     """This member's half failed: end the round here (never retried), log the whole cause
     (WARNING), then tell the server its reportable part, as a refusal ``abandoned``."""
     if not isinstance(exc, (RoundFailed, PayloadError, ValueError)):
@@ -328,7 +315,7 @@ def _abandon(member: RoundMember, round_id: int, exc: Exception) -> str:
     return "abandoned"
 
 
-def sweep_rounds(member: RoundMember) -> None:
+def sweep_rounds(member: ServerTransport) -> None:
     """Forget the secrets of every round that ended without ``member`` seeing it end (it
     finished, failed or passed its deadline while this client was down or cut off):
     :func:`run_round` only forgets the rounds it runs to their end."""
@@ -345,7 +332,7 @@ def sweep_rounds(member: RoundMember) -> None:
             _end(member, round_id, "ended", f"round {info.status}")
 
 
-def reused(member: RoundMember, round_id: int) -> bool:
+def reused(member: ServerTransport, round_id: int) -> bool:
     """Whether the server lists a round this client ended under an id it reuses for a new
     one (a server restored from a backup older than the round); then forget the old one."""
     known = member.store.round_created(round_id)
@@ -360,15 +347,15 @@ def reused(member: RoundMember, round_id: int) -> bool:
     return True
 
 
-def _admit(member: RoundMember, info: RoundInfo) -> RoundTerms:
+def _admit(member: ServerTransport, info: RoundInfo, update_fn: UpdateFn) -> RoundTerms:
     """Check the round against the site policy and return its terms; a DP round is counted
     against the site's epsilon budget before anything is sent (a failed round still
     counts: never less)."""
     policy = member.settings.policy
     terms = check_round(policy, info)
     privacy = terms.privacy
-    if member.configured is not None:  # the round's router is the one this member fetched
-        member.configured.config_for(info)
+    if isinstance(update_fn, ConfiguredRouterUpdate):  # the round's router is the one fetched
+        update_fn.config_for(info)
     if privacy.dp is not None:
         here = (info.round_id, info.created_at)
         epsilon = check_epsilon(policy, member.store.dp_spent(besides=here), privacy.dp)
@@ -378,7 +365,7 @@ def _admit(member: RoundMember, info: RoundInfo) -> RoundTerms:
     return terms
 
 
-def _refuse(member: RoundMember, round_id: int, refusal: PolicyRefused) -> str:
+def _refuse(member: ServerTransport, round_id: int, refusal: PolicyRefused) -> str:
     """Record a policy refusal locally (so it is never retried), then tell the server."""
     _log.warning("round %d refused: %s", round_id, refusal)
     _end(member, round_id, "refused", f"{refusal.reason}: {refusal.detail}")

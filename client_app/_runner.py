@@ -56,9 +56,9 @@ class ClientRunner(ServerTransport):
         key = key or load_or_create_key(
             settings.identity_key, key_passphrase(settings.identity_key_passphrase_file))
         training = settings.router_training if settings.run_rounds else None
-        self.configured = None if update_fn is not None or training is None \
+        configured = None if update_fn is not None or training is None \
             else ConfiguredRouterUpdate(training, self._router_config)
-        self.update_fn: UpdateFn = update_fn or self.configured or (
+        self.update_fn: UpdateFn = update_fn or configured or (
             resolve_update_fn(settings) if settings.run_rounds else no_update)
         super().__init__(settings, store, key, service)
         self.revoked = False  # set when the server said this identity is revoked: it stops
@@ -73,7 +73,7 @@ class ClientRunner(ServerTransport):
     # -- rounds and queries --------------------------------------------------------------------
     def run_round(self, round_id: int) -> str:
         """Take part in one round until it ends for us; returns our local status."""
-        return run_round(self, round_id)
+        return run_round(self, round_id, self.update_fn)
 
     def sweep_rounds(self) -> None:
         """Forget the secrets of every round that ended without us seeing it end (see

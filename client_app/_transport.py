@@ -5,7 +5,7 @@ are tried again after the refusal's ``Retry-After`` or an exponential backoff; a
 stands is one ``RequestRefused`` (``MemberRevoked`` for a revoked identity); a request refused
 just after the key file changed (a rotation) is sent again with the new key. The runner is
 built on ``ServerTransport``; the member's helpers (key rotation, the announcements, the round
-walk) see it through ``MemberConnection``, so that they need not import the runner back.
+walk) take the transport, so that they need not import the runner back.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import logging
 import ssl
 import threading
 import time
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import httpx
 import tenacity
@@ -36,7 +36,7 @@ from sdk.wire import (
     tls_verify,
 )
 
-__all__ = ["RETRYABLE", "MemberConnection", "MemberRevoked", "ServerLink", "ServerTransport",
+__all__ = ["RETRYABLE", "MemberRevoked", "ServerLink", "ServerTransport",
            "Unanswered", "passed_on", "reload_key", "revoked"]
 
 _log = logging.getLogger("fedmor.client")
@@ -94,43 +94,7 @@ class ServerLink:
             self.down_since = None
 
 
-class MemberConnection(Protocol):
-    """A member's signed connection to the server (``ServerTransport``, under the runner, is
-    the one in use)."""
-
-    settings: ClientSettings
-    store: ClientStore
-    key: Ed25519PrivateKey
-    service: RewardService | None
-
-    def request(self, method: str, path: str, payload: Any = None, *, signed: bool = True,
-                attempts: int = 30) -> httpx.Response:
-        """Send one request signed with ``key``: its 2xx response; ``RequestRefused`` on a
-        final refusal, ``Unanswered`` without an answer."""
-        ...
-
-    def get(self, path: str, model: type[T], *, attempts: int = 30) -> T:
-        """``GET path`` through :meth:`request`, its answer read as ``model``."""
-        ...
-
-    @overload
-    def post(self, path: str, payload: Any, model: type[T], *, signed: bool = True,
-             attempts: int = 30) -> T: ...
-    @overload
-    def post(self, path: str, payload: Any, model: None = None, *, signed: bool = True,
-             attempts: int = 30) -> None: ...
-    def post(self, path: str, payload: Any, model: type[T] | None = None, *,
-             signed: bool = True, attempts: int = 30) -> T | None:
-        """``POST path`` through :meth:`request`, its answer read as ``model`` (without one,
-        not read)."""
-        ...
-
-    def enroll(self) -> str:
-        """Enroll if not yet enrolled; this member's client id."""
-        ...
-
-
-def reload_key(runner: MemberConnection) -> bool:
+def reload_key(runner: ServerTransport) -> bool:
     """After a refused request: switch ``runner`` to the key file's key if it changed (a
     rotation by ``fedmor client rotate-key`` while the app ran); True if it did."""
     cfg = runner.settings
