@@ -65,7 +65,7 @@ class DemoConfig(BaseModel):
                                       "hesitates)")
     # The reward of an unparseable or empty answer to a multiple-choice prompt (no client is
     # asked). A reward model may score an off-format answer above a wrong one, so the rule is
-    # needed; the value sits below a normalized wrong answer by about one unit, not at the clip
+    # needed; the value sits a little below a normalized wrong answer, not at the clip
     # floor, where "be in format" would outweigh "be right" (docs/alignment.md, "Format rule").
     invalid_choice_reward: float = Field(default=-1.6, lt=0)
     eval_queries: int = Field(default=32, ge=1, description="eval queries per category")
