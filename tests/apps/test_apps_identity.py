@@ -60,6 +60,15 @@ def _members(c: LocalConsortium) -> dict[str, dict[str, object]]:
     return {m["name"]: m for m in resp.json()}
 
 
+def _senders(c: LocalConsortium, round_id: int) -> set[str]:
+    """The members whose stage messages the server stored for ``round_id``."""
+    import sqlite3
+
+    with sqlite3.connect(c.server_cfg["db_path"]) as db:
+        return {str(r[0]) for r in db.execute(
+            "SELECT client_id FROM stage_messages WHERE round_id=?", (round_id,))}
+
+
 def _audit(c: LocalConsortium) -> list[tuple[str, str]]:
     import sqlite3
 
@@ -99,19 +108,23 @@ def test_a_revoked_member_is_dropped_from_an_open_round_which_completes(
         team: LocalConsortium) -> None:
     ids = dict(zip(team.names, team.enrolled(), strict=True))
     gone = team.names[2]
+    joined = _members(team)[gone]["rounds"]
     team.stop(gone)  # enrolled, but silent: the round would wait for it until the deadline
     opened = team.create_round(vector_length=8, min_clients=2, params=demo_params(samples=3))
     assert ids[gone] in opened["participants"]
-    time.sleep(1.0)
-    assert team.round(opened["round_id"])["status"] == "open"
+    deadline = time.monotonic() + 60  # the two live members send their first stage's messages
+    while len(_senders(team, opened["round_id"])) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    waiting = team.round(opened["round_id"])
+    assert waiting["status"] == "open" and waiting["stage"] == waiting["stages"][0]
 
-    started = time.monotonic()
     revoked = team.admin.post(f"/v1/members/{gone}/revoke", json={"reason": "left"})
     assert revoked.status_code == 200, revoked.text
     assert revoked.json()["state"] == "revoked"
+    # Closed by the revocation: waiting for the silent member would take the 90 s deadline.
     info = team.wait_round(opened["round_id"], timeout_s=60)
     assert info["status"] == "finished", info["error"]
-    assert time.monotonic() - started < 45  # far inside the 90 s stage deadline
     assert ids[gone] in info["dropouts"]
     assert [(r["client_id"], r["reason"]) for r in info["refusals"]] == [(ids[gone], "revoked")]
 
@@ -123,6 +136,9 @@ def test_a_revoked_member_is_dropped_from_an_open_round_which_completes(
     assert ids[gone] not in later["participants"]
     assert team.wait_round(later["round_id"], timeout_s=60)["status"] == "finished"
     assert ("admin", "member_revoked") in _audit(team)
+    view = _members(team)[gone]  # the operator's view: revoked, and silent in the round
+    assert view["state"] == "revoked" and isinstance(view["revoked_at"], float)
+    assert view["rounds"] == joined
 
 
 def _roster(c: LocalConsortium) -> list[dict[str, str]]:
@@ -159,22 +175,22 @@ def test_the_operator_sees_every_identity(team: LocalConsortium) -> None:
                   public_key=public_key_b64(generate_key()))
     team.admin.post("/v1/roster/reload").raise_for_status()
     view = _members(team)
-    ids = dict(zip(team.names[:2], team.enrolled(), strict=True))
-    assert {n: view[n]["state"] for n in (*team.names, "late", "pending")} == {
-        "site-0": "enrolled", "site-1": "enrolled", "site-2": "revoked", "late": "revoked",
-        "pending": "not_enrolled"}
+    site0 = team.enrolled()[0]  # the members by name: site-0 first
+    assert {n: view[n]["state"] for n in ("site-0", "site-1", "pending")} == {
+        "site-0": "enrolled", "site-1": "enrolled", "pending": "not_enrolled"}
     first = view["site-0"]
-    assert first["client_id"] == ids["site-0"] and first["role"] == "member"
+    assert first["client_id"] == site0 and first["role"] == "member"
     key = load_private_key(Path(team.client_cfg["site-0"]["identity_key"]))
     assert first["fingerprint"] == key_fingerprint(public_key_b64(key))
-    assert isinstance(first["last_seen"], float) and time.time() - first["last_seen"] < 30
-    assert first["rounds"] == 3 and view["site-2"]["rounds"] == 1  # silent in the 2nd, then revoked
+    assert isinstance(first["last_seen"], float)
+    # site-0 sent its messages in every round of this module (the earlier tests' rounds).
+    joined = sum(site0 in r["participants"] for r in team.admin.get("/v1/rounds").json())
+    assert first["rounds"] == joined
     assert view["pending"]["client_id"] is None and view["pending"]["last_seen"] is None
-    assert isinstance(view["site-2"]["revoked_at"], float)
 
-    member = _signed(team, key, ids["site-0"], "GET", "/v1/members")
+    member = _signed(team, key, site0, "GET", "/v1/members")
     assert member.status_code == 403 and "operator" in member.json()["detail"]
-    assert _signed(team, key, ids["site-0"], "POST",
+    assert _signed(team, key, site0, "POST",
                    "/v1/members/site-1/revoke").status_code == 403
     listed = subprocess.run(
         [sys.executable, "-m", "sdk.cli", "roster", "list", "--server", team.server_url,
@@ -186,7 +202,7 @@ def test_the_operator_sees_every_identity(team: LocalConsortium) -> None:
     assert lines[0].split()[:3] == ["NAME", "ROLE", "STATE"]
     row = next(line.split() for line in lines if line.startswith("site-0 "))
     assert row[:4] == ["site-0", "member", "enrolled", first["fingerprint"]]
-    assert row[6] == "3" and row[-1] == ids["site-0"]  # after LAST SEEN's date and time
+    assert row[6] == str(joined) and row[-1] == site0  # after LAST SEEN's date and time
     assert next(line.split() for line in lines if line.startswith("ops "))[1:3] == [
         "operator", "not_enrolled"]
 
