@@ -1,37 +1,39 @@
 """A local consortium of real processes (one server, N client apps) on 127.0.0.1.
 
 Used by the tests, the benchmarks and the demo: it writes each process's settings file, a
-roster with fresh identity keys and tokens (the wire contract's roster format), optionally a throw-away PKI (a self-signed CA and
-one certificate for 127.0.0.1), starts ``python -m server_app`` / ``python -m client_app``,
+roster with fresh identity keys and tokens (the wire contract's roster format), optionally a
+throw-away PKI (``fedmor_local._pki``), starts ``python -m server_app`` / ``python -m client_app``,
 waits for ``/v1/health`` and stops (or SIGKILLs) them. It imports neither app: it starts them
 by module name and talks to them over REST, as an operator would.
 """
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from fedmor_local._pki import client_cert_paths, make_pki
 from sdk.membership import add_to_roster
-from sdk.wire import Role, SignedClient, load_or_create_key, public_key_b64, tls_verify
+from sdk.wire import (
+    EnrollRequest,
+    EnrollResponse,
+    Role,
+    SignedClient,
+    load_or_create_key,
+    public_key_b64,
+    tls_verify,
+)
 
-__all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "client_cert_paths", "free_port",
-           "make_pki", "wait_healthy"]
+__all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "free_port", "wait_healthy"]
 
 ADMIN_TOKEN = "local-admin-token"
 """The admin bearer token of a local consortium's server (127.0.0.1 only; never for a deployment)."""
@@ -49,74 +51,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
-    path.touch(mode=0o600)
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                       serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
-
-
-def _leaf(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, name: str, *,
-          server: bool, now: datetime.datetime) -> tuple[x509.Certificate,
-                                                           ec.EllipticCurvePrivateKey]:
-    """A CA-signed certificate: for 127.0.0.1/localhost (``server``) or a client ``name``."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    usage = x509.oid.ExtendedKeyUsageOID.SERVER_AUTH if server \
-        else x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
-    builder = (x509.CertificateBuilder()
-               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-               .issuer_name(ca.subject).public_key(key.public_key())
-               .serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5))
-               .not_valid_after(now + datetime.timedelta(days=1))
-               .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                   ca_key.public_key()), critical=False))
-    if server:
-        builder = builder.add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False)
-    return builder.sign(ca_key, hashes.SHA256()), key
-
-
-def make_pki(directory: Path, clients: Sequence[str] = ()) -> tuple[Path, Path, Path]:
-    """A self-signed CA and a CA-signed certificate for 127.0.0.1/localhost.
-
-    Returns (ca.pem, cert.pem, key.pem). Each name in ``clients`` also gets a client
-    certificate (mutual TLS): ``clients/<name>.pem`` and ``clients/<name>-key.pem``.
-    """
-    directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedmor test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - datetime.timedelta(minutes=5))
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False,
-                                       data_encipherment=False, key_agreement=False,
-                                       encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
-                         critical=False)
-          .sign(ca_key, hashes.SHA256()))
-    paths = directory / "ca.pem", directory / "cert.pem", directory / "key.pem"
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    for name, (cert_path, key_path) in {"127.0.0.1": paths[1:], **{
-            c: client_cert_paths(directory, c) for c in clients}}.items():
-        cert, key = _leaf(ca, ca_key, name, server=name == "127.0.0.1", now=now)
-        cert_path.parent.mkdir(parents=True, exist_ok=True)
-        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        _write_key(key, key_path)
-    return paths
-
-
-def client_cert_paths(directory: Path, name: str) -> tuple[Path, Path]:
-    """Where :func:`make_pki` writes the client certificate and key of ``name``."""
-    return directory / "clients" / f"{name}.pem", directory / "clients" / f"{name}-key.pem"
 
 
 def wait_healthy(url: str, *, verify: Any, proc: subprocess.Popen[bytes] | None = None,
@@ -157,9 +91,9 @@ class LocalConsortium:
         app's safe default); ``identities``: non-member identities (name -> role);
         ``capture``: the server's capture directory (capture mode on, announced in every
         round's info); ``updates``: member name -> ``module:function``, a Python router update
-        that member runs (``fedmor_local._member``) in place of its configured one; ``mtls`` (implies ``tls``): the server requires a client certificate
-        from every caller, and each client app, identity and this harness's operator get one
-        from the CA."""
+        that member runs (``fedmor_local._member``) in place of its configured one; ``mtls``
+        (implies ``tls``): the server requires a client certificate from every caller, and each
+        client app, identity and this harness's operator get one from the CA."""
         # Absolute: the apps run with the checkout as their folder and read these paths.
         self.dir = workdir = Path(workdir).resolve()
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -176,43 +110,16 @@ class LocalConsortium:
         self.server_port = free_port()
         self.server_url = f"{scheme}://127.0.0.1:{self.server_port}"
         roster = workdir / "roster.json"
-        self.client_cfg: dict[str, dict[str, Any]] = {}
-        for name in self.names:
-            key_path = workdir / name / "identity.pem"
-            token = add_to_roster(roster, name=name,
-                                  public_key=public_key_b64(load_or_create_key(key_path)))
-            port = free_port()
-            self.client_cfg[name] = {
-                "name": name, "server_url": self.server_url, "enrollment_token": token,
-                "identity_key": str(key_path), "db_path": str(workdir / name / "client.db"),
-                "roster_file": str(roster), "port": port,
-                "public_url": f"{scheme}://127.0.0.1:{port}", "poll_interval_s": 0.05,
-                "retry_max_s": 0.5, "demo": demo, "allow_plain_http": not tls,
-                **self._tls("server_ca"),
-                **self._client_cert(name, mtls),
-                **({"policy": policy} if policy is not None else {}), **(clients or {})}
+        # Members first, then the other identities: each gets its roster entry in this order.
+        self.client_cfg: dict[str, dict[str, Any]] = {
+            name: self._member_config(name, roster, demo=demo, policy=policy,
+                                      options=clients or {}, mtls=mtls) for name in self.names}
         # Non-member identities (name -> role): a key file and a one-time token each, enrolled by
         # whoever runs as them (``identity_key`` and ``enrollment_token`` in ``identity_cfg``).
-        self.identity_cfg: dict[str, dict[str, Any]] = {}
-        for name, role in (identities or {}).items():
-            key_path = workdir / name / "identity.pem"
-            token = add_to_roster(roster, name=name, role=role,
-                                  public_key=public_key_b64(load_or_create_key(key_path)))
-            self.identity_cfg[name] = {"name": name, "identity_key": str(key_path),
-                                       "enrollment_token": token, "role": role,
-                                       **self._client_cert(name, mtls)}
-        self.server_cfg: dict[str, Any] = {
-            "db_path": str(workdir / "server" / "server.db"),
-            "identity_key": str(workdir / "server" / "identity.pem"),
-            "roster_file": str(roster), "admin_token": ADMIN_TOKEN, "port": self.server_port,
-            "tick_interval_s": 0.2, "allow_http_reward_urls": not tls,
-            "allow_plain_http": not tls,
-            "allow_private_reward_urls": True, **self._tls("tls_ca"),  # members on 127.0.0.1
-            **({"capture": {"enabled": True, "dir": str(capture)}} if capture else {}),
-            # The DP accountant (opacus, torch) loads at the first DP round instead of at every
-            # start: few of the harness's servers run one, and the import is seconds of CPU.
-            "preload_dp_accountant": False,
-            "require_client_cert": mtls, **(server or {})}
+        self.identity_cfg: dict[str, dict[str, Any]] = {
+            name: self._identity_config(name, role, roster, mtls)
+            for name, role in (identities or {}).items()}
+        self.server_cfg = self._server_config(roster, capture, mtls, server or {})
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         operator = self._client_cert(_OPERATOR, mtls)
         self.cert = (operator["tls_client_cert"], operator["tls_client_key"]) if mtls else None
@@ -233,6 +140,51 @@ class LocalConsortium:
         """The operator's client's connections (the admin token) for a raw request: the
         response whatever its status (a test's refusal, a router's bytes)."""
         return self.ops.http
+
+    def _member_config(self, name: str, roster: Path, *, demo: bool,
+                       policy: dict[str, Any] | None, options: dict[str, Any],
+                       mtls: bool) -> dict[str, Any]:
+        """Member ``name``'s settings: its key, roster entry and port, then ``options``."""
+        key_path = self.dir / name / "identity.pem"
+        token = add_to_roster(roster, name=name,
+                              public_key=public_key_b64(load_or_create_key(key_path)))
+        port = free_port()
+        scheme = "https" if self.tls else "http"
+        return {
+            "name": name, "server_url": self.server_url, "enrollment_token": token,
+            "identity_key": str(key_path), "db_path": str(self.dir / name / "client.db"),
+            "roster_file": str(roster), "port": port,
+            "public_url": f"{scheme}://127.0.0.1:{port}", "poll_interval_s": 0.05,
+            "retry_max_s": 0.5, "demo": demo, "allow_plain_http": not self.tls,
+            **self._tls("server_ca"),
+            **self._client_cert(name, mtls),
+            **({"policy": policy} if policy is not None else {}), **options}
+
+    def _identity_config(self, name: str, role: Role, roster: Path,
+                         mtls: bool) -> dict[str, Any]:
+        """A non-member identity's key file, roster entry and one-time token."""
+        key_path = self.dir / name / "identity.pem"
+        token = add_to_roster(roster, name=name, role=role,
+                              public_key=public_key_b64(load_or_create_key(key_path)))
+        return {"name": name, "identity_key": str(key_path), "enrollment_token": token,
+                "role": role, **self._client_cert(name, mtls)}
+
+    def _server_config(self, roster: Path, capture: Path | None, mtls: bool,
+                       options: dict[str, Any]) -> dict[str, Any]:
+        """The server's settings, then ``options``."""
+        tls = self.tls
+        return {
+            "db_path": str(self.dir / "server" / "server.db"),
+            "identity_key": str(self.dir / "server" / "identity.pem"),
+            "roster_file": str(roster), "admin_token": ADMIN_TOKEN, "port": self.server_port,
+            "tick_interval_s": 0.2, "allow_http_reward_urls": not tls,
+            "allow_plain_http": not tls,
+            "allow_private_reward_urls": True, **self._tls("tls_ca"),  # members on 127.0.0.1
+            **({"capture": {"enabled": True, "dir": str(capture)}} if capture else {}),
+            # The DP accountant (opacus, torch) loads at the first DP round instead of at every
+            # start: few of the harness's servers run one, and the import is seconds of CPU.
+            "preload_dp_accountant": False,
+            "require_client_cert": mtls, **options}
 
     def _tls(self, ca_field: str) -> dict[str, Any]:
         if self.pki is None:
@@ -315,6 +267,15 @@ class LocalConsortium:
         self.close()
 
     # -- admin helpers -------------------------------------------------------------------------
+    def enroll(self, name: str) -> str:
+        """Enroll ``name`` (a member or another identity) with its one-time token and key, as
+        its own process would; its client id."""
+        cfg = self.client_cfg.get(name) or self.identity_cfg[name]
+        body = EnrollRequest(name=name, token=cfg["enrollment_token"], public_key=public_key_b64(
+            load_or_create_key(Path(cfg["identity_key"]))))
+        with SignedClient(self.server_url, verify=self.operator_tls, timeout_s=60) as client:
+            return client.post("/v1/enroll", body, EnrollResponse).client_id
+
     def enrolled(self) -> list[str]:
         """Member ids the server knows, by name (from its own store file)."""
         import sqlite3

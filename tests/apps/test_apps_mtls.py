@@ -16,7 +16,8 @@ import pytest
 from pydantic import ValidationError
 
 from fedmor_local import OPEN_POLICY
-from fedmor_local._local import ADMIN_TOKEN, client_cert_paths, make_pki
+from fedmor_local._local import ADMIN_TOKEN
+from fedmor_local._pki import client_cert_paths, make_pki
 from server_app import ServerSettings
 from tests.apps.conftest import running
 

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from client_app import ClientSettings, HashScorer
 from client_app._app import create_client_app
 from fedmor_local import free_port
-from fedmor_local._local import make_pki
+from fedmor_local._pki import make_pki
 from sdk.cli import main
 from sdk.membership import add_to_roster
 from sdk.serving import ConflictError
