@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fedmor_local's f
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 import httpx
+from _aligner_load import SyntheticAligner
 from _churn_naming import (
     SERVER,
     Event,
@@ -68,8 +69,6 @@ from sdk.data import SynthConfig, synthesize
 from sdk.membership import RosterFile, add_to_roster
 from sdk.wire import (
     ROUTER_ROUND_PARAM,
-    AlignerItem,
-    AlignerRequest,
     SignedClient,
     load_or_create_key,
     public_key_b64,
@@ -80,7 +79,6 @@ ROUTER = {"encoder": {"dim": 16},
           "router": {"input_dim": 16, "d_model": 16, "num_layers": 1, "num_heads": 2,
                      "dim_feedforward": 16},
           "federated": {"rounds": 100, "local": {"epochs": 1, "batch_size": 16, "lr": 3e-3}}}
-BATCH = 16
 START_WAVE = 8
 """Member apps started together at the run's start."""
 BATCH_EVERY_S = 0.25
@@ -100,59 +98,6 @@ def _rss_mb(pid: int) -> float | None:
     except OSError:
         pass
     return None
-
-
-class Aligner:
-    """Posts reward batches (``mor`` selection) from a thread, one every ``BATCH_EVERY_S`` at
-    most; records each batch as (time, items, items not scored)."""
-
-    def __init__(self, url: str, client_id: str, key_path: Path) -> None:
-        import base64
-        import hashlib
-        import io
-
-        import numpy as np
-        from PIL import Image
-
-        buf = io.BytesIO()
-        Image.fromarray(np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
-                        ).save(buf, format="PNG")
-        self.sha = hashlib.sha256(buf.getvalue()).hexdigest()
-        self.b64 = base64.b64encode(buf.getvalue()).decode()
-        self.http = SignedClient(url, key=load_or_create_key(key_path), sender=client_id,
-                                 timeout_s=120)
-        self.batches: list[tuple[float, int, int]] = []
-        self.refusals: dict[str, int] = {}
-        self.stop = threading.Event()
-        self._last = 0.0  # when the last batch was sent
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _post(self, step: int, with_image: bool) -> httpx.Response:
-        items = [AlignerItem(image_sha256=self.sha, prompt=f"What is shown? ({step})",
-                             response=f"answer {i}", image_b64=self.b64 if with_image else None)
-                 for i in range(BATCH)]
-        body = AlignerRequest(items=items, method="mor", step=step)
-        return self.http.request("POST", "/v1/rewards", body.model_dump(exclude_none=True))
-
-    def _run(self) -> None:
-        step = 0
-        while not self.stop.wait(max(0.0, self._last + BATCH_EVERY_S - time.monotonic())):
-            self._last = time.monotonic()
-            step += 1
-            try:
-                resp = self._post(step, with_image=False)
-                if resp.status_code == 200 and resp.json().get("missing"):
-                    resp = self._post(step, with_image=True)
-            except httpx.HTTPError as exc:
-                resp, why = None, type(exc).__name__
-            if resp is not None and resp.status_code == 200:
-                self.batches.append((time.monotonic(), BATCH, int(resp.json().get("failed", 0))))
-                continue
-            if resp is not None:
-                why = f"{resp.status_code} {resp.text[:120]}"
-            self.batches.append((time.monotonic(), BATCH, BATCH))
-            self.refusals[why] = self.refusals.get(why, 0) + 1
-            self.stop.wait(0.5)  # a refused batch is re-sent after a pause, as a trainer would
 
 
 class Churn:
@@ -188,15 +133,7 @@ class Churn:
             shutil.copytree(self.data / "clients" / "diagram" / "train", own)
         return own
 
-    def _enroll(self, who: str) -> str:
-        cfg = self.c.identity_cfg[who]
-        resp = httpx.post(f"{self.c.server_url}/v1/enroll", timeout=60, json={
-            "name": who, "token": cfg["enrollment_token"],
-            "public_key": public_key_b64(load_or_create_key(Path(cfg["identity_key"])))})
-        resp.raise_for_status()
-        return str(resp.json()["client_id"])
-
-    def start(self) -> Aligner:
+    def start(self) -> SyntheticAligner:
         from sdk.router import HashingEncoder, HashingEncoderConfig, Router, RouterConfig
 
         # In waves: a few dozen apps importing at once on a loaded machine miss any health
@@ -210,11 +147,12 @@ class Churn:
                 wait_healthy(self.c.client_cfg[name]["public_url"], verify=self.c.verify,
                              proc=self.c.procs[name], timeout_s=600)
         self.c.wait_enrolled(timeout_s=600)
-        self.ops = SignedClient(self.c.server_url, timeout_s=60, sender=self._enroll("ops"),
+        self.ops = SignedClient(self.c.server_url, timeout_s=60, sender=self.c.enroll("ops"),
                                 key=load_or_create_key(Path(self.c.identity_cfg["ops"]
                                                             ["identity_key"])))
-        aligner = Aligner(self.c.server_url, self._enroll("aligner"),
-                          Path(self.c.identity_cfg["aligner"]["identity_key"]))
+        aligner = SyntheticAligner(self.c.server_url, self.c.enroll("aligner"),
+                                   Path(self.c.identity_cfg["aligner"]["identity_key"]),
+                                   method="mor", every_s=BATCH_EVERY_S)
         encoder = HashingEncoder(HashingEncoderConfig(**ROUTER["encoder"]))  # type: ignore[arg-type]
         seeded = Router(RouterConfig(**ROUTER["router"]), self.c.names,  # type: ignore[arg-type]
                         encoder.encoder_id)
@@ -435,13 +373,13 @@ def main() -> None:
     by_round = {e.round: e for e in events}
     disabled: dict[int, int] = {}
     t0 = time.perf_counter()
-    aligner: Aligner | None = None
+    aligner: SyntheticAligner | None = None
     try:
         aligner = run.start()
         log(f"{n} members enrolled, router published in {time.perf_counter() - t0:.1f} s")
         rss = {"demo_member_mb": _rss_mb(run.c.procs[run.c.names[0]].pid)}
         started = time.monotonic()
-        aligner.thread.start()
+        aligner.start()
         for index in range(1, rounds + 1):
             e = by_round.get(index)
             if e is not None:
@@ -463,8 +401,7 @@ def main() -> None:
         run.record()
     finally:
         if aligner is not None:
-            aligner.stop.set()
-            aligner.thread.join(timeout=180)
+            aligner.stop(timeout_s=180)
         ended = time.monotonic()
         lost = run.data_lost() if aligner is not None else -1
         run.c.close()
@@ -472,10 +409,12 @@ def main() -> None:
     for e in events:
         run.judge(e, ordered)
     _table(events)
-    for why, count in sorted(aligner.refusals.items(), key=lambda kv: -kv[1])[:5]:
+    refusals = aligner.refusals()
+    for why, count in sorted(refusals.items(), key=lambda kv: -kv[1])[:5]:
         log(f"aligner refused x{count}: {why}")
     figures = headline(members=n, events=events, rounds=run.rounds, disabled=disabled,
-                       alignment=alignment_figures(aligner.batches, started, ended),
+                       alignment=alignment_figures([b[:3] for b in aligner.batches], started,
+                                                   ended),
                        data_lost=lost)
     print(json.dumps({
         "headline": figures, "real_member_processes": n + 1,
@@ -486,7 +425,7 @@ def main() -> None:
         "rounds": [{"round_id": r["round_id"], "status": r["status"], "error": r["error"],
                     "participants": len(r["participants"]), "dropouts": len(r["dropouts"])}
                    for r in run.rounds],
-        "aligner_refusals": aligner.refusals, "wall_s": round(time.perf_counter() - t0, 1)}))
+        "aligner_refusals": refusals, "wall_s": round(time.perf_counter() - t0, 1)}))
 
 
 if __name__ == "__main__":

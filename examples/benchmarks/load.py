@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import io
 import json
 import multiprocessing as mp
 import os
@@ -45,6 +44,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fedmor_local's folder
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
+from _aligner_load import SyntheticAligner
 from _scratch import scratch_dir
 
 from fedmor_local import OPEN_POLICY, LocalConsortium
@@ -52,9 +52,7 @@ from fedmor_local._insider import InsiderPost, insider_bodies, rss_mb
 from sdk.wire import (
     AsyncSignedClient,
     RequestRefused,
-    SignedClient,
     load_or_create_key,
-    public_key_b64,
 )
 
 HOSTILE = "hostile"
@@ -184,95 +182,7 @@ def _hostile(url: str, client_id: str, key_path: str, polls: int, control: Any) 
     asyncio.run(main())
 
 
-# -- the aligner ----------------------------------------------------------------------------
-def _png() -> bytes:
-    from PIL import Image
-
-    pixels = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-class Aligner:
-    """Sends batches of 16 completions to ``POST /v1/rewards`` back to back while running."""
-
-    def __init__(self, url: str, client_id: str, key_path: Path) -> None:
-        import base64
-        import hashlib
-
-        self.url, self.client_id = url, client_id
-        self.key = load_or_create_key(key_path)
-        image = _png()
-        self.sha = hashlib.sha256(image).hexdigest()
-        self.b64 = base64.b64encode(image).decode()
-        self.stats = {"batches": 0, "failed_requests": 0, "failed_items": 0}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _post(self, http: SignedClient, step: int, with_image: bool) -> httpx.Response:
-        items = [{"image_sha256": self.sha, "prompt": f"What is shown? ({step})",
-                  "response": f"answer {i}", **({"image_b64": self.b64} if with_image else {})}
-                 for i in range(16)]
-        return http.request("POST", "/v1/rewards",
-                            {"items": items, "method": "random", "step": step})
-
-    def _client(self) -> SignedClient:
-        return SignedClient(self.url, key=self.key, sender=self.client_id, timeout_s=600)
-
-    def _batch(self, http: SignedClient, step: int) -> httpx.Response:
-        resp = self._post(http, step, with_image=False)
-        if resp.status_code == 200 and resp.json().get("missing"):
-            resp = self._post(http, step, with_image=True)
-        return resp
-
-    def warm_up(self) -> None:
-        """One untimed batch: the server's first builds its selection (importing torch)."""
-        with self._client() as http:
-            resp = self._batch(http, 0)
-        if resp.status_code != 200:
-            raise RuntimeError(f"the aligner's warm-up batch failed: {resp.text[:300]}")
-
-    def _run(self) -> None:
-        with self._client() as http:
-            step = 1
-            while not self._stop.is_set():
-                try:
-                    resp = self._batch(http, step)
-                except httpx.HTTPError:
-                    self.stats["failed_requests"] += 1
-                    continue
-                if resp.status_code != 200:
-                    self.stats["failed_requests"] += 1
-                    log(f"aligner: {resp.status_code} {resp.text[:200]}")
-                    self._stop.wait(1.0)
-                    continue
-                self.stats["batches"] += 1
-                self.stats["failed_items"] += int(resp.json().get("failed", 0))
-                step += 1
-
-    def start(self) -> None:
-        self.stats = dict.fromkeys(self.stats, 0)
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> dict[str, int]:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        return dict(self.stats)
-
-
 # -- orchestration --------------------------------------------------------------------------
-def _enroll(c: LocalConsortium, cfg: dict[str, Any]) -> str:
-    key = load_or_create_key(Path(cfg["identity_key"]))
-    resp = httpx.post(f"{c.server_url}/v1/enroll", timeout=60, json={
-        "name": cfg["name"], "token": cfg["enrollment_token"], "public_key": public_key_b64(key)})
-    resp.raise_for_status()
-    return str(resp.json()["client_id"])
-
-
 def _insider_bodies(c: LocalConsortium, pid: int, member_id: str, aligner_id: str
                     ) -> tuple[float, dict[str, int]]:
     """Server RSS growth (MiB) while the hostile member and the aligner send 16 correctly
@@ -305,7 +215,8 @@ def _round_seconds(db: str, round_id: int) -> float:
 class Phase:
     """One measured phase: a round of every honest member with the aligner and the probe."""
 
-    def __init__(self, c: LocalConsortium, workers: list[Any], probe: Any, aligner: Aligner,
+    def __init__(self, c: LocalConsortium, workers: list[Any], probe: Any,
+                 aligner: SyntheticAligner,
                  participants: list[str], vector: int) -> None:
         self.c, self.workers, self.probe, self.aligner = c, workers, probe, aligner
         self.participants, self.vector = participants, vector
@@ -349,7 +260,10 @@ class Phase:
                                       min_clients=len(self.participants),
                                       params={"clip_range": 8.0})
         done = self.c.wait_round(created["round_id"], timeout_s=3600)
-        aligner = self.aligner.stop()
+        batches = self.aligner.stop()
+        refused = [b for b in batches if b.refused is not None]
+        for why, count in self.aligner.refusals().items():
+            log(f"  aligner refused x{count}: {why}")
         self.probe.send("take")
         latencies = self.probe.recv()
         cpu = round(self._server_cpu_s() - cpu0, 1)
@@ -362,14 +276,15 @@ class Phase:
         seconds = _round_seconds(self.c.server_cfg["db_path"], created["round_id"])
         log(f"{name}: round {status} in {seconds} s; health p99 {_p99(latencies)} ms over "
             f"{len(latencies)} probes ({sum(v is None for v in latencies)} failed); member "
-            f"failures {failed}; aligner {aligner}; server CPU {cpu} s in {wall} s")
+            f"failures {failed}; aligner {len(batches) - len(refused)} batches, {len(refused)} "
+            f"refused; server CPU {cpu} s in {wall} s")
         return {"round_status": status, "round_seconds": seconds,
                 "health_p99_ms": _p99(latencies),
                 "health_probes": len(latencies), "server_cpu_s": cpu, "wall_s": wall,
-                "failed_honest_requests": failed + aligner["failed_requests"]
+                "failed_honest_requests": failed + len(refused)
                 + sum(v is None for v in latencies),
-                "aligner_batches": aligner["batches"],
-                "aligner_failed_items": aligner["failed_items"]}
+                "aligner_batches": len(batches) - len(refused),
+                "aligner_failed_items": sum(b.failed for b in batches if b.refused is None)}
 
 
 def main() -> None:
@@ -419,15 +334,17 @@ def main() -> None:
         for conn in workers:
             if conn.recv() != "ready":
                 raise RuntimeError("a member worker did not start")
-        hostile_id = _enroll(c, hostile_cfg)
-        aligner_id = _enroll(c, c.identity_cfg["aligner"])
+        hostile_id = c.enroll(hostile_cfg["name"])
+        aligner_id = c.enroll("aligner")
         participants = [cid for cid in c.enrolled() if cid != hostile_id]
         log(f"{len(participants)} members enrolled and polling in "
             f"{time.perf_counter() - t0:.1f} s")
         probe, probe_end = ctx.Pipe()
         procs.append(ctx.Process(target=_probe, args=(c.server_url, probe_end), daemon=True))
         procs[-1].start()
-        aligner = Aligner(c.server_url, aligner_id, Path(c.identity_cfg["aligner"]["identity_key"]))
+        aligner = SyntheticAligner(c.server_url, aligner_id,
+                                   Path(c.identity_cfg["aligner"]["identity_key"]),
+                                   method="random", timeout_s=600)
         phase = Phase(c, workers, probe, aligner, participants, args.vector)
         aligner.warm_up()
         idle_p99 = phase.idle(10.0)
