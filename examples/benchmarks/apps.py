@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from PIL import Image
@@ -132,6 +132,108 @@ def png(seed: int) -> bytes:
     return buf.getvalue()
 
 
+class Rounds(NamedTuple):
+    """The round phase: the untimed warm-up round of each kind, the timed rounds, and the rounds
+    with local training (by kind)."""
+
+    warm: dict[str, float]
+    plain: list[TimedRound]
+    secure: list[TimedRound]
+    trained: dict[str, list[float]]
+
+
+def rounds_phase(c: LocalConsortium, length: int, repeats: int, train_s: float) -> Rounds:
+    """Plain and secure rounds of every member, interleaved, after one untimed round of each."""
+    n_clients = len(c.names)
+    # One untimed round of each kind first: the first round of a fresh consortium pays
+    # one-time costs (lazy imports and first connections in every process, no base router
+    # yet), and the median of two timed rounds (--quick) would take half of them in. Both
+    # kinds get the same warm-up; its times are reported.
+    warm = {kind: timed_round(c, kind, length, n_clients).wall_s
+            for kind in ("rm_fedavg", "router_secagg")}
+    log(f"warm-up rounds (not timed): plain {warm['rm_fedavg']:.2f} s, secure "
+        f"{warm['router_secagg']:.2f} s")
+    plain, secure = [], []
+    for r in range(repeats):
+        plain.append(timed_round(c, "rm_fedavg", length, n_clients))
+        log(f"plain FedAvg round {r}: {plain[-1].wall_s:.2f} s, {plain[-1].bytes} bytes, "
+            f"{plain[-1].cpu_s:.2f} CPU-s")
+        secure.append(timed_round(c, "router_secagg", length, n_clients))
+        log(f"secure round {r}: {secure[-1].wall_s:.2f} s, {secure[-1].bytes} bytes, "
+            f"{secure[-1].cpu_s:.2f} CPU-s")
+    # The same with local training that takes train_s (spent off this machine's CPU, as on a
+    # site's accelerator): the secure round's key stages run meanwhile.
+    trained: dict[str, list[float]] = {"rm_fedavg": [], "router_secagg": []}
+    for r in range(repeats if train_s else 0):
+        for kind, times in trained.items():
+            times.append(timed_round(c, kind, length, n_clients, train_s).wall_s)
+        log(f"with {train_s:g} s of local training, round {r}: plain "
+            f"{trained['rm_fedavg'][-1]:.2f} s, secure {trained['router_secagg'][-1]:.2f} s")
+    return Rounds(warm, plain, secure, trained)
+
+
+class Queries(NamedTuple):
+    """The reward phase: per batch, the latency over HTTP and in-process (seconds), the
+    client app's ``Server-Timing`` and the largest score difference; the bytes of a first
+    (uncached) and a later (cached) query."""
+
+    http: list[float]
+    in_process: list[float]
+    timings: list[dict[str, float]]
+    max_diff: float
+    uncached: int
+    cached: int
+
+
+def reward_phase(c: LocalConsortium, model_dir: Path, batches: int, batch: int) -> Queries:
+    """One scoring member only: the same batches through ``/v1/reward`` (push) and scored in
+    this process, interleaved so that both see the same machine load."""
+    site = c.names[0]
+    for name in c.names:  # one scoring client only: the others' processes leave
+        c.stop(name)
+    c.start_client(site, run_rounds=False)
+    client_id = c.enrolled()[0]
+    from sdk.reward import ClientScorer
+
+    scorer = ClientScorer.from_pretrained(model_dir)
+    broker = RewardBroker(Store(c.server_cfg["db_path"]),
+                          load_private_key(Path(c.server_cfg["identity_key"])),
+                          mode="push", timeout_s=120,
+                          allow_private=True)  # members on 127.0.0.1
+    images = [ImageRef.of(png(i)) for i in range(batches * batch)]
+    queries = [images[b * batch:(b + 1) * batch] for b in range(batches)]
+    prompts = ["What color is the square?"] * batch
+    responses = [f"The square is red {i}." for i in range(batch)]
+    decoded = [[Image.open(io.BytesIO(i.data)).convert("RGB") for i in q] for q in queries]
+
+    async def run() -> Queries:
+        before = broker.bytes_sent
+        await broker.query(client_id, queries[0], prompts, responses)  # images travel
+        uncached = broker.bytes_sent - before
+        for q in queries[1:]:  # warm the cache for every batch
+            await broker.query(client_id, q, prompts, responses)
+        scorer.score(decoded[0], prompts, responses)  # warm-up
+        http_lat, mem_lat, timings, diff, cached = [], [], [], 0.0, 0
+        for b, q in enumerate(queries):
+            before = broker.bytes_sent
+            t = time.perf_counter()
+            out = await broker.query(client_id, q, prompts, responses)
+            http_lat.append(time.perf_counter() - t)
+            timings.append(broker.last_server_timing)
+            cached = broker.bytes_sent - before
+            t = time.perf_counter()
+            mem = scorer.score(decoded[b], prompts, responses)
+            mem_lat.append(time.perf_counter() - t)
+            diff = max(diff, float(np.max(np.abs(np.array(out) - np.array(mem)))))
+        await broker.aclose()
+        return Queries(http_lat, mem_lat, timings, diff, uncached, cached)
+
+    log(f"{batches} batches of {batch}: /v1/reward (push) and in-process, interleaved")
+    out = asyncio.run(run())
+    log(f"HTTP vs in-process max score difference: {out.max_diff:.2e}")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
@@ -164,100 +266,34 @@ def main() -> None:
         c.start()
         c.wait_enrolled()
         log(f"consortium up in {time.perf_counter() - t0:.1f} s")
-        # One untimed round of each kind first: the first round of a fresh consortium pays
-        # one-time costs (lazy imports and first connections in every process, no base router
-        # yet), and the median of two timed rounds (--quick) would take half of them in. Both kinds get the same warm-up; its times are reported.
-        warm = {kind: timed_round(c, kind, length, n_clients).wall_s
-                for kind in ("rm_fedavg", "router_secagg")}
-        log(f"warm-up rounds (not timed): plain {warm['rm_fedavg']:.2f} s, secure "
-            f"{warm['router_secagg']:.2f} s")
-        plain, secure = [], []
-        for r in range(repeats):
-            plain.append(timed_round(c, "rm_fedavg", length, n_clients))
-            log(f"plain FedAvg round {r}: {plain[-1].wall_s:.2f} s, {plain[-1].bytes} bytes, "
-                f"{plain[-1].cpu_s:.2f} CPU-s")
-            secure.append(timed_round(c, "router_secagg", length, n_clients))
-            log(f"secure round {r}: {secure[-1].wall_s:.2f} s, {secure[-1].bytes} bytes, "
-                f"{secure[-1].cpu_s:.2f} CPU-s")
-        plain_s = statistics.median(t.wall_s for t in plain)
-        secure_s = statistics.median(t.wall_s for t in secure)
-        # The same with local training that takes args.train_s (spent off this machine's CPU,
-        # as on a site's accelerator): the secure round's key stages run meanwhile.
-        trained: dict[str, list[float]] = {"rm_fedavg": [], "router_secagg": []}
-        for r in range(repeats if args.train_s else 0):
-            for kind, times in trained.items():
-                times.append(timed_round(c, kind, length, n_clients, args.train_s).wall_s)
-            log(f"with {args.train_s:g} s of local training, round {r}: plain "
-                f"{trained['rm_fedavg'][-1]:.2f} s, secure {trained['router_secagg'][-1]:.2f} s")
+        rounds = rounds_phase(c, length, repeats, args.train_s)
+        queries = reward_phase(c, model_dir, batches, batch)
+    config = {"clients": n_clients, "params": length, "repeats": repeats, "batch": batch,
+              "batches": batches, "reward_model": "tiny random qwen2_vl (sdk.reward)",
+              "omp_num_threads": os.environ["OMP_NUM_THREADS"]}
+    print(json.dumps(result(args.quick, args.train_s, config, rounds, queries)), flush=True)
 
-        # -- reward queries ------------------------------------------------------------------
-        site = c.names[0]
-        for name in c.names:  # one scoring client only: the others' processes leave
-            c.stop(name)
-        c.start_client(site, run_rounds=False)
-        client_id = c.enrolled()[0]
-        from sdk.reward import ClientScorer
 
-        scorer = ClientScorer.from_pretrained(model_dir)
-        store = Store(c.server_cfg["db_path"])
-        broker = RewardBroker(store, load_private_key(Path(c.server_cfg["identity_key"])),
-                              mode="push", timeout_s=120,
-                              allow_private=True)  # members on 127.0.0.1
-        images = [ImageRef.of(png(i)) for i in range(batches * batch)]
-        queries = [images[b * batch:(b + 1) * batch] for b in range(batches)]
-        prompts = ["What color is the square?"] * batch
-        responses = [f"The square is red {i}." for i in range(batch)]
-
-        decoded = [[Image.open(io.BytesIO(i.data)).convert("RGB") for i in q] for q in queries]
-
-        def in_process(b: int) -> list[float]:
-            return scorer.score(decoded[b], prompts, responses)
-
-        timings: list[dict[str, float]] = []  # the client app's Server-Timing per query
-
-        async def run() -> tuple[list[float], list[float], int, int, list[list[float]],
-                                 list[list[float]]]:
-            before = broker.bytes_sent
-            await broker.query(client_id, queries[0], prompts, responses)  # images travel
-            uncached = broker.bytes_sent - before
-            for q in queries[1:]:  # warm the cache for every batch
-                await broker.query(client_id, q, prompts, responses)
-            in_process(0)  # warm-up
-            http_lat, mem_lat, outs, mem = [], [], [], []
-            for b, q in enumerate(queries):  # interleaved, so both see the same machine load
-                before = broker.bytes_sent
-                t = time.perf_counter()
-                outs.append(await broker.query(client_id, q, prompts, responses))
-                http_lat.append(time.perf_counter() - t)
-                timings.append(broker.last_server_timing)
-                cached = broker.bytes_sent - before
-                t = time.perf_counter()
-                mem.append(in_process(b))
-                mem_lat.append(time.perf_counter() - t)
-            await broker.aclose()
-            return http_lat, mem_lat, uncached, cached, outs, mem
-
-        log(f"{batches} batches of {batch}: /v1/reward (push) and in-process, interleaved")
-        http_lat, mem_lat, uncached, cached, outs, mem_scores = asyncio.run(run())
-        agree = float(np.max(np.abs(np.array(outs) - np.array(mem_scores))))
-        log(f"HTTP vs in-process max score difference: {agree:.2e}")
-
+def result(quick: bool, train_s: float, config: dict[str, Any], rounds: Rounds,
+           queries: Queries) -> dict[str, Any]:
+    """The benchmark's JSON line: the figures of both phases and the headline ratios."""
+    plain, secure, trained = rounds.plain, rounds.secure, rounds.trained
+    plain_s = statistics.median(t.wall_s for t in plain)
+    secure_s = statistics.median(t.wall_s for t in secure)
+    http_lat, mem_lat, timings = queries.http, queries.in_process, queries.timings
     p50 = float(np.percentile(http_lat, 50) * 1000)
     mem_p50 = float(np.percentile(mem_lat, 50) * 1000)
-    p99 = float(np.percentile(http_lat, 99) * 1000)
-    ratio = sum(http_lat) / sum(mem_lat)
-    result = {
+    batch = int(config["batch"])
+    return {
         "benchmark": "apps",
-        "quick": args.quick,
-        "config": {"clients": n_clients, "params": length, "repeats": repeats, "batch": batch,
-                   "batches": batches, "reward_model": "tiny random qwen2_vl (sdk.reward)",
-                   "omp_num_threads": os.environ["OMP_NUM_THREADS"]},
+        "quick": quick,
+        "config": config,
         "round_plain_s": plain_s,
         "round_secure_s": secure_s,
         "rounds_plain_s": [t.wall_s for t in plain],
         "rounds_secure_s": [t.wall_s for t in secure],
-        "round_warmup_s": warm,
-        "train_s": args.train_s,
+        "round_warmup_s": rounds.warm,
+        "train_s": train_s,
         "rounds_plain_trained_s": trained["rm_fedavg"],
         "rounds_secure_trained_s": trained["router_secagg"],
         "secure_vs_plain_round_ratio_trained": (
@@ -275,7 +311,7 @@ def main() -> None:
         "reward_in_process_p50_ms": mem_p50,
         "reward_http_throughput_items_per_s": batch * len(http_lat) / sum(http_lat),
         "reward_in_process_items_per_s": batch * len(mem_lat) / sum(mem_lat),
-        "reward_http_vs_in_process_max_abs_diff": agree,
+        "reward_http_vs_in_process_max_abs_diff": queries.max_diff,
         # The headline's ratio is of total times, so one stalled query on a shared machine
         # moves it; the ratio of medians beside it does not.
         "http_overhead_ratio_p50": p50 / mem_p50,
@@ -288,15 +324,13 @@ def main() -> None:
             [h * 1000 - t["app"] for h, t in zip(http_lat, timings, strict=True)], 50)),
         "headline": {
             "secure_vs_plain_round_ratio": secure_s / plain_s,
-            "http_overhead_ratio": ratio,
+            "http_overhead_ratio": sum(http_lat) / sum(mem_lat),
             "reward_p50_ms": p50,
-            "reward_p99_ms": p99,
-            "query_bytes_cached": cached,
-            "query_bytes_uncached": uncached,
+            "reward_p99_ms": float(np.percentile(http_lat, 99) * 1000),
+            "query_bytes_cached": queries.cached,
+            "query_bytes_uncached": queries.uncached,
         },
     }
-    print(json.dumps(result), flush=True)
-
 
 if __name__ == "__main__":
     main()
