@@ -304,36 +304,15 @@ def main() -> None:
                         help="work directory, kept (default: a temporary one)")
     args = parser.parse_args()
     n = args.members or (50 if args.quick else 200)
-    root = scratch_dir("fedmor-load-bench-", args.out)
     ctx = mp.get_context("spawn")
-    threads = args.worker_threads
-    limits = {} if threads is None else {"limits": {
-        "worker_threads": threads, "per_identity": min(16, threads - 1),
-        "long_polls_per_identity": min(4, threads - 1), "anonymous": min(32, threads - 1)}}
-    c = LocalConsortium(root / "consortium", n + 1, identities={"aligner": "aligner"},
-                        demo=True, policy=OPEN_POLICY, server={
-                            "stage_deadline_s": 1800.0, "reward_timeout_s": 600.0,
-                            "alignment": {"members": [f"site-{i}" for i in range(n)]},
-                            **limits})
+    c = _consortium(scratch_dir("fedmor-load-bench-", args.out), n, args.worker_threads)
     hostile_cfg = c.client_cfg[c.names[-1]]
     procs: list[Any] = []
     try:
         c.start_server()
         log(f"server up; enrolling {n} members in {args.workers} processes")
         t0 = time.perf_counter()
-        workers = []
-        for w in range(args.workers):
-            poll = {} if args.long_poll_s is None else {"long_poll_s": args.long_poll_s}
-            cfgs = [{**c.client_cfg[name], "public_url": None, **poll}
-                    for name in c.names[w:n:args.workers]]
-            ours, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_member_worker, args=(cfgs, theirs), daemon=True)
-            proc.start()
-            procs.append(proc)
-            workers.append(ours)
-        for conn in workers:
-            if conn.recv() != "ready":
-                raise RuntimeError("a member worker did not start")
+        workers = _start_members(c, n, args.workers, args.long_poll_s, ctx, procs)
         hostile_id = c.enroll(hostile_cfg["name"])
         aligner_id = c.enroll("aligner")
         participants = [cid for cid in c.enrolled() if cid != hostile_id]
@@ -377,30 +356,51 @@ def main() -> None:
             if proc.is_alive():
                 proc.kill()
         c.close()
-    out = {"members": n, "round_seconds": calm["round_seconds"],
-           "health_p99_ms": calm["health_p99_ms"],
-           "failed_honest_requests": calm["failed_honest_requests"],
-           "attack_round_seconds": attack["round_seconds"],
-           "attack_health_p99_ms": attack["health_p99_ms"],
-           "attack_failed_honest_requests": attack["failed_honest_requests"],
-           "idle_health_p99_ms": idle_p99, "round_status": calm["round_status"], "attack_round_status": attack["round_status"],
-           "vector_length": args.vector, "hostile_polls": args.hostile_polls,
-           "worker_threads": threads, "long_poll_s": args.long_poll_s,
-           "insider_body_rss_mb": insider_rss, "insider_body_statuses": insider_statuses,
-           "hostile_poll_rss_mb": round(hostile_poll_rss, 1),
-           "server_wal_mb": round(server_wal_mb, 1),
-           "hostile_refused": hostile_counts["refused"],
-           "hostile_answered": hostile_counts["answered"],
-           "health_probes": calm["health_probes"],
-           "attack_health_probes": attack["health_probes"],
-           "server_cpu_s": calm["server_cpu_s"], "attack_server_cpu_s": attack["server_cpu_s"],
-           "wall_s": calm["wall_s"], "attack_wall_s": attack["wall_s"],
-           "aligner_batches": calm["aligner_batches"],
-           "attack_aligner_batches": attack["aligner_batches"],
-           "aligner_failed_items": calm["aligner_failed_items"],
-           "attack_aligner_failed_items": attack["aligner_failed_items"]}
+    out: dict[str, Any] = {
+        "members": n, "idle_health_p99_ms": idle_p99, "vector_length": args.vector,
+        "hostile_polls": args.hostile_polls, "worker_threads": args.worker_threads,
+        "long_poll_s": args.long_poll_s, "insider_body_rss_mb": insider_rss,
+        "insider_body_statuses": insider_statuses,
+        "hostile_poll_rss_mb": round(hostile_poll_rss, 1),
+        "server_wal_mb": round(server_wal_mb, 1),
+        "hostile_refused": hostile_counts["refused"],
+        "hostile_answered": hostile_counts["answered"]}
+    for key in calm:  # each phase's figures: the calm one as named, the other "attack_..."
+        out[key], out[f"attack_{key}"] = calm[key], attack[key]
     print(json.dumps(out))
 
+
+def _consortium(root: Path, n: int, threads: int | None) -> LocalConsortium:
+    """``n`` members and a hostile one (the last), an aligner, the server's ``limits`` scaled
+    to ``threads`` worker threads when given."""
+    limits = {} if threads is None else {"limits": {
+        "worker_threads": threads, "per_identity": min(16, threads - 1),
+        "long_polls_per_identity": min(4, threads - 1), "anonymous": min(32, threads - 1)}}
+    return LocalConsortium(root / "consortium", n + 1, identities={"aligner": "aligner"},
+                           demo=True, policy=OPEN_POLICY, server={
+                               "stage_deadline_s": 1800.0, "reward_timeout_s": 600.0,
+                               "alignment": {"members": [f"site-{i}" for i in range(n)]},
+                               **limits})
+
+
+def _start_members(c: LocalConsortium, n: int, n_workers: int, long_poll_s: float | None,
+                   ctx: Any, procs: list[Any]) -> list[Any]:
+    """The first ``n`` members, spread over ``n_workers`` processes (added to ``procs``), each
+    running its members' round and query workers; their control pipes once all are ready."""
+    poll = {} if long_poll_s is None else {"long_poll_s": long_poll_s}
+    workers = []
+    for w in range(n_workers):
+        cfgs = [{**c.client_cfg[name], "public_url": None, **poll}
+                for name in c.names[w:n:n_workers]]
+        ours, theirs = ctx.Pipe()
+        proc = ctx.Process(target=_member_worker, args=(cfgs, theirs), daemon=True)
+        proc.start()
+        procs.append(proc)
+        workers.append(ours)
+    for conn in workers:
+        if conn.recv() != "ready":
+            raise RuntimeError("a member worker did not start")
+    return workers
 
 if __name__ == "__main__":
     main()
