@@ -24,6 +24,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from _scratch import scratch_dir
@@ -147,6 +148,94 @@ def _dp_row(table: Table4, aggregator: SecureAggregator | None) -> dict[str, flo
     }
 
 
+def _train_and_score(args: argparse.Namespace, fed_clients: list[Any], encoder: Any,
+                     rounds: int, id_splits: dict[str, Any], ho_splits: dict[str, Any],
+                     scores: dict[str, Any]
+                     ) -> tuple[dict[str, Table4], dict[str, list[dict[str, float]]],
+                                dict[str, float], dict[str, Any]]:
+    """The router trained by secure and plain aggregation, and by the secure one with DP at
+    each of ``args.dp_epsilons``, each scored as Table 4: the tables, each run's bytes per
+    round, its wall seconds, and the DP rows."""
+    tables: dict[str, Table4] = {}
+    comm: dict[str, list[dict[str, float]]] = {}
+    walls: dict[str, float] = {}
+    for name in ("secure", "plain"):
+        router, comm[name], walls[name] = _train_router(
+            name, fed_clients, encoder, rounds, args.seed
+        )
+        tables[name] = table4(router, encoder, id_splits, ho_splits, scores)
+        _log(
+            f"\n[bench] Table 4 with the router trained by {name} aggregation "
+            f"({router.num_params()} params, {walls[name]:.1f} s):"
+        )
+        _log(tables[name].format())
+
+    dp_rows = {"none": _dp_row(tables["secure"], None)}
+    for epsilon in args.dp_epsilons:
+        aggregator = _dp_aggregator(epsilon, rounds, args.dp_clip_norm)
+        name = f"secure, DP epsilon {epsilon:g}"
+        router, comm[name], walls[name] = _train_router(
+            aggregator, fed_clients, encoder, rounds, args.seed
+        )
+        tables[name] = table4(router, encoder, id_splits, ho_splits, scores)
+        _log(f"\n[bench] Table 4 with the router trained by {name} ({walls[name]:.1f} s):")
+        _log(tables[name].format())
+        dp_rows[f"{epsilon:g}"] = _dp_row(tables[name], aggregator)
+    _log("\n[bench] DP: epsilon spent | noise multiplier | routing accuracy | Router+RM ID avg | "
+         "Router+RM held-out avg")
+    for key, row in dp_rows.items():
+        _log(f"[bench] DP {key:>5}: {row}")
+    return tables, comm, walls, dp_rows
+
+
+def _summary(args: argparse.Namespace, tables: dict[str, Table4],
+             comm: dict[str, list[dict[str, float]]], walls: dict[str, float],
+             dp_rows: dict[str, Any], *, archs: Any, encoder: Any, encode_rate: float,
+             rounds: int, router_pairs: int, wall: float) -> dict[str, Any]:
+    """The benchmark's JSON line: the headline of the secure table, the targets, every table."""
+    t = tables["secure"]
+    headline = {
+        "router_id_avg": t.id_avg("Router+RM"),
+        "best_single_id_avg": t.best_single_id_avg(),
+        "avgrm_id_avg": t.id_avg("AvgRM"),
+        "random_id_avg": t.id_avg("Random"),
+        "router_heldout_avg": t.heldout_avg("Router+RM"),
+        "best_single_heldout_avg": t.best_single_heldout_avg(),
+        "routing_accuracy": t.routing_accuracy,
+        "no_norm_id_avg": t.id_avg("Router+RM (no norm)"),
+        "secagg_minus_plain_id_avg": t.id_avg("Router+RM") - tables["plain"].id_avg("Router+RM"),
+    }
+    headline = {k: round(v, 4) for k, v in headline.items()}
+    return {
+        "benchmark": "router",
+        "mode": "quick" if args.quick else "full",
+        "headline": headline,
+        "targets": {
+            "router_beats_best_single_id_by_5pts": headline["router_id_avg"]
+            >= headline["best_single_id_avg"] + 0.05,
+            "router_not_below_best_single_heldout": headline["router_heldout_avg"]
+            >= headline["best_single_heldout_avg"],
+            "routing_accuracy_ge_0.9": headline["routing_accuracy"] >= 0.9,
+            "secure_within_1pt_of_plain": abs(headline["secagg_minus_plain_id_avg"]) <= 0.01,
+        },
+        # The held-out average of the single RM that is best in distribution (the headline's
+        # best_single_heldout_avg is the stronger oracle: the best single RM chosen on held-out).
+        "best_id_single_heldout_avg": round(t.heldout_avg(t.best_single_id_method()), 4),
+        "dp": {"clip_norm": args.dp_clip_norm, "delta": 1e-5, "by_epsilon": dp_rows},
+        "plain_table": {m: tables["plain"].accuracy[m] for m in tables["plain"].accuracy},
+        "secure_table": t.accuracy,
+        "architectures": archs,
+        "encoder": encoder.encoder_id,
+        "encode_responses_per_s": round(encode_rate, 1),
+        "router_rounds": rounds,
+        "router_pairs_per_client": router_pairs,
+        "router_train_wall_s": {k: round(v, 1) for k, v in walls.items()},
+        "communication": comm,
+        "wall_s": round(wall, 1),
+        "machine_cores": len(os.sched_getaffinity(0)),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 clients, fewer pairs and steps")
@@ -210,79 +299,14 @@ def main(argv: list[str] | None = None) -> int:
         for name, pairs in [*id_splits.items(), *ho_splits.items()]
     }
 
-    tables: dict[str, Table4] = {}
-    comm: dict[str, list[dict[str, float]]] = {}
-    walls: dict[str, float] = {}
-    for name in ("secure", "plain"):
-        router, comm[name], walls[name] = _train_router(
-            name, fed_clients, encoder, rounds, args.seed
-        )
-        tables[name] = table4(router, encoder, id_splits, ho_splits, scores)
-        _log(
-            f"\n[bench] Table 4 with the router trained by {name} aggregation "
-            f"({router.num_params()} params, {walls[name]:.1f} s):"
-        )
-        _log(tables[name].format())
+    tables, comm, walls, dp_rows = _train_and_score(args, fed_clients, encoder, rounds,
+                                                    id_splits, ho_splits, scores)
 
-    dp_rows = {"none": _dp_row(tables["secure"], None)}
-    for epsilon in args.dp_epsilons:
-        aggregator = _dp_aggregator(epsilon, rounds, args.dp_clip_norm)
-        name = f"secure, DP epsilon {epsilon:g}"
-        router, comm[name], walls[name] = _train_router(
-            aggregator, fed_clients, encoder, rounds, args.seed
-        )
-        tables[name] = table4(router, encoder, id_splits, ho_splits, scores)
-        _log(f"\n[bench] Table 4 with the router trained by {name} ({walls[name]:.1f} s):")
-        _log(tables[name].format())
-        dp_rows[f"{epsilon:g}"] = _dp_row(tables[name], aggregator)
-    _log("\n[bench] DP: epsilon spent | noise multiplier | routing accuracy | Router+RM ID avg | "
-         "Router+RM held-out avg")
-    for key, row in dp_rows.items():
-        _log(f"[bench] DP {key:>5}: {row}")
-
-    t = tables["secure"]
-    headline = {
-        "router_id_avg": t.id_avg("Router+RM"),
-        "best_single_id_avg": t.best_single_id_avg(),
-        "avgrm_id_avg": t.id_avg("AvgRM"),
-        "random_id_avg": t.id_avg("Random"),
-        "router_heldout_avg": t.heldout_avg("Router+RM"),
-        "best_single_heldout_avg": t.best_single_heldout_avg(),
-        "routing_accuracy": t.routing_accuracy,
-        "no_norm_id_avg": t.id_avg("Router+RM (no norm)"),
-        "secagg_minus_plain_id_avg": t.id_avg("Router+RM") - tables["plain"].id_avg("Router+RM"),
-    }
-    headline = {k: round(v, 4) for k, v in headline.items()}
     wall = time.perf_counter() - start
     _log(f"[bench] wall time {wall:.1f} s (data + reward models {rm_done - start:.1f} s)")
-    summary = {
-        "benchmark": "router",
-        "mode": "quick" if args.quick else "full",
-        "headline": headline,
-        "targets": {
-            "router_beats_best_single_id_by_5pts": headline["router_id_avg"]
-            >= headline["best_single_id_avg"] + 0.05,
-            "router_not_below_best_single_heldout": headline["router_heldout_avg"]
-            >= headline["best_single_heldout_avg"],
-            "routing_accuracy_ge_0.9": headline["routing_accuracy"] >= 0.9,
-            "secure_within_1pt_of_plain": abs(headline["secagg_minus_plain_id_avg"]) <= 0.01,
-        },
-        # The held-out average of the single RM that is best in distribution (the headline's
-        # best_single_heldout_avg is the stronger oracle: the best single RM chosen on held-out).
-        "best_id_single_heldout_avg": round(t.heldout_avg(t.best_single_id_method()), 4),
-        "dp": {"clip_norm": args.dp_clip_norm, "delta": 1e-5, "by_epsilon": dp_rows},
-        "plain_table": {m: tables["plain"].accuracy[m] for m in tables["plain"].accuracy},
-        "secure_table": t.accuracy,
-        "architectures": archs,
-        "encoder": encoder.encoder_id,
-        "encode_responses_per_s": round(n_rows / encode_s, 1),
-        "router_rounds": rounds,
-        "router_pairs_per_client": router_pairs,
-        "router_train_wall_s": {k: round(v, 1) for k, v in walls.items()},
-        "communication": comm,
-        "wall_s": round(wall, 1),
-        "machine_cores": len(os.sched_getaffinity(0)),
-    }
+    summary = _summary(args, tables, comm, walls, dp_rows, archs=archs, encoder=encoder,
+                       encode_rate=n_rows / encode_s, rounds=rounds, router_pairs=router_pairs,
+                       wall=wall)
     print(json.dumps(summary))
     return 0
 
