@@ -154,6 +154,58 @@ def _real_size_headline(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _headline(steps: int, embeddings: list[dict[str, Any]], images: list[dict[str, Any]],
+              mia: list[MembershipReport], dp_runs: list[Any], real_rm: list[MembershipReport],
+              real_size: dict[str, Any] | None) -> dict[str, Any]:
+    """The benchmark's headline figures, each read from its table's row."""
+
+    def value(rows: list[dict[str, Any]], prefix: str, attack: str = "") -> float:
+        """The figure of the first row of this setting and attack at the last step."""
+        return float(
+            next(
+                r["value"]
+                for r in rows
+                if r["setting"].startswith(prefix)
+                and attack in r["attack"]
+                and r["step"] in (None, steps)
+            )
+        )
+
+    clip15 = next(r for r in mia if r.setting == "Norm+Clip 1.5")
+    dp_threshold = dp_runs[1].reports[0]
+    realistic = [r for r in images if r["setting"].startswith(REALISTIC_IMAGES)][-1]
+    default = [r for r in embeddings if r["setting"] == f"{SINGLES}), default"]
+    headline = {
+        "analytic_cosine_unprotected": value(
+            embeddings, "unprotected (1 client, 1 sample, gradient)", "analytic"
+        ),
+        "inversion_psnr_unprotected": value(images, "unprotected"),
+        "inversion_psnr_secagg": realistic["value"],
+        "inversion_psnr_secagg_steps": realistic["step"],
+        "secagg_single_sample_default": "refused"
+        if default and default[0]["verdict"].startswith("refused")
+        else "accepted",
+        "inversion_psnr_secagg_single_sample_min1_batch_aware": value(
+            images, f"{SINGLES}, min_samples lowered to 1), batch"
+        ),
+        "grey_baseline_psnr": float(images[0]["baselines"]["grey"]["value"]),
+        "secagg_best_baseline_psnr_ci_high": max(
+            b["ci"][1] for b in realistic["baselines"].values()
+        ),
+        "mia_auc_unprotected": round(mia[0].auc, 4),
+        "mia_auc_norm_clip": round(clip15.auc, 4),
+        "mia_auc_norm_clip_ci": [round(clip15.auc_ci[0], 4), round(clip15.auc_ci[1], 4)],
+        "mia_auc_dp": round(dp_threshold.auc, 4),
+        "mia_auc_dp_ci": [round(dp_threshold.auc_ci[0], 4), round(dp_threshold.auc_ci[1], 4)],
+    }
+    if real_rm:
+        headline["mia_auc_real_rm_unprotected"] = round(real_rm[0].auc, 4)
+        headline["mia_auc_real_rm_norm_clip"] = round(real_rm[2].auc, 4)
+    if real_size is not None:
+        headline.update(_real_size_headline(real_size))
+    return headline
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
@@ -208,50 +260,7 @@ def main() -> int:
     for line in words:
         log(line)
 
-    def value(rows: list[dict[str, Any]], prefix: str, attack: str = "") -> float:
-        """The figure of the first row of this setting and attack at the last step."""
-        return float(
-            next(
-                r["value"]
-                for r in rows
-                if r["setting"].startswith(prefix)
-                and attack in r["attack"]
-                and r["step"] in (None, steps)
-            )
-        )
-
-    clip15 = next(r for r in mia if r.setting == "Norm+Clip 1.5")
-    dp_threshold = dp_runs[1].reports[0]
-    realistic = [r for r in images if r["setting"].startswith(REALISTIC_IMAGES)][-1]
-    default = [r for r in embeddings if r["setting"] == f"{SINGLES}), default"]
-    headline = {
-        "analytic_cosine_unprotected": value(
-            embeddings, "unprotected (1 client, 1 sample, gradient)", "analytic"
-        ),
-        "inversion_psnr_unprotected": value(images, "unprotected"),
-        "inversion_psnr_secagg": realistic["value"],
-        "inversion_psnr_secagg_steps": realistic["step"],
-        "secagg_single_sample_default": "refused"
-        if default and default[0]["verdict"].startswith("refused")
-        else "accepted",
-        "inversion_psnr_secagg_single_sample_min1_batch_aware": value(
-            images, f"{SINGLES}, min_samples lowered to 1), batch"
-        ),
-        "grey_baseline_psnr": float(images[0]["baselines"]["grey"]["value"]),
-        "secagg_best_baseline_psnr_ci_high": max(
-            b["ci"][1] for b in realistic["baselines"].values()
-        ),
-        "mia_auc_unprotected": round(mia[0].auc, 4),
-        "mia_auc_norm_clip": round(clip15.auc, 4),
-        "mia_auc_norm_clip_ci": [round(clip15.auc_ci[0], 4), round(clip15.auc_ci[1], 4)],
-        "mia_auc_dp": round(dp_threshold.auc, 4),
-        "mia_auc_dp_ci": [round(dp_threshold.auc_ci[0], 4), round(dp_threshold.auc_ci[1], 4)],
-    }
-    if real_rm:
-        headline["mia_auc_real_rm_unprotected"] = round(real_rm[0].auc, 4)
-        headline["mia_auc_real_rm_norm_clip"] = round(real_rm[2].auc, 4)
-    if real_size is not None:
-        headline.update(_real_size_headline(real_size))
+    headline = _headline(steps, embeddings, images, mia, dp_runs, real_rm, real_size)
     result = {
         "benchmark": "attacks",
         "quick": args.quick,
