@@ -137,6 +137,55 @@ def table5_embeddings(steps: int, rng: np.random.Generator) -> list[dict[str, An
 # ---- Table 5b: optimization attack on images through a differentiable encoder --------------
 
 
+class _Inversions:
+    """Inverting-gradients runs against ``model``'s router updates, their rows (one per
+    checkpoint), final-step reports and final reconstructions, by setting."""
+
+    def __init__(self, model: PatchImageRouter, pool: Tensor, checkpoints: tuple[int, ...]
+                 ) -> None:
+        self.model, self.pool, self.checkpoints = model, pool, checkpoints
+        self.rows: list[dict[str, Any]] = []
+        self.reports: list[ReconstructionReport] = []
+        self.finals: dict[str, Tensor] = {}
+
+    def attack(self, upd: CapturedUpdate, labels: Tensor, orig: Tensor, setting: str,
+               sizes: list[int] | None, cps: tuple[int, ...] | None = None) -> None:
+        """Invert ``upd`` (``sizes``: the clients' batch sizes a batch-aware attacker knows)
+        and score each checkpoint's reconstruction against ``orig`` and the baselines."""
+        cfg = InversionConfig(checkpoints=cps or self.checkpoints, lr=0.1, tv_weight=1e-3)
+        res = invert_update(
+            self.model,
+            upd,
+            input_shape=(labels.shape[0], 3, 16, 16),
+            labels=labels,
+            loss_fn=bce,
+            config=cfg,
+            client_sizes=sizes,
+            # Long runs: a line per checkpoint as it is reached.
+            progress=lambda s, m: log(f"inversion {setting}: step {s} reached, match {m:.2e}"),
+        )
+        for cp in res.checkpoints:
+            rep = reconstruction_report(orig, cp.reconstruction, self.pool,
+                                        best_match=len(orig) > 1, attack="inverting-gradients",
+                                        setting=setting, step=cp.step)
+            self.rows.append({**rep.summary_row(), "match_loss": round(cp.match_loss, 4)})
+            log(f"inversion {setting} step {cp.step}: PSNR {self.rows[-1]['value']} dB "
+                f"({rep.verdict})")
+        self.reports.append(rep)
+        self.finals[setting] = res.final.reconstruction
+
+    def write_grids(self, out: Path, shown: list[tuple[int, Tensor]]) -> None:
+        """A grid per (report index, originals): the reconstructions beside the originals they
+        match best and the baselines, named in the report's figures."""
+        for i, (index, orig) in enumerate(shown):
+            rec = self.finals[self.reports[index].setting]  # (N, 3, 16, 16)
+            paired = align_to_originals(rec, orig)  # each reconstruction's best-matching original
+            grid = plot_reconstruction_grid(paired, {"attack": rec},
+                                            out / f"reconstructions_{i}.png",
+                                            baselines=baseline_guesses(paired, self.pool))
+            self.reports[index].figures.append(grid.name)
+
+
 def table5_images(
     steps: int, realistic_steps: int, rng: np.random.Generator, out: Path | None
 ) -> tuple[list[dict[str, Any]], list[ReconstructionReport]]:
@@ -145,104 +194,37 @@ def table5_images(
     model = PatchImageRouter(make_router(32), 32)
     names = [n for n, p in model.named_parameters() if p.requires_grad]  # the router only
     images, pool = smooth_images(27, seed=0), smooth_images(64, seed=5)
-    checkpoints = tuple(sorted({max(steps // 4, 1), steps}))
-    rows: list[dict[str, Any]] = []
-    reports: list[ReconstructionReport] = []
-    finals: dict[str, Tensor] = {}
-
-    def attack(
-        upd: CapturedUpdate,
-        labels: Tensor,
-        orig: Tensor,
-        setting: str,
-        sizes: list[int] | None,
-        cps: tuple[int, ...] = checkpoints,
-    ) -> None:
-        cfg = InversionConfig(checkpoints=cps, lr=0.1, tv_weight=1e-3)
-        res = invert_update(
-            model,
-            upd,
-            input_shape=(labels.shape[0], 3, 16, 16),
-            labels=labels,
-            loss_fn=bce,
-            config=cfg,
-            client_sizes=sizes,
-            # Long runs (8000 steps ~ 40+ min): a line per checkpoint as it is reached.
-            progress=lambda s, m: log(f"inversion {setting}: step {s} reached, match {m:.2e}"),
-        )
-        for cp in res.checkpoints:
-            rep = reconstruction_report(
-                orig,
-                cp.reconstruction,
-                pool,
-                best_match=len(orig) > 1,
-                attack="inverting-gradients",
-                setting=setting,
-                step=cp.step,
-            )
-            rows.append({**rep.summary_row(), "match_loss": round(cp.match_loss, 4)})
-            log(f"inversion {setting} step {cp.step}: PSNR {rows[-1]['value']} dB ({rep.verdict})")
-        reports.append(rep)
-        finals[setting] = res.final.reconstruction
-
+    runs = _Inversions(model, pool, tuple(sorted({max(steps // 4, 1), steps})))
     grads = [
         compute_update(model, bce, images[k : k + 1], one_hot(k), param_names=names)
         for k in range(3)
     ]
-    attack(grads[0], one_hot(0), images[:1], "unprotected (1 client, 1 sample)", None)
+    runs.attack(grads[0], one_hot(0), images[:1], "unprotected (1 client, 1 sample)", None)
     # Refused by the library by default (min_samples 16): what a client that lowers it leaks.
     summed = secure_mean(grads, [1, 1, 1], rng=rng)
     lowered = f"{SINGLES}, min_samples lowered to 1)"
-    attack(summed, one_hot(0), images[:3], f"{lowered}, single-image attacker", None)
+    runs.attack(summed, one_hot(0), images[:3], f"{lowered}, single-image attacker", None)
     labels3 = torch.cat([one_hot(k) for k in range(3)])
-    attack(summed, labels3, images[:3], f"{lowered}, batch-aware attacker", [1, 1, 1])
+    runs.attack(summed, labels3, images[:3], f"{lowered}, batch-aware attacker", [1, 1, 1])
     # Realistic clients: 8 images each, 3 local SGD steps; the attacker reconstructs all 24,
     # replaying the 3 steps per client (each attack step runs all 24 images, not one).
     labels24 = torch.cat([one_hot(k, 8) for k in range(3)])
     local = [
-        compute_update(
-            model,
-            bce,
-            images[3 + 8 * k : 11 + 8 * k],
-            one_hot(k, 8),
-            kind=UpdateKind.DELTA,
-            local_steps=3,
-            local_lr=0.1,
-            param_names=names,
-        )
+        compute_update(model, bce, images[3 + 8 * k : 11 + 8 * k], one_hot(k, 8),
+                       kind=UpdateKind.DELTA, local_steps=3, local_lr=0.1, param_names=names)
         for k in range(3)
     ]
-    attack(
-        secure_mean(local, [8, 8, 8], rng=rng),
-        labels24,
-        images[3:27],
-        f"{REALISTIC_IMAGES}, batch-aware attacker",
-        [8, 8, 8],
-        tuple(sorted({c for c in (1000, 5000) if c < realistic_steps} | {realistic_steps})),
-    )
+    runs.attack(secure_mean(local, [8, 8, 8], rng=rng), labels24, images[3:27],
+                f"{REALISTIC_IMAGES}, batch-aware attacker", [8, 8, 8],
+                tuple(sorted({c for c in (1000, 5000) if c < realistic_steps}
+                             | {realistic_steps})))
     flat0 = torch.cat([grads[0].tensors[k].reshape(-1) for k in names]).double().numpy()
     noisy = clip_and_noise(flat0, DP, min_survivors=1, max_weight=1, rng=rng)
-    attack(
-        CapturedUpdate(unflatten(noisy, grads[0].tensors)),
-        one_hot(0),
-        images[:1],
-        "DP (C=1, z=1, 1 client)",
-        None,
-    )
+    runs.attack(CapturedUpdate(unflatten(noisy, grads[0].tensors)), one_hot(0), images[:1],
+                "DP (C=1, z=1, 1 client)", None)
     if out is not None:
-        for i, (setting, orig) in enumerate(
-            [(reports[0].setting, images[:1]), (reports[2].setting, images[:3])]
-        ):
-            rec = finals[setting]  # (N, 3, 16, 16)
-            paired = align_to_originals(rec, orig)  # each reconstruction's best-matching original
-            grid = plot_reconstruction_grid(
-                paired,
-                {"attack": rec},
-                out / f"reconstructions_{i}.png",
-                baselines=baseline_guesses(paired, pool),
-            )
-            reports[2 * i].figures.append(grid.name)
-    return rows, reports
+        runs.write_grids(out, [(0, images[:1]), (2, images[:3])])
+    return runs.rows, runs.reports
 
 
 def unflatten(vec: np.ndarray, like: Any) -> dict[str, Tensor]:
