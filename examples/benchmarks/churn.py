@@ -36,6 +36,7 @@ with a ``headline`` dict.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -64,6 +65,7 @@ from _churn_naming import (
 from _scratch import scratch_dir
 
 from fedmor_local import OPEN_POLICY, LocalConsortium, free_port
+from fedmor_local._insider import rss_mb
 from fedmor_local._local import wait_healthy
 from sdk.data import SynthConfig, synthesize
 from sdk.membership import RosterFile, add_to_roster
@@ -90,13 +92,10 @@ def log(msg: str) -> None:
     print(f"[churn] {msg}", flush=True)
 
 
-def _rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
+def _rss(pid: int) -> float | None:
+    """A member's resident MiB now; None once its process is gone (an event may end it)."""
+    with contextlib.suppress(OSError, RuntimeError):
+        return round(rss_mb(pid), 1)
     return None
 
 
@@ -377,7 +376,7 @@ def main() -> None:
     try:
         aligner = run.start()
         log(f"{n} members enrolled, router published in {time.perf_counter() - t0:.1f} s")
-        rss = {"demo_member_mb": _rss_mb(run.c.procs[run.c.names[0]].pid)}
+        rss = {"demo_member_mb": _rss(run.c.procs[run.c.names[0]].pid)}
         started = time.monotonic()
         aligner.start()
         for index in range(1, rounds + 1):
@@ -397,7 +396,7 @@ def main() -> None:
             log(f"round {index} (id {round_id}{', ' + e.kind + ' ' + e.member if e else ''}): "
                 f"{info['status']} in {float(info['finished_at'] or 0) - info['created_at']:.1f}"
                 f" s, dropouts {len(info['dropouts'])}, error {info['error']}")
-        rss["training_member_mb"] = _rss_mb(run.c.procs[run.trainers[0]].pid)
+        rss["training_member_mb"] = _rss(run.c.procs[run.trainers[0]].pid)
         run.record()
     finally:
         if aligner is not None:
