@@ -78,18 +78,6 @@ def round_timeline(db: str, round_id: int) -> dict[str, list[float]]:
     return out
 
 
-def cpu_s(c: LocalConsortium) -> float:
-    """CPU seconds used so far by the server and client processes (Linux /proc; else 0)."""
-    total = 0.0
-    for proc in c.procs.values():
-        try:
-            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
 class TimedRound(NamedTuple):
     wall_s: float
     bytes: int  # stored and broadcast
@@ -100,7 +88,7 @@ class TimedRound(NamedTuple):
 def timed_round(c: LocalConsortium, kind: str, length: int, n: int, train_s: float = 0.0
                 ) -> TimedRound:
     """One round whose local updates take ``train_s`` seconds each."""
-    cpu0, t0 = cpu_s(c), time.perf_counter()
+    cpu0, t0 = c.cpu_s(), time.perf_counter()
     info = c.create_round(kind=kind, vector_length=length, min_clients=max(2, n - 2),
                           params=demo_params(train_s=train_s) if train_s else {})
     done = c.wait_round(info["round_id"], timeout_s=600)
@@ -108,7 +96,7 @@ def timed_round(c: LocalConsortium, kind: str, length: int, n: int, train_s: flo
     if done["status"] != "finished":
         raise RuntimeError(f"{kind} round failed: {done['error']}")
     db, rid = c.server_cfg["db_path"], info["round_id"]
-    return TimedRound(elapsed, round_bytes(db, rid), cpu_s(c) - cpu0, round_timeline(db, rid))
+    return TimedRound(elapsed, round_bytes(db, rid), c.cpu_s() - cpu0, round_timeline(db, rid))
 
 
 def build_reward_model(root: Path) -> Path:

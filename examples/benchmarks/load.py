@@ -240,19 +240,10 @@ class Phase:
         log(f"idle: health p99 {_p99(latencies)} ms over {len(latencies)} probes")
         return _p99(latencies)
 
-    def _server_cpu_s(self) -> float:
-        """CPU seconds the server process used so far (Linux /proc; else 0)."""
-        try:
-            fields = Path(f"/proc/{self.c.procs['server'].pid}/stat").read_text()
-        except OSError:
-            return 0.0
-        ticks = fields.rsplit(")", 1)[1].split()
-        return (int(ticks[11]) + int(ticks[12])) / os.sysconf("SC_CLK_TCK")
-
     def run(self, name: str) -> dict[str, Any]:
         self.probe.send("take")
         self.probe.recv()  # latencies before the phase: not counted
-        cpu0, wall0 = self._server_cpu_s(), time.perf_counter()
+        cpu0, wall0 = self.c.cpu_s("server"), time.perf_counter()
         failed_before = self._member_failures()
         self.aligner.start()
         created = self.c.create_round(kind="router_secagg", vector_length=self.vector,
@@ -266,7 +257,7 @@ class Phase:
             log(f"  aligner refused x{count}: {why}")
         self.probe.send("take")
         latencies = self.probe.recv()
-        cpu = round(self._server_cpu_s() - cpu0, 1)
+        cpu = round(self.c.cpu_s("server") - cpu0, 1)
         wall = round(time.perf_counter() - wall0, 1)
         reasons = self._member_failures() - failed_before
         failed = sum(reasons.values())

@@ -10,6 +10,7 @@ by module name and talks to them over REST, as an operator would.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -231,6 +232,19 @@ class LocalConsortium:
             wait_healthy(self.client_cfg[name]["public_url"], verify=self.verify,
                          proc=self.procs[name], client=self._probe)
         return self
+
+    def cpu_s(self, *who: str) -> float:
+        """CPU seconds (user and system) the named processes (all when none is named) used so
+        far; 0 where ``/proc`` cannot tell (another OS, a process gone)."""
+        total = 0.0
+        for name in who or tuple(self.procs):
+            try:
+                stat = Path(f"/proc/{self.procs[name].pid}/stat").read_text()
+            except OSError:
+                return 0.0
+            ticks = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+            total += (int(ticks[11]) + int(ticks[12])) / os.sysconf("SC_CLK_TCK")
+        return total
 
     def kill(self, who: str) -> None:
         """SIGKILL one process (a crash)."""
