@@ -206,6 +206,28 @@ def _headline(steps: int, embeddings: list[dict[str, Any]], images: list[dict[st
     return headline
 
 
+def _write_report(out: Path, inversions: list[Any], memberships: list[MembershipReport],
+                  words: list[str]) -> None:
+    """``report.json`` and ``report.html`` (with the figures) in ``out``, as ``fedmor audit``
+    writes them."""
+    write_report(
+        AuditReport(
+            title="fedmor attack benchmark (Tables 5 and 6)",
+            reconstructions=inversions,
+            memberships=memberships,
+            notes=[
+                "Gradient inversion on real router updates; membership inference on "
+                "an over-fitted small torch reward model, plain and trained with "
+                "record-level DP-SGD (and a real RewardModel with --real-rm). Figures at "
+                "the last step.",
+                *words,
+            ],
+        ),
+        out,
+    )
+    log(f"wrote {out / 'report.html'}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
@@ -286,22 +308,7 @@ def main() -> int:
         "seconds": round(time.time() - T0, 1),
     }
     if args.out is not None:
-        write_report(
-            AuditReport(
-                title="fedmor attack benchmark (Tables 5 and 6)",
-                reconstructions=inversion_reports,
-                memberships=mia + real_rm,
-                notes=[
-                    "Gradient inversion on real router updates; membership inference on "
-                    "an over-fitted small torch reward model, plain and trained with "
-                    "record-level DP-SGD (and a real RewardModel with --real-rm). Figures at "
-                    "the last step.",
-                    *words,
-                ],
-            ),
-            args.out,
-        )
-        log(f"wrote {args.out / 'report.html'}")
+        _write_report(args.out, inversion_reports, mia + real_rm, words)
     print(json.dumps(result))
     return 0
 
