@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -167,7 +168,12 @@ def align(
     # Without tqdm, transformers prints every raw log dict; _Progress says the same in one line.
     trainer.remove_callback(PrinterCallback)
     checkpoint = _newest_checkpoint(out / "trainer") if resume else None
-    trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
+    with warnings.catch_warnings():
+        # trl reads transformers' deprecated ``is_gradient_checkpointing`` at every
+        # generation: a notice about trl's code that nobody running alignment can act on.
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*",
+                                category=FutureWarning)
+        trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
     if trainer.accelerator.is_main_process:
         _save_policy(trainer.accelerator.unwrap_model(trainer.model), bundle.processor,
                      Path(policy_dir), out, lora=s.lora is not None, merge_lora=merge_lora)

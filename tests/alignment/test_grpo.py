@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,11 @@ def test_tiny_grpo_run_with_mor_changes_the_policy(base_policy: Path, data_dir: 
     fn = SelectionRewardFunction(sel, InProcessRewardSource([longer_is_better] * 2))
     settings = GRPOSettings(steps=2, prompts_per_step=2, num_generations=2,
                             max_completion_length=4, warmup_steps=0, learning_rate=1e-2)
-    out = align(base_policy, fn, queries, settings, out_dir=tmp_path / "run")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = align(base_policy, fn, queries, settings, out_dir=tmp_path / "run")
+    # trl's use of a deprecated transformers attribute is not the user's to act on.
+    assert not [w for w in caught if "is_gradient_checkpointing" in str(w.message)]
     before, after = _weights(base_policy), _weights(out / "policy")
     changed = [k for k in before if not torch.equal(before[k], after[k])]
     assert changed, "GRPO left every parameter unchanged"
