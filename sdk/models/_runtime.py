@@ -80,8 +80,9 @@ class Runtime(BaseModel):
         return Placement(device, self.resolve_dtype(device))
 
     def trainer_precision(self) -> dict[str, Any]:
-        """The ``bf16`` / ``fp16`` / ``use_cpu`` / ``gradient_checkpointing`` arguments of a
-        transformers ``TrainingArguments`` (trl's GRPOConfig) for this runtime."""
+        """The ``bf16`` / ``fp16`` / ``use_cpu`` / ``activation_checkpointing`` arguments of a
+        transformers ``TrainingArguments`` (trl's GRPOConfig) for this runtime (the setting's
+        name is transformers' own; ``gradient_checkpointing`` is its deprecated alias)."""
         import torch
 
         device, dtype = self.resolve()
@@ -89,5 +90,5 @@ class Runtime(BaseModel):
             "bf16": dtype == torch.bfloat16,
             "fp16": dtype == torch.float16,
             "use_cpu": device.type == "cpu",
-            "gradient_checkpointing": self.gradient_checkpointing,
+            "activation_checkpointing": self.gradient_checkpointing,
         }

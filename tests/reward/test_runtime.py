@@ -30,7 +30,7 @@ def test_runtime_resolves_auto_to_float32_on_a_cpu_only_machine() -> None:
     assert Runtime().resolve() == (torch.device("cpu"), torch.float32)
     assert Runtime(dtype="bfloat16").resolve().dtype == torch.bfloat16
     assert Runtime(device="cpu", dtype="float16").trainer_precision() == {
-        "bf16": False, "fp16": True, "use_cpu": True, "gradient_checkpointing": False}
+        "bf16": False, "fp16": True, "use_cpu": True, "activation_checkpointing": False}
     with pytest.raises(ValueError, match="CUDA is not available"):
         Runtime(device="cuda:0").resolve()
     with pytest.raises(ValueError, match="device"):
