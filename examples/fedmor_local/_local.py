@@ -99,7 +99,7 @@ class LocalConsortium:
         self.dir = workdir = Path(workdir).resolve()
         self.dir.mkdir(parents=True, exist_ok=True)
         tls = tls or mtls
-        self.tls = tls
+        self.tls, self.mtls = tls, mtls
         self.names = [f"site-{i}" for i in range(n_clients)]
         self.updates = dict(updates or {})
         # Client certificates: one per member and identity, and the operator's (this harness).
@@ -114,15 +114,15 @@ class LocalConsortium:
         # Members first, then the other identities: each gets its roster entry in this order.
         self.client_cfg: dict[str, dict[str, Any]] = {
             name: self._member_config(name, roster, demo=demo, policy=policy,
-                                      options=clients or {}, mtls=mtls) for name in self.names}
+                                      options=clients or {}) for name in self.names}
         # Non-member identities (name -> role): a key file and a one-time token each, enrolled by
         # whoever runs as them (``identity_key`` and ``enrollment_token`` in ``identity_cfg``).
         self.identity_cfg: dict[str, dict[str, Any]] = {
-            name: self._identity_config(name, role, roster, mtls)
+            name: self._identity_config(name, role, roster)
             for name, role in (identities or {}).items()}
-        self.server_cfg = self._server_config(roster, capture, mtls, server or {})
+        self.server_cfg = self._server_config(roster, capture, server or {})
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        operator = self._client_cert(_OPERATOR, mtls)
+        operator = self._client_cert(_OPERATOR)
         self.cert = (operator["tls_client_cert"], operator["tls_client_key"]) if mtls else None
         """The operator's client certificate and key (mutual TLS), else None."""
         # ``verify`` stays certificate-less: it is what a caller without a certificate uses.
@@ -143,12 +143,9 @@ class LocalConsortium:
         return self.ops.http
 
     def _member_config(self, name: str, roster: Path, *, demo: bool,
-                       policy: dict[str, Any] | None, options: dict[str, Any],
-                       mtls: bool) -> dict[str, Any]:
+                       policy: dict[str, Any] | None, options: dict[str, Any]) -> dict[str, Any]:
         """Member ``name``'s settings: its key, roster entry and port, then ``options``."""
-        key_path = self.dir / name / "identity.pem"
-        token = add_to_roster(roster, name=name,
-                              public_key=public_key_b64(load_or_create_key(key_path)))
+        key_path, token = self._roster_entry(name, roster, "member")
         port = free_port()
         scheme = "https" if self.tls else "http"
         return {
@@ -158,19 +155,23 @@ class LocalConsortium:
             "public_url": f"{scheme}://127.0.0.1:{port}", "poll_interval_s": 0.05,
             "retry_max_s": 0.5, "demo": demo, "allow_plain_http": not self.tls,
             **self._tls("server_ca"),
-            **self._client_cert(name, mtls),
+            **self._client_cert(name),
             **({"policy": policy} if policy is not None else {}), **options}
 
-    def _identity_config(self, name: str, role: Role, roster: Path,
-                         mtls: bool) -> dict[str, Any]:
+    def _identity_config(self, name: str, role: Role, roster: Path) -> dict[str, Any]:
         """A non-member identity's key file, roster entry and one-time token."""
-        key_path = self.dir / name / "identity.pem"
-        token = add_to_roster(roster, name=name, role=role,
-                              public_key=public_key_b64(load_or_create_key(key_path)))
+        key_path, token = self._roster_entry(name, roster, role)
         return {"name": name, "identity_key": str(key_path), "enrollment_token": token,
-                "role": role, **self._client_cert(name, mtls)}
+                "role": role, **self._client_cert(name)}
 
-    def _server_config(self, roster: Path, capture: Path | None, mtls: bool,
+    def _roster_entry(self, name: str, roster: Path, role: Role) -> tuple[Path, str]:
+        """``name``'s key file (made under this folder) and its one-time enrollment token from
+        the roster entry written for it."""
+        key_path = self.dir / name / "identity.pem"
+        return key_path, add_to_roster(roster, name=name, role=role,
+                                       public_key=public_key_b64(load_or_create_key(key_path)))
+
+    def _server_config(self, roster: Path, capture: Path | None,
                        options: dict[str, Any]) -> dict[str, Any]:
         """The server's settings, then ``options``."""
         tls = self.tls
@@ -185,7 +186,7 @@ class LocalConsortium:
             # The DP accountant (opacus, torch) loads at the first DP round instead of at every
             # start: few of the harness's servers run one, and the import is seconds of CPU.
             "preload_dp_accountant": False,
-            "require_client_cert": mtls, **options}
+            "require_client_cert": self.mtls, **options}
 
     def _tls(self, ca_field: str) -> dict[str, Any]:
         if self.pki is None:
@@ -193,8 +194,8 @@ class LocalConsortium:
         ca, cert, key = self.pki
         return {ca_field: str(ca), "tls_cert": str(cert), "tls_key": str(key)}
 
-    def _client_cert(self, name: str, mtls: bool) -> dict[str, str]:
-        if not mtls or self.pki is None:
+    def _client_cert(self, name: str) -> dict[str, str]:
+        if not self.mtls or self.pki is None:
             return {}
         cert, key = client_cert_paths(self.pki[0].parent, name)
         return {"tls_client_cert": str(cert), "tls_client_key": str(key)}
