@@ -71,25 +71,21 @@ class SyntheticAligner:
         return self.http.request("POST", "/v1/rewards", body.model_dump(exclude_none=True))
 
     def send(self, step: int) -> Batch:
-        """One batch (again with the image's bytes when the server lacks them), recorded."""
+        """One batch (again with the image's bytes when the server lacks them)."""
         try:
             resp = self._post(step, with_image=False)
             if resp.status_code == 200 and resp.json().get("missing"):
                 resp = self._post(step, with_image=True)
         except httpx.HTTPError as exc:
-            batch = Batch(time.monotonic(), BATCH, BATCH, type(exc).__name__)
-        else:
-            batch = Batch(time.monotonic(), BATCH, int(resp.json().get("failed", 0))) \
-                if resp.status_code == 200 else \
-                Batch(time.monotonic(), BATCH, BATCH, f"{resp.status_code} {resp.text[:120]}")
-        self.batches.append(batch)
-        return batch
+            return Batch(time.monotonic(), BATCH, BATCH, type(exc).__name__)
+        if resp.status_code != 200:
+            return Batch(time.monotonic(), BATCH, BATCH, f"{resp.status_code} {resp.text[:120]}")
+        return Batch(time.monotonic(), BATCH, int(resp.json().get("failed", 0)))
 
     def warm_up(self) -> None:
         """One batch before the measured ones (the server's first builds its selection, importing
-        torch); not kept. Raises if the server refused it."""
+        torch); not recorded. Raises if the server refused it."""
         batch = self.send(0)
-        self.batches.remove(batch)
         if batch.refused is not None:
             raise RuntimeError(f"the aligner's warm-up batch failed: {batch.refused}")
 
@@ -97,7 +93,8 @@ class SyntheticAligner:
         step, last = 0, 0.0
         while not self._stop.wait(max(0.0, last + self.every_s - time.monotonic())):
             last, step = time.monotonic(), step + 1
-            if self.send(step).refused is not None:
+            self.batches.append(self.send(step))
+            if self.batches[-1].refused is not None:
                 self._stop.wait(_PAUSE_S)
 
     def start(self) -> None:
