@@ -20,7 +20,7 @@ the model's accuracy on its own and on unseen pairs (the price of the defence). 
 (on in full mode) adds the normalization table for a real sdk.reward RewardModel (tiny
 Qwen2.5-VL) over-fitted on 32 pairs.
 
-The real-size row (full mode only; ``--only real-size`` runs it alone; the longest row) audits a
+The real-size row (full mode only; ``--only real-size`` runs it alone) audits a
 LoRA reward model of a random-init Qwen2-VL-2B in bfloat16 as ``fedmor audit`` does: threshold
 and LiRA, its shadows from the target's own base and LoRA recipe (_attacks_real_size).
 
@@ -90,7 +90,7 @@ def table6(raw_pos: Tensor, raw_neg: Tensor, prefix: str = "") -> list[Membershi
 def table6_dp(n_shadow: int, quick: bool) -> list[MlpMembership]:
     """LiRA on the unprotected MLP, then the threshold attack and LiRA on the same recipe
     trained with record-level DP-SGD at each of ``DP_EPSILONS`` (quick: LiRA on the first
-    only, since each DP training, one per shadow model too, is the table's longest step)."""
+    only: a DP training runs for each shadow model too)."""
     from sdk.reward import DPSettings
 
     runs = [mlp_membership(MIA_PAIRS, setting="unprotected (raw)", n_shadow=n_shadow)]
