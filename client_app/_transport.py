@@ -10,7 +10,6 @@ walk) take the transport, so that they need not import the runner back.
 
 from __future__ import annotations
 
-import json
 import logging
 import ssl
 import threading
@@ -26,6 +25,7 @@ from client_app._service import RewardService
 from client_app._settings import ClientSettings
 from client_app._store import ClientStore
 from sdk.wire import (
+    EnrollRequest,
     EnrollResponse,
     RequestRefused,
     SignedClient,
@@ -144,7 +144,6 @@ class ServerTransport:
         self.stop = threading.Event()
         self.http = SignedClient(settings.server_url, verify=_verify(settings),
                                  timeout_s=settings.request_timeout_s)
-        self.bytes_sent = 0
         self.link = ServerLink(settings.server_url)
 
     def close(self) -> None:
@@ -159,9 +158,6 @@ class ServerTransport:
         backoff; each attempt is signed afresh (new nonce). Raises ``RequestRefused`` on a
         final refusal (``MemberRevoked`` for a revoked identity) or the last retried one,
         ``Unanswered`` when no attempt reached the server or the runner is stopping."""
-        binary = isinstance(payload, bytes)
-        body = payload if binary else b"" if payload is None else json.dumps(payload).encode()
-        media = "application/octet-stream" if binary else "application/json"
         backoff = tenacity.wait_exponential(multiplier=0.05, max=self.settings.retry_max_s)
 
         def wait(state: tenacity.RetryCallState) -> float:
@@ -174,7 +170,7 @@ class ServerTransport:
                                      retry=tenacity.retry_if_exception(_again),
                                      sleep=self._backoff, reraise=True)
         try:
-            return retrying(self._send, method, path, body, media, signed=signed)
+            return retrying(self._send, method, path, payload, signed=signed)
         except httpx.TransportError as exc:
             raise Unanswered(f"{method} {path}: the server at {self.settings.server_url} did "
                              f"not answer {attempts} attempts ({exc})") from exc
@@ -200,16 +196,15 @@ class ServerTransport:
     def _backoff(self, seconds: float) -> None:
         self.stop.wait(seconds)  # a stopping runner does not sit out its backoff
 
-    def _send(self, method: str, path: str, body: bytes, media: str, *,
-              signed: bool) -> httpx.Response:
+    def _send(self, method: str, path: str, payload: Any, *, signed: bool) -> httpx.Response:
         """One attempt: the 2xx response, else the refusal (``MemberRevoked`` for a revoked
         identity); ``Unanswered`` when the runner is stopping. A signed request refused
         401/403 just after the key file changed (a rotation) is sent again with the new key."""
         if self.stop.is_set():
             raise Unanswered(f"{method} {path}: runner stopping")
-        resp = self._attempt(method, path, body, media, signed=signed)
+        resp = self._attempt(method, path, payload, signed=signed)
         if signed and resp.status_code in (401, 403) and reload_key(self):
-            resp = self._attempt(method, path, body, media, signed=signed)
+            resp = self._attempt(method, path, payload, signed=signed)
         if resp.is_success:
             return resp
         refused = RequestRefused.of(resp)
@@ -217,17 +212,15 @@ class ServerTransport:
             raise MemberRevoked.of(resp)
         raise refused
 
-    def _attempt(self, method: str, path: str, body: bytes, media: str, *,
-                 signed: bool) -> httpx.Response:
+    def _attempt(self, method: str, path: str, payload: Any, *, signed: bool) -> httpx.Response:
         # The identity is read per attempt: enrollment sets the id, a rotation the key.
         auth = self.http.signer(self.key, self.client_id) if signed else None
         try:
-            resp = self.http.request(method, path, body, media=media, auth=auth)
+            resp = self.http.request(method, path, payload, auth=auth)
         except httpx.TransportError as exc:
             self.link.down(exc)
             raise
         self.link.up()
-        self.bytes_sent += len(body)
         return resp
 
     @property
@@ -244,9 +237,9 @@ class ServerTransport:
         token = self.settings.enrollment_token
         if token is None:
             raise ValueError("not enrolled yet and no enrollment_token configured")
-        body = {"name": self.settings.name, "token": token.get_secret_value(),
-                "public_key": public_key_b64(self.key), "reward_url": self.settings.public_url,
-                "clip_bound": None if self.service is None else self.service.clip}
+        body = EnrollRequest.of(self.key, name=self.settings.name, token=token.get_secret_value(),
+                                reward_url=self.settings.public_url,
+                                clip_bound=None if self.service is None else self.service.clip)
         resp = self.post("/v1/enroll", body, EnrollResponse, signed=False)
         self.store.put("server_public_key", resp.server_public_key)
         self.store.put("client_id", resp.client_id)

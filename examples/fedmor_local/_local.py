@@ -286,8 +286,8 @@ class LocalConsortium:
         """Enroll ``name`` (a member or another identity) with its one-time token and key, as
         its own process would; its client id."""
         cfg = self.client_cfg.get(name) or self.identity_cfg[name]
-        body = EnrollRequest(name=name, token=cfg["enrollment_token"], public_key=public_key_b64(
-            load_or_create_key(Path(cfg["identity_key"]))))
+        body = EnrollRequest.of(load_or_create_key(Path(cfg["identity_key"])), name=name,
+                                token=cfg["enrollment_token"])
         with SignedClient(self.server_url, verify=self.operator_tls, timeout_s=60) as client:
             return client.post("/v1/enroll", body, EnrollResponse).client_id
 

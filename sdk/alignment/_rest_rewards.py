@@ -36,7 +36,6 @@ from sdk.wire import (
     ImageRef,
     SignedClient,
     load_private_key,
-    public_key_b64,
 )
 
 __all__ = ["RestFeedbackCallback", "RestRewardError", "RestRewardFunction", "enroll_identity"]
@@ -53,7 +52,7 @@ def enroll_identity(server_url: str, key: Ed25519PrivateKey, *, name: str, token
                     ) -> EnrollResponse:
     """Enroll ``name`` with its one-time token (a retry after success returns the same id);
     :class:`~sdk.wire.RequestRefused` when the server refuses."""
-    body = EnrollRequest(name=name, token=token, public_key=public_key_b64(key))
+    body = EnrollRequest.of(key, name=name, token=token)
     with SignedClient(server_url, verify=verify, timeout_s=timeout_s) as client:
         return client.post("/v1/enroll", body, EnrollResponse)
 

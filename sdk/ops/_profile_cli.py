@@ -17,7 +17,7 @@ __all__ = ["register_enroll", "register_profile"]
 def _enroll(args: argparse.Namespace) -> int:
     from sdk.ops._connection import Connection
     from sdk.ops._operator_client import OperatorClient
-    from sdk.wire import EnrollRequest, key_passphrase, load_private_key, public_key_b64
+    from sdk.wire import EnrollRequest, key_passphrase, load_private_key
 
     name = args.name or args.profile
     if name is None:
@@ -46,8 +46,7 @@ def _enroll(args: argparse.Namespace) -> int:
         if private is not None:
             check_owner_only(private)
     key = load_private_key(identity, key_passphrase())
-    body = EnrollRequest(name=name, token=args.token, public_key=public_key_b64(key))
-    enrolled = OperatorClient(conn).enroll(body)
+    enrolled = OperatorClient(conn).enroll(EnrollRequest.of(key, name=name, token=args.token))
     if args.role is not None and enrolled.role != args.role:
         raise ValueError(f"{name!r} is on the roster as {enrolled.role!r}, not {args.role!r}: "
                          f"ask the operator")

@@ -5,11 +5,14 @@ in ``_router_config``."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from sdk.wire._auth import parse_public_key
+from sdk.wire._auth import parse_public_key, public_key_b64
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = [
     "AuditBudget",
@@ -85,6 +88,14 @@ class EnrollRequest(_Wire):
     clip_bound: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False,
                                      description="every score this member answers lies in "
                                      "[-clip_bound, clip_bound]; the broker refuses others")
+
+    @classmethod
+    def of(cls, key: Ed25519PrivateKey, *, name: str, token: str, reward_url: str | None = None,
+           clip_bound: float | None = None) -> EnrollRequest:
+        """The request of the identity whose private ``key`` this is: every client (member,
+        aligner, operator, auditor) enrolls with a request made here."""
+        return cls(name=name, token=token, public_key=public_key_b64(key), reward_url=reward_url,
+                   clip_bound=clip_bound)
 
 
 class ClipBoundAnnouncement(_Wire):
