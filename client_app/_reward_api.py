@@ -106,8 +106,8 @@ def reward_router(cfg: ClientSettings, service: RewardService, ids: RewardCaller
             return JSONResponse(out.model_dump(), status_code=409)
         # Server-Timing: the caller can tell the time spent here (scoring, and all of this
         # handler) from its network and queueing time. Durations only, never inputs.
-        timing = (f"score;dur={scored_s * 1e3:.2f}, "
-                  f"app;dur={(time.perf_counter() - started) * 1e3:.2f}")
+        timing = RewardResponse.timing_header(score=scored_s,
+                                              app=time.perf_counter() - started)
         # Serialized once, not validated again against ``response_model`` (which documents it).
         return Response(out.model_dump_json(), media_type="application/json",
                         headers={"server-timing": timing})

@@ -177,18 +177,26 @@ def align(
     if trainer.accelerator.is_main_process:
         _save_policy(trainer.accelerator.unwrap_model(trainer.model), bundle.processor,
                      Path(policy_dir), out, lora=s.lora is not None, merge_lora=merge_lora)
-        metrics = {
-            "settings": s.model_dump(),
-            "selection": reward_fn.method,
-            "log_history": trainer.state.log_history,
-            "step_seconds": _step_seconds(
-                None if checkpoint is None else out / "metrics.json", clock),
-            "mean_reward_per_call": reward_fn.history,
-            "router_feedback": [h for cb in feedback for h in getattr(cb, "history", [])],
-        }
-        metrics["plots"] = plot_alignment(metrics, out / "plots")
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+        _write_metrics(out, s, reward_fn, trainer.state.log_history, feedback,
+                       _step_seconds(None if checkpoint is None else out / "metrics.json", clock))
     return out
+
+
+def _write_metrics(out: Path, s: GRPOSettings, reward_fn: GRPORewardFunction,
+                   log_history: list[dict[str, Any]], feedback: Sequence[TrainerCallback],
+                   step_seconds: list[dict[str, float]]) -> None:
+    """``out/metrics.json`` and its plots: what the run was told, what trl logged, and what the
+    reward function and the router's feedback recorded."""
+    metrics: dict[str, Any] = {
+        "settings": s.model_dump(),
+        "selection": reward_fn.method,
+        "log_history": log_history,
+        "step_seconds": step_seconds,
+        "mean_reward_per_call": reward_fn.history,
+        "router_feedback": [h for cb in feedback for h in getattr(cb, "history", [])],
+    }
+    metrics["plots"] = plot_alignment(metrics, out / "plots")
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
 
 
 def _grpo_config(s: GRPOSettings, trainer_dir: Path, rt: Runtime) -> GRPOConfig:

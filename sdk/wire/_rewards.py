@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -161,10 +162,34 @@ class RewardRequest(_Wire):
 
 
 class RewardResponse(_Reply):
-    """Normalized, clipped scores, one per item."""
+    """Normalized, clipped scores, one per item. Its ``Server-Timing`` header tells the caller
+    the milliseconds spent in the member (durations only, never inputs): written by
+    :meth:`timing_header`, read by :meth:`timings`."""
 
     scores: list[Annotated[float, Field(allow_inf_nan=False)]]
     query_sha256: str
+
+    @staticmethod
+    def timing_header(**seconds: float) -> str:
+        """``score;dur=12.50, app;dur=14.00`` from durations in seconds."""
+        return ", ".join(f"{name};dur={s * 1e3:.2f}" for name, s in seconds.items())
+
+    @staticmethod
+    def timings(header: str) -> dict[str, float]:
+        """``{"score": 12.5, ...}`` (ms) from a ``Server-Timing`` header; an entry without a
+        finite ``dur`` is left out (the header is informative, never trusted for anything)."""
+        out: dict[str, float] = {}
+        for entry in header.split(","):
+            name, *params = (part.strip() for part in entry.split(";"))
+            for key, _, value in (param.partition("=") for param in params):
+                if name and key == "dur":
+                    try:
+                        dur = float(value)
+                    except ValueError:
+                        continue
+                    if math.isfinite(dur):
+                        out[name] = dur
+        return out
 
 
 class RewardAnswer(_Wire):

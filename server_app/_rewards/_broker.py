@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import ssl
 import threading
 import time
@@ -76,24 +75,6 @@ def _parsed(schema: type[_Answer], resp: httpx.Response, client_id: str) -> _Ans
         where = ".".join(str(p) for p in first["loc"])
         raise BrokerError(f"client {client_id} answered {resp.status_code} with a body that "
                           f"is no {schema.__name__}: {where}: {first['msg']}") from None
-
-
-def server_timing(header: str) -> dict[str, float]:
-    """``{"score": 12.5, ...}`` from a ``Server-Timing`` header; entries without a valid
-    ``dur`` are left out (the header is informative, never trusted for anything)."""
-    out: dict[str, float] = {}
-    for entry in header.split(","):
-        name, *params = (part.strip() for part in entry.split(";"))
-        for param in params:
-            key, _, value = param.partition("=")
-            if name and key == "dur":
-                try:
-                    dur = float(value)
-                except ValueError:
-                    continue
-                if math.isfinite(dur):
-                    out[name] = dur
-    return out
 
 
 class RewardBroker:
@@ -291,7 +272,8 @@ class RewardBroker:
                 continue
             if resp.status_code != 200:
                 raise RequestRefused.of(resp, by=f"member {client_id}")
-            self.last_server_timing = server_timing(resp.headers.get("server-timing", ""))
+            self.last_server_timing = RewardResponse.timings(resp.headers.get("server-timing",
+                                                                              ""))
             scores = _parsed(RewardResponse, resp, client_id).scores
             self.check(client_id, scores, len(items))
             return scores

@@ -12,9 +12,8 @@ from PIL import Image
 
 from client_app import HashScorer
 from fedmor_local import LocalConsortium
-from sdk.wire import ImageRef, load_private_key
+from sdk.wire import ImageRef, RewardResponse, load_private_key
 from server_app import RewardBroker, Store
-from server_app._rewards._broker import server_timing
 from tests._images import png
 
 Item = tuple[ImageRef, str, str]
@@ -92,7 +91,10 @@ def test_pull_mode_round_trip(consortium: LocalConsortium) -> None:
 
 
 def test_server_timing_header_is_parsed_leniently() -> None:
-    assert server_timing("score;dur=12.5, app;dur=14") == {"score": 12.5, "app": 14.0}
-    assert server_timing("") == {}
-    assert server_timing("score;desc=x, app;dur=nan, db;dur=oops, ;dur=3, cache;dur=0.5") == \
+    read = RewardResponse.timings
+    assert read("score;dur=12.5, app;dur=14") == {"score": 12.5, "app": 14.0}
+    assert read(RewardResponse.timing_header(score=0.0125, app=0.014)) == {"score": 12.5,
+                                                                          "app": 14.0}
+    assert read("") == {}
+    assert read("score;desc=x, app;dur=nan, db;dur=oops, ;dur=3, cache;dur=0.5") == \
         {"cache": 0.5}
