@@ -13,8 +13,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CAUSES", "SERVER", "Event", "Sighting", "alignment_figures", "effect", "find_named",
-           "headline", "rounds_failed_with_enough_survivors", "schedule"]
+__all__ = ["CAUSES", "SERVER", "Event", "Sighting", "alignment_figures", "effect", "event_table",
+           "find_named", "headline", "judge", "rounds_failed_with_enough_survivors", "schedule"]
 
 SERVER = "server"
 """The member field of the server's own event: its cause is searched without a member name."""
@@ -145,6 +145,34 @@ def find_named(doc: Any, identities: Iterable[str], kind: str) -> list[Sighting]
         w.found = [Sighting(where, text) for where, text in _strings(doc, ())
                    if any(k in text.lower() for k in w.keywords)]
     return w.found
+
+
+def judge(e: Event, ordered: Sequence[int], views: Mapping[int, Sequence[Any]],
+          ids: Mapping[str, str]) -> None:
+    """Fill in ``e``'s effect, and whether it was named: by the operator's views (``views``:
+    round id -> [its round, the members view] after it) of its round or the next one, which
+    must hold the member (by name or client id, ``ids``) beside a cause of its kind."""
+    assert e.round_id is not None
+    at = list(ordered).index(e.round_id)
+    e.effect = effect(e, views[e.round_id][0], ids.get(e.member))
+    names = () if e.member == SERVER else (e.member, ids.get(e.member, ""))
+    for rid in ordered[at:at + 2]:
+        for label, doc in zip((f"rounds show {rid}", f"members view after {rid}"), views[rid],
+                              strict=True):
+            found = find_named(doc, names, e.kind)
+            if found:
+                e.named, e.where, e.seen = True, f"{label}: {found[0].where}", found[0].text
+                return
+
+
+def event_table(events: Iterable[Event]) -> str:
+    """One line per event: what it did to its round, and where the operator saw it named."""
+    lines = [f"{'event':<14} {'member':<8} {'round':>5}  {'effect on its round':<28} "
+             f"{'named':<5} {'where':<36} seen"]
+    lines += [f"{e.kind:<14} {e.member:<8} {e.round_id or '-'!s:>5}  {e.effect:<28} "
+              f"{'yes' if e.named else 'no':<5} {e.where or '-':<36} {e.seen or '-'}"
+              for e in events]
+    return "\n".join(lines)
 
 
 def _strings(node: Any, path: tuple[str, ...]) -> Iterator[tuple[str, str]]:

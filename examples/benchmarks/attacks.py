@@ -228,7 +228,7 @@ def _write_report(out: Path, inversions: list[Any], memberships: list[Membership
     log(f"wrote {out / 'report.html'}")
 
 
-def main() -> int:
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help="fewer inversion steps, no real-size row")
@@ -251,7 +251,11 @@ def main() -> int:
         "--realistic-steps", type=int, help="attack steps on the realistic SecAgg images row"
     )
     ap.add_argument("--out", type=Path, help="also write report.json/report.html and PNGs here")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = _args()
     if args.only == "real-size":
         row = real_size_row(args)
         print(json.dumps({"benchmark": "attacks", "only": "real-size", "real_size": row,

@@ -57,23 +57,22 @@ from _churn_naming import (
     SERVER,
     Event,
     alignment_figures,
-    effect,
-    find_named,
+    event_table,
     headline,
+    judge,
     schedule,
 )
 from _scratch import scratch_dir
 
-from fedmor_local import OPEN_POLICY, LocalConsortium, free_port
+from fedmor_local import OPEN_POLICY, LocalConsortium
 from fedmor_local._insider import rss_mb
 from fedmor_local._local import wait_healthy
 from sdk.data import SynthConfig, synthesize
-from sdk.membership import RosterFile, add_to_roster
+from sdk.membership import RosterFile
 from sdk.wire import (
     ROUTER_ROUND_PARAM,
     SignedClient,
     load_or_create_key,
-    public_key_b64,
 )
 
 JOINER = "joiner"
@@ -206,23 +205,20 @@ class Churn:
 
     def wait_stage(self, round_id: int, timeout_s: float = 60.0) -> None:
         """Until the round has left its first stage (or ended), bounded."""
-        first = None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        first = self.get(f"/v1/rounds/{round_id}")["stage"]
+
+        def left() -> bool:
             info = self.get(f"/v1/rounds/{round_id}")
-            first = first or info["stage"]
-            if info["status"] != "open" or info["stage"] != first:
-                return
-            time.sleep(0.05)
+            return bool(info["status"] != "open" or info["stage"] != first)
+
+        self._until(left, timeout_s, every_s=0.05)
 
     def wait_round(self, round_id: int) -> dict[str, Any]:
-        deadline = time.monotonic() + 6 * self.deadline + 120
-        while time.monotonic() < deadline:
-            info: dict[str, Any] = self.get(f"/v1/rounds/{round_id}")
-            if info["status"] != "open":
-                return info
-            time.sleep(0.1)
-        return self.get(f"/v1/rounds/{round_id}")
+        """The round once it ended (or as it is after six stage deadlines and two minutes)."""
+        self._until(lambda: self.get(f"/v1/rounds/{round_id}")["status"] != "open",
+                    6 * self.deadline + 120, every_s=0.1)
+        info: dict[str, Any] = self.get(f"/v1/rounds/{round_id}")
+        return info
 
     # -- events ----------------------------------------------------------------------------
     def member_log(self, e: Event) -> str:
@@ -255,26 +251,20 @@ class Churn:
         elif e.kind == "enrolled":
             self._join(e.member)
 
-    def _until(self, ok: Any, timeout_s: float = 30.0) -> bool:
-        """Poll ``ok()`` every 0.2 s until it holds (True) or ``timeout_s`` passed (False)."""
+    @staticmethod
+    def _until(ok: Any, timeout_s: float = 30.0, every_s: float = 0.2) -> bool:
+        """Poll ``ok()`` every ``every_s`` until it holds (True) or ``timeout_s`` passed
+        (False)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if ok():
                 return True
-            time.sleep(0.2)
+            time.sleep(every_s)
         return False
 
     def _join(self, name: str) -> None:
         """A new member: roster entry, its app started, and a new lineage over the members."""
-        key = self.c.dir / name / "identity.pem"
-        token = add_to_roster(Path(self.c.server_cfg["roster_file"]), name=name,
-                              public_key=public_key_b64(load_or_create_key(key)))
-        port = free_port()
-        self.c.client_cfg[name] = {
-            **self.c.client_cfg[self.c.names[0]], "name": name, "enrollment_token": token,
-            "identity_key": str(key), "db_path": str(self.c.dir / name / "client.db"),
-            "port": port, "public_url": f"http://127.0.0.1:{port}",
-            "router_training": {"pairs_dir": str(self._pairs(name))}}
+        self.c.add_member(name, router_training={"pairs_dir": str(self._pairs(name))})
         self.trainers.append(name)
         self.c.start_client(name)
         self._until(lambda: name in {m["name"] for m in self.get("/v1/members")
@@ -320,20 +310,6 @@ class Churn:
         self.views[round_id] = [self.get(f"/v1/rounds/{round_id}"),
                                 self.get("/v1/reports/members")]
 
-    def judge(self, e: Event, ordered: list[int]) -> None:
-        """Named if the views after the event's round or the next one name member and cause."""
-        assert e.round_id is not None
-        at = ordered.index(e.round_id)
-        e.effect = effect(e, self.views[e.round_id][0], self.ids.get(e.member))
-        ids = () if e.member == SERVER else (e.member, self.ids.get(e.member, ""))
-        for rid in ordered[at:at + 2]:
-            for label, doc in zip((f"rounds show {rid}", f"members view after {rid}"),
-                                  self.views[rid], strict=True):
-                found = find_named(doc, ids, e.kind)
-                if found:
-                    e.named, e.where, e.seen = True, f"{label}: {found[0].where}", found[0].text
-                    return
-
 
 def _step(e: Event, when: str, action: Any, *args: Any) -> None:
     """Run one part of an event; a part that fails (a member app that refuses to start) is
@@ -343,14 +319,6 @@ def _step(e: Event, when: str, action: Any, *args: Any) -> None:
     except Exception as exc:  # the run's figures matter more than one event's part
         e.problem = f"{when}: {type(exc).__name__}: {exc}"[:300]
         log(f"{e.kind} {e.member}: {e.problem}")
-
-
-def _table(events: list[Event]) -> None:
-    print(f"{'event':<14} {'member':<8} {'round':>5}  {'effect on its round':<28} "
-          f"{'named':<5} {'where':<36} seen")
-    for e in events:
-        print(f"{e.kind:<14} {e.member:<8} {e.round_id or '-'!s:>5}  {e.effect:<28} "
-              f"{'yes' if e.named else 'no':<5} {e.where or '-':<36} {e.seen or '-'}")
 
 
 def main() -> None:
@@ -406,8 +374,8 @@ def main() -> None:
         run.c.close()
     ordered = [int(r["round_id"]) for r in run.rounds]
     for e in events:
-        run.judge(e, ordered)
-    _table(events)
+        judge(e, ordered, run.views, run.ids)
+    print(event_table(events))
     refusals = aligner.refusals()
     for why, count in sorted(refusals.items(), key=lambda kv: -kv[1])[:5]:
         log(f"aligner refused x{count}: {why}")

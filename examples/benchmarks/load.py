@@ -278,7 +278,7 @@ class Phase:
                 "aligner_failed_items": sum(b.failed for b in batches if b.refused is None)}
 
 
-def main() -> None:
+def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="50 members instead of 200")
     parser.add_argument("--members", type=int, default=None)
@@ -293,7 +293,11 @@ def main() -> None:
                         "per-identity and anonymous caps stay below it")
     parser.add_argument("--out", type=Path, default=None,
                         help="work directory, kept (default: a temporary one)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = _args()
     n = args.members or (50 if args.quick else 200)
     ctx = mp.get_context("spawn")
     c = _consortium(scratch_dir("fedmor-load-bench-", args.out), n, args.worker_threads)
@@ -351,11 +355,9 @@ def main() -> None:
         "members": n, "idle_health_p99_ms": idle_p99, "vector_length": args.vector,
         "hostile_polls": args.hostile_polls, "worker_threads": args.worker_threads,
         "long_poll_s": args.long_poll_s, "insider_body_rss_mb": insider_rss,
-        "insider_body_statuses": insider_statuses,
+        "insider_body_statuses": insider_statuses, "server_wal_mb": round(server_wal_mb, 1),
         "hostile_poll_rss_mb": round(hostile_poll_rss, 1),
-        "server_wal_mb": round(server_wal_mb, 1),
-        "hostile_refused": hostile_counts["refused"],
-        "hostile_answered": hostile_counts["answered"]}
+        "hostile_refused": hostile_counts["refused"], "hostile_answered": hostile_counts["answered"]}
     for key in calm:  # each phase's figures: the calm one as named, the other "attack_..."
         out[key], out[f"attack_{key}"] = calm[key], attack[key]
     print(json.dumps(out))

@@ -184,6 +184,25 @@ def run_ckks(p: int, n: int, seed: int) -> dict[str, Any]:
 
 
 # ---- Flower (runs inside .venv-bench) -------------------------------------------------------
+def _flower_key_stages(mod: Any, key: Any, setup: dict[str, Any], nid: dict[int, int]
+                       ) -> tuple[dict[int, Any], dict[int, tuple[bytes, bytes]],
+                                  dict[int, tuple[list[int], list[bytes]]]]:
+    """Flower's setup and share-keys stages over a complete graph: each member's state, its
+    two public keys, and the ciphertexts forwarded to each node (with their senders)."""
+    states = {k: mod.SecAggPlusState(nid=i) for k, i in nid.items()}
+    pks = {}
+    for k, st in states.items():
+        out = mod._setup(st, setup)
+        pks[nid[k]] = (out[key.PUBLIC_KEY_1], out[key.PUBLIC_KEY_2])
+    fwd: dict[int, tuple[list[int], list[bytes]]] = {i: ([], []) for i in nid.values()}
+    for k, st in states.items():
+        out = mod._share_keys(st, {str(i): pk for i, pk in pks.items()})
+        for dst, ct in zip(out[key.DESTINATION_LIST], out[key.CIPHERTEXT_LIST], strict=True):
+            fwd[dst][0].append(nid[k])
+            fwd[dst][1].append(ct)
+    return states, pks, fwd
+
+
 def run_flower(spec: dict[str, Any]) -> dict[str, Any]:
     import importlib
 
@@ -209,17 +228,7 @@ def run_flower(spec: dict[str, Any]) -> dict[str, Any]:
     nid = {k: k + 1 for k in range(n)}  # Flower node ids
     qrange, mod_range, t = 4194304, 2**32, n // 2 + 1
     setup = {Key.SAMPLE_NUMBER: n, Key.SHARE_NUMBER: n, Key.THRESHOLD: t, Key.CLIPPING_RANGE: CLIP, Key.TARGET_RANGE: qrange, Key.MOD_RANGE: mod_range, Key.MAX_WEIGHT: float(MAX_WEIGHT)}
-    states = {k: mod.SecAggPlusState(nid=nid[k]) for k in range(n)}
-    pks = {}
-    for k, st in states.items():
-        out = mod._setup(st, setup)
-        pks[nid[k]] = (out[Key.PUBLIC_KEY_1], out[Key.PUBLIC_KEY_2])
-    fwd: dict[int, tuple[list[int], list[bytes]]] = {nid[k]: ([], []) for k in range(n)}
-    for k, st in states.items():
-        out = mod._share_keys(st, {str(i): pk for i, pk in pks.items()})  # complete graph
-        for dst, ct in zip(out[Key.DESTINATION_LIST], out[Key.CIPHERTEXT_LIST], strict=True):
-            fwd[dst][0].append(nid[k])
-            fwd[dst][1].append(ct)
+    states, pks, fwd = _flower_key_stages(mod, Key, setup, nid)
     survivors = [k for k in range(n) if k not in dropped]
     mask_times, agg_s, wire_bytes = [], 0.0, 0
     masked_vector = None

@@ -158,6 +158,17 @@ class LocalConsortium:
             **self._client_cert(name),
             **({"policy": policy} if policy is not None else {}), **options}
 
+    def add_member(self, name: str, **options: Any) -> None:
+        """A member that joins later: its key, its roster entry (the running server follows the
+        roster file) and its settings, the first member's with ``options``; start it with
+        :meth:`start_client`. Not under mutual TLS (the CA issued its certificates at start)."""
+        if self.mtls:
+            raise ValueError("a member added after the start has no client certificate")
+        first = self.client_cfg[self.names[0]]
+        self.client_cfg[name] = {**first, **self._member_config(
+            name, Path(self.server_cfg["roster_file"]), demo=first["demo"],
+            policy=first.get("policy"), options=options)}
+
     def _identity_config(self, name: str, role: Role, roster: Path) -> dict[str, Any]:
         """A non-member identity's key file, roster entry and one-time token."""
         key_path, token = self._roster_entry(name, roster, role)

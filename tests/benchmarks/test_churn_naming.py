@@ -14,8 +14,10 @@ from _churn_naming import (
     Event,
     alignment_figures,
     effect,
+    event_table,
     find_named,
     headline,
+    judge,
     rounds_failed_with_enough_survivors,
     schedule,
 )
@@ -118,3 +120,20 @@ def test_the_effect_reads_the_events_round_record() -> None:
     assert effect(e, _round(4), "c-9") == "not a participant"
     assert effect(e, _round(4), "c-3").startswith("none")
     assert effect(Event("server_killed", SERVER, 5), _round(5, "failed"), None) == "round failed"
+
+
+def test_an_event_is_judged_named_by_its_rounds_views_or_the_next_ones_only() -> None:
+    members: list[object] = []
+    slow_row = [{"name": "site-3", "client_id": "c-3", "failures": "missed a stage deadline"}]
+    views = {4: [_round(4, dropouts=["c-3"]), members], 5: [_round(5), members],
+             6: [_round(6), slow_row]}
+    late = Event("slow", "site-3", 4, round_id=4)
+    judge(late, [4, 5, 6], views, {"site-3": "c-3"})
+    # Its round's dropouts name it (a dropout is a slow member's cause).
+    assert late.effect == "dropped out" and late.named and late.where == "rounds show 4: dropouts.0"
+    unseen = Event("slow", "site-3", 4, round_id=4)
+    views[4][0] = _round(4)
+    judge(unseen, [4, 5, 6], views, {"site-3": "c-3"})  # round 6's view is two rounds on
+    assert not unseen.named and unseen.where == ""
+    table = event_table([late, unseen]).splitlines()
+    assert len(table) == 3 and "yes" in table[1] and " no " in table[2]
