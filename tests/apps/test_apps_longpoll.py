@@ -45,23 +45,23 @@ def test_waiting_request_wakes_on_close_and_acks_carry_next(
     t0 = time.monotonic()
     early = a.call("GET", f"{stages}/share_keys?wait_s=0.3")  # nothing closed: times out
     assert early.status_code == 200 and not early.json()["ready"]
-    assert 0.3 <= time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 >= 0.3  # held for wait_s, then answered not ready
 
     woken: list[tuple[Any, float]] = []
     waiter = threading.Thread(target=lambda: woken.append(
         (a.call("GET", f"{stages}/share_keys?wait_s=30"), time.monotonic())))
+    asked_at = time.monotonic()
     waiter.start()
     wait_long_polls(tc)  # until the server holds it: the close below must wake it
     ack_a = send(a, "advertise_keys", 0.2)
     assert ack_a["next"] is not None and not ack_a["next"]["ready"]  # b has not advertised
-    closed_at = time.monotonic()
     ack_b = send(b, "advertise_keys", 5.0)
     # b's own message closed the stage: its ack carries its share_keys input.
     assert ack_b["next"]["ready"] and ack_b["next"]["stage"] == "share_keys"
-    waiter.join(timeout=20)
+    waiter.join(timeout=60)  # a fail-safe: woken, it returns at once
     assert woken, "the held request was not woken by the stage's close"
     (resp, at), = woken
     out = resp.json()
     assert resp.status_code == 200 and out["ready"] and out["payload"] is not None
-    assert at - closed_at < 10  # woken by the close, not by the 30 s timeout
+    assert at - asked_at < 30  # returned before its 30 s hold could end: woken by the close
     halves[a.client_id].message("share_keys", out["payload"])  # a real ShareKeysRequest for a

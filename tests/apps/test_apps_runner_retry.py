@@ -22,6 +22,8 @@ from sdk.wire._auth import HEADER_NONCE
 class _Scripted(BaseHTTPRequestHandler):
     statuses: ClassVar[list[int]] = []
     nonces: ClassVar[list[str]] = []
+    retry_after: ClassVar[str | None] = None  # sent with every refusal when set
+    arrived: ClassVar[threading.Event]
 
     def do_GET(self) -> None:
         type(self).nonces.append(self.headers.get(HEADER_NONCE, ""))
@@ -30,8 +32,11 @@ class _Scripted(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
+        if status != 200 and self.retry_after is not None:
+            self.send_header("retry-after", self.retry_after)
         self.end_headers()
         self.wfile.write(body)
+        type(self).arrived.set()
 
     def log_message(self, *args: object) -> None:  # quiet test output
         pass
@@ -39,7 +44,8 @@ class _Scripted(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def scripted(tmp_path: Path) -> Iterator[tuple[ClientRunner, type[_Scripted]]]:
-    handler = type("Handler", (_Scripted,), {"statuses": [], "nonces": []})
+    handler = type("Handler", (_Scripted,), {"statuses": [], "nonces": [],
+                                             "arrived": threading.Event()})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -89,10 +95,21 @@ def test_the_runner_gives_up_after_its_attempts(
 def test_a_stopping_runner_does_not_sit_out_its_backoff(
         scripted: tuple[ClientRunner, type[_Scripted]]) -> None:
     runner, handler = scripted
-    runner.settings.retry_max_s = 30.0  # a long backoff that stop must cut short
-    handler.statuses = [503] * 20
-    threading.Timer(0.5, runner.stop.set).start()
+    handler.statuses, handler.retry_after = [503] * 20, "600"  # come back in ten minutes
+    failed: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            runner.request("GET", "/v1/anything")
+        except Unanswered as exc:
+            failed.append(exc)
+
+    asking = threading.Thread(target=ask)
     t0 = time.monotonic()
-    with pytest.raises(Unanswered, match="runner stopping"):
-        runner.request("GET", "/v1/anything")
-    assert time.monotonic() - t0 < 5.0
+    asking.start()
+    assert handler.arrived.wait(timeout=60)  # refused once: the runner now waits 600 s
+    runner.stop.set()
+    asking.join(timeout=60)  # a fail-safe: cut short, it returns at once
+    assert not asking.is_alive() and "runner stopping" in str(failed[0])
+    assert len(handler.nonces) == 1  # nothing sent after the stop
+    assert time.monotonic() - t0 < 600  # returned before the Retry-After it was waiting out
