@@ -194,6 +194,45 @@ def chromium() -> str:
     return ensure_chromium()
 
 
+def _shows_router_versions(page: _Cells, listed: list[dict[str, Any]]) -> None:
+    """Router versions, newest first, as GET /v1/router/versions lists them."""
+    versions = listed[::-1]
+    assert len(versions) == 2
+    def origin(v: dict[str, Any]) -> str:  # the words for the REST fields of its origin
+        if v["round_id"] is not None:
+            return f"round {v['round_id']}"
+        if v.get("restored") is not None:
+            return f"restored version {v['restored']}"
+        if v.get("carried_from") is not None:
+            return f"carried over from version {v['carried_from']}"
+        return "published"
+
+    assert page.of("version") == [{"origin": origin(v)} | {
+        k: v[k] for k in ("version", "length", "size_bytes", "sha256")} for v in versions]
+    assert [row["origin"] for row in page.of("version")] == ["restored version 1", "published"]
+
+
+def _shows_alignment(page: _Cells, ops: Caller) -> None:
+    """The newest steps as GET /v1/rewards/progress has them, moving averages of the raw
+    trace, and a chart of both curves over every step."""
+    progress = ops.get("/v1/rewards/progress")
+    assert [p["step"] for p in progress] == list(range(1, STEPS + 1))
+    reward_avg = moving_average([p["reward"] for p in progress])
+    rows = page.of("step")
+    assert [r["step"] for r in rows] == list(range(STEPS, STEPS - len(rows), -1))
+    for row in rows:
+        p = progress[row["step"] - 1]
+        assert (row["reward"], row["kl"], row["loss"], row["feedback"]) == (
+            p["reward"], p["kl"], p["loss"], p["feedback"])
+        assert row["reward_avg"] == pytest.approx(reward_avg[row["step"] - 1], rel=1e-12)
+    lines = [a for t, a in page.tags if t == "polyline"]
+    assert [a["class"] for a in lines] == ["raw", "average", "raw", "average"]
+    assert all(len(str(a["points"]).split()) == STEPS for a in lines)
+    stats = ops.get("/v1/rewards/stats")
+    assert [json.loads(str(a["data-step"])) for t, a in page.tags
+            if t == "p" and a.get("class") == "stats"] == [stats["step"]]
+
+
 def test_the_console_in_chromium_shows_what_the_rest_api_says(
         live: Live, chromium: str, tmp_path: Path) -> None:
     made = _console_link(live, "ops")
@@ -236,40 +275,8 @@ def test_the_console_in_chromium_shows_what_the_rest_api_says(
     assert {row["name"]: row["epsilon_spent"] for row in page.of("epsilon")} == {
         n: rest[n]["epsilon_spent"] for n in ("m0", "m1")}
 
-    # Router versions, newest first, as GET /v1/router/versions.
-    versions = ops.get("/v1/router/versions")[::-1]
-    assert len(versions) == 2
-    def origin(v: dict[str, Any]) -> str:  # the words for the REST fields of its origin
-        if v["round_id"] is not None:
-            return f"round {v['round_id']}"
-        if v.get("restored") is not None:
-            return f"restored version {v['restored']}"
-        if v.get("carried_from") is not None:
-            return f"carried over from version {v['carried_from']}"
-        return "published"
-
-    assert page.of("version") == [{"origin": origin(v)} | {
-        k: v[k] for k in ("version", "length", "size_bytes", "sha256")} for v in versions]
-    assert [row["origin"] for row in page.of("version")] == ["restored version 1", "published"]
-
-    # Alignment: the newest steps as GET /v1/rewards/progress has them, moving averages of
-    # the raw trace, and a chart of both curves over every step.
-    progress = ops.get("/v1/rewards/progress")
-    assert [p["step"] for p in progress] == list(range(1, STEPS + 1))
-    reward_avg = moving_average([p["reward"] for p in progress])
-    rows = page.of("step")
-    assert [r["step"] for r in rows] == list(range(STEPS, STEPS - len(rows), -1))
-    for row in rows:
-        p = progress[row["step"] - 1]
-        assert (row["reward"], row["kl"], row["loss"], row["feedback"]) == (
-            p["reward"], p["kl"], p["loss"], p["feedback"])
-        assert row["reward_avg"] == pytest.approx(reward_avg[row["step"] - 1], rel=1e-12)
-    lines = [a for t, a in page.tags if t == "polyline"]
-    assert [a["class"] for a in lines] == ["raw", "average", "raw", "average"]
-    assert all(len(str(a["points"]).split()) == STEPS for a in lines)
-    stats = ops.get("/v1/rewards/stats")
-    assert [json.loads(str(a["data-step"])) for t, a in page.tags
-            if t == "p" and a.get("class") == "stats"] == [stats["step"]]
+    _shows_router_versions(page, ops.get("/v1/router/versions"))
+    _shows_alignment(page, ops)
 
     # Capture: on, with what GET /v1/captures (the auditor's or the admin's) lists.
     manifest = live.admin.get("/v1/captures").json()

@@ -171,6 +171,29 @@ def train_reward_scorer(
 MEMBERS = ["a", "b", "c"]
 
 
+def _reward_queries(train: list[Any], held: list[Any]) -> list[Any]:
+    """Member a's reward queries in round 2: its training pairs scored far apart (chosen 2,
+    rejected -2), the held-out ones close together, as an over-fitted reward model would."""
+    from sdk.capture import RewardQuery
+    from sdk.router import image_ref
+
+    return [
+        RewardQuery(
+            image_sha256=image_ref(p.image).sha256,  # the bytes an aligner sends
+            prompt=p.prompt,
+            response=y,
+            score=s,
+            member="a",
+            round_id=2,
+        )
+        for i, p in enumerate(train + held)
+        for y, s in (
+            (p.chosen, 2.0 if i < len(train) else 0.1 * i % 1),
+            (p.rejected, -2.0 if i < len(train) else 0.05 * i % 1),
+        )
+    ]
+
+
 def build_capture(root: Path, data: Path) -> tuple[Path, dict[str, Any]]:
     """A capture directory at ``root`` from real in-process rounds on ``data``'s pairs.
     Round 1: member a's single-sample FedSGD gradient in the clear (an unmasked round kind).
@@ -179,7 +202,7 @@ def build_capture(root: Path, data: Path) -> tuple[Path, dict[str, Any]]:
     a's pairs. Returns the directory and each member's ground truth (``MemberTruth``)."""
     from attacks import MemberTruth, capture_round
     from attacks._capture import pooled_embeddings
-    from sdk.capture import RewardQuery, RoundCapture, write_capture
+    from sdk.capture import RoundCapture, write_capture
     from sdk.data import load_pairs
     from sdk.router import (
         EncodedBatch,
@@ -188,7 +211,6 @@ def build_capture(root: Path, data: Path) -> tuple[Path, dict[str, Any]]:
         LocalTrainingConfig,
         RouterConfig,
         encode_pairs,
-        image_ref,
     )
     from sdk.router import Router as FedmorRouter
     from sdk.secagg import SecAggConfig
@@ -238,22 +260,7 @@ def build_capture(root: Path, data: Path) -> tuple[Path, dict[str, Any]]:
     assert set(r2.masked_inputs) == set(r2.unmasking) == set(MEMBERS)
     write_capture(root, rounds=[r1], description="test consortium")
     # Appending later, as a server does after each round.
-    queries = [
-        RewardQuery(
-            image_sha256=image_ref(p.image).sha256,  # the bytes an aligner sends
-            prompt=p.prompt,
-            response=y,
-            score=s,
-            member="a",
-            round_id=2,
-        )
-        for i, p in enumerate(train + held)
-        for y, s in (
-            (p.chosen, 2.0 if i < len(train) else 0.1 * i % 1),
-            (p.rejected, -2.0 if i < len(train) else 0.05 * i % 1),
-        )
-    ]
-    write_capture(root, rounds=[r2], reward_queries=queries)
+    write_capture(root, rounds=[r2], reward_queries=_reward_queries(train, held))
     assert agg.truth is not None and plain.truth is not None
     rows = np.cumsum([0, *agg.meta.samples_per_client])
     truth = {

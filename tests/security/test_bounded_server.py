@@ -1,6 +1,6 @@
 """Finding 1: no single caller can stall the server. Long polls wait without a thread, each
 identity has its own caps (429 beyond, after its signature checked out), callers without
-credentials share one cap, and a client that sends its headers byte by byte is disconnected.
+credentials share one cap (the connection deadlines: ``test_bounded_deadlines.py``).
 
 Every test drives a real server process on 127.0.0.1 with raw signed requests, and waits on
 responses, never on the clock: an honest request must be answered while the hostile requests
@@ -12,11 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import Future
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -32,43 +29,8 @@ from sdk.wire import (
     SignedClient,
     StageAck,
     StageBroadcast,
-    load_or_create_key,
-    public_key_b64,
-    sign_headers,
 )
-from sdk.wire._auth import authority_of
-
-HELD_S = 30  # the longest wait a long poll may ask for: the hostile polls stay open that long
-
-
-class Caller:
-    """One enrolled member sending signed requests."""
-
-    def __init__(self, client_id: str, key: Ed25519PrivateKey, server_url: str) -> None:
-        self.client_id, self.key = client_id, key
-        self.authority = authority_of(server_url)  # the server it signs for
-
-    def headers(self, method: str, path: str, body: bytes = b"") -> dict[str, str]:
-        return sign_headers(self.key, sender=self.client_id, method=method, path=path,
-                            body=body, authority=self.authority)
-
-    async def get(self, http: httpx.AsyncClient, path: str) -> httpx.Response:
-        return await http.get(path, headers=self.headers("GET", path))
-
-
-def _enroll_all(c: LocalConsortium) -> list[Caller]:
-    """Enroll every member of ``c`` with its own key (no member apps: the test plays them)."""
-    callers = []
-    with httpx.Client(base_url=c.server_url, timeout=60) as http:
-        for name in c.names:
-            cfg = c.client_cfg[name]
-            key = load_or_create_key(Path(cfg["identity_key"]))
-            resp = http.post("/v1/enroll", json={
-                "name": name, "token": cfg["enrollment_token"],
-                "public_key": public_key_b64(key)})
-            assert resp.status_code == 200, resp.text
-            callers.append(Caller(resp.json()["client_id"], key, c.server_url))
-    return callers
+from tests.security._bounded import HELD_S, Caller, enroll_all
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +38,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list
     """A server with default limits and 20 enrolled members."""
     with LocalConsortium(tmp_path_factory.mktemp("bounded"), 20) as c:
         c.start_server()
-        yield c.server_url, _enroll_all(c)
+        yield c.server_url, enroll_all(c)
 
 
 async def _first_done(tasks: list[asyncio.Task[httpx.Response]], count: int
@@ -186,14 +148,6 @@ def test_an_unauthenticated_flood_is_capped(served: tuple[str, list[Caller]]) ->
             sock.close()
 
 
-def _in_progress(http: httpx.Client, pool: str) -> float:
-    """The server's ``fedmor_server_requests_in_progress`` gauge for ``pool``."""
-    for line in http.get("/metrics").text.splitlines():
-        if line.startswith(f'fedmor_server_requests_in_progress{{pool="{pool}"}}'):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no in-progress gauge for pool {pool}")
-
-
 def test_a_forged_signature_spends_no_quota_of_the_named_member(
         served: tuple[str, list[Caller]]) -> None:
     """20 requests (bodies that never finish) that claim a member's id but carry another
@@ -273,88 +227,6 @@ def test_a_member_at_its_long_poll_cap_still_gets_its_stage_message_acked(
     asyncio.run(submit_at_the_cap())
 
 
-@pytest.fixture(scope="module")
-def deadlines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[Caller]]]:
-    """A server whose header and body deadlines are 1 s, with one enrolled member."""
-    with LocalConsortium(tmp_path_factory.mktemp("deadlines"), 1, server={"connections": {
-            "header_timeout_s": 1, "body_timeout_s": 1}}) as c:
-        c.start_server()
-        yield c.server_url, _enroll_all(c)
-
-
-@pytest.fixture(scope="module")
-def quick_deadlines(deadlines: tuple[str, list[Caller]]) -> int:
-    """The port of the server with 1 s deadlines."""
-    return int(deadlines[0].rsplit(":", 1)[1])
-
-
-def _trickle(sock: socket.socket, data: bytes, stop: threading.Event) -> threading.Thread:
-    """Send ``data`` one byte every 50 ms from a thread, until it is sent or ``stop`` is set
-    or the connection closes."""
-    def run() -> None:
-        for byte in data:
-            if stop.wait(0.05):
-                return
-            try:
-                sock.send(bytes([byte]))
-            except OSError:
-                return
-
-    sender = threading.Thread(target=run, daemon=True)
-    sender.start()
-    return sender
-
-
-def _read_until_closed(sock: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection."""
-    got = b""
-    while True:
-        try:
-            chunk = sock.recv(4096)
-        except ConnectionResetError:  # closed while a byte was on its way
-            return got
-        if not chunk:
-            return got
-        got += chunk
-
-
-def test_a_slow_header_client_is_disconnected(quick_deadlines: int) -> None:
-    sock = socket.create_connection(("127.0.0.1", quick_deadlines))
-    sock.settimeout(30)  # a fail-safe only: the server closes after 1 s
-    stop = threading.Event()
-    sender = _trickle(sock, b"GET /v1/health HTTP/1.1\r\nhost: 127.0.0.1\r\nx-slow: "
-                      + b"a" * 10_000, stop)
-    try:
-        assert _read_until_closed(sock) == b""  # closed by the server, no response
-    finally:
-        stop.set()
-        sender.join()
-        sock.close()
-    # A client that sends its headers at once is served as before.
-    resp = httpx.get(f"http://127.0.0.1:{quick_deadlines}/v1/health", timeout=60)
-    assert resp.status_code == 200 and json.loads(resp.text)["app"] == "fedmor-server"
-
-
-def test_a_slow_body_is_cut_off(quick_deadlines: int) -> None:
-    """Complete headers, then a body one byte every 50 ms (1000 bytes: 50 s): after the 1 s
-    body deadline the server answers 408 and closes the connection."""
-    sock = socket.create_connection(("127.0.0.1", quick_deadlines))
-    sock.settimeout(30)  # a fail-safe only: the server answers after 1 s
-    sock.sendall(b"POST /v1/enroll HTTP/1.1\r\nhost: 127.0.0.1\r\n"
-                 b"content-type: application/json\r\ncontent-length: 1000\r\n\r\n")
-    stop = threading.Event()
-    sender = _trickle(sock, b"{" + b" " * 999, stop)
-    try:
-        answer = _read_until_closed(sock)
-    finally:
-        stop.set()
-        sender.join()
-        sock.close()
-    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
-    assert b"connections.body_timeout_s" in answer
-    assert b"connection: close" in answer.lower()
-
-
 def _signature_checks(http: httpx.Client) -> float:
     """The server's ``fedmor_server_signature_checks``, summed over results."""
     return sum(float(line.rsplit(" ", 1)[1]) for line in http.get("/metrics").text.splitlines()
@@ -425,30 +297,3 @@ def test_each_route_limits_its_own_body(served: tuple[str, list[Caller]]) -> Non
         assert "payload: Field required" in resp.json()["detail"]
 
 
-def test_a_hung_up_long_poll_frees_its_slot(deadlines: tuple[str, list[Caller]]) -> None:
-    """A member opens its four long polls (its cap) and hangs up: the server ends them at
-    once, so its next poll is admitted, not refused 429 until their 30 s wait ran out."""
-    url, (member,) = deadlines
-    port = int(url.rsplit(":", 1)[1])
-    path = f"/v1/work?wait_s={HELD_S}"
-    polls = []
-    for _ in range(4):
-        sock = socket.create_connection(("127.0.0.1", port))
-        head = "".join(f"{k}: {v}\r\n" for k, v in member.headers("GET", path).items())
-        sock.sendall(f"GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n{head}\r\n".encode())
-        polls.append(sock)
-    with httpx.Client(base_url=url, timeout=60) as http:
-        try:
-            for _ in range(1000):  # until the server holds all four (a bounded wait)
-                if _in_progress(http, "long_polls") == 4:
-                    break
-            assert _in_progress(http, "long_polls") == 4
-        finally:
-            for sock in polls:
-                sock.close()
-        fail_safe = time.monotonic() + HELD_S / 2  # the polls would end on their own at 30 s
-        while _in_progress(http, "long_polls") > 0:
-            assert time.monotonic() < fail_safe, "hung-up long polls still held"
-        poll = "/v1/work?wait_s=0.5"
-        resp = http.get(poll, headers=member.headers("GET", poll))
-        assert resp.status_code == 200, resp.text  # admitted: its slots are free
