@@ -111,6 +111,10 @@ class SyntheticAligner:
             self._thread.join(timeout=timeout_s)
         return list(self.batches)
 
+    def close(self) -> None:
+        """Close the connection to the server (after :meth:`stop`)."""
+        self.http.close()
+
     def refusals(self) -> dict[str, int]:
         """Why requests failed, with how often."""
         out: dict[str, int] = {}

@@ -369,6 +369,7 @@ def main() -> None:
     finally:
         if aligner is not None:
             aligner.stop(timeout_s=180)
+            aligner.close()
         ended = time.monotonic()
         lost = run.data_lost() if aligner is not None else -1
         run.c.close()

@@ -49,11 +49,7 @@ from _scratch import scratch_dir
 
 from fedmor_local import OPEN_POLICY, LocalConsortium
 from fedmor_local._insider import InsiderPost, insider_bodies, rss_mb
-from sdk.wire import (
-    AsyncSignedClient,
-    RequestRefused,
-    load_or_create_key,
-)
+from sdk.wire import AsyncSignedClient, RequestRefused, load_or_create_key
 
 HOSTILE = "hostile"
 PROBE_EVERY_S = 0.1
@@ -80,10 +76,9 @@ def _member_worker(cfgs: list[dict[str, Any]], control: Any) -> None:
     lock = threading.Lock()
 
     class Counting(ClientRunner):
-        def _send(self, method: str, path: str, body: bytes, media: str, *,
-                  signed: bool) -> httpx.Response:
+        def _send(self, method: str, path: str, payload: Any, *, signed: bool) -> httpx.Response:
             try:
-                return super()._send(method, path, body, media, signed=signed)
+                return super()._send(method, path, payload, signed=signed)
             except Exception as exc:
                 if not self.stop.is_set() and getattr(exc, "status", None) != 499:
                     with lock:
@@ -303,6 +298,7 @@ def main() -> None:
     c = _consortium(scratch_dir("fedmor-load-bench-", args.out), n, args.worker_threads)
     hostile_cfg = c.client_cfg[c.names[-1]]
     procs: list[Any] = []
+    aligner: SyntheticAligner | None = None
     try:
         c.start_server()
         log(f"server up; enrolling {n} members in {args.workers} processes")
@@ -350,6 +346,8 @@ def main() -> None:
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.kill()
+        if aligner is not None:
+            aligner.close()
         c.close()
     out: dict[str, Any] = {
         "members": n, "idle_health_p99_ms": idle_p99, "vector_length": args.vector,

@@ -17,13 +17,12 @@ refused for load (a push 429, a pull answer with ``retry_after_s``) goes to it a
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -155,17 +154,17 @@ class RewardBroker:
 
     @staticmethod
     def _items(items: list[RewardItem], images: dict[str, ImageRef], cached: set[str],
-               force: set[str]) -> list[dict[str, Any]]:
-        """The items as sent: the bytes of each image the member does not hold yet (or said it
-        lacked), once per query."""
+               force: set[str]) -> RewardRequest:
+        """The request as sent: the bytes of each image the member does not hold yet (or said
+        it lacked), once per query."""
         out, sent = [], set()
         for item in items:
             digest = item.image_sha256
             if (digest not in cached or digest in force) and digest not in sent:
                 sent.add(digest)
                 item = item.model_copy(update={"image_b64": images[digest].b64()})
-            out.append(item.model_dump())
-        return out
+            out.append(item)
+        return RewardRequest(items=out)
 
     def check(self, client_id: str, scores: list[float], n: int) -> None:
         """The one check of a member's scores, pushed or pulled (their schema already refused
@@ -262,7 +261,7 @@ class RewardBroker:
         deadline = time.monotonic() + self.timeout_s
         force: set[str] = set()
         for _ in range(2):  # at most one resend of the images the client lacks
-            body = json.dumps({"items": self._items(items, images, cached, force)}).encode()
+            body = self._items(items, images, cached, force).model_dump_json().encode()
             self.bytes_sent += len(body)
             resp = await self._post(client_id, base_url, body, deadline)
             if resp.status_code == 409:
@@ -335,8 +334,8 @@ class RewardBroker:
         force: set[str] = set()
         while True:
             queued = self._items(items, images, cached, force)
-            self.bytes_sent += len(json.dumps({"items": queued}))  # what the member fetches
-            query_id = await asyncio.to_thread(self.store.queue_query, client_id, queued)
+            self.bytes_sent += len(queued.model_dump_json())  # what the member fetches
+            query_id = await asyncio.to_thread(self.store.queue_query, client_id, queued.items)
             if self.on_queue is not None:
                 self.on_queue(client_id)
             # Checked where it arrived (the answer route calls ``check``), stored as parsed.

@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
 
-from sdk.wire import AlignmentStep, PendingQuery, RewardAnswer
+from sdk.wire import AlignmentStep, PendingQuery, RewardAnswer, RewardItem
 from server_app._store._base import Row, StoreBase
 
 __all__ = ["OnlineRouterRow", "QueryRow", "RewardTables"]
@@ -106,11 +105,11 @@ class RewardTables(StoreBase):
                              f"({marks})", (client_id, *among))
         return {r["sha256"] for r in rows}
 
-    def queue_query(self, client_id: str, items: list[dict[str, Any]]) -> int:
-        """Queue a pull-mode reward query."""
+    def queue_query(self, client_id: str, items: list[RewardItem]) -> int:
+        """Queue a pull-mode reward query (its items as the member will fetch them)."""
+        stored = json.dumps([item.model_dump(mode="json") for item in items])
         return self._write("INSERT INTO reward_queries(client_id, items, status, created_at) "
-                           "VALUES (?,?,?,?)",
-                           (client_id, json.dumps(items), "pending", time.time()))
+                           "VALUES (?,?,?,?)", (client_id, stored, "pending", time.time()))
 
     def pending_queries(self, client_id: str) -> list[PendingQuery]:
         """A client's unanswered queries, oldest first."""

@@ -23,7 +23,7 @@ from fedmor_local._pki import make_pki
 from sdk.cli import main
 from sdk.membership import add_to_roster
 from sdk.serving import ConflictError
-from sdk.wire import RewardAnswer, generate_key, public_key_b64, sign_headers
+from sdk.wire import RewardAnswer, RewardItem, generate_key, public_key_b64, sign_headers
 from sdk.wire._auth import authority_of
 from server_app import Store
 from tests._checkout import checkout_env
@@ -176,7 +176,8 @@ def test_a_refused_score_is_not_stored(server: tuple[TestClient, list[Member]],
                                        score: str, checked: bool) -> None:
     tc, (a, _) = server
     store = tc.app.state.store  # type: ignore[attr-defined]
-    qid = store.queue_query(a.client_id, [{"sha256": "0" * 64, "prompt": "p"}])
+    qid = store.queue_query(a.client_id, [RewardItem(image_sha256="0" * 64, prompt="p",
+                                                     response="r")])
     body = f'{{"scores": [{score}]}}'.encode()  # a's announced clip bound is 1.0
     r = a.send(f"/v1/reward/answers/{qid}", body, media="application/json")
     assert r.status_code == 422, r.text
