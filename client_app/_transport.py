@@ -152,10 +152,11 @@ class ServerTransport:
 
     def request(self, method: str, path: str, payload: Any = None, *, signed: bool = True,
                 attempts: int = 30) -> httpx.Response:
-        """Send one request (``payload``: JSON-able, or ``bytes`` sent as an octet-stream body)
-        and return its 2xx response. An unreachable server, 5xx and 429 are tried again, up to
-        ``attempts`` in all, after the refusal's ``Retry-After`` or else an exponential
-        backoff; each attempt is signed afresh (new nonce). Raises ``RequestRefused`` on a
+        """Send one request (``payload``: ``bytes`` as an octet-stream body, else a pydantic
+        model or JSON-able value as JSON) and return its 2xx response. An unreachable server,
+        5xx and 429 are tried again, up to ``attempts`` in all, after the refusal's
+        ``Retry-After`` or else an exponential backoff; each attempt is signed afresh (new
+        nonce). Raises ``RequestRefused`` on a
         final refusal (``MemberRevoked`` for a revoked identity) or the last retried one,
         ``Unanswered`` when no attempt reached the server or the runner is stopping."""
         backoff = tenacity.wait_exponential(multiplier=0.05, max=self.settings.retry_max_s)
