@@ -43,6 +43,9 @@ OPEN_POLICY: dict[str, Any] = {
     "min_local_samples": 1, "allow_captured_rounds": True}
 """A site policy that takes part in every round: for tests and benchmarks of the protocols on
 throw-away data, never for a site (the client app's defaults refuse plain and small rounds)."""
+FAIL_SAFE_S = 600.0
+"""How long a wait on a running process may last before it counts as hung: a start on a loaded
+machine takes minutes, and a process that exits ends the wait at once."""
 _OPERATOR = "operator"  # the harness's own client certificate under mutual TLS
 _REPO = Path(__file__).resolve().parents[2]  # so ``python -m server_app`` finds the packages
 
@@ -55,8 +58,9 @@ def free_port() -> int:
 
 
 def wait_healthy(url: str, *, verify: Any, proc: subprocess.Popen[bytes] | None = None,
-                 timeout_s: float = 120.0, client: httpx.Client | None = None) -> None:
-    """Poll ``url``/v1/health until it answers 200; raise if the process died or time ran out.
+                 timeout_s: float = FAIL_SAFE_S, client: httpx.Client | None = None) -> None:
+    """Poll ``url``/v1/health until it answers 200; raise if the process ``proc`` exited or
+    ``timeout_s`` ran out.
 
     One ``client`` serves every poll: a new one per poll would build a TLS context each time,
     which costs far more CPU than the poll and competes with the processes being waited for.
@@ -310,15 +314,22 @@ class LocalConsortium:
             return [r[0] for r in db.execute("SELECT client_id FROM clients WHERE "
                                              "role='member' ORDER BY name")]
 
-    def wait_enrolled(self, timeout_s: float = 60.0) -> list[str]:
-        """Block until every client has enrolled; returns their ids."""
+    def wait_enrolled(self, timeout_s: float = FAIL_SAFE_S) -> list[str]:
+        """Block until every client has enrolled; returns their ids. It waits as long as the
+        server and the clients run, since a loaded machine may take minutes to start them (a
+        process that exits raises, naming its log); ``timeout_s`` only stops a hang."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            ids = self.enrolled()
-            if len(ids) == len(self.names):
-                return ids
+        while len(ids := self.enrolled()) < len(self.names):
+            for who in ("server", *self.names):
+                proc = self.procs.get(who)
+                if proc is not None and proc.poll() is not None:
+                    raise RuntimeError(f"{who} exited with {proc.returncode} before every client "
+                                       f"enrolled: see {self.dir / f'{who}.log'}")
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{len(ids)} of {len(self.names)} clients enrolled after "
+                                   f"{timeout_s:g} s: see their logs in {self.dir}")
             time.sleep(0.1)
-        raise TimeoutError("not every client enrolled")
+        return ids
 
     def create_round(self, **body: Any) -> dict[str, Any]:
         """POST /v1/rounds as admin (``body``: a ``RoundCreate``)."""
@@ -335,10 +346,15 @@ class LocalConsortium:
         """GET /v1/rounds/{id} as admin."""
         return self.ops.get(f"/v1/rounds/{round_id}", dict[str, Any])
 
-    def wait_round(self, round_id: int, timeout_s: float = 120.0) -> dict[str, Any]:
-        """Block until a round is finished or failed."""
+    def wait_round(self, round_id: int, timeout_s: float = FAIL_SAFE_S) -> dict[str, Any]:
+        """Block until a round is finished or failed: the server ends it by itself (a stage
+        that misses its deadline fails it), so ``timeout_s`` only stops a hang."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            server = self.procs.get("server")
+            if server is not None and server.poll() is not None:
+                raise RuntimeError(f"the server exited with {server.returncode} during round "
+                                   f"{round_id}: see {self.dir / 'server.log'}")
             try:
                 info = self.round(round_id)
             except httpx.RemoteProtocolError:
@@ -350,7 +366,7 @@ class LocalConsortium:
             time.sleep(0.05)
         raise TimeoutError(f"round {round_id} still open after {timeout_s:g} s")
 
-    def run_round(self, timeout_s: float = 120.0, **body: Any) -> dict[str, Any]:
+    def run_round(self, timeout_s: float = FAIL_SAFE_S, **body: Any) -> dict[str, Any]:
         """Open a round as admin (``body``: a ``RoundCreate``) and wait until it finished;
         raises if it failed."""
         done = self.wait_round(self.create_round(**body)["round_id"], timeout_s=timeout_s)
@@ -360,7 +376,7 @@ class LocalConsortium:
 
     def publish_router_round(self, router: Mapping[str, Any], *, encoder_id: str | None = None,
                              params: Mapping[str, Any] | None = None,
-                             timeout_s: float = 120.0) -> dict[str, Any]:
+                             timeout_s: float = FAIL_SAFE_S) -> dict[str, Any]:
         """Publish a new router version by one secure round of every member (``router_secagg``)
         and return the finished round.
 
