@@ -111,8 +111,10 @@ class SyntheticAligner:
             self._thread.join(timeout=timeout_s)
         return list(self.batches)
 
-    def close(self) -> None:
-        """Close the connection to the server (after :meth:`stop`)."""
+    def close(self, timeout_s: float | None = None) -> None:
+        """:meth:`stop` (waiting up to ``timeout_s`` for the batch in flight), then close the
+        connection to the server."""
+        self.stop(timeout_s)
         self.http.close()
 
     def refusals(self) -> dict[str, int]:

@@ -368,8 +368,7 @@ def main() -> None:
         run.record()
     finally:
         if aligner is not None:
-            aligner.stop(timeout_s=180)
-            aligner.close()
+            aligner.close(timeout_s=180)
         ended = time.monotonic()
         lost = run.data_lost() if aligner is not None else -1
         run.c.close()

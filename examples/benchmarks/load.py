@@ -347,7 +347,7 @@ def main() -> None:
             if proc.is_alive():
                 proc.kill()
         if aligner is not None:
-            aligner.close()
+            aligner.close(timeout_s=60)
         c.close()
     out: dict[str, Any] = {
         "members": n, "idle_health_p99_ms": idle_p99, "vector_length": args.vector,

@@ -320,16 +320,21 @@ class LocalConsortium:
         process that exits raises, naming its log); ``timeout_s`` only stops a hang."""
         deadline = time.monotonic() + timeout_s
         while len(ids := self.enrolled()) < len(self.names):
-            for who in ("server", *self.names):
-                proc = self.procs.get(who)
-                if proc is not None and proc.poll() is not None:
-                    raise RuntimeError(f"{who} exited with {proc.returncode} before every client "
-                                       f"enrolled: see {self.dir / f'{who}.log'}")
+            self._running("every client enrolled", "server", *self.names)
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"{len(ids)} of {len(self.names)} clients enrolled after "
                                    f"{timeout_s:g} s: see their logs in {self.dir}")
             time.sleep(0.1)
         return ids
+
+    def _running(self, awaited: str, *who: str) -> None:
+        """Raise, naming its log, if one of the started processes ``who`` has exited: what the
+        caller waits for (``awaited``) will not come."""
+        for name in who:
+            proc = self.procs.get(name)
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode} before {awaited}: see "
+                                   f"{self.dir / f'{name}.log'}")
 
     def create_round(self, **body: Any) -> dict[str, Any]:
         """POST /v1/rounds as admin (``body``: a ``RoundCreate``)."""
@@ -351,10 +356,7 @@ class LocalConsortium:
         that misses its deadline fails it), so ``timeout_s`` only stops a hang."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            server = self.procs.get("server")
-            if server is not None and server.poll() is not None:
-                raise RuntimeError(f"the server exited with {server.returncode} during round "
-                                   f"{round_id}: see {self.dir / 'server.log'}")
+            self._running(f"round {round_id} ended", "server")
             try:
                 info = self.round(round_id)
             except httpx.RemoteProtocolError:

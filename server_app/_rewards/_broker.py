@@ -271,8 +271,8 @@ class RewardBroker:
                 continue
             if resp.status_code != 200:
                 raise RequestRefused.of(resp, by=f"member {client_id}")
-            self.last_server_timing = RewardResponse.timings(resp.headers.get("server-timing",
-                                                                              ""))
+            timing = resp.headers.get("server-timing", "")
+            self.last_server_timing = RewardResponse.timings(timing)
             scores = _parsed(RewardResponse, resp, client_id).scores
             self.check(client_id, scores, len(items))
             return scores
