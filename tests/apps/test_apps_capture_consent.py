@@ -110,6 +110,8 @@ def test_a_finished_round_not_yet_captured_survives_a_server_crash(
     consortium.kill("server")
     blocker.unlink()
     consortium.start_server()
+    # The server says so once the round is in the manifest and its marker is gone.
+    _wait_log(consortium.dir / "server.log", f"round {round_id} captured in")
     files = _captured_rounds(capture, 2)  # every file checked against its sha256
     rnd = next(r for r in files.manifest.rounds if r.round_id == round_id)
     assert rnd.router_version == done["router_version"]
