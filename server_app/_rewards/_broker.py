@@ -334,8 +334,9 @@ class RewardBroker:
         force: set[str] = set()
         while True:
             queued = self._items(items, images, cached, force)
-            self.bytes_sent += len(queued.model_dump_json())  # what the member fetches
-            query_id = await asyncio.to_thread(self.store.queue_query, client_id, queued.items)
+            row = await asyncio.to_thread(self.store.queue_query, client_id, queued.items)
+            self.bytes_sent += row.size  # what the member fetches
+            query_id = row.query_id
             if self.on_queue is not None:
                 self.on_queue(client_id)
             # Checked where it arrived (the answer route calls ``check``), stored as parsed.

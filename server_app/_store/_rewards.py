@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sdk.wire import AlignmentStep, PendingQuery, RewardAnswer, RewardItem
 from server_app._store._base import Row, StoreBase
 
-__all__ = ["OnlineRouterRow", "QueryRow", "RewardTables"]
+__all__ = ["OnlineRouterRow", "QueryRow", "QueuedQuery", "RewardTables"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,15 @@ class OnlineRouterRow(Row):
     last_loss: float | None
     state: bytes  # its torch state dict
     updated_at: float
+
+
+@dataclass(frozen=True)
+class QueuedQuery:
+    """A pull-mode query as it was queued: its id and the bytes of its stored items, which are
+    what the member fetches."""
+
+    query_id: int
+    size: int
 
 
 @dataclass(frozen=True)
@@ -105,11 +114,13 @@ class RewardTables(StoreBase):
                              f"({marks})", (client_id, *among))
         return {r["sha256"] for r in rows}
 
-    def queue_query(self, client_id: str, items: list[RewardItem]) -> int:
-        """Queue a pull-mode reward query (its items as the member will fetch them)."""
+    def queue_query(self, client_id: str, items: list[RewardItem]) -> QueuedQuery:
+        """Queue a pull-mode reward query (its items as the member will fetch them), encoded
+        once."""
         stored = json.dumps([item.model_dump(mode="json") for item in items])
-        return self._write("INSERT INTO reward_queries(client_id, items, status, created_at) "
-                           "VALUES (?,?,?,?)", (client_id, stored, "pending", time.time()))
+        query_id = self._write("INSERT INTO reward_queries(client_id, items, status, created_at) "
+                               "VALUES (?,?,?,?)", (client_id, stored, "pending", time.time()))
+        return QueuedQuery(query_id, len(stored))
 
     def pending_queries(self, client_id: str) -> list[PendingQuery]:
         """A client's unanswered queries, oldest first."""

@@ -177,7 +177,7 @@ def test_a_refused_score_is_not_stored(server: tuple[TestClient, list[Member]],
     tc, (a, _) = server
     store = tc.app.state.store  # type: ignore[attr-defined]
     qid = store.queue_query(a.client_id, [RewardItem(image_sha256="0" * 64, prompt="p",
-                                                     response="r")])
+                                                     response="r")]).query_id
     body = f'{{"scores": [{score}]}}'.encode()  # a's announced clip bound is 1.0
     r = a.send(f"/v1/reward/answers/{qid}", body, media="application/json")
     assert r.status_code == 422, r.text

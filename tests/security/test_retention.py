@@ -38,7 +38,8 @@ def test_the_server_purges_old_rows_at_start_and_in_the_background(tmp_path: Pat
     store = Store(db)
     store.put_images({"old": b"o", "new": b"n"})
     store.mark_cached("c-1", ["old", "new"])
-    answered_old, pending_old, answered_new = (store.queue_query("c-1", []) for _ in range(3))
+    answered_old, pending_old, answered_new = (store.queue_query("c-1", []).query_id
+                                               for _ in range(3))
     store.answer_query(answered_old, RewardAnswer(scores=[1.0]))
     store.answer_query(answered_new, RewardAnswer(scores=[1.0]))
     open_round = store.create_round("router_secagg", {})
