@@ -26,7 +26,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from sdk.models import BuildSize
@@ -35,9 +35,10 @@ __all__ = ["REAL_SIZE_ARCH", "real_size_membership"]
 
 REAL_SIZE_ARCH = "qwen2_vl"  # 9 image tokens per image: the cheapest real size to train here
 _CLIENT = "detail"
+WeightType = Literal["float32", "bfloat16", "float16"]  # a torch dtype, by name
 
 
-def _run_dir(root: Path, arch: str, size: BuildSize, members: int, dtype: str) -> Path:
+def _run_dir(root: Path, arch: str, size: BuildSize, members: int, dtype: WeightType) -> Path:
     """The synthetic pairs and the random-init base; the base's directory."""
     import torch
 
@@ -73,7 +74,7 @@ def real_size_membership(
     size: BuildSize = "real",
     members: int = 16,
     shadows: int = 2,
-    dtype: str = "bfloat16",
+    dtype: WeightType = "bfloat16",
     device: str = "cpu",
     n_boot: int = 1000,
     say: Callable[[str], None] = print,

@@ -1,4 +1,4 @@
-"""Table 5 of attacks.py: gradient inversion of real router updates (embeddings, as
+"""Table 5 of attack_tables.py: gradient inversion of real router updates (embeddings, as
 ``fedmor audit`` attacks a captured update) and of images through a differentiable encoder."""
 
 from __future__ import annotations

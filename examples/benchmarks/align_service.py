@@ -28,10 +28,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from client_app import HashScorer
 from fedmor_local import OPEN_POLICY, LocalConsortium, free_port
@@ -115,6 +117,16 @@ def _rest_run(c: LocalConsortium, launcher: list[str], policy: Path, queries: Pa
     return _runtime(out), bool(touched)
 
 
+def _hash_score(images: Sequence[Image.Image | None], prompts: Sequence[str],
+                responses: Sequence[str]) -> list[float]:
+    """The members' stand-in scorer, called in process: every query of this benchmark has an
+    image, as the member's scorer needs."""
+    present = [image for image in images if image is not None]
+    if len(present) != len(images):
+        raise ValueError("a query without an image reached the hash scorer")
+    return HashScorer().score(present, list(prompts), list(responses))
+
+
 def _in_process(c: LocalConsortium, policy: Path, queries: Path, out: Path,
                 grpo: GRPOSettings) -> float:
     """The same MoR steps with the published router and two hash scorers in this process."""
@@ -124,8 +136,7 @@ def _in_process(c: LocalConsortium, policy: Path, queries: Path, out: Path,
     router = Router(RouterConfig(**ROUTER), ["m0", "m1"], encoder.encoder_id)
     router.set_flat_params(params)
     chooser = NeuralTSChooser(encoder, NeuralThompsonRouter(router, ONLINE_ROUTER_CONFIG))
-    scorer = HashScorer()
-    source = EmptyIsWorst(InProcessRewardSource([scorer.score, scorer.score]), worst=EMPTY)
+    source = EmptyIsWorst(InProcessRewardSource([_hash_score, _hash_score]), worst=EMPTY)
     reward_fn = SelectionRewardFunction(make_selection("mor", chooser=chooser), source)
     align(policy, reward_fn, load_queries(queries), grpo, out_dir=out, progress=None)
     return _runtime(out)

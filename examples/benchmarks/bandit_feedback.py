@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from _table1_clients import RAW_SCALES, build_clients
 from _table1_setup import prepare_task_benchmark
+from PIL import Image
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from sdk.alignment import (
@@ -63,7 +64,7 @@ class MixedRouting(RewardSelection):
         p = self.rng.random()
         owners = []
         for image in batch.images:
-            assert image is not None  # every task query has an image
+            assert isinstance(image, Image.Image)  # in process: every task query's own image
             owners.append(TASK_CLIENTS.index(self.answers[image_digest(image)].category))
         arms = [own if self.rng.random() < p
                 else self.rng.choice([k for k in range(len(TASK_CLIENTS)) if k != own])

@@ -101,7 +101,7 @@ def run_ours(spec: dict[str, Any]) -> dict[str, Any]:
     res = server.result
     err = float(np.max(np.abs(res.mean - _reference(spec, res.survivors))))
     # Plain float32 summation of the same survivors' updates: the no-privacy baseline.
-    ups = [clients[k]._update for k in res.survivors]
+    ups = [_update(seed, k, p) for k in res.survivors]
     t0 = time.perf_counter()
     acc = np.zeros(p, dtype=np.float32)
     for u in ups:

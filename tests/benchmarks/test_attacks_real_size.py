@@ -17,7 +17,7 @@ _VERDICTS = ("leaks", "inconclusive", "within the null band of a random attack")
 
 def test_real_size_row_runs_alone_on_the_tiny_architecture(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(_BENCH / "attacks.py"), "--only", "real-size",
+        [sys.executable, str(_BENCH / "attack_tables.py"), "--only", "real-size",
          "--real-size-scale", "tiny", "--real-size-members", "6", "--real-size-shadows", "2",
          "--real-size-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=600, env=checkout_env(), check=False,

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-# Appended, not prepended: examples/benchmarks/attacks.py must not shadow the attacks package.
 sys.path.append(str(Path(__file__).resolve().parents[2] / "examples" / "benchmarks"))
 import real_size
 

@@ -1,4 +1,3 @@
-# ruff: noqa: E402  (the sys.path fix below must run before the imports)
 """The paper's Tables 5 and 6, measured against what actually travels, with CIs and baselines.
 
 Gradient inversion (Table 5) runs on REAL router updates (sdk.router ``Router``, ``HashingEncoder``
@@ -24,25 +23,18 @@ The real-size row (full mode only; ``--only real-size`` runs it alone) audits a
 LoRA reward model of a random-init Qwen2-VL-2B in bfloat16 as ``fedmor audit`` does: threshold
 and LiRA, its shadows from the target's own base and LoRA recipe (_attacks_real_size).
 
-    .venv/bin/python examples/benchmarks/attacks.py --quick
-    nice -n 10 .venv/bin/python examples/benchmarks/attacks.py --only real-size
+    .venv/bin/python examples/benchmarks/attack_tables.py --quick
+    nice -n 10 .venv/bin/python examples/benchmarks/attack_tables.py --only real-size
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# This file is named attacks.py: put the repository root first on the path so that
-# ``import attacks`` finds the package, not this script; its folder goes last (the helpers).
-_ROOT = str(Path(__file__).resolve().parents[2])
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [_ROOT] + [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
-
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -110,9 +102,9 @@ def table6_dp(n_shadow: int, quick: bool) -> list[MlpMembership]:
                 f"MIA {rep.setting} ({rep.attack}): AUC {rep.auc:.3f} [{lo:.3f}, {hi:.3f}], "
                 f"TPR at FPR 1% {rep.tpr_at_fpr['0.01']:.2f} ({rep.verdict.split(':')[0]})"
             )
-        eps = run.target.spent_epsilon
+        spent = run.target.spent_epsilon
         log(
-            f"MIA {run.setting}: epsilon spent {'-' if eps is None else f'{eps:.3f}'}, "
+            f"MIA {run.setting}: epsilon spent {'-' if spent is None else f'{spent:.3f}'}, "
             f"accuracy on own pairs {run.member_accuracy:.2f}, on unseen pairs "
             f"{run.non_member_accuracy:.2f}"
         )
