@@ -68,14 +68,13 @@ class Table1Config(BaseModel):
     beta: float | None = Field(default=None, description="GRPO's KL penalty to the reference "
                                "(default: GRPOSettings')")
     # Frozen by default: over 3 seeds a trained vision encoder lowered MoR's held-out
-    # best-of-3 (0.781 against 0.804 frozen) and left in-domain accuracy where it was.
+    # best-of-3 and left in-domain accuracy where it was.
     freeze_vision: bool = Field(
         default=True, description="GRPO trains the projector and language model only "
         "(default); --no-freeze-vision trains the vision encoder too (--lora-rank 0 only: "
         "under LoRA, --lora-vision decides)")
-    # Rank-8 adapters by default: over 3 seeds and every method they beat training the weights
-    # (MoR best-of-3 0.906 in-domain and 0.800 held-out against 0.891 and 0.745), and no seed
-    # collapsed.
+    # Rank-8 adapters by default: over 3 seeds and every method they beat training the weights,
+    # in-domain and held out, and no seed collapsed.
     lora_rank: int = Field(
         default=8, description="GRPO trains LoRA adapters of this rank (alpha = 2 x rank) on "
         "the language model's attention projections (default 8; 0: the weights)")

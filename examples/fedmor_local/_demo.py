@@ -296,8 +296,8 @@ def run_demo(config: DemoConfig, run_dir: Path, cache_dir: Path | None = None) -
     )
     with contextlib.ExitStack() as running:
         # The policy's warm-up needs the data alone: it takes a second process from here on,
-        # since stage A trains on one core: in sequence a cold run took a third
-        # longer. Leaving the stack terminates it.
+        # since stage A trains on one core and would leave the other idle. Leaving the stack
+        # terminates it.
         background = running.enter_context(multiprocessing.get_context("spawn").Pool(1))
         warm_up = background.apply_async(
             _warmed_up_policy, (config, run_dir, cache_dir or run_dir / "cache")) \
