@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdk.ops._profiles import CONFIG_DIR_ENV, ProfileBook, check_owner_only, profiles_path
+
+if TYPE_CHECKING:
+    from sdk.wire import SignedClient
 
 __all__ = ["ADMIN_TOKEN_ENV", "Connection", "add_connection_options", "connection_from_args"]
 
@@ -45,7 +49,7 @@ class Connection:
         if scheme not in ("http", "https"):
             raise ValueError(f"server {self.server!r} is not an https:// URL")
 
-    def verify(self) -> Any:
+    def verify(self) -> ssl.SSLContext | bool:
         """What an HTTP client verifies the server with (and the client certificate it
         presents), for an API that takes httpx's ``verify``."""
         from sdk.wire import tls_verify
@@ -56,7 +60,7 @@ class Connection:
         return None if self.client_cert is None else (str(self.client_cert),
                                                        str(self.client_key))
 
-    def client(self, *, timeout_s: float = 30.0, unsigned: bool = False) -> Any:
+    def client(self, *, timeout_s: float = 30.0, unsigned: bool = False) -> SignedClient:
         """A :class:`sdk.wire.SignedClient` for this server: signed by the identity, else
         with the admin token (``unsigned``: neither, for enrollment)."""
         from sdk.wire import SignedClient, key_passphrase, load_private_key
