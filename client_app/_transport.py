@@ -156,9 +156,9 @@ class ServerTransport:
         model or JSON-able value as JSON) and return its 2xx response. An unreachable server,
         5xx and 429 are tried again, up to ``attempts`` in all, after the refusal's
         ``Retry-After`` or else an exponential backoff; each attempt is signed afresh (new
-        nonce). Raises ``RequestRefused`` on a
-        final refusal (``MemberRevoked`` for a revoked identity) or the last retried one,
-        ``Unanswered`` when no attempt reached the server or the runner is stopping."""
+        nonce). Raises ``RequestRefused`` on a final refusal (``MemberRevoked`` for a revoked
+        identity) or the last retried one, ``Unanswered`` when no attempt reached the server or
+        the runner is stopping."""
         backoff = tenacity.wait_exponential(multiplier=0.05, max=self.settings.retry_max_s)
 
         def wait(state: tenacity.RetryCallState) -> float:
