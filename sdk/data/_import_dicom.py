@@ -168,8 +168,10 @@ class DicomFrames:
         if config.dicom_frame is not None and config.dicom_frame >= count:
             raise ValueError(f"has {count} frames; frame {config.dicom_frame} asked for")
         self._dataset = dataset
-        self._indices = [config.dicom_frame] if config.dicom_frame is not None \
-            else list(range(count))
+        # A range, not a list: the frame count is the header's claim, checked against the
+        # pixel data only as frames are decoded, so no memory may be sized by it.
+        self._indices = range(config.dicom_frame, config.dicom_frame + 1) \
+            if config.dicom_frame is not None else range(count)
 
     def _open(self) -> BinaryIO:
         source = self._source

@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,25 @@ def test_a_2000_frame_dicom_is_imported_one_frame_at_a_time(tmp_path: Path) -> N
     growth = measured["after"] - measured["before"]
     assert growth < GROWTH_BOUND_MB, f"peak RSS grew {growth:.0f} MB over {measured['before']:.0f}"
     assert "Warning" not in run.stderr
+
+
+def test_a_frame_count_the_pixel_data_does_not_hold_is_refused_in_little_memory(
+        tmp_path: Path) -> None:
+    # A few hundred bytes of pixels under a header that claims five million frames: the
+    # claim must size no allocation before pydicom finds the pixel data short.
+    write_dicom(tmp_path / "claims.dcm", np.zeros((16, 16), np.uint16),
+                NumberOfFrames=5_000_000)
+    source = _csv(tmp_path, ["claims.dcm"])
+    tracemalloc.start()
+    try:
+        with pytest.raises(PreferenceDataError, match=r"pairs.csv:2: DICOM image 'claims.dcm': "
+                           r"pixel data cannot be decoded"):
+            import_data("csv", source, tmp_path / "out", progress=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+    assert not (tmp_path / "out").exists()
 
 
 def _png(width: int, height: int) -> bytes:
