@@ -15,9 +15,9 @@ import contextlib
 import io
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 from PIL import Image
@@ -136,6 +136,43 @@ def _undecodable(dataset: Any, exc: BaseException) -> ValueError:
     return ValueError(f"pixel data cannot be decoded ({reason}){hint}")
 
 
+def _whole(dataset: Any, keyword: str, default: int) -> int:
+    """A whole-number tag, ``default`` when absent or empty; ``ValueError`` naming the tag but
+    not its value (a malformed value may be any text, an identifying one included)."""
+    value = dataset.get(keyword)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"tag {keyword} is not a whole number") from None
+
+
+def _checked_header(dataset: Any, config: ImportConfig) -> int:
+    """The file's frame count, once its header passed the import's rules (pixel data present,
+    no burned-in annotation unless allowed, a decodable syntax, frames within
+    ``max_source_pixels``, the chosen frame present); ``ValueError`` in fixed words."""
+    if "PixelData" not in dataset:
+        raise ValueError("holds no pixel data")
+    burned = str(dataset.get("BurnedInAnnotation", "")).strip().upper()
+    if burned == "YES" and not config.allow_burned_in:
+        raise ValueError(
+            "BurnedInAnnotation is YES (text in the pixels may identify the patient); "
+            "refused unless allow_burned_in (--allow-burned-in) is set"
+        )
+    _check_decodable(dataset)
+    pixels = _whole(dataset, "Rows", 0) * _whole(dataset, "Columns", 0)
+    if pixels > config.max_source_pixels:
+        raise ValueError(f"frames of {pixels} pixels are over the limit of "
+                         f"{config.max_source_pixels} (max_source_pixels)")
+    count = _whole(dataset, "NumberOfFrames", 1) or 1
+    if count < 1:
+        raise ValueError("tag NumberOfFrames is not a positive number")
+    if config.dicom_frame is not None and config.dicom_frame >= count:
+        raise ValueError(f"has {count} frames; frame {config.dicom_frame} asked for")
+    return count
+
+
 class DicomFrames:
     """The kept frames of one DICOM file: the header is read and checked on construction
     (``ValueError`` with a fixed reason), the pixels frame by frame as the object is iterated."""
@@ -151,22 +188,8 @@ class DicomFrames:
                 dataset = pydicom.dcmread(handle, defer_size="1 MB")
         except (InvalidDicomError, OSError, ValueError, EOFError) as exc:
             raise ValueError(f"is not a readable DICOM file ({type(exc).__name__})") from exc
-        if "PixelData" not in dataset:
-            raise ValueError("holds no pixel data")
-        burned = str(dataset.get("BurnedInAnnotation", "")).strip().upper()
-        if burned == "YES" and not config.allow_burned_in:
-            raise ValueError(
-                "BurnedInAnnotation is YES (text in the pixels may identify the patient); "
-                "refused unless allow_burned_in (--allow-burned-in) is set"
-            )
-        _check_decodable(dataset)
-        pixels = int(dataset.get("Rows", 0) or 0) * int(dataset.get("Columns", 0) or 0)
-        if pixels > config.max_source_pixels:
-            raise ValueError(f"frames of {pixels} pixels are over the limit of "
-                             f"{config.max_source_pixels} (max_source_pixels)")
-        count = int(dataset.get("NumberOfFrames", 1) or 1)
-        if config.dicom_frame is not None and config.dicom_frame >= count:
-            raise ValueError(f"has {count} frames; frame {config.dicom_frame} asked for")
+        with _quiet():  # every header value is read without pydicom quoting it
+            count = _checked_header(dataset, config)
         self._dataset = dataset
         # A range, not a list: the frame count is the header's claim, checked against the
         # pixel data only as frames are decoded, so no memory may be sized by it.
@@ -183,8 +206,11 @@ class DicomFrames:
     def __iter__(self) -> Iterator[Image.Image]:
         from pydicom.pixels import iter_pixels
 
-        with self._open() as handle:
-            frames = iter_pixels(handle, indices=self._indices)
+        # Closed while the file is open: a generator left to the collector seeks a closed file
+        # (pydicom declares an Iterator; it is a generator).
+        with self._open() as handle, contextlib.closing(cast(
+                "Generator[np.ndarray, None, None]",
+                iter_pixels(handle, indices=self._indices))) as frames:
             while True:
                 with _quiet():
                     try:
@@ -194,5 +220,11 @@ class DicomFrames:
                     except (RuntimeError, ValueError, NotImplementedError, AttributeError,
                             TypeError, KeyError) as exc:
                         raise _undecodable(self._dataset, exc) from exc
-                    image = _to_rgb(np.asarray(frame), self._dataset)
+                    try:
+                        image = _to_rgb(np.asarray(frame), self._dataset)
+                    except (ValueError, TypeError, KeyError, AttributeError, IndexError):
+                        # The error would quote the malformed value: fixed words, no cause.
+                        raise ValueError("a rescale, window, lookup-table or bits value is "
+                                         "malformed: the frame cannot be made an image"
+                                         ) from None
                 yield image

@@ -79,6 +79,36 @@ def test_no_identifying_value_reaches_any_output_byte(
                 assert encoded not in haystack, (name, form)
 
 
+
+@pytest.mark.parametrize(("tag", "placeholder", "reason"), [
+    ("NumberOfFrames", "000000000001", "tag NumberOfFrames is not a whole number"),
+    ("RescaleSlope", "1.0000000001", "a rescale, window, lookup-table or bits value is malformed"),
+    ("WindowCenter", "40.000000001", "a rescale, window, lookup-table or bits value is malformed"),
+])
+def test_a_malformed_number_is_a_record_error_quoting_no_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+    tag: str, placeholder: str, reason: str,
+) -> None:
+    # A patient id where the header holds a number: pydicom's own message would quote it.
+    write_dicom(tmp_path / "bad.dcm", RAW, **{tag: placeholder})
+    data = (tmp_path / "bad.dcm").read_bytes()
+    assert data.count(placeholder.encode()) == 1
+    value = IDENTIFYING["PatientID"].encode().ljust(len(placeholder))
+    (tmp_path / "bad.dcm").write_bytes(data.replace(placeholder.encode(), value))
+    write_dicom(tmp_path / "ok.dcm", RAW)
+    source = _csv(tmp_path, ["bad.dcm", "ok.dcm"])
+    caplog.set_level("DEBUG")
+    argv = ["data", "import", "csv", str(source), "--out", str(tmp_path / "out"),
+            "--eval-fraction", "0"]
+    assert sdk.cli.main(argv) == 1
+    error = capsys.readouterr().err
+    assert f"pairs.csv:2: DICOM image 'bad.dcm': {reason}" in error, error
+    assert sdk.cli.main([*argv, "--skip-bad"]) == 0  # a record error: skipped, not a crash
+    captured = capsys.readouterr()
+    report = (tmp_path / "out" / "import.json").read_text()
+    for text in (error, captured.out, captured.err, caplog.text, report):
+        assert IDENTIFYING["PatientID"] not in text, text
+
 def test_window_from_the_file_and_the_default(tmp_path: Path) -> None:
     write_dicom(tmp_path / "w.dcm", RAW)
     write_dicom(tmp_path / "plain.dcm", RAW, WindowCenter=None, WindowWidth=None)
