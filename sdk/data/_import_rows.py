@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk.data._errors import PreferenceDataError
-from sdk.data._loading import json_objects
+from sdk.data._loading import contained_path, json_objects
 
 __all__ = ["Row", "count_rows", "is_missing", "read_rows"]
 
@@ -50,21 +50,49 @@ class Row:
         return PreferenceDataError(self.file, message, line=self.number)
 
 
+def _inside(folder: Path, name: Any, named_in: Path) -> Path:
+    """``folder/name``, refused unless it stays inside ``folder`` once resolved: a path a source
+    names or holds (a ``datasets`` index entry, a symlink) may not make the import read a file
+    elsewhere, as an image path may not (``contained_path``)."""
+    if not isinstance(name, str):
+        raise PreferenceDataError(named_in, f"names a {type(name).__name__}, not a path")
+    try:
+        contained_path(folder, name, "the source folder")
+    except ValueError as exc:
+        raise PreferenceDataError(named_in, f"path {name!r} {exc}") from None
+    return folder / name
+
+
+def _index(index: Path, key: str, field: str | None) -> list[Any]:
+    """The entries of a ``datasets`` index file's ``key`` list (``field`` of each, if given)."""
+    try:
+        entries = json.loads(index.read_text(encoding="utf-8")).get(key, [])
+        return [entry if field is None else entry[field] for entry in entries]
+    except (ValueError, AttributeError, KeyError, TypeError) as exc:
+        raise PreferenceDataError(index, f"malformed {key!r} list ({exc!r})") from None
+
+
 def _files(source: Path) -> list[Path]:
-    """The data files of ``source``: itself, a ``datasets`` folder's shards, or a folder's."""
+    """The data files of ``source``: itself, a ``datasets`` folder's shards, or a folder's;
+    each inside ``source`` and a regular file (a FIFO or device would block or never end)."""
     if source.is_file():
         return [source]
     if not source.is_dir():
         raise PreferenceDataError(source, "source not found")
     info = source / "dataset_dict.json"
     if info.is_file():  # DatasetDict.save_to_disk: one folder per split
-        splits = json.loads(info.read_text(encoding="utf-8")).get("splits", [])
-        return [f for split in splits for f in _files(source / split)]
+        return [f for split in _index(info, "splits", None)
+                for f in _files(_inside(source, split, info))]
     state = source / "state.json"
     if state.is_file():  # Dataset.save_to_disk: Arrow stream shards named in state.json
-        shards = json.loads(state.read_text(encoding="utf-8")).get("_data_files", [])
-        return [source / shard["filename"] for shard in shards]
-    found = sorted(p for p in source.rglob("*") if p.suffix in _TABLE_SUFFIXES and p.is_file())
+        shards = [_inside(source, name, state)
+                  for name in _index(state, "_data_files", "filename")]
+        for shard in shards:
+            if not shard.is_file():
+                raise PreferenceDataError(shard, "not found, or not a regular file")
+        return shards
+    found = sorted(_inside(source, str(p.relative_to(source)), p) for p in source.rglob("*")
+                   if p.suffix in _TABLE_SUFFIXES and p.is_file())
     if not found:
         raise PreferenceDataError(source, f"no data files ({', '.join(_TABLE_SUFFIXES)}) found")
     return found

@@ -4,8 +4,12 @@ lead out are refused naming ``file:record`` and the column, for every source kin
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +19,8 @@ import pytest
 from _importkit import color_image
 
 from sdk.data import ImportConfig, PreferenceDataError, import_data, load_pairs
+
+_CLI = "import sys, sdk.cli; sys.exit(sdk.cli.main(sys.argv[1:]))"
 
 
 def _csv(root: Path, images: list[str]) -> tuple[Path, str, str]:
@@ -118,3 +124,57 @@ def test_a_symlink_that_stays_inside_is_followed(tmp_path: Path) -> None:
     source, _where, _column = _csv(tmp_path / "src", ["img/alias.png"])
     import_data("csv", source, tmp_path / "out", ImportConfig(eval_fraction=0.0), progress=False)
     assert len(load_pairs(tmp_path / "out" / "train")) == 1
+
+
+def _saved(folder: Path, prompt: str) -> Path:
+    """A ``Dataset.save_to_disk`` folder of one pair asking ``prompt``; returns its shard."""
+    from datasets import Dataset
+
+    image = io.BytesIO()
+    color_image(random.Random(3), "red").save(image, format="PNG")
+    Dataset.from_dict({"images": [image.getvalue()], "prompt": [prompt], "chosen": ["yes"],
+                       "rejected": ["no"]}).save_to_disk(str(folder))
+    (shard,) = folder.glob("*.arrow")
+    return shard
+
+
+def _index_names(src: Path, how: str, secret: Path) -> None:
+    """``src`` made to reach ``secret`` (a shard outside it) by a path it holds."""
+    if how == "symlink":  # a plain folder of data files, one a symlink that leads out
+        src.mkdir()
+        (src / "shard.arrow").symlink_to(secret)
+        return
+    _saved(src, "inside")
+    if how == "split":  # DatasetDict.save_to_disk's index names its split folders
+        (src / "dataset_dict.json").write_text(json.dumps({"splits": ["../outside"]}))
+        return
+    named = str(secret) if how == "absolute" else f"../outside/{secret.name}"
+    state = json.loads((src / "state.json").read_text())
+    state["_data_files"] = [{"filename": named}]
+    (src / "state.json").write_text(json.dumps(state))
+
+
+@pytest.mark.parametrize("how", ["relative", "absolute", "split", "symlink"])
+def test_a_data_file_outside_a_datasets_folder_is_refused(tmp_path: Path, how: str) -> None:
+    secret = _saved(tmp_path / "outside", "SECRET-OUTSIDE")
+    _index_names(tmp_path / "src", how, secret)
+    with pytest.raises(PreferenceDataError, match="escapes the source folder") as caught:
+        import_data("hf", tmp_path / "src", tmp_path / "out", ImportConfig(eval_fraction=0.0),
+                    progress=False)
+    assert str(caught.value).startswith(str(tmp_path / "src")), caught.value
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_shard_that_is_a_fifo_is_refused_unopened(tmp_path: Path) -> None:
+    _saved(tmp_path / "src", "inside")
+    os.mkfifo(tmp_path / "src" / "pipe.arrow")  # opening it would wait for a writer
+    state = json.loads((tmp_path / "src" / "state.json").read_text())
+    state["_data_files"] = [{"filename": "pipe.arrow"}]
+    (tmp_path / "src" / "state.json").write_text(json.dumps(state))
+    # In a child process, so an import that opens the pipe fails by its timeout, not a hang.
+    run = subprocess.run([sys.executable, "-c", _CLI, "data", "import", "hf",
+                          str(tmp_path / "src"), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stderr
+    assert "pipe.arrow: not found, or not a regular file" in run.stderr
