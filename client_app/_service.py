@@ -148,17 +148,11 @@ class RewardService:
             self._release(caller, reservation)
         return out
 
-    def _images(self, req: RewardRequest) -> list[Image.Image] | MissingImages:
-        """The batch's decoded images; bytes that arrived are verified, decoded, then stored."""
-        raw: dict[str, bytes] = {}
-        for item in req.items:
-            if item.image_b64 is not None:
-                raw[item.image_sha256] = image_bytes(item.image_sha256, item.image_b64)
-        # Every image that arrived decodes before any is kept: a batch with one bad image
-        # stores nothing.
+    def _images(self, req: RewardRequest, raw: dict[str, bytes]
+                ) -> list[Image.Image] | MissingImages:
+        """The batch's decoded images: those that arrived (``raw``, verified) decode first, so a
+        batch with one bad image goes no further; the others come from the caches."""
         arrived = {digest: self._decode(digest, data) for digest, data in raw.items()}
-        for digest, data in raw.items():
-            self.store.put_image(digest, data)
         images: dict[str, Image.Image] = {}
         missing: set[str] = set()
         for item in req.items:
@@ -178,9 +172,18 @@ class RewardService:
                                  missing=sorted(missing))
         return [images[item.image_sha256] for item in req.items]
 
+    def _keep(self, sent: dict[str, bytes]) -> None:
+        for digest, data in sent.items():
+            self.store.put_image(digest, data)
+
     def _score(self, caller: str, req: RewardRequest) -> RewardResponse | MissingImages:
-        images = self._images(req)
+        sent = {item.image_sha256: image_bytes(item.image_sha256, item.image_b64)
+                for item in req.items if item.image_b64 is not None}
+        images = self._images(req, sent)
+        # Sent images are kept only for a batch answered or waiting for its missing images
+        # (the caller resends only those): a refused batch leaves the store as it was.
         if isinstance(images, MissingImages):
+            self._keep(sent)
             return images
         try:
             raw = self.scorer.score(images, [i.prompt for i in req.items],
@@ -189,6 +192,7 @@ class RewardService:
             raise PayloadError(f"cannot score this batch: {exc}") from None
         if len(raw) != len(req.items):
             raise RuntimeError(f"scorer returned {len(raw)} scores for {len(req.items)} items")
+        self._keep(sent)
         # A NaN carries no preference: send the neutral 0 rather than leak it. Scores are not
         # clipped here (the scorer's normalizer clipped them once): one outside the announced
         # bound is refused by the server, which fails the item instead of trusting it.

@@ -1,6 +1,7 @@
 """Finding 2 (resize): a reward-query image within the pixel limit but larger than the model's
 input size is scaled down (aspect kept) to it before it is scored or cached, so the score is the
-score of the pre-resized image; the decoded-image cache stays within its byte bound."""
+score of the pre-resized image; the decoded-image cache stays within its byte bound; a batch
+the model refuses leaves the member's store as it was."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from fedmor_local import LocalConsortium
 from sdk.data import fit_to_pixels
 from sdk.models import build_tiny_vlm, input_pixels
 from sdk.reward import ClientScorer, RewardModel, ScoreNormalizer
-from sdk.wire import RewardRequest, RewardResponse
+from sdk.wire import PayloadError, RewardRequest, RewardResponse
 from tests.security.conftest import PUSH, client_id, server_signed_post
 
 
@@ -79,6 +80,19 @@ def test_a_large_image_is_scored_at_the_models_input_size(tmp_path: Path,
     with pytest.raises(ValueError, match="over the limit of 1024 px a side"):
         _scores(_service(tmp_path, scorer), big)
 
+
+
+def test_a_batch_the_model_refuses_keeps_none_of_its_images(tmp_path: Path,
+                                                            scorer: ClientScorer) -> None:
+    service = _service(tmp_path, scorer)
+    data = _png(64, 64, seed=5)
+    digest = hashlib.sha256(data).hexdigest()
+    long = " ".join(["a red square"] * 1500)  # within the wire's limit, over the model's
+    with pytest.raises(PayloadError, match="cannot score this batch"):
+        service.score("server", _request(data, response=long))
+    assert service.store.image(digest) is None and service.store.audit_log() == []
+    _scores(service, data)  # the same image in a batch the model takes is kept
+    assert service.store.image(digest) == data
 
 def test_the_decoded_cache_is_bounded_by_bytes(tmp_path: Path) -> None:
     budget = 5 * 200 * 200 * 3  # five decoded 200x200 images
