@@ -128,3 +128,29 @@ def test_a_live_audit_checks_the_shadow_base_before_spending_budget(tmp_path: Pa
                           caller_id="auditor", member="st-mary", pairs_dir=tmp_path / "pairs",
                           out_dir=tmp_path / "out", config=AuditConfig(shadow_models=2),
                           target_config=config)
+
+
+def test_a_refused_roster_file_change_names_the_file_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``fedmor roster add|remove --roster FILE`` refused: one sentence naming the file (no
+    pydantic dump, which would also print the roster's token hashes), and the file unchanged."""
+    from sdk.wire import generate_key, public_key_b64
+
+    roster, key = tmp_path / "roster.json", public_key_b64(generate_key())
+    assert main(["roster", "add", "--roster", str(roster), "--name", "a", "--public-key",
+                 key]) == 0
+    before = roster.read_bytes()
+    capsys.readouterr()
+    for name in ("b", "b c"):  # the same key under a second name; a name the roster refuses
+        assert main(["roster", "add", "--roster", str(roster), "--name", name,
+                     "--public-key", key]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"fedmor: error: cannot add {name!r} to roster file {roster}: ")
+        assert len(err.splitlines()) == 1 and "pydantic" not in err, err
+        assert roster.read_bytes() == before
+    for text in ("{", "[]"):  # not JSON; JSON but not a roster
+        roster.write_text(text)
+        assert main(["roster", "remove", "--roster", str(roster), "--name", "a"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"fedmor: error: roster file {roster} is not a valid roster"), err
+        assert roster.read_text() == text

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from sdk.wire import Role, parse_public_key
 
-__all__ = ["RosterEntry", "RosterFile", "add_to_roster"]
+__all__ = ["RosterEntry", "RosterFile", "add_to_roster", "roster_refusal"]
 
 
 class RosterEntry(BaseModel):
@@ -81,6 +81,17 @@ def _clash(entries: list[tuple[str, str]]) -> tuple[str, str] | None:
     return None
 
 
+def roster_refusal(exc: ValueError) -> str:
+    """Why a roster was refused, in one line: the first error without pydantic's framing
+    (which would also print the roster it was given, token hashes included)."""
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    first = exc.errors()[0]
+    where = ".".join(str(x) for x in first.get("loc", ()))
+    why = str(first.get("msg", exc)).removeprefix("Value error, ")
+    return f"{where}: {why}" if where else why
+
+
 def _invalid(path: Path, text: str, exc: ValidationError) -> str:
     """What is wrong with roster file ``path``: the line of the entry at fault and the
     ``fedmor`` command that removes it (or the first error, where no entry is at fault)."""
@@ -91,9 +102,7 @@ def _invalid(path: Path, text: str, exc: ValidationError) -> str:
         entries = []
     clash = _clash(entries)
     if clash is None:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first.get("loc", ()))
-        return (f"roster file {path} is not a valid roster: {where}: {first.get('msg', '')} "
+        return (f"roster file {path} is not a valid roster: {roster_refusal(exc)} "
                 f"(mend the file, or write it again with `fedmor roster add --roster {path}`)")
     name, why = clash
     needle = json.dumps(name)
@@ -106,12 +115,23 @@ def _invalid(path: Path, text: str, exc: ValidationError) -> str:
 def remove_from_roster(path: Path, name: str) -> bool:
     """Remove ``name``'s entry from roster file ``path`` (even from an invalid roster, so the
     command that mends one works on it); False if it lists no such name."""
-    raw = json.loads(path.read_text())
-    clients = raw.get("clients", [])
-    kept = [c for c in clients if c.get("name") != name]
+    text = path.read_text()
+    try:
+        raw = json.loads(text)
+        clients = raw["clients"]
+        kept = [c for c in clients if c.get("name") != name]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise ValueError(f"roster file {path} is not a valid roster: not a JSON object whose "
+                         f"clients are entries (mend the file, or move it away and add the "
+                         f"identities again with `fedmor roster add --roster {path}`)") from None
     if len(kept) == len(clients):
         return False
-    RosterFile.model_validate({**raw, "clients": kept}).save(path)
+    try:
+        roster = RosterFile.model_validate({**raw, "clients": kept})
+    except ValidationError as exc:
+        raise ValueError(f"roster file {path} is not a valid roster without {name!r} either: "
+                         f"{roster_refusal(exc)} (mend the file)") from None
+    roster.save(path)
     return True
 
 
@@ -123,8 +143,12 @@ def add_to_roster(path: Path, *, name: str, public_key: str, role: Role = "membe
     # Hex, not URL-safe base64: one token in 64 of those starts with '-', which a command line
     # (`--token TOKEN`) reads as an option.
     token = secrets.token_hex(24)
-    entry = RosterEntry(name=name, public_key=public_key,
-                        token_sha256=hashlib.sha256(token.encode()).hexdigest(), role=role)
-    roster = RosterFile(clients=[c for c in roster.clients if c.name != name] + [entry])
+    try:
+        entry = RosterEntry(name=name, public_key=public_key,
+                            token_sha256=hashlib.sha256(token.encode()).hexdigest(), role=role)
+        roster = RosterFile(clients=[c for c in roster.clients if c.name != name] + [entry])
+    except ValidationError as exc:
+        raise ValueError(f"cannot add {name!r} to roster file {path}: "
+                         f"{roster_refusal(exc)}") from None
     roster.save(path)  # validated above (a clash raises): nothing is written
     return token

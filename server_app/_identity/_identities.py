@@ -28,9 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
-from pydantic import ValidationError
 
-from sdk.membership import RosterEntry, RosterFile
+from sdk.membership import RosterEntry, RosterFile, roster_refusal
 from sdk.serving import NotFoundError
 from sdk.wire import (
     KeyRotation,
@@ -55,13 +54,6 @@ __all__ = ["Identities"]
 
 _log = logging.getLogger("fedmor.server")
 _SEEN_FLUSH_S = 10.0  # last-seen times reach the store at most this often (not per request)
-def _first_error(exc: ValueError) -> str:
-    """The message of a roster validation error, without pydantic's framing."""
-    if isinstance(exc, ValidationError):
-        return str(exc.errors()[0].get("msg", exc)).removeprefix("Value error, ")
-    return str(exc)
-
-
 def _signs(public_key: str, signature: str, message: bytes) -> bool:
     """Whether base64 ``signature`` is ``public_key``'s over ``message``."""
     try:
@@ -199,7 +191,7 @@ class Identities:
             return RosterFile(clients=[*kept, entry])
         except ValueError as exc:  # a clash in the file (a ValidationError is a ValueError)
             raise ConflictError(f"{entry.name!r} cannot join roster file "
-                                f"{self.roster_file}: {_first_error(exc)}") from None
+                                f"{self.roster_file}: {roster_refusal(exc)}") from None
 
     def _write_with_store(self, roster: RosterFile | None, write: Callable[[], object]) -> None:
         """Write ``roster`` to the roster file (atomically) and run ``write`` in one store
