@@ -63,13 +63,14 @@ def test_the_server_process_exits_with_the_reason(tmp_path: Path) -> None:
     assert not (tmp_path / "s.db").exists()  # nothing was created
 
 
-_OPENED: dict[str, int | None] = {}  # backup path -> its mode when SQLite opened it
+_OPENED: dict[str, list[int | None]] = {}  # folder -> modes of the files SQLite opened there
 
 
 def _note_mode(event: str, args: tuple[object, ...]) -> None:
-    if event == "sqlite3.connect" and args and str(args[0]) in _OPENED:
+    if event == "sqlite3.connect" and args and str(Path(str(args[0])).parent) in _OPENED:
         path = Path(str(args[0]))
-        _OPENED[str(path)] = stat.S_IMODE(path.stat().st_mode) if path.exists() else None
+        _OPENED[str(path.parent)].append(
+            stat.S_IMODE(path.stat().st_mode) if path.exists() else None)
 
 
 sys.addaudithook(_note_mode)  # a real hook on SQLite's open, not a stand-in
@@ -78,12 +79,40 @@ sys.addaudithook(_note_mode)  # a real hook on SQLite's open, not a stand-in
 def test_a_backup_is_0600_from_its_creation(tmp_path: Path) -> None:
     db = tmp_path / "client.db"
     sqlite3.connect(db).execute("CREATE TABLE t (secret TEXT)").connection.commit()
-    out = tmp_path / "backup.db"
-    _OPENED[str(out)] = -1
+    out = tmp_path / "backups" / "backup.db"
+    out.parent.mkdir()
+    _OPENED[str(out.parent)] = []
     old = os.umask(0)  # the most permissive umask: only the mode given at creation counts
     try:
         backup_sqlite(db, out)
     finally:
         os.umask(old)
-    assert _OPENED[str(out)] == 0o600  # already 0600 when SQLite opened it to copy into
+    # Every file SQLite opened to copy into was already 0600.
+    assert _OPENED[str(out.parent)] == [0o600]
     assert _mode(out) == 0o600
+
+
+def test_a_failed_backup_leaves_no_file_and_says_why(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sdk.cli import main
+
+    config, out = tmp_path / "server.toml", tmp_path / "backups" / "server.db"
+    wrong = tmp_path / "notes.txt"  # db_path names a file that is not the app's database
+    wrong.write_text("not a database " * 100)
+    config.write_text(f'db_path = "{wrong}"\n')
+    assert main(["server", "backup", str(out), "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedmor: error: {wrong} is not a SQLite database"), err
+    assert "db_path" in err and len(err.splitlines()) == 1
+    # Nothing that looks like a backup, and nothing that blocks the next try.
+    assert list(out.parent.iterdir()) == []
+    db = tmp_path / "server.db"
+    sqlite3.connect(db).execute("CREATE TABLE t (x)").connection.commit()
+    config.write_text(f'db_path = "{db}"\n')
+    assert main(["server", "backup", str(out), "--config", str(config)]) == 0
+    kept = out.read_bytes()
+    capsys.readouterr()
+    # An existing backup is kept, and the refusal is one line.
+    assert main(["server", "backup", str(out), "--config", str(config)]) == 1
+    assert capsys.readouterr().err == f"fedmor: error: {out} exists; refusing to overwrite it\n"
+    assert out.read_bytes() == kept and list(out.parent.iterdir()) == [out]
