@@ -43,6 +43,13 @@ def test_a_toml_syntax_error_names_the_file(tmp_path: Path) -> None:
         load_settings(ServerSettings, path)
 
 
+def test_a_json_file_that_is_not_an_object_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "server.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=rf"^{path}: not a table of settings"):
+        load_settings(ServerSettings, path)
+
+
 def test_fedmor_server_refuses_a_bad_file_without_a_traceback(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "server.toml"
@@ -154,3 +161,19 @@ def test_a_refused_roster_file_change_names_the_file_in_one_line(
         err = capsys.readouterr().err
         assert err.startswith(f"fedmor: error: roster file {roster} is not a valid roster"), err
         assert roster.read_text() == text
+
+
+def test_fedmor_align_names_its_config_file_the_line_and_the_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("FEDMOR_CONFIG_DIR", str(tmp_path / "conf"))  # no profile
+    job = tmp_path / "job.toml"
+    argv = ["align", "--config", str(job), "--server", "http://127.0.0.1:1", "--insecure-http",
+            "--identity", "id.pem", "--policy", "p", "--queries", "q", "--out", "o"]
+    job.write_text("method = \"mor\"\n\n[grpo]\nstepz = 3\n")
+    assert main(argv) == 1
+    assert capsys.readouterr().err == (f"fedmor: error: {job}: line 4: [grpo] stepz: unknown "
+                                       f"setting (did you mean 'steps'?)\n")
+    job.write_text("method = \n")
+    assert main(argv) == 1
+    assert capsys.readouterr().err.startswith(f"fedmor: error: {job}: not valid TOML: ")

@@ -141,13 +141,8 @@ def _profile(name: str | None, data: dict[str, Any], *, server_given: bool) -> d
     return found | data
 
 
-def _handle(args: argparse.Namespace) -> int:
-    import tomllib
-
-    data: dict[str, Any] = {}
-    if args.config is not None:
-        text = args.config.read_text()
-        data = json.loads(text) if args.config.suffix == ".json" else tomllib.loads(text)
+def _with_flags(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
+    """The job's values: the config file's ``data`` over the profile's, the flags over both."""
     data = _profile(args.profile, data, server_given=args.server is not None)
     for flag in ("server", "identity", "policy", "queries", "out", "name", "token",
                  "client_id", "server_ca", "method"):
@@ -163,7 +158,15 @@ def _handle(args: argparse.Namespace) -> int:
     flags = runtime_from_args(args)
     if flags != Runtime():  # the flags were given: they override the config's runtime
         data["runtime"] = flags.model_dump()
-    job = AlignJob.model_validate(data)
+    return data
+
+
+def _handle(args: argparse.Namespace) -> int:
+    from sdk.serving import load_settings
+
+    # A wrong value is named with its file, line and fix, as in the apps' settings files.
+    job = load_settings(AlignJob, args.config, merge=lambda data: _with_flags(args, data),
+                        source="fedmor align's options")
     out = run_align_job(job)
     print(f"aligned policy: {out / 'policy'}", flush=True)
     return 0

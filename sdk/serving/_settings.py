@@ -7,7 +7,7 @@ import ipaddress
 import json
 import re
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -21,7 +21,7 @@ from sdk.wire._auth import authority_of
 
 __all__ = ["AppHardening", "EnvOverFile", "SettingsError", "load_settings"]
 
-_S = TypeVar("_S", bound=BaseSettings)
+_S = TypeVar("_S", bound=BaseModel)
 
 
 class EnvOverFile(BaseSettings):
@@ -131,8 +131,13 @@ class SettingsError(ValueError):
     and what to write instead, so a reader fixes it without reading pydantic's error codes."""
 
 
-def load_settings(cls: type[_S], path: Path | None) -> _S:
+def load_settings(cls: type[_S], path: Path | None, *,
+                  merge: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                  source: str = "settings (environment)") -> _S:
     """Settings from ``path`` (TOML or JSON; optional) with environment overrides.
+
+    ``merge`` turns the file's values into the ones validated (a command's flags over them);
+    ``source`` names where the values come from when there is no file.
 
     Raises:
         SettingsError: the file does not parse or a value is refused; the message names the
@@ -148,10 +153,14 @@ def load_settings(cls: type[_S], path: Path | None) -> _S:
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
             raise SettingsError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'}"
                                 f": {exc}") from None
+        if not isinstance(data, dict):
+            raise SettingsError(f"{path}: not a table of settings (a JSON object)")
+    if merge is not None:
+        data = merge(data)
     try:
         return cls(**data)
     except ValidationError as exc:
-        where = str(path) if path is not None else "settings (environment)"
+        where = str(path) if path is not None else source
         problems = [_problem(cls, err, text) for err in exc.errors()]
         raise SettingsError(f"{where}: " + "; ".join(problems)) from None
 
