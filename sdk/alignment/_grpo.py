@@ -228,10 +228,14 @@ def _grpo_config(s: GRPOSettings, trainer_dir: Path, rt: Runtime) -> GRPOConfig:
 
 
 def _newest_checkpoint(trainer_dir: Path) -> Path | None:
-    """trl's newest ``checkpoint-<step>`` under ``trainer_dir`` (by step, not by name), if any."""
-    checkpoints = sorted(trainer_dir.glob("checkpoint-*"),
-                         key=lambda p: int(p.name.rsplit("-", 1)[1]))
-    return checkpoints[-1] if checkpoints else None
+    """trl's newest complete ``checkpoint-<step>`` under ``trainer_dir`` (by step, not by
+    name), if any. Complete: it holds ``trainer_state.json``, which the trainer writes after
+    the weights, optimizer and RNG states; a job killed while saving leaves a checkpoint
+    without it, which the trainer cannot resume from, so the one before it is taken."""
+    steps = {int(p.name.removeprefix("checkpoint-")): p for p in trainer_dir.glob("checkpoint-*")
+             if p.name.removeprefix("checkpoint-").isdigit()
+             and (p / "trainer_state.json").is_file()}
+    return steps[max(steps)] if steps else None
 
 
 def _save_policy(policy: Any, processor: Any, policy_dir: Path, out: Path, *, lora: bool,

@@ -242,3 +242,19 @@ def test_query_dataset_is_conversational_with_an_image_column(data_dir: Path) ->
     content = ds[0]["prompt"][0]["content"]
     assert [p["type"] for p in content] == ["image", "text"]
     assert content[1]["text"] == queries[0].prompt
+
+
+def test_resume_takes_the_newest_complete_checkpoint(tmp_path: Path) -> None:
+    """A job killed while trl saved checkpoint-3 left it without ``trainer_state.json`` (trl
+    writes it last): a resume starts from checkpoint-2, not from a checkpoint trl cannot load."""
+    from sdk.alignment._grpo import _newest_checkpoint
+
+    assert _newest_checkpoint(tmp_path / "trainer") is None  # no folder yet: a fresh run
+    for step, complete in ((2, True), (10, False), (3, False), (1, True)):
+        folder = tmp_path / "trainer" / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"")
+        if complete:
+            (folder / "trainer_state.json").write_text("{}")
+    (tmp_path / "trainer" / "checkpoint-latest").mkdir()  # not one of trl's names
+    assert _newest_checkpoint(tmp_path / "trainer") == tmp_path / "trainer" / "checkpoint-2"
