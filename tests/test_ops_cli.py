@@ -205,3 +205,30 @@ def test_plain_http_and_files_others_may_open_are_refused(
         assert f"chmod 600 {private}" in err
     code, _, err = _run(capsys, "members", "list", "--json", "--profile", "ops")
     assert code == 0, err
+
+
+def test_the_profiles_file_is_replaced_through_a_fresh_private_file(
+        config_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A name planted beside profiles.toml (its old fixed temporary name, a link to another of
+    the user's files) is never written through; a folder others may write is refused, as
+    ssh refuses one."""
+    from sdk.ops._profiles import Profile, ProfileBook
+
+    book = ProfileBook()
+    book.add("ops", Profile(server="https://fedmor.example.org", identity=tmp_path / "id.pem",
+                            client_id="c-1", name="ops", role="operator"))
+    path = book.save()
+    victim = tmp_path / "authorized_keys"
+    victim.write_text("the user's own file\n")
+    (config_dir / "profiles.toml.tmp").symlink_to(victim)
+    code, _, err = _run(capsys, "profile", "use", "ops")
+    assert code == 0, err
+    assert victim.read_text() == "the user's own file\n"
+    assert not path.is_symlink() and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert "ops" in path.read_text()
+    config_dir.chmod(0o777)
+    try:
+        code, _, err = _run(capsys, "profile", "list")
+    finally:
+        config_dir.chmod(0o700)
+    assert code == 1 and f"chmod 700 {config_dir}" in err, err

@@ -6,7 +6,8 @@ A profile holds where the server is, how to verify it (CA) and present a client 
 ``$XDG_CONFIG_HOME/fedmor`` or ``~/.config/fedmor``, ``~/Library/Application Support/fedmor``
 on macOS, ``%APPDATA%\\fedmor`` on Windows), mode 0600: it names key files, never their
 contents. Like ssh, the commands refuse a profiles file or key file that other users may read
-or write (another user could point the commands at their own server, or sign as you).
+or write, and a profiles folder they may write (another user could point the commands at
+their own server, or sign as you).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import os
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 import tomllib
@@ -53,6 +55,19 @@ def check_owner_only(path: Path) -> None:
     if mode & 0o077:
         raise PermissionError(f"permissions {mode:04o} for '{path}' are too open: other users "
                               f"may read or change it; run chmod 600 {path}")
+
+
+def _check_folder(folder: Path) -> None:
+    """Refuse (``PermissionError``, with the command that mends it) a profiles folder that
+    users other than its owner may write: they could put their own profiles file in it, or
+    rename another of the owner's files into its place."""
+    if sys.platform == "win32":  # no POSIX modes: the folder's ACL protects it
+        return
+    mode = stat.S_IMODE(folder.stat().st_mode)
+    if mode & 0o022:
+        raise PermissionError(f"permissions {mode:04o} for folder '{folder}' are too open: "
+                              f"other users may replace the profiles in it; run chmod 700 "
+                              f"{folder}")
 
 
 def profiles_path() -> Path:
@@ -98,6 +113,7 @@ class ProfileBook(BaseModel):
         path = path or profiles_path()
         if not path.exists():
             return cls()
+        _check_folder(path.parent)
         check_owner_only(path)
         try:
             return cls.model_validate(tomllib.loads(path.read_text()))
@@ -115,12 +131,18 @@ class ProfileBook(BaseModel):
                       for key, value in profile.model_dump().items()
                       if value is not None and value is not False]
             lines.append("")
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write("\n".join(lines))
-        os.chmod(tmp, 0o600)  # an existing .tmp keeps its mode through O_CREAT
-        tmp.replace(path)
+        _check_folder(path.parent)
+        # A fresh file (0600, created exclusively, so never a name planted in the folder and
+        # never a link to another file), renamed over the old one: readers see the old book
+        # or the new one.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write("\n".join(lines))
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
         return path
 
     def add(self, name: str, profile: Profile) -> None:
