@@ -48,6 +48,10 @@ class SitePolicy(BaseModel):
     min_local_samples: int = Field(
         default=2, ge=1, description="fewest local pairs an update may be computed from: an "
                                      "update on one sample can be inverted to that sample")
+    max_vector_length: int = Field(
+        default=2**24, ge=1, description="the most parameters a round's update may have: the "
+        "router it starts from is downloaded and trained here, so a larger round (a hostile "
+        "server's, say) is refused before either")
     allow_captured_rounds: bool = Field(
         default=False, description="take part in rounds the server captures (RoundInfo."
         "captured: it keeps every message as received for the consortium's auditor); off "
@@ -98,6 +102,10 @@ def check_round(policy: SitePolicy, info: RoundInfo) -> RoundTerms:
     if info.kind not in policy.round_kinds:
         raise PolicyRefused("round_kind", f"kind {info.kind!r} is not among this site's "
                                           f"round_kinds {policy.round_kinds}")
+    if info.vector_length > policy.max_vector_length:
+        raise PolicyRefused("vector_length", f"the round's update has {info.vector_length} "
+                                             f"parameters > max_vector_length "
+                                             f"{policy.max_vector_length}")
     if len(info.participants) < policy.min_participants:
         raise PolicyRefused("participants", f"{len(info.participants)} participant(s) < "
                                             f"min_participants {policy.min_participants}")

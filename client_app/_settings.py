@@ -95,6 +95,10 @@ class ClientSettings(AppHardening):
                                "normalizer clips to it), else sdk.reward.DEFAULT_CLIP")
     rate_limit_per_minute: int = Field(default=600, ge=1)
     max_request_bytes: int = Field(default=32 * 2**20, ge=1024)
+    max_answer_bytes: int = Field(
+        default=256 * 2**20, ge=2**20, description="the most one answer of the server may hold "
+        "here (the router a round starts from, the queued reward queries with their images); "
+        "a larger one is refused before it is held")
     # The server is one caller that relays every aligner's and auditor's queries (16 each
     # in progress at the server), so a member lets it have twice one identity's share.
     limits: RequestLimits = Field(

@@ -143,7 +143,8 @@ class ServerTransport:
         self.settings, self.store, self.key, self.service = settings, store, key, service
         self.stop = threading.Event()
         self.http = SignedClient(settings.server_url, verify=_verify(settings),
-                                 timeout_s=settings.request_timeout_s)
+                                 timeout_s=settings.request_timeout_s,
+                                 max_answer_bytes=settings.max_answer_bytes)
         self.link = ServerLink(settings.server_url)
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ is read into the schema the caller names (``get(path, RoundInfo) -> RoundInfo``)
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import enum
 import json
@@ -48,6 +49,7 @@ _REASON_CHARS = 300  # of a refusal's body kept in the error: enough for any ser
 # (or with one that cannot be read) is sent again after the default.
 _RETRY_FLOOR_S = 0.1
 _RETRY_DEFAULT_S = 1.0
+_MAX_ANSWER_BYTES = 64 * 2**20  # a client's default bound on one answer's body
 
 
 def _retry_after(header: str | None) -> float | None:
@@ -173,6 +175,61 @@ def _parsed(response: httpx.Response, model: type[T] | None, by: str,
     return None if model is None else TypeAdapter(model).validate_json(response.content)
 
 
+def _refused(response: httpx.Response, limit: int, why: str) -> httpx.DecodingError:
+    request = response.request
+    return httpx.DecodingError(f"the answer to {request.method} {request.url.path} {why}: "
+                               f"refused (at most {limit} bytes uncompressed, "
+                               f"max_answer_bytes)", request=request)
+
+
+def _check_head(response: httpx.Response, limit: int) -> None:
+    """Refuse from its headers an answer that is compressed (a few kB of gzip can hold
+    gigabytes, so the bound is on the bytes as they travel; requests ask for ``identity``) or
+    declares more than ``limit`` bytes."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise _refused(response, limit, f"is compressed ({encoding})")
+    length = response.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise _refused(response, limit, f"declares {length} bytes")
+
+
+def _taken(response: httpx.Response, limit: int, body: bytearray, chunk: bytes) -> None:
+    body += chunk
+    if len(body) > limit:
+        raise _refused(response, limit, f"is over {limit} bytes")
+
+
+def _whole(response: httpx.Response, body: bytearray) -> httpx.Response:
+    """The streamed ``response`` with its body read: a response of the same class (a test
+    client's may be another httpx generation's)."""
+    return type(response)(response.status_code, headers=response.headers, content=bytes(body),
+                          request=response.request)
+
+
+def _read_capped(response: httpx.Response, limit: int) -> httpx.Response:
+    """``response`` (streamed, not read) read whole, refused (``httpx.DecodingError``) past
+    ``limit`` bytes: the other party decides nothing about how much this process holds."""
+    with contextlib.closing(response):
+        _check_head(response, limit)
+        body = bytearray()
+        for chunk in response.iter_raw():
+            _taken(response, limit, body, chunk)
+    return _whole(response, body)
+
+
+async def _aread_capped(response: httpx.Response, limit: int) -> httpx.Response:
+    """The async twin of :func:`_read_capped`."""
+    try:
+        _check_head(response, limit)
+        body = bytearray()
+        async for chunk in response.aiter_raw():
+            _taken(response, limit, body, chunk)
+    finally:
+        await response.aclose()
+    return _whole(response, body)
+
+
 class _Base(Generic[_H]):
     """What both clients share: the httpx client, its default signer and request building."""
 
@@ -184,7 +241,8 @@ class _Base(Generic[_H]):
                  admin_token: str | None = None, ca: Path | str | None = None,
                  client_cert: tuple[str, str] | None = None,
                  verify: ssl.SSLContext | bool | None = None, timeout_s: float = 30.0,
-                 http: _H | None = None, public_only: bool = False) -> None:
+                 http: _H | None = None, public_only: bool = False,
+                 max_answer_bytes: int = _MAX_ANSWER_BYTES) -> None:
         if (key is None) != (sender is None):
             raise ValueError("give both key and sender (a signed client), or neither")
         if public_only and (http is not None or self._http_type is not httpx.AsyncClient):
@@ -196,6 +254,7 @@ class _Base(Generic[_H]):
             if key is not None and sender is not None
             else _Bearer(admin_token) if admin_token else None)
         self.bytes_sent = 0  # request bodies, for the benchmarks
+        self.max_answer_bytes = max_answer_bytes
         self._by = "the server" if recipient == SERVER_SENDER else f"member {recipient}"
         self._owned = http is None
         trust = tls_verify(ca, client_cert) if verify is None else verify
@@ -220,7 +279,8 @@ class _Base(Generic[_H]):
         binary = isinstance(payload, bytes)
         kind = media or ("application/octet-stream" if binary else "application/json")
         request = self.http.build_request(method, path, content=content,
-                                          headers={"content-type": kind})
+                                          headers={"content-type": kind,
+                                                   "accept-encoding": "identity"})
         signer = self.auth if auth is _Use.CLIENT_AUTH else auth
         return request if signer is None else next(signer.auth_flow(request))
 
@@ -232,7 +292,8 @@ class SignedClient(_Base[httpx.Client]):
     ``admin_token``, else unsigned (enrollment, health). TLS: ``ca`` (a CA bundle) and
     ``client_cert`` (certificate and key files, for mutual TLS), or a prepared ``verify``.
     ``http``: an existing ``httpx.Client`` to send through (a test client, a shared pool); it
-    keeps its own base URL and TLS, and is not closed here.
+    keeps its own base URL and TLS, and is not closed here. ``max_answer_bytes``: the most an
+    answer's body may hold (64 MiB by default); a larger one is refused before it is held.
     """
 
     _http_type = httpx.Client
@@ -240,8 +301,11 @@ class SignedClient(_Base[httpx.Client]):
     def request(self, method: str, path: str, payload: Any = None, *, media: str | None = None,
                 auth: _AuthArg = _Use.CLIENT_AUTH) -> httpx.Response:
         """Send one request and return the response whatever its status (``payload``:
-        ``bytes`` sent as they are, else JSON; ``auth``: another signer, or None for none)."""
-        return self.http.send(self._request(method, path, payload, media=media, auth=auth))
+        ``bytes`` sent as they are, else JSON; ``auth``: another signer, or None for none).
+        An answer over ``max_answer_bytes`` raises ``httpx.DecodingError`` unread."""
+        return _read_capped(self.http.send(
+            self._request(method, path, payload, media=media, auth=auth), stream=True),
+            self.max_answer_bytes)
 
     def get(self, path: str, model: type[T], *, what: str | None = None) -> T:
         """``GET path``: its JSON answer read as ``model`` (a pydantic model, or a type such
@@ -292,8 +356,9 @@ class AsyncSignedClient(_Base[httpx.AsyncClient]):
                       auth: _AuthArg = _Use.CLIENT_AUTH) -> httpx.Response:
         """Send one request and return the response whatever its status (see
         :meth:`SignedClient.request`)."""
-        return await self.http.send(self._request(method, path, payload, media=media,
-                                                  auth=auth))
+        return await _aread_capped(await self.http.send(
+            self._request(method, path, payload, media=media, auth=auth), stream=True),
+            self.max_answer_bytes)
 
     async def get(self, path: str, model: type[T], *, what: str | None = None) -> T:
         """``GET path`` (see :meth:`SignedClient.get`)."""

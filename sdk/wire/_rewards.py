@@ -166,6 +166,11 @@ class RewardResponse(_Reply):
     the milliseconds spent in the member (durations only, never inputs): written by
     :meth:`timing_header`, read by :meth:`timings`."""
 
+    MAX_BYTES: ClassVar[int] = 64 * 1024
+    """The most bytes a member's answer to one reward request may hold (its scores, the image
+    hashes it lacks, or its refusal, for :attr:`RewardRequest.MAX_ITEMS` items, with room to
+    spare): the server's broker reads no more of it."""
+
     scores: list[Annotated[float, Field(allow_inf_nan=False)]]
     query_sha256: str
 

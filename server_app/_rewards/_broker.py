@@ -116,7 +116,8 @@ class RewardBroker:
         # A reward URL is the member's text: unless ``allow_private`` (members on the server's
         # own network), each connection dials only the public address it checked.
         self._http = AsyncSignedClient(timeout_s=timeout_s, verify=verify,
-                                       public_only=not allow_private)
+                                       public_only=not allow_private,
+                                       max_answer_bytes=RewardResponse.MAX_BYTES)
         # Enrolled clients' rows, read once: only a member's clip-bound announcement changes
         # one (``reread`` drops it; ``check`` re-reads before refusing a score).
         self._clients: dict[str, ClientRow] = {}
@@ -303,6 +304,8 @@ class RewardBroker:
             try:
                 resp = await self._http.request("POST", url, body, media="application/json",
                                                 auth=auth)
+            except httpx.DecodingError as exc:  # its answer: too large, or compressed
+                raise BrokerError(f"client {client_id}: {exc}") from None
             except httpx.HTTPError as exc:
                 # One text for a refused address, a closed port, a timeout and a TLS failure:
                 # the caller (an auditor, an aligner) learns nothing of what listens there.

@@ -100,20 +100,34 @@ def test_a_pil_image_or_a_bad_index_is_refused(tmp_path: Path) -> None:
 
 
 @contextmanager
-def _member_answering(text: str) -> Iterator[tuple[str, list[bytes]]]:
+def _member_answering(text: str | bytes, *, repeat: int = 1, headers: dict[str, str] | None = None
+                      ) -> Iterator[tuple[str, list[bytes], list[int]]]:
     """A member's reward app on 127.0.0.1 (a free port) that answers every POST with ``text``
-    as JSON, as it is: its URL and the bodies it received."""
+    as JSON, as it is (``repeat`` times over, then without a length: the connection's close
+    ends it), with ``headers`` added: its URL, the bodies it received and, per answer, the
+    bytes it wrote before the caller hung up (all of them when it read the whole answer)."""
     received: list[bytes] = []
+    written: list[int] = []
+    body = text.encode() if isinstance(text, str) else text
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             received.append(self.rfile.read(int(self.headers["content-length"])))
-            body = text.encode()
             self.send_response(200)
             self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
+            if repeat == 1:
+                self.send_header("content-length", str(len(body)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(body)
+            sent = 0
+            try:
+                for _ in range(repeat):
+                    self.wfile.write(body)
+                    sent += len(body)
+            except OSError:  # the caller closed the connection
+                pass
+            written.append(sent)
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -122,10 +136,10 @@ def _member_answering(text: str) -> Iterator[tuple[str, list[bytes]]]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", received
+        yield f"http://127.0.0.1:{server.server_address[1]}", received, written
     finally:
         server.shutdown()
-        server.server_close()
+        server.server_close()  # waits for the handlers: ``written`` is complete
         thread.join()
 
 
@@ -135,7 +149,7 @@ def test_a_pushed_non_finite_score_is_refused(score: str, tmp_path: Path) -> Non
     Infinity) fails the query: the aligner's item gets the failure value, never the score."""
     ref = ImageRef.of(b"image")
     answer = f'{{"scores": [{score}, 0.5], "query_sha256": "{"0" * 64}"}}'
-    with _member_answering(answer) as (url, received):
+    with _member_answering(answer) as (url, received, _):
         strict = BrokerRewardSource(_broker(tmp_path, url=url), ["c-m0"])
         with pytest.raises(BrokerError, match="finite number"):
             _score(strict, 0, [ref, ref])
@@ -144,3 +158,19 @@ def test_a_pushed_non_finite_score_is_refused(score: str, tmp_path: Path) -> Non
         assert _score(tolerant, 0, [ref, ref]) == [-2.0, -2.0]
     assert len(received) == 2  # the member was asked both times: its answer was refused
     assert tolerant.failed == 2 and tolerant.judge(ref, "p", "r") == ""
+
+
+def test_a_member_cannot_make_the_server_hold_a_large_answer(tmp_path: Path) -> None:
+    """A member's answer is read up to RewardResponse.MAX_BYTES, whatever it declares: one
+    longer than it says, or endless, is cut off there; a compressed one is refused unread."""
+    ref = ImageRef.of(b"image")
+    mib = b" " * 2**20  # JSON whitespace: a valid answer's padding
+    endless = 64  # MiB the member would send: a thousand times what the broker may hold
+    with (_member_answering(mib, repeat=endless) as (url, _, written),
+          pytest.raises(BrokerError, match="max_answer_bytes")):
+        _score(BrokerRewardSource(_broker(tmp_path, url=url), ["c-m0"]), 0, [ref])
+    assert written and written[0] < endless * len(mib)  # the broker hung up early
+    gzip = {"content-encoding": "gzip"}
+    with (_member_answering(b"\x1f\x8b" + b"\0" * 64, headers=gzip) as (url, _, _),
+          pytest.raises(BrokerError, match="compressed")):
+        _score(BrokerRewardSource(_broker(tmp_path, "gzip.db", url), ["c-m0"]), 0, [ref])

@@ -113,6 +113,25 @@ def test_a_minority_threshold_from_a_hostile_server_is_refused_before_sending() 
     assert check_round(SitePolicy(), announced(4)).privacy.min_survivors == 4
 
 
+def test_a_router_larger_than_the_site_allows_is_refused_before_its_download() -> None:
+    # A hostile server's round over a router of more parameters than the site takes: refused
+    # from the announcement, so nothing of that size is downloaded or trained here.
+    keys = {f"m{i}": generate_key() for i in range(3)}
+
+    def announced(length: int) -> RoundInfo:
+        spec = memory_spec("router_secagg", keys, length, {}, min_clients=3)
+        return RoundInfo.of(spec, status="open", stage="advertise_keys", stages=[],
+                            dropouts=[], router_version=None, error=None, created_at=0.0,
+                            finished_at=None)
+
+    most = SitePolicy().max_vector_length
+    with pytest.raises(PolicyRefused) as refused:
+        check_round(SitePolicy(), announced(most + 1))
+    assert refused.value.reason == "vector_length"
+    assert f"{most + 1} parameters > max_vector_length {most}" in refused.value.detail
+    assert check_round(SitePolicy(), announced(most)).privacy.masked
+
+
 def test_a_demo_client_says_so_in_every_response(strict: LocalConsortium) -> None:
     url = strict.client_cfg[strict.names[0]]["public_url"]
     resp = strict._probe.get(f"{url}/v1/health")

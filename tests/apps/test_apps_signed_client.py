@@ -152,3 +152,25 @@ def test_a_base_url_path_is_left_out_of_the_signature(server: tuple[str, Members
     proxied = httpx.Client(base_url=f"{url}/fedmor", transport=_Proxy())
     with proxied, SignedClient(key=key, sender=me, http=proxied) as signed:
         assert signed.get("/v1/rounds?status=open", list[RoundInfo]) == []
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_an_answer_over_max_answer_bytes_is_refused(server: tuple[str, Members],
+                                                    kind: str) -> None:
+    """Either client reads an answer up to its ``max_answer_bytes`` and refuses a longer one,
+    so the other party cannot choose how much this process holds."""
+    url, _ = server
+
+    async def health(limit: int) -> bytes:
+        client = (SignedClient if kind == "sync" else AsyncSignedClient)(
+            url, max_answer_bytes=limit)
+        try:
+            return bytes((await _done(client.request("GET", "/v1/health"))).content)
+        finally:
+            await _done(client.aclose() if isinstance(client, AsyncSignedClient)
+                        else client.close())
+
+    whole = asyncio.run(health(2**20))
+    assert asyncio.run(health(len(whole))) == whole  # the bound itself is allowed
+    with pytest.raises(httpx.DecodingError, match="max_answer_bytes"):
+        asyncio.run(health(len(whole) - 1))
