@@ -56,6 +56,9 @@ class _UpdateParams(BaseModel):
     # server knows no update source, so it passes them through unread and the source checks them.
     update: dict[str, Any] = Field(default_factory=dict)
 
+_PARAMS_DEPTH = 16
+"""How deep round ``params`` may nest: no kind's or update source's option comes near it."""
+
 UPDATE_PARAMS = frozenset(_UpdateParams.model_fields)
 """Round ``params`` addressed to the members' update sources, not to a round kind (a kind passes
 them through)."""
@@ -78,16 +81,19 @@ class RoundCreate(_Wire):
     @field_validator("params")
     @classmethod
     def _finite(cls, value: dict[str, Any]) -> dict[str, Any]:
-        # JSON admits Infinity and NaN; no round parameter means either.
-        def walk(v: Any) -> bool:
+        # JSON admits Infinity and NaN; no round parameter means either. The walk refuses
+        # nesting past _PARAMS_DEPTH: deeper JSON would exhaust its recursion (a 500).
+        def walk(v: Any, depth: int) -> bool:
+            if depth > _PARAMS_DEPTH:
+                raise ValueError(f"round parameters nest at most {_PARAMS_DEPTH} levels deep")
             if isinstance(v, float):
                 return math.isfinite(v)
             if isinstance(v, dict):
-                return all(walk(x) for x in v.values())
+                return all(walk(x, depth + 1) for x in v.values())
             if isinstance(v, list):
-                return all(walk(x) for x in v)
+                return all(walk(x, depth + 1) for x in v)
             return True
-        if not walk(value):
+        if not walk(value, 1):
             raise ValueError("round parameters must be finite numbers (no NaN or Infinity)")
         try:
             _UpdateParams.model_validate(value)

@@ -45,6 +45,22 @@ def test_a_non_finite_round_parameter_is_422(server: tuple[TestClient, list[Memb
     assert tc.get("/v1/rounds", headers=ADMIN).json() == []  # nothing was created
 
 
+@pytest.mark.parametrize("key", ["update", "dp"])
+def test_deeply_nested_round_parameters_are_422(server: tuple[TestClient, list[Member]],
+                                                key: str) -> None:
+    """JSON nested a few hundred levels deep (a few kB) is a 422 naming the bound, not the
+    parameter check's RecursionError (a 500); ``update`` is passed through unread by every
+    kind, so the schema's check is the only one that walks it."""
+    tc, _ = server
+    value: object = 1.0
+    for _ in range(400):
+        value = {"a": value}
+    r = tc.post("/v1/rounds", json={"vector_length": 4, "params": {key: value}}, headers=ADMIN)
+    assert r.status_code == 422, r.text
+    assert "nest at most" in r.json()["detail"]
+    assert tc.get("/v1/rounds", headers=ADMIN).json() == []  # nothing was created
+
+
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "http://10.0.0.1:9443",
                                  "https://user:pw@host", "ftp://host/", "https://"])
 def test_a_bad_reward_url_is_refused(server: tuple[TestClient, list[Member]], url: str) -> None:
