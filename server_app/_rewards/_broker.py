@@ -42,7 +42,7 @@ from sdk.wire import (
     SignedAuth,
 )
 from server_app._rounds._work import wake
-from server_app._store import ClientRow, Store
+from server_app._store import ClientRow, QueuedQuery, Store
 
 __all__ = ["BrokerError", "OnScored", "RewardBroker"]
 
@@ -335,9 +335,11 @@ class RewardBroker:
                     images: dict[str, ImageRef], cached: set[str]) -> list[float]:
         deadline = time.monotonic() + self.timeout_s
         force: set[str] = set()
+        row: QueuedQuery | None = None
         while True:
-            queued = self._items(items, images, cached, force)
-            row = await asyncio.to_thread(self.store.queue_query, client_id, queued.items)
+            if row is None:  # a new query: the images the member lacks now
+                queued = self._items(items, images, cached, force)
+                row = await asyncio.to_thread(self.store.queue_query, client_id, queued.items)
             self.bytes_sent += row.size  # what the member fetches
             query_id = row.query_id
             if self.on_queue is not None:
@@ -350,6 +352,8 @@ class RewardBroker:
                     RequestRefused("POST", "/v1/reward", 429, answer.error,
                                    retry_after=answer.retry_after_s, by=f"member {client_id}"),
                     client_id, deadline)
+                # The same row again: a member that keeps refusing adds no copy of its items.
+                await asyncio.to_thread(self.store.requeue_query, query_id)
                 continue
             if answer.error:
                 raise BrokerError(f"client {client_id} refused query {query_id}: "
@@ -361,6 +365,7 @@ class RewardBroker:
             force = set(answer.missing)
             self.store.forget_cached(client_id, sorted(force))
             cached -= force
+            row = None
 
     async def _answer(self, client_id: str, query_id: int, deadline: float) -> RewardAnswer:
         """Query ``query_id``'s answer once stored, read again each time :meth:`answered`

@@ -20,7 +20,7 @@ from server_app._store._identities import (
     RevokedRow,
     RosterRow,
 )
-from server_app._store._rewards import OnlineRouterRow, QueryRow, RewardTables
+from server_app._store._rewards import OnlineRouterRow, QueryRow, QueuedQuery, RewardTables
 from server_app._store._rounds import (
     LineageRow,
     RoundRow,
@@ -38,6 +38,7 @@ __all__ = [
     "LineageRow",
     "OnlineRouterRow",
     "QueryRow",
+    "QueuedQuery",
     "RevokedRow",
     "RosterRow",
     "RoundRow",

@@ -122,6 +122,12 @@ class RewardTables(StoreBase):
                                "VALUES (?,?,?,?)", (client_id, stored, "pending", time.time()))
         return QueuedQuery(query_id, len(stored))
 
+    def requeue_query(self, query_id: int) -> None:
+        """Put an answered query back in its member's queue as it stands (the member refused
+        it for load): one stored copy of its items however often that happens."""
+        self._write("UPDATE reward_queries SET status='pending', scores=NULL, answered_at=NULL "
+                    "WHERE query_id=?", (query_id,))
+
     def pending_queries(self, client_id: str) -> list[PendingQuery]:
         """A client's unanswered queries, oldest first."""
         rows = self._all("SELECT query_id, items FROM reward_queries WHERE client_id=? AND "

@@ -91,3 +91,30 @@ def test_a_pull_members_refusal_for_load_is_queued_again_after_its_retry_after(
 
     asyncio.run(scenario())
     assert broker.resends == 1
+
+
+def test_refusals_for_load_keep_one_stored_copy_of_the_query(tmp_path: Path) -> None:
+    """A hostile pull member answers ``retry_after_s`` 0 again and again: each answer is one
+    small request, and the server sends the query again each time (after its floor of a tenth
+    of a second). The query is queued again as the same row, so the server keeps one copy of
+    its items (the image's bytes included) however often the member refuses, not one per
+    refusal for ``reward_queries_days``."""
+    team = enrolled_team(tmp_path, {"m0": "member"}, clip_bound=1.0, reward_timeout_s=60.0)
+    member = team["m0"]
+    broker: RewardBroker = member.tc.app.state.broker  # type: ignore[attr-defined]
+    image = ImageRef.of(b"\x89PNG " + bytes(range(256)) * 256)  # 64 KiB, not yet cached
+
+    async def scenario() -> None:
+        asked = asyncio.create_task(broker.query(member.client_id, [image], ["p"], ["r"]))
+        for _ in range(12):
+            busy = await _answer(member, error="busy", retry_after_s=0)
+            assert busy.status_code == 204, busy.text
+        answered = await _answer(member, [0.5])
+        assert answered.status_code == 204, answered.text
+        assert await asyncio.wait_for(asked, 60) == [0.5]
+
+    asyncio.run(scenario())
+    assert broker.resends == 12
+    store = member.tc.app.state.store  # type: ignore[attr-defined]
+    ((rows, stored),) = store.read("SELECT COUNT(*), SUM(length(items)) FROM reward_queries")
+    assert rows == 1 and stored < 2 * len(image.b64()), (rows, stored)
