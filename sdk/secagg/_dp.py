@@ -30,9 +30,12 @@ class DPConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    # Past these bounds opacus' RDP accountant overflows, divides by zero or searches without
+    # end (a round's request would fail with a 500 or hold its thread); inside them epsilon is
+    # already far beyond any privacy.
     clip_norm: float = Field(default=1.0, gt=0)
-    noise_multiplier: float | None = Field(default=None, gt=0)
-    target_epsilon: float | None = Field(default=None, gt=0)
+    noise_multiplier: float | None = Field(default=None, ge=1e-6)
+    target_epsilon: float | None = Field(default=None, gt=0, le=1e6)
     delta: float = Field(default=1e-5, gt=0, lt=1)
     rounds: int = Field(default=100, ge=1)
     sample_rate: float = Field(default=1.0, gt=0, le=1)

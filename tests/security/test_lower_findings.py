@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from client_app import ClientSettings, HashScorer
 from client_app._app import create_client_app
@@ -22,6 +23,7 @@ from fedmor_local import free_port
 from fedmor_local._pki import make_pki
 from sdk.cli import main
 from sdk.membership import add_to_roster
+from sdk.secagg import DPConfig
 from sdk.serving import ConflictError
 from sdk.wire import RewardAnswer, RewardItem, generate_key, public_key_b64, sign_headers
 from sdk.wire._auth import authority_of
@@ -59,6 +61,25 @@ def test_deeply_nested_round_parameters_are_422(server: tuple[TestClient, list[M
     assert r.status_code == 422, r.text
     assert "nest at most" in r.json()["detail"]
     assert tc.get("/v1/rounds", headers=ADMIN).json() == []  # nothing was created
+
+
+def test_a_noise_multiplier_past_the_accountants_range_is_422(
+        server: tuple[TestClient, list[Member]]) -> None:
+    """A noise multiplier so small the RDP accountant divides by zero is a 422 naming it, not
+    the accountant's ZeroDivisionError (a 500)."""
+    tc, _ = server
+    r = tc.post("/v1/rounds", json={"vector_length": 4,
+                                    "params": {"dp": {"noise_multiplier": 1e-200}}},
+                headers=ADMIN)
+    assert r.status_code == 422 and "noise_multiplier" in r.json()["detail"], r.text
+    assert _rows(tc) == []
+
+
+def test_a_target_epsilon_past_the_accountants_range_is_refused_where_it_is_read() -> None:
+    """The noise search for a target epsilon of 1e20 never ends (a round request holding its
+    thread and a core): the DP terms refuse it when they are parsed, before any search."""
+    with pytest.raises(ValidationError, match="target_epsilon"):
+        DPConfig(target_epsilon=1e20)
 
 
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "http://10.0.0.1:9443",
