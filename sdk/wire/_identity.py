@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import Field
 
 from sdk.wire._auth import public_key_b64
-from sdk.wire._schemas import _PublicKey, _Reply, _Wire
+from sdk.wire._schemas import _OneLine, _PublicKey, _Reply, _Wire
 
 __all__ = ["ROLES", "KeyRotation", "MemberInfo", "MemberState", "Revocation", "Role",
            "RosterSync", "RotationRecord", "endorsement_message", "key_fingerprint",
@@ -93,7 +93,7 @@ class RotationRecord(_Reply):
 class Revocation(_Wire):
     """``POST /v1/members/{name}/revoke``: why (kept in the audit table)."""
 
-    reason: str = Field(default="", max_length=500)
+    reason: _OneLine = Field(default="", max_length=500)
 
 
 class RoundTerms(_Wire):

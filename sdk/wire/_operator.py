@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from sdk.wire._identity import MemberInfo, Role
-from sdk.wire._schemas import _NAME, _PublicKey, _Reply, _Wire
+from sdk.wire._schemas import _NAME, _OneLine, _PublicKey, _Reply, _Wire
 
 __all__ = ["MemberRefusal", "MemberReport", "RosterAdd", "RosterAdded", "RoundCancel"]
 
@@ -35,7 +35,7 @@ class RosterAdded(_Reply):
 class RoundCancel(_Wire):
     """``POST /v1/rounds/{id}/cancel``: end an open round as failed."""
 
-    reason: str = Field(default="", max_length=500)
+    reason: _OneLine = Field(default="", max_length=500)
 
 
 class MemberRefusal(_Reply):

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sdk.wire._rewards import PendingQuery
 from sdk.wire._router_config import RouterConfigRef
-from sdk.wire._schemas import PayloadError, _Reply, _Wire
+from sdk.wire._schemas import PayloadError, _OneLine, _Reply, _Wire
 
 __all__ = [
     "ROUTER_ROUND_PARAM",
@@ -131,16 +131,9 @@ class RoundRefusal(_Wire):
     reason: str = Field(pattern=r"^[a-z_]{1,40}$", description="which policy rule refused it "
                         "(round_kind, participants, captured, threshold, dp, epsilon, "
                         "local_samples, ...), or abandoned")
-    detail: str = Field(default="", max_length=1000, description="the rule, in words (control "
-                        "characters such as newlines and escapes are stored escaped)")
-
-    @field_validator("detail")
-    @classmethod
-    def _one_line(cls, value: str) -> str:
-        # A member's text reaches the server's log and the operator's terminal: with a newline
-        # or an ANSI escape it could forge log lines or repaint the screen.
-        return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                       for c in value)
+    detail: _OneLine = Field(default="", max_length=1000, description="the rule, in words "
+                             "(control characters such as newlines and escapes are stored "
+                             "escaped)")
 
 
 class Refusal(RoundRefusal):

@@ -207,6 +207,23 @@ def test_a_refusal_text_cannot_forge_log_lines(server: tuple[TestClient, list[Me
     assert "\n" not in stored and "\x1b" not in stored
 
 
+def test_a_cancel_reason_cannot_forge_log_lines(server: tuple[TestClient, list[Member]],
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    """An operator's cancel reason becomes the round's failure, logged by the server and read
+    by every participant: kept on one line like a member's refusal detail."""
+    tc, _ = server
+    rid = tc.post("/v1/rounds", json={"kind": "rm_fedavg", "vector_length": 4},
+                  headers=ADMIN).json()["round_id"]
+    forged = "operator\n2026-01-01 INFO fedmor.server: round 9 finished\x1b[2J"
+    with caplog.at_level(logging.INFO):
+        r = tc.post(f"/v1/rounds/{rid}/cancel", json={"reason": forged}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    lines = [rec.getMessage() for rec in caplog.records if "failed: cancelled" in rec.getMessage()]
+    assert len(lines) == 1 and "round 9 finished" in lines[0], lines
+    assert "\n" not in lines[0] and "\x1b" not in lines[0], lines[0]
+    assert "\n" not in r.json()["error"] and "\x1b" not in r.json()["error"]
+
+
 @pytest.mark.parametrize(("score", "checked"), [("1e300", True), ("Infinity", False),
                                                ("NaN", False), ("-2.5", True)])
 def test_a_refused_score_is_not_stored(server: tuple[TestClient, list[Member]],
