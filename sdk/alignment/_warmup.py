@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import secrets
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -182,15 +184,28 @@ def warmup_policy(
     targets = _noisy_answers(usable, cfg.label_noise, cfg.seed)
     bundle = load_vlm(base, runtime=runtime)
     losses, reached = _train(bundle, usable, targets, cfg, checked, say)
-    model, processor = bundle.model, bundle.processor
-    model.eval()
-    tmp = out.with_name(out.name + ".tmp")
-    model.save_pretrained(tmp)
-    processor.save_pretrained(tmp)
-    (tmp / _DONE).write_text(json.dumps({"config": cfg.model_dump(), "losses": losses,
-                                         "steps_done": len(losses),
-                                         "validation_expected": reached}))
-    if out.exists():  # another process finished first: keep theirs
-        return out
-    tmp.rename(out)
+    bundle.model.eval()
+    _publish(out, bundle, {"config": cfg.model_dump(), "losses": losses,
+                           "steps_done": len(losses), "validation_expected": reached})
     return out
+
+
+def _publish(out: Path, bundle: VLMBundle, record: dict[str, object]) -> None:
+    """Save the trained policy and ``record`` (the cache entry's marker) as folder ``out``:
+    into a fresh folder, renamed into place once complete. mkdir fails on any name that exists
+    (a planted link, a crashed run's half-saved folder), so nothing is written through one;
+    the folder keeps a new folder's usual mode, so a shared cache stays readable."""
+    tmp = out.with_name(f".{out.name}.{secrets.token_hex(8)}.tmp")
+    tmp.mkdir(parents=True)
+    try:
+        bundle.model.save_pretrained(tmp)
+        bundle.processor.save_pretrained(tmp)
+        (tmp / _DONE).write_text(json.dumps(record))
+        try:
+            tmp.rename(out)
+        except OSError:
+            if not (out / _DONE).is_file():
+                raise
+            # another process finished first: keep theirs
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

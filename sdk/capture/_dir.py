@@ -36,6 +36,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from sdk.capture._update import CaptureError, CaptureMeta, read_update_file, write_update_file
+from sdk.storage import replace_file
 
 __all__ = [
     "CAPTURE_DIR_FORMAT",
@@ -253,10 +254,9 @@ def _read_manifest(root: Path) -> CaptureManifest:
 
 
 def _save_manifest(root: Path, manifest: CaptureManifest) -> Path:
-    tmp = root / (MANIFEST + ".tmp")
-    tmp.write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
-    tmp.replace(root / MANIFEST)  # readers never see half a manifest
-    return root / MANIFEST
+    # Replaced whole (readers never see half a manifest), with the mode the capture's other
+    # files get: a new file's, under the umask.
+    return replace_file(root / MANIFEST, manifest.model_dump_json(indent=2), mode=0o666)
 
 
 def _drop_torn_tail(path: Path) -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import secrets
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sdk.storage import replace_file
 from sdk.wire import Role, parse_public_key
 
 __all__ = ["RosterEntry", "RosterFile", "add_to_roster", "roster_refusal"]
@@ -33,6 +34,10 @@ class RosterFile(BaseModel):
 
     clients: list[RosterEntry] = Field(default_factory=list)
 
+    FILE_MODE: ClassVar[int] = 0o666
+    """The file's mode before the umask: a new file's usual mode, since the roster holds no
+    secret (names, public keys, hashes of one-time tokens) and members keep copies of it."""
+
     @model_validator(mode="after")
     def _one_name_one_key(self) -> RosterFile:
         clash = _clash([(c.name, c.public_key) for c in self.clients])
@@ -54,15 +59,10 @@ class RosterFile(BaseModel):
             raise ValueError(_invalid(path, text, exc)) from None
 
     def save(self, path: Path) -> None:
-        """Write the roster atomically: a temporary file, flushed to disk, then renamed over
-        the old one, so a reader sees the old roster or the new one, never a part."""
+        """Replace the roster file whole (:func:`~sdk.storage.replace_file`): a reader sees
+        the old roster or the new one, never a part."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        with tmp.open("w") as out:
-            out.write(json.dumps(self.model_dump(), indent=2) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        tmp.replace(path)
+        replace_file(path, json.dumps(self.model_dump(), indent=2) + "\n", mode=self.FILE_MODE)
 
 
 def _clash(entries: list[tuple[str, str]]) -> tuple[str, str] | None:

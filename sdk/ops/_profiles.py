@@ -16,12 +16,12 @@ import json
 import os
 import stat
 import sys
-import tempfile
 from pathlib import Path
 
 import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sdk.storage import replace_file
 from sdk.wire import Role
 
 __all__ = ["CONFIG_DIR_ENV", "Profile", "ProfileBook", "check_owner_only", "config_dir",
@@ -132,18 +132,7 @@ class ProfileBook(BaseModel):
                       if value is not None and value is not False]
             lines.append("")
         _check_folder(path.parent)
-        # A fresh file (0600, created exclusively, so never a name planted in the folder and
-        # never a link to another file), renamed over the old one: readers see the old book
-        # or the new one.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write("\n".join(lines))
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        return path
+        return replace_file(path, "\n".join(lines))  # 0600: it names the user's key files
 
     def add(self, name: str, profile: Profile) -> None:
         """Keep ``profile`` as ``name`` (replacing one of that name); the first is the

@@ -31,6 +31,7 @@ from cryptography.exceptions import InvalidSignature
 
 from sdk.membership import RosterEntry, RosterFile, roster_refusal
 from sdk.serving import NotFoundError
+from sdk.storage import replace_file
 from sdk.wire import (
     KeyRotation,
     MemberInfo,
@@ -210,9 +211,7 @@ class Identities:
             if old is None:
                 self.roster_file.unlink(missing_ok=True)
             else:
-                tmp = self.roster_file.with_suffix(self.roster_file.suffix + ".tmp")
-                tmp.write_bytes(old)
-                tmp.replace(self.roster_file)
+                replace_file(self.roster_file, old, mode=RosterFile.FILE_MODE)
             raise
         self._stamp = self._file_stamp()
 
