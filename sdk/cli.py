@@ -206,10 +206,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(handler(args) or 0)
     except Exception as exc:
-        if not isinstance(exc, (ValueError, FileNotFoundError, PermissionError, _refusal())):
+        said = _one_line(exc)
+        if said is None:
             raise
-        print(f"fedmor: error: {exc}", file=sys.stderr)
+        print(f"fedmor: error: {said}", file=sys.stderr)
         return 1
+
+
+def _one_line(exc: Exception) -> str | None:
+    """What a user reads for an error of theirs (a wrong value, a path that is missing, a
+    folder or a file that exists, a server's refusal), else None: any other exception is a
+    bug, whose traceback is kept. An operating-system error that names a path is the user's
+    path (``IsADirectoryError: [Errno 21] ...`` reads as ``somedir: Is a directory``)."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        where = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
+        return f"{where}: {exc.strerror or exc}"
+    if isinstance(exc, (ValueError, FileNotFoundError, PermissionError, _refusal())):
+        return str(exc)
+    return None
 
 
 def _refusal() -> type[Exception]:

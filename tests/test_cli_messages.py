@@ -177,3 +177,22 @@ def test_fedmor_align_names_its_config_file_the_line_and_the_key(
     job.write_text("method = \n")
     assert main(argv) == 1
     assert capsys.readouterr().err.startswith(f"fedmor: error: {job}: not valid TOML: ")
+
+
+def test_a_path_the_system_refuses_is_one_line_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An operating-system error about a path the user gave (a folder given as a file, an
+    output name that exists) is one line naming the path and what is wrong, not a traceback;
+    a bug keeps its traceback."""
+    from sdk.cli import _one_line
+
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    assert main(["client", "check", "--config", str(folder)]) == 1
+    assert capsys.readouterr().err == f"fedmor: error: {folder}: Is a directory\n"
+    taken = tmp_path / "identity.pem"
+    taken.symlink_to(tmp_path / "elsewhere.pem")  # the name exists, though it leads nowhere
+    assert main(["keys", "new", "--out", str(taken)]) == 1
+    assert capsys.readouterr().err == f"fedmor: error: {taken}: File exists\n"
+    assert not (tmp_path / "elsewhere.pem").exists()
+    assert _one_line(KeyError("a bug")) is None and _one_line(TypeError("a bug")) is None
