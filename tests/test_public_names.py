@@ -19,13 +19,13 @@ APPS = ("server_app", "client_app", "attacks", "fedmor_local")
 # The most names each package may export: adding one means raising its budget here, on purpose.
 BUDGETS = {
     "attacks": 32, "client_app": 9, "fedmor_local": 3, "sdk.alignment": 36, "sdk.capture": 14,
-    "sdk.curves": 2, "sdk.data": 19, "sdk.membership": 6, "sdk.models": 16, "sdk.ops": 5,
+    "sdk.curves": 2, "sdk.data": 19, "sdk.membership": 5, "sdk.models": 16, "sdk.ops": 5,
     "sdk.progress": 3, "sdk.reward": 16, "sdk.rounds": 16, "sdk.router": 45,
     "sdk.runtime_options": 2, "sdk.secagg": 27, "sdk.serving": 24, "sdk.storage": 5, "sdk.wire":
     79, "server_app": 5,
 }
 # All packages together, new ones included (issue 41: a third fewer than the ~550 it counted).
-TOTAL_BUDGET = 363
+TOTAL_BUDGET = 362
 
 
 def _sdk_modules() -> list[str]:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sdk.storage import replace_file
 from sdk.wire import Role, parse_public_key
 
-__all__ = ["RosterEntry", "RosterFile", "add_to_roster", "roster_refusal"]
+__all__ = ["RosterEntry", "RosterFile", "add_to_roster"]
 
 
 class RosterEntry(BaseModel):
@@ -58,6 +58,15 @@ class RosterFile(BaseModel):
         except ValidationError as exc:
             raise ValueError(_invalid(path, text, exc)) from None
 
+    def with_entry(self, entry: RosterEntry) -> RosterFile:
+        """This roster with ``entry`` in place of any entry of its name; ``ValueError`` in one
+        line when it clashes (a name differing only by case, a key under two names)."""
+        try:
+            return RosterFile(clients=[c for c in self.clients if c.name != entry.name]
+                              + [entry])
+        except ValidationError as exc:
+            raise ValueError(_refusal(exc)) from None
+
     def save(self, path: Path) -> None:
         """Replace the roster file whole (:func:`~sdk.storage.replace_file`): a reader sees
         the old roster or the new one, never a part."""
@@ -81,7 +90,7 @@ def _clash(entries: list[tuple[str, str]]) -> tuple[str, str] | None:
     return None
 
 
-def roster_refusal(exc: ValueError) -> str:
+def _refusal(exc: ValueError) -> str:
     """Why a roster was refused, in one line: the first error without pydantic's framing
     (which would also print the roster it was given, token hashes included)."""
     if not isinstance(exc, ValidationError):
@@ -102,7 +111,7 @@ def _invalid(path: Path, text: str, exc: ValidationError) -> str:
         entries = []
     clash = _clash(entries)
     if clash is None:
-        return (f"roster file {path} is not a valid roster: {roster_refusal(exc)} "
+        return (f"roster file {path} is not a valid roster: {_refusal(exc)} "
                 f"(mend the file, or write it again with `fedmor roster add --roster {path}`)")
     name, why = clash
     needle = json.dumps(name)
@@ -130,7 +139,7 @@ def remove_from_roster(path: Path, name: str) -> bool:
         roster = RosterFile.model_validate({**raw, "clients": kept})
     except ValidationError as exc:
         raise ValueError(f"roster file {path} is not a valid roster without {name!r} either: "
-                         f"{roster_refusal(exc)} (mend the file)") from None
+                         f"{_refusal(exc)} (mend the file)") from None
     roster.save(path)
     return True
 
@@ -146,9 +155,9 @@ def add_to_roster(path: Path, *, name: str, public_key: str, role: Role = "membe
     try:
         entry = RosterEntry(name=name, public_key=public_key,
                             token_sha256=hashlib.sha256(token.encode()).hexdigest(), role=role)
-        roster = RosterFile(clients=[c for c in roster.clients if c.name != name] + [entry])
-    except ValidationError as exc:
+        roster = roster.with_entry(entry)
+    except ValueError as exc:  # a ValidationError of the entry is one too
         raise ValueError(f"cannot add {name!r} to roster file {path}: "
-                         f"{roster_refusal(exc)}") from None
+                         f"{_refusal(exc)}") from None
     roster.save(path)  # validated above (a clash raises): nothing is written
     return token

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 
-from sdk.membership import RosterEntry, RosterFile, roster_refusal
+from sdk.membership import RosterEntry, RosterFile
 from sdk.serving import NotFoundError
 from sdk.storage import replace_file
 from sdk.wire import (
@@ -188,11 +188,10 @@ class Identities:
         if self.roster_file is None:
             return None
         try:
-            kept = [c for c in RosterFile.load(self.roster_file).clients if c.name != entry.name]
-            return RosterFile(clients=[*kept, entry])
-        except ValueError as exc:  # a clash in the file (a ValidationError is a ValueError)
+            return RosterFile.load(self.roster_file).with_entry(entry)
+        except ValueError as exc:  # the file is invalid, or the entry clashes with it
             raise ConflictError(f"{entry.name!r} cannot join roster file "
-                                f"{self.roster_file}: {roster_refusal(exc)}") from None
+                                f"{self.roster_file}: {exc}") from None
 
     def _write_with_store(self, roster: RosterFile | None, write: Callable[[], object]) -> None:
         """Write ``roster`` to the roster file (atomically) and run ``write`` in one store
