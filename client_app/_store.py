@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sdk.storage import SQLiteFile
+from sdk.storage import Retention, SQLiteFile
 from sdk.wire import StagePayload
 
 __all__ = ["ClientStore", "read_rounds"]
@@ -72,7 +72,9 @@ def read_rounds(path: Path | str) -> tuple[str | None, list[dict[str, Any]]]:
 class ClientStore(SQLiteFile):
     """Thread-safe access to the client's SQLite file (WAL)."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *,
+                 images_bytes: int = Retention().images_bytes) -> None:
+        self.images_bytes = images_bytes  # the image cache's bound ([retention] images_bytes)
         # NORMAL: durable across an app crash (not a power cut), one fsync per checkpoint
         # instead of per query; the audit log is local bookkeeping, not an acknowledgement.
         super().__init__(path, _SCHEMA, synchronous="NORMAL")
@@ -118,9 +120,11 @@ class ClientStore(SQLiteFile):
         self._exec("INSERT OR REPLACE INTO kv VALUES (?,?)", (key, value))
 
     def put_image(self, sha256: str, data: bytes) -> None:
-        """Cache an image by its hash."""
-        self._exec("INSERT OR IGNORE INTO images(sha256, data, stored_at) VALUES (?,?,?)",
-                   (sha256, data, time.time()))
+        """Cache an image by its hash (the oldest go past ``images_bytes``)."""
+        with self._lock:
+            self._exec("INSERT OR IGNORE INTO images(sha256, data, stored_at) VALUES (?,?,?)",
+                       (sha256, data, time.time()))
+            self.keep_newest("images", self.images_bytes)
 
     def image(self, sha256: str) -> bytes | None:
         """A cached image, or None."""

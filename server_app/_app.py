@@ -90,7 +90,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     cfg = settings or ServerSettings()
     if not cfg.allow_readable_files:
         check_private_files(cfg.db_path, cfg.identity_key, cfg.tls_key)
-    store = Store(cfg.db_path)
+    store = Store(cfg.db_path, images_bytes=cfg.retention.images_bytes)
     lineages = RouterLineages(store)
     lineages.check_declared(cfg.router)  # a changed [router] needs a lineage
     for member in store.clients("member"):  # a head for each member (one enrolled as we fell)

@@ -30,6 +30,9 @@ class Retention(BaseModel):
 
     images_days: float = Field(default=30.0, gt=0, description="cached query images (the "
                                "sender resends an image a member no longer holds)")
+    images_bytes: int = Field(default=4 * 2**30, ge=2**20, description="cached query images "
+                              "kept at most, in bytes: past it the oldest go as a new one "
+                              "arrives, so a sender cannot fill the disk between two purges")
     queries_days: float = Field(default=90.0, gt=0, description="answered reward-query rows "
                                 "(server: the pull-mode queue; member: its query log, never "
                                 "inside the reward budget's window)")

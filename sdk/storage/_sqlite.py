@@ -85,6 +85,17 @@ class SQLiteFile:
         self.checkpoints.committed()
         return int(deleted)
 
+    def keep_newest(self, table: str, max_bytes: int) -> int:
+        """Delete the oldest rows of cache ``table`` (its ``data`` blobs, each row's
+        ``stored_at``) until the rest hold at most ``max_bytes``; returns how many went (the
+        table's name comes from code, never from a request)."""
+        with self._lock:
+            deleted = self._db.execute(
+                f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM (SELECT rowid, "
+                f"SUM(length(data)) OVER (ORDER BY stored_at DESC, rowid DESC) AS upto "
+                f"FROM {table}) WHERE upto > ?)", (max_bytes,)).rowcount
+        return int(deleted)
+
     def scrub(self, attempts: int = 3) -> bool:
         """Copy the write-ahead log into the database and truncate it to zero bytes, so no
         older version of a deleted row survives in the ``-wal`` file (with ``secure_delete``,

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from sdk.serving import ConflictError
+from sdk.storage import Retention
 from server_app._store._console import ConsoleTables, ConsoleTokenRow
 from server_app._store._identities import (
     AuditRow,
@@ -127,8 +128,10 @@ CREATE TABLE IF NOT EXISTS reward_queries (
 class Store(IdentityTables, RoundTables, RewardTables, ConsoleTables):
     """Thread-safe access to the server's SQLite file; one connection guarded by a lock."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *,
+                 images_bytes: int = Retention().images_bytes) -> None:
         super().__init__(path, _SCHEMA)
+        self.images_bytes = images_bytes  # the image cache's bound ([retention] images_bytes)
         columns = {r["name"] for r in self._db.execute("PRAGMA table_info(clients)")}
         if "clip_bound" not in columns:  # a store created before members announced it
             self._db.execute("ALTER TABLE clients ADD COLUMN clip_bound REAL")

@@ -54,6 +54,8 @@ class QueryRow:
 class RewardTables(StoreBase):
     """What the reward broker and the online router keep."""
 
+    images_bytes: int  # the image cache's bound, set by the store
+
     def save_online(self, method: str, router_version: int, run: str, step: int | None,
                     last_loss: float | None, state: bytes) -> None:
         """Keep the online router's state (durable before the feedback is acknowledged)."""
@@ -85,6 +87,8 @@ class RewardTables(StoreBase):
                      if self._one("SELECT 1 FROM images WHERE sha256=?", (h,)) is None]
             self._db.executemany("INSERT OR IGNORE INTO images(sha256, data, stored_at) "
                                  "VALUES (?,?,?)", [(h, d, time.time()) for h, d in fresh])
+            if fresh:
+                self.keep_newest("images", self.images_bytes)
 
     def image(self, sha256: str) -> bytes | None:
         """An image by hash, or None."""

@@ -98,8 +98,29 @@ def test_a_member_purges_old_images_and_query_log_but_not_its_budget_window(
         assert tc.get("/v1/health").status_code == 200
 
 
+@pytest.mark.parametrize("app", ["server", "member"])
+def test_an_image_cache_keeps_at_most_its_bytes_the_newest_first(app: str,
+                                                                  tmp_path: Path) -> None:
+    """A sender cannot fill the disk between two purges: each new image past the cache's
+    ``images_bytes`` pushes the oldest out at once (a sender resends what it needs)."""
+    mib = 2**20
+    if app == "server":
+        server = Store(tmp_path / "s.db", images_bytes=2 * mib)
+        store, put = server, (lambda h, d: server.put_images({h: d}))
+    else:
+        member = ClientStore(tmp_path / "c.db", images_bytes=2 * mib)
+        store, put = member, member.put_image
+    names = [f"image-{n}" for n in range(5)]
+    for n, name in enumerate(names):
+        put(name, bytes([n]) * (mib // 2 + 1))  # three fit in 2 MiB, four do not
+    assert [name for name in names if store.image(name) is not None] == names[2:]
+    assert _sql(Path(store.path), "SELECT SUM(length(data)) FROM images")[0][0] <= 2 * mib
+    store.close()
+
+
 def test_retention_settings_refuse_nonsense() -> None:
-    for bad in ({"images_days": 0}, {"audit_days": -1}, {"interval_s": 0}, {"days": 3}):
+    for bad in ({"images_days": 0}, {"audit_days": -1}, {"interval_s": 0}, {"days": 3},
+                {"images_bytes": 1000}):
         with pytest.raises(ValidationError):
             Retention(**bad)
     assert ServerSettings().retention == Retention() == ClientSettings().retention
