@@ -213,6 +213,11 @@ class RewardAnswer(_Wire):
 class PendingQuery(_Reply):
     """A queued (pull-mode) reward query for one client."""
 
+    PAGE_BYTES: ClassVar[int] = 32 * 2**20
+    """The most bytes of queued items one answer lists before its last query (the oldest is
+    always listed): the rest come with the member's next fetch, so the member's bound on an
+    answer (its ``max_answer_bytes``) need only hold a page and one query."""
+
     query_id: int
     items: list[RewardItem]
 

@@ -33,8 +33,9 @@ def install_work_routes(app: FastAPI, store: Store, rounds: RoundManager, work: 
     @app.get("/v1/reward/pending", response_model=list[PendingQuery], tags=["reward"],
              openapi_extra=members)
     def pending(client: Client) -> list[PendingQuery]:
-        """Pull mode: this client's queued reward queries."""
-        return store.pending_queries(client)
+        """Pull mode: this client's queued reward queries, oldest first, one page
+        (``PendingQuery.PAGE_BYTES``) at a time."""
+        return store.pending_queries(client, PendingQuery.PAGE_BYTES)
 
     @app.get("/v1/work", response_model=Work, tags=["rounds", "reward"], openapi_extra=members)
     async def find(request: Request, client: Client,

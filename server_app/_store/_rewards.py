@@ -132,10 +132,16 @@ class RewardTables(StoreBase):
         self._write("UPDATE reward_queries SET status='pending', scores=NULL, answered_at=NULL "
                     "WHERE query_id=?", (query_id,))
 
-    def pending_queries(self, client_id: str) -> list[PendingQuery]:
-        """A client's unanswered queries, oldest first."""
-        rows = self._all("SELECT query_id, items FROM reward_queries WHERE client_id=? AND "
-                         "status='pending' ORDER BY query_id", (client_id,))
+    def pending_queries(self, client_id: str, page_bytes: int | None = None
+                        ) -> list[PendingQuery]:
+        """A client's unanswered queries, oldest first; with ``page_bytes``, those queued
+        before that many bytes of items were listed (the oldest always): one page."""
+        size = "length(CAST(items AS BLOB))"
+        rows = self._all(
+            f"SELECT query_id, items FROM (SELECT query_id, items, SUM({size}) OVER (ORDER BY "
+            f"query_id) - {size} AS before FROM reward_queries WHERE client_id=? AND "
+            f"status='pending') WHERE before < ? ORDER BY query_id",
+            (client_id, 2**62 if page_bytes is None else page_bytes))
         return [PendingQuery(query_id=r["query_id"], items=json.loads(r["items"]))
                 for r in rows]
 

@@ -118,3 +118,31 @@ def test_refusals_for_load_keep_one_stored_copy_of_the_query(tmp_path: Path) -> 
     store = member.tc.app.state.store  # type: ignore[attr-defined]
     ((rows, stored),) = store.read("SELECT COUNT(*), SUM(length(items)) FROM reward_queries")
     assert rows == 1 and stored < 2 * len(image.b64()), (rows, stored)
+
+
+def test_pending_queries_come_a_page_at_a_time_the_oldest_always(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member's fetch lists its queued queries until a page of bytes was listed, so an
+    answer holds at most a page and one query whatever the queue's depth; the rest follow."""
+    from sdk.wire import PendingQuery, RewardAnswer, RewardItem
+    from server_app import Store
+
+    team = enrolled_team(tmp_path, {"m0": "member"})
+    member = team["m0"]
+    store: Store = member.tc.app.state.store  # type: ignore[attr-defined]
+    item = RewardItem(image_sha256="0" * 64, prompt="p", response="r" * 1000)
+    queued = [store.queue_query(member.client_id, [item]) for _ in range(3)]
+    ids, size = [q.query_id for q in queued], queued[0].size
+
+    def page(page_bytes: int | None) -> list[int]:
+        return [q.query_id for q in store.pending_queries(member.client_id, page_bytes)]
+
+    assert page(None) == ids and page(3 * size) == ids
+    assert page(2 * size) == ids[:2] and page(1) == ids[:1]  # the oldest, even over a page
+    # Both of the member's fetches list one page (PAGE_BYTES made two queries' worth here).
+    monkeypatch.setattr(PendingQuery, "PAGE_BYTES", 2 * size)
+    work = member.call("GET", "/v1/work?rounds=false").json()
+    pending = member.call("GET", "/v1/reward/pending").json()
+    assert [q["query_id"] for q in work["queries"]] == [q["query_id"] for q in pending] == ids[:2]
+    store.answer_query(ids[0], RewardAnswer(scores=[0.0]))
+    assert [q["query_id"] for q in member.call("GET", "/v1/reward/pending").json()] == ids[1:]
