@@ -56,6 +56,7 @@ class _UpdateParams(BaseModel):
     # server knows no update source, so it passes them through unread and the source checks them.
     update: dict[str, Any] = Field(default_factory=dict)
 
+
 _PARAMS_DEPTH = 16
 """How deep round ``params`` may nest: no kind's or update source's option comes near it."""
 

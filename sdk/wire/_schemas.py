@@ -38,12 +38,12 @@ _PublicKey = Annotated[str, Field(min_length=40, max_length=64,
 """A public key as it arrives: checked to be one where the request is parsed."""
 
 
-
 def _escaped(text: str) -> str:
     # A caller's free text reaches the server's log and other parties' terminals: with a
     # newline or an ANSI escape it could forge log lines or repaint the screen.
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
                    for c in text)
+
 
 _OneLine = Annotated[str, AfterValidator(_escaped)]
 """Free text a party sends (a reason, a detail), kept on one line: every control character
