@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import Field
@@ -93,7 +93,7 @@ class RotationRecord(_Reply):
 class Revocation(_Wire):
     """``POST /v1/members/{name}/revoke``: why (kept in the audit table)."""
 
-    reason: _OneLine = Field(default="", max_length=500)
+    reason: Annotated[_OneLine, Field(max_length=500)] = Field(default="")
 
 
 class RoundTerms(_Wire):

@@ -3,6 +3,8 @@ per-member report (what each member's site policy refused, the DP budget its upd
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
 from sdk.wire._identity import MemberInfo, Role
@@ -35,7 +37,7 @@ class RosterAdded(_Reply):
 class RoundCancel(_Wire):
     """``POST /v1/rounds/{id}/cancel``: end an open round as failed."""
 
-    reason: _OneLine = Field(default="", max_length=500)
+    reason: Annotated[_OneLine, Field(max_length=500)] = Field(default="")
 
 
 class MemberRefusal(_Reply):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -132,9 +132,9 @@ class RoundRefusal(_Wire):
     reason: str = Field(pattern=r"^[a-z_]{1,40}$", description="which policy rule refused it "
                         "(round_kind, participants, captured, threshold, dp, epsilon, "
                         "local_samples, ...), or abandoned")
-    detail: _OneLine = Field(default="", max_length=1000, description="the rule, in words "
-                             "(control characters such as newlines and escapes are stored "
-                             "escaped)")
+    detail: Annotated[_OneLine, Field(max_length=1000)] = Field(
+        default="", description="the rule, in words (control characters such as newlines and "
+        "escapes are stored escaped, the bound counting them)")
 
 
 class Refusal(RoundRefusal):

@@ -47,7 +47,8 @@ def _escaped(text: str) -> str:
 
 _OneLine = Annotated[str, AfterValidator(_escaped)]
 """Free text a party sends (a reason, a detail), kept on one line: every control character
-(newline, escape) stored escaped."""
+(newline, escape) stored escaped. A field bounds it after the escaping,
+``Annotated[_OneLine, Field(max_length=n)]``, so the bound holds for the text as stored."""
 
 _SHA256 = r"^[0-9a-f]{64}$"
 

@@ -224,6 +224,19 @@ def test_a_cancel_reason_cannot_forge_log_lines(server: tuple[TestClient, list[M
     assert "\n" not in r.json()["error"] and "\x1b" not in r.json()["error"]
 
 
+def test_a_one_line_texts_bound_holds_for_the_text_as_stored() -> None:
+    """Escaping a control character takes up to ten characters: the bound counts them, so a
+    reason kept on one line stays within its declared length."""
+    from sdk.wire import RoundCancel, RoundRefusal
+
+    assert RoundRefusal(reason="dp", detail="\x1b" * 250).detail == "\\x1b" * 250  # 1000
+    with pytest.raises(ValueError, match="at most 1000"):
+        RoundRefusal(reason="dp", detail="\x1b" * 251)
+    assert len(RoundCancel(reason="\n" * 250).reason) == 500
+    with pytest.raises(ValueError, match="at most 500"):
+        RoundCancel(reason="\n" * 251)
+
+
 @pytest.mark.parametrize(("score", "checked"), [("1e300", True), ("Infinity", False),
                                                ("NaN", False), ("-2.5", True)])
 def test_a_refused_score_is_not_stored(server: tuple[TestClient, list[Member]],
