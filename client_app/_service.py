@@ -172,10 +172,6 @@ class RewardService:
                                  missing=sorted(missing))
         return [images[item.image_sha256] for item in req.items]
 
-    def _keep(self, sent: dict[str, bytes]) -> None:
-        for digest, data in sent.items():
-            self.store.put_image(digest, data)
-
     def _score(self, caller: str, req: RewardRequest) -> RewardResponse | MissingImages:
         sent = {item.image_sha256: image_bytes(item.image_sha256, item.image_b64)
                 for item in req.items if item.image_b64 is not None}
@@ -183,7 +179,7 @@ class RewardService:
         # Sent images are kept only for a batch answered or waiting for its missing images
         # (the caller resends only those): a refused batch leaves the store as it was.
         if isinstance(images, MissingImages):
-            self._keep(sent)
+            self.store.put_images(sent)
             return images
         try:
             raw = self.scorer.score(images, [i.prompt for i in req.items],
@@ -192,7 +188,7 @@ class RewardService:
             raise PayloadError(f"cannot score this batch: {exc}") from None
         if len(raw) != len(req.items):
             raise RuntimeError(f"scorer returned {len(raw)} scores for {len(req.items)} items")
-        self._keep(sent)
+        self.store.put_images(sent)
         # A NaN carries no preference: send the neutral 0 rather than leak it. Scores are not
         # clipped here (the scorer's normalizer clipped them once): one outside the announced
         # bound is refused by the server, which fails the item instead of trusting it.

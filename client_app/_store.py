@@ -119,12 +119,23 @@ class ClientStore(SQLiteFile):
         """Store a setting."""
         self._exec("INSERT OR REPLACE INTO kv VALUES (?,?)", (key, value))
 
-    def put_image(self, sha256: str, data: bytes) -> None:
-        """Cache an image by its hash (the oldest go past ``images_bytes``)."""
+    def put_images(self, images: dict[str, bytes]) -> None:
+        """Cache images by their hash, then drop the oldest past ``images_bytes``: one commit
+        and one pass over the cache per batch, not per image."""
+        if not images:
+            return
+        now = time.time()
         with self._lock:
-            self._exec("INSERT OR IGNORE INTO images(sha256, data, stored_at) VALUES (?,?,?)",
-                       (sha256, data, time.time()))
-            self.keep_newest("images", self.images_bytes)
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany("INSERT OR IGNORE INTO images(sha256, data, stored_at) "
+                                     "VALUES (?,?,?)", [(h, d, now) for h, d in images.items()])
+                self.keep_newest("images", self.images_bytes)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        self.checkpoints.committed()
 
     def image(self, sha256: str) -> bytes | None:
         """A cached image, or None."""

@@ -76,8 +76,8 @@ def test_a_member_purges_old_images_and_query_log_but_not_its_budget_window(
         tmp_path: Path) -> None:
     db = tmp_path / "client.db"
     store = ClientStore(db)
-    store.put_image("old", b"o")
-    store.put_image("new", b"n")
+    store.put_images({"old": b"o"})
+    store.put_images({"new": b"n"})
     for query in ("q-old", "q-window", "q-new"):
         store.record_query("server", query, ["h"])
     store.close()
@@ -109,7 +109,7 @@ def test_an_image_cache_keeps_at_most_its_bytes_the_newest_first(app: str,
         store, put = server, (lambda h, d: server.put_images({h: d}))
     else:
         member = ClientStore(tmp_path / "c.db", images_bytes=2 * mib)
-        store, put = member, member.put_image
+        store, put = member, (lambda h, d: member.put_images({h: d}))
     names = [f"image-{n}" for n in range(5)]
     for n, name in enumerate(names):
         put(name, bytes([n]) * (mib // 2 + 1))  # three fit in 2 MiB, four do not
