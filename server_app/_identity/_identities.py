@@ -55,6 +55,8 @@ __all__ = ["Identities"]
 
 _log = logging.getLogger("fedmor.server")
 _SEEN_FLUSH_S = 10.0  # last-seen times reach the store at most this often (not per request)
+
+
 def _signs(public_key: str, signature: str, message: bytes) -> bool:
     """Whether base64 ``signature`` is ``public_key``'s over ``message``."""
     try:

@@ -154,8 +154,7 @@ def find_work(rounds: RoundManager, store: Store, client_id: str, *,
               include_rounds: bool = True) -> Work | None:
     """What ``client_id`` has to do now, or None when nothing."""
     work = Work(rounds=rounds.awaiting(client_id) if include_rounds else [],
-                queries=[PendingQuery.model_validate(q)
-                         for q in store.pending_queries(client_id, PendingQuery.PAGE_BYTES)])
+                queries=store.pending_queries(client_id, PendingQuery.PAGE_BYTES))
     return work if work.rounds or work.queries else None
 
 
