@@ -9,13 +9,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from fedmor_local import free_port
 from tests._checkout import checkout_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,29 +32,6 @@ def quickstart(guide: str) -> str:
     return "\n".join(blocks)
 
 
-def _free_run(n: int) -> int:
-    """A port p with p .. p + n - 1 all free on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no run of free ports")
-
-
 def swap_ports(script: str, server: int, clients: int) -> str:
     """``script`` with the guides' ports (server 8443, members 9441-9444) replaced by ``server``
     and ``clients`` .. ``clients + 3``, in one pass over whole numbers: a port put in for one
@@ -64,7 +41,7 @@ def swap_ports(script: str, server: int, clients: int) -> str:
 
 
 def run_quickstart(guide: str, tmp_path: Path, timeout: float = 600) -> str:
-    script = swap_ports(quickstart(guide), _free_run(1), _free_run(4))
+    script = swap_ports(quickstart(guide), free_port(), free_port(4))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "fedmor"  # the console script, pointing at this checkout

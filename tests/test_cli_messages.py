@@ -4,12 +4,12 @@ setting and the fix, in a sentence (not a parser's internals, not the top-level 
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 
 import pytest
 
 from client_app import ClientSettings
+from fedmor_local import free_port
 from sdk.cli import main
 from sdk.ops import Connection, OperatorClient
 from sdk.serving import load_settings
@@ -88,9 +88,7 @@ def test_the_round_parameter_error_lists_what_an_operator_sets() -> None:
 
 
 def test_a_server_that_is_down_without_wait_says_how_to_wait() -> None:
-    with socket.socket() as s:  # a port nothing listens on once closed
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     with pytest.raises(ValueError) as err:
         OperatorClient(Connection(server=f"http://127.0.0.1:{port}",
                                   insecure_http=True)).wait_healthy(0)
@@ -127,9 +125,7 @@ def test_a_live_audit_checks_the_shadow_base_before_spending_budget(tmp_path: Pa
                                   "backbone": {"source": str(tmp_path / "gone")}}))
     for split in ("train", "eval"):
         (tmp_path / "pairs" / split).mkdir(parents=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     with pytest.raises(AttackError, match="--shadow-base"):
         audit_live_member(f"http://127.0.0.1:{port}", Ed25519PrivateKey.generate(),
                           caller_id="auditor", member="st-mary", pairs_dir=tmp_path / "pairs",

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fedmor_local import free_port
 from fedmor_local._local import wait_healthy
 from sdk.cli import main
 from sdk.membership import add_to_roster
@@ -24,12 +24,6 @@ from sdk.wire._auth import write_private_key
 from tests._checkout import checkout_env
 
 READY_S = 120  # the longest a fresh server may take to answer /v1/health on a loaded machine
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +38,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
         (work / f"{name}.token").write_text(add_to_roster(
             work / "roster.json", name=name, public_key=public_key_b64(key), role="operator"))
     token = (work / "ops.token").read_text()
-    port = _port()
+    port = free_port()
     (work / "server.toml").write_text(
         f'host = "127.0.0.1"\nport = {port}\ndb_path = "{work}/s.db"\n'
         f'identity_key = "{work}/id.pem"\nroster_file = "{work}/roster.json"\n'

@@ -7,6 +7,7 @@ app handed a Python router update, for tests). Its folder is ``examples/fedmor_l
 repository's top level is fixed); ``pip install`` installs it beside ``sdk``.
 """
 
-from fedmor_local._local import OPEN_POLICY, LocalConsortium, free_port
+from fedmor_local._local import OPEN_POLICY, LocalConsortium
+from fedmor_local._ports import free_port
 
 __all__ = ["OPEN_POLICY", "LocalConsortium", "free_port"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from typing import Any
 import httpx
 
 from fedmor_local._pki import client_cert_paths, make_pki
+from fedmor_local._ports import free_port
 from sdk.membership import add_to_roster
 from sdk.wire import (
     EnrollRequest,
@@ -34,7 +34,7 @@ from sdk.wire import (
     tls_verify,
 )
 
-__all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "free_port", "wait_healthy"]
+__all__ = ["ADMIN_TOKEN", "OPEN_POLICY", "LocalConsortium", "wait_healthy"]
 
 ADMIN_TOKEN = "local-admin-token"
 """The admin bearer token of a local consortium's server (127.0.0.1 only; never for a deployment)."""
@@ -48,13 +48,6 @@ FAIL_SAFE_S = 600.0
 machine takes minutes, and a process that exits ends the wait at once."""
 _OPERATOR = "operator"  # the harness's own client certificate under mutual TLS
 _REPO = Path(__file__).resolve().parents[2]  # so ``python -m server_app`` finds the packages
-
-
-def free_port() -> int:
-    """An unused TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_healthy(url: str, *, verify: Any, proc: subprocess.Popen[bytes] | None = None,

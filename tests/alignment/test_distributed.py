@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from fedmor_local import free_port
 from sdk.alignment import InProcessRewardSource, SelectionRewardFunction
 from sdk.alignment._feedback import sync_router_update
 from sdk.alignment._selection import MoRSelection
 from tests.alignment.conftest import grey, make_chooser
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _batch(rank: int, step: int, n: int = 4) -> dict:
@@ -54,7 +48,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
 
 
 def test_router_state_identical_on_two_gloo_ranks(tmp_path: Path) -> None:
-    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     s0 = torch.load(tmp_path / "rank0.pt", weights_only=False)
     s1 = torch.load(tmp_path / "rank1.pt", weights_only=False)
     fresh = make_chooser(num_clients=3).state_dict()
