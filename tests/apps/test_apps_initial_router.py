@@ -27,6 +27,14 @@ def trio(tmp_path: Path) -> Iterator[LocalConsortium]:
         yield c
 
 
+@pytest.fixture(scope="module")
+def unpublished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalConsortium]:
+    """A server alone, shared by the tests whose requests it refuses: none may publish."""
+    with LocalConsortium(tmp_path_factory.mktemp("unpublished"), 0) as c:
+        c.start()
+        yield c
+
+
 def _post(c: LocalConsortium, body: bytes, **headers: str) -> object:
     return c.admin.post("/v1/router", content=body,
                         headers={"content-type": "application/octet-stream", **headers})
@@ -61,17 +69,17 @@ def test_rounds_sum_deltas_from_the_published_router(trio: LocalConsortium) -> N
     (np.array([1.0, np.nan], dtype="<f4").tobytes(), "non-finite"),
 ])
 def test_a_bad_starting_router_is_refused_and_nothing_is_published(
-        trio: LocalConsortium, body: bytes, message: str) -> None:
-    resp = _post(trio, body)
+        unpublished: LocalConsortium, body: bytes, message: str) -> None:
+    resp = _post(unpublished, body)
     assert resp.status_code == 422 and message in resp.json()["detail"]  # type: ignore[attr-defined]
-    assert trio.admin.get("/v1/router/latest").status_code == 404
+    assert unpublished.admin.get("/v1/router/latest").status_code == 404
 
 
-def test_only_the_operator_publishes_the_starting_router(trio: LocalConsortium) -> None:
+def test_only_the_operator_publishes_the_starting_router(unpublished: LocalConsortium) -> None:
     body = np.zeros(4, dtype="<f4").tobytes()
-    resp = _post(trio, body, authorization="Bearer not-the-token")
+    resp = _post(unpublished, body, authorization="Bearer not-the-token")
     assert resp.status_code == 401
-    assert trio.admin.get("/v1/router/latest").status_code == 404
+    assert unpublished.admin.get("/v1/router/latest").status_code == 404
 
 
 def test_delta_helpers_round_trip() -> None:
