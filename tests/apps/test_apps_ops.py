@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from client_app._demo import demo_params
 from fedmor_local import LocalConsortium
+from fedmor_local._local import FAIL_SAFE_S
 
 from .conftest import running
 
@@ -34,6 +36,17 @@ def _metric(text: str, name: str) -> float:
     raise AssertionError(f"{name} not in the metrics:\n{text}")
 
 
+def _metrics_once(c: LocalConsortium, url: str, name: str) -> str:
+    """The app's metrics once they show ``name`` (a process that exits or the harness's
+    fail-safe ends the wait)."""
+    deadline = time.monotonic() + FAIL_SAFE_S
+    while (name + " ") not in (text := c._probe.get(f"{url}/metrics").text):
+        c._running(f"{name} in {url}/metrics", *c.procs)
+        assert time.monotonic() < deadline, f"{name} not in the metrics:\n{text}"
+        time.sleep(0.05)
+    return text
+
+
 def test_readiness_and_metrics(ops: LocalConsortium) -> None:
     client_url = ops.client_cfg[ops.names[0]]["public_url"]
     for url in (ops.server_url, client_url):
@@ -50,7 +63,9 @@ def test_readiness_and_metrics(ops: LocalConsortium) -> None:
     assert _metric(server, 'fedmor_server_refusals{reason="round_kind"}') == 3
     assert _metric(server, 'fedmor_server_requests_total{method="POST",route="/v1/rounds",'
                            'status="200"}') == 2
-    client = ops._probe.get(f"{client_url}/metrics").text
+    # The member counts its round done once the server's ack of its last message reaches it,
+    # which may be after the server finished the round: wait for that count.
+    client = _metrics_once(ops, client_url, 'fedmor_client_rounds{status="done"}')
     assert _metric(client, 'fedmor_client_refusals{reason="round_kind"}') == 1
     assert _metric(client, 'fedmor_client_rounds{status="done"}') == 1
     assert 'fedmor_client_request_seconds_count{method="GET",route="/v1/ready"}' in client
