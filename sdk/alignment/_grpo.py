@@ -21,6 +21,7 @@ from sdk.alignment._plots import plot_alignment
 from sdk.data import Query
 from sdk.models import Runtime, load_vlm, vision_encoder
 from sdk.progress import Steps
+from sdk.storage import replace_file
 
 __all__ = ["GRPORewardFunction", "StepTimer", "align", "query_dataset"]
 
@@ -196,7 +197,9 @@ def _write_metrics(out: Path, s: GRPOSettings, reward_fn: GRPORewardFunction,
         "router_feedback": [h for cb in feedback for h in getattr(cb, "history", [])],
     }
     metrics["plots"] = plot_alignment(metrics, out / "plots")
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+    # Replaced whole, never written in place: a resume reads it, and a crash mid-write would
+    # leave it torn.
+    replace_file(out / "metrics.json", json.dumps(metrics, indent=1, default=str), mode=0o666)
 
 
 def _grpo_config(s: GRPOSettings, trainer_dir: Path, rt: Runtime) -> GRPOConfig:

@@ -22,6 +22,7 @@ from sdk.alignment._grpo_settings import GRPOSettings
 from sdk.models import Runtime
 from sdk.progress import say
 from sdk.runtime_options import add_runtime_arguments, runtime_from_args
+from sdk.storage import replace_file
 
 __all__ = ["AlignJob", "register", "run_align_job"]
 
@@ -111,12 +112,12 @@ def run_align_job(job: AlignJob, *, callbacks: list[Any] | None = None) -> Path:
     rest = {"rank": rank, "requests": reward_fn.requests, "bytes_sent": reward_fn.bytes_sent,
             "failed_items": reward_fn.failed, "reward_calls": len(reward_fn.history),
             "server": job.server}
-    (out / f"rest_rank{rank}.json").write_text(json.dumps(rest, indent=1))
+    replace_file(out / f"rest_rank{rank}.json", json.dumps(rest, indent=1), mode=0o666)
     metrics_path = out / "metrics.json"
     if rank == 0 and metrics_path.exists():
         metrics = json.loads(metrics_path.read_text())
         metrics["rest"] = rest
-        metrics_path.write_text(json.dumps(metrics, indent=1, default=str))
+        replace_file(metrics_path, json.dumps(metrics, indent=1, default=str), mode=0o666)
     return out
 
 

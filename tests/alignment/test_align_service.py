@@ -117,9 +117,16 @@ def test_fedmor_align_resumes_from_its_checkpoint(
     # A job killed while saving checkpoint-2 left it without its trainer state (written
     # last): the resume takes checkpoint-1, the newest complete one.
     (out / "trainer" / "checkpoint-2" / "trainer_state.json").unlink()
+    # The first run's metrics, kept elsewhere and linked in: the resume replaces the link with
+    # a new file (renamed over it, as every write of metrics.json is) and leaves the copy be.
+    kept = tmp_path / "first-run-metrics.json"
+    (out / "metrics.json").rename(kept)
+    (out / "metrics.json").symlink_to(kept)
+    first = kept.read_bytes()
     again = _run(consortium, [sys.executable], base_policy, data_dir, out, 2, "--resume",
                  save_steps=1)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert kept.read_bytes() == first and not (out / "metrics.json").is_symlink()
     metrics = json.loads((out / "metrics.json").read_text())
     log = metrics["log_history"]
     assert [e["step"] for e in log if "loss" in e] == [1, 2]  # step 1 from the checkpoint
