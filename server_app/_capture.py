@@ -118,7 +118,9 @@ class ServerCapture:
         so a crash at any point after leaves the marker for :meth:`_resume`."""
         path = self._marker(round_id)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            # An empty marker, opened without truncating or following a link: a link planted
+            # in its place never gets another file written through it.
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
             try:
                 os.fsync(fd)
             finally:

@@ -89,3 +89,16 @@ def test_a_failed_captured_round_keeps_what_was_received(tmp_path: Path) -> None
     finally:
         resumed.close()
         store.close()
+
+
+def test_a_link_in_place_of_a_capture_marker_is_not_written_through(tmp_path: Path) -> None:
+    capture = _capture(Store(tmp_path / "s.db"), tmp_path / "capture")
+    elsewhere = tmp_path / "server-notes.txt"
+    elsewhere.write_text("kept")
+    marker = tmp_path / "capture" / ".pending" / "round-000007"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.symlink_to(elsewhere)
+    capture.reserve(7)
+    assert elsewhere.read_text() == "kept"
+    capture.reserve(8)  # a marker where none was: made as before
+    assert (marker.parent / "round-000008").is_file()
