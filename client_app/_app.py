@@ -159,7 +159,7 @@ def create_client_app(settings: ClientSettings | None = None, scorer: Scorer | N
         check_update_name(cfg.router_training.update)  # an unknown plug-in: refused here
     if rounds and update_fn is None and cfg.router_training is None:
         update_fn = resolve_update_fn(cfg)
-    store = ClientStore(cfg.db_path, images_bytes=cfg.retention.images_bytes)
+    store = ClientStore.of(cfg)
     key = load_or_create_key(cfg.identity_key, key_passphrase(cfg.identity_key_passphrase_file))
     service = site_reward_service(cfg, store, scorer)
     if cfg.demo:

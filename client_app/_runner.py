@@ -52,8 +52,7 @@ class ClientRunner(ServerTransport):
     def __init__(self, settings: ClientSettings, *, store: ClientStore | None = None,
                  key: Ed25519PrivateKey | None = None, update_fn: UpdateFn | None = None,
                  service: RewardService | None = None) -> None:
-        store = store or ClientStore(settings.db_path,
-                                     images_bytes=settings.retention.images_bytes)
+        store = store or ClientStore.of(settings)
         key = key or load_or_create_key(
             settings.identity_key, key_passphrase(settings.identity_key_passphrase_file))
         training = settings.router_training if settings.run_rounds else None

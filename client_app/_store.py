@@ -11,10 +11,13 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdk.storage import Retention, SQLiteFile
 from sdk.wire import StagePayload
+
+if TYPE_CHECKING:
+    from client_app._settings import ClientSettings
 
 __all__ = ["ClientStore", "read_rounds"]
 
@@ -90,6 +93,11 @@ class ClientStore(SQLiteFile):
             self.add_column("rounds", column, decl)
         # A crash between a round's DELETE and its scrub left old frames in the log.
         self.scrub()
+
+    @classmethod
+    def of(cls, settings: ClientSettings) -> ClientStore:
+        """The store a member's settings name: ``db_path``, bounded by ``[retention]``."""
+        return cls(settings.db_path, images_bytes=settings.retention.images_bytes)
 
     def _one(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         with self._lock:
