@@ -28,11 +28,12 @@ $(STAMP): $(DEPS)
 demo: $(STAMP)
 	$(VENV)/bin/fedmor demo
 
-# Three workers on two cores, whole files each: much of the suite waits on a local
-# consortium's processes, which a third worker fills; a file's module fixtures (and the order its
-# tests rely on) stay on one worker.
+# Four workers on two cores, whole files each: much of the suite waits on a local
+# consortium's processes, which the extra workers fill, and beside other work on the machine
+# more of the cores' time goes to the suite; a file's module fixtures (and the order its tests
+# rely on) stay on one worker.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -n 3 --dist loadfile
+	$(VENV)/bin/python -m pytest -q -n 4 --dist loadfile
 
 # Flower (the `bench` extra) would upgrade fastapi/uvicorn in .venv: it gets a venv of its own,
 # which examples/benchmarks/secagg.py drives in a subprocess.

@@ -52,7 +52,7 @@ _FIRST = tuple(f"tests/{name}.py" for name in (
     "attacks/test_attacks_audit", "attacks/test_attacks_lira_base", "apps/test_apps_mtls",
     "benchmarks/test_attacks_real_size", "alignment/test_grpo", "apps/test_apps_reannounce",
     "apps/test_apps_ops", "alignment/test_oracle_grpo", "test_demo_dp",
-    "attacks/test_attacks_html_chromium", "apps/test_apps_initial_router",
+    "attacks/test_attacks_html_chromium",
     "attacks/test_attacks_live_lira", "models/test_memory", "benchmarks/test_real_size",
     "test_progress", "apps/test_apps_badinput", "apps/test_apps_reward", "apps/test_apps_rounds"))
 
