@@ -53,4 +53,3 @@ def free_port(n: int = 1) -> int:
             _handed.update(ports)
             return base
     raise RuntimeError(f"no run of {n} free port(s) below {top + n} on 127.0.0.1")
-

@@ -130,7 +130,6 @@ def _bound_socket(host: str, port: int) -> socket.socket:
         sock.close()
         raise ValueError(f"port: cannot listen on {host}:{port}: {err.strerror or err} (stop "
                          f"what holds it, or set another port)") from None
-    sock.set_inheritable(True)
     return sock
 
 
