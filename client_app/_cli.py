@@ -45,13 +45,13 @@ def _client(args: argparse.Namespace) -> int:
 
     try:
         app = create_client_app(cfg, start_runner=not args.no_rounds)
-        # A revoked member's runner stops: the app stops with it, and the exit code says so.
-        app.state.on_revoked = lambda: os.kill(os.getpid(), signal.SIGTERM)
-        serve(app, host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
-              log_level=cfg.log_level, log_format=cfg.log_format, connections=cfg.connections)
-    except (ValueError, PermissionError) as exc:  # a setting, key or port: say which
+    except (ValueError, PermissionError) as exc:  # a setting or key: say which, no traceback
         print(f"fedmor client: {exc}", file=sys.stderr)
         return 2
+    # A revoked member's runner stops: the app stops with it, and the exit code says so.
+    app.state.on_revoked = lambda: os.kill(os.getpid(), signal.SIGTERM)
+    serve(app, host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
+          log_level=cfg.log_level, log_format=cfg.log_format, connections=cfg.connections)
     runner = getattr(app.state, "runner", None)
     return 3 if runner is not None and runner.revoked else 0
 

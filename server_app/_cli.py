@@ -34,13 +34,13 @@ def _server(args: argparse.Namespace) -> int:
         return 2
     try:
         app = create_app(cfg)
-        serve(app, host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert,
-              tls_key=cfg.tls_key, log_level=cfg.log_level, log_format=cfg.log_format,
-              client_ca=cfg.client_ca if cfg.require_client_cert else None,
-              connections=cfg.connections)
-    except (ValueError, PermissionError) as exc:  # a key, setting or port to fix: say which
+    except (ValueError, PermissionError) as exc:  # a key or setting to fix: say which, no traceback
         print(f"fedmor server: {exc}", file=sys.stderr)
         return 2
+    serve(app, host=cfg.host, port=cfg.port, tls_cert=cfg.tls_cert,
+          tls_key=cfg.tls_key, log_level=cfg.log_level, log_format=cfg.log_format,
+          client_ca=cfg.client_ca if cfg.require_client_cert else None,
+          connections=cfg.connections)
     return 0
 
 

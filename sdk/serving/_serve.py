@@ -119,20 +119,6 @@ def configure_logging(level: str, fmt: str = "text") -> None:
     log.setLevel(level.upper())
 
 
-def _bound_socket(host: str, port: int) -> socket.socket:
-    """The app's socket, bound before the app starts up: a port that another process holds
-    stops the start before the app enrolls, announces or opens anything."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as err:
-        sock.close()
-        raise ValueError(f"port: cannot listen on {host}:{port}: {err.strerror or err} (stop "
-                         f"what holds it, or set another port)") from None
-    return sock
-
-
 def serve(app: Any, *, host: str, port: int, tls_cert: Path | None, tls_key: Path | None,
           log_level: str = "info", log_format: str = "text",
           client_ca: Path | None = None, connections: ConnectionLimits | None = None) -> None:
@@ -152,6 +138,9 @@ def serve(app: Any, *, host: str, port: int, tls_cert: Path | None, tls_key: Pat
     if client_ca is not None and tls_cert is None:
         raise ValueError("client_ca (mutual TLS) needs tls_cert and tls_key")
     configure_logging(log_level, log_format)
+    logging.getLogger("fedmor").info("listening on %s://%s:%d%s", "https" if tls_cert else "http",
+                                     host, port, " (client certificates required)"
+                                     if client_ca else "")
     limits = connections or ConnectionLimits()
 
     class Server(uvicorn.Server):
@@ -168,11 +157,7 @@ def serve(app: Any, *, host: str, port: int, tls_cert: Path | None, tls_key: Pat
         ssl_keyfile=str(tls_key) if tls_key else None,
         ssl_ca_certs=str(client_ca) if client_ca else None,
         ssl_cert_reqs=ssl.CERT_REQUIRED if client_ca else ssl.CERT_NONE))
-    with _bound_socket(host, port) as listening:
-        logging.getLogger("fedmor").info(
-            "listening on %s://%s:%d%s", "https" if tls_cert else "http", host, port,
-            " (client certificates required)" if client_ca else "")
-        with contextlib.suppress(KeyboardInterrupt):
-            server.run(sockets=[listening])
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
     if not server.started:  # as uvicorn.run: a failed start-up is the process's failure
         sys.exit(STARTUP_FAILURE)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import socket
 import subprocess
 import sys
 import threading
@@ -367,20 +366,3 @@ def _until(condition: Any, timeout_s: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.02)
-
-
-def test_a_member_whose_port_is_taken_says_so_and_enrolls_nothing(team: Team) -> None:
-    with socket.socket() as holder:  # another process's listener on the member's port
-        holder.bind(("127.0.0.1", free_port()))
-        holder.listen()
-        port = holder.getsockname()[1]
-        argv, _ = _client(team, "st-mary", demo=True, port=port)
-        started = subprocess.run(argv, capture_output=True, text=True, timeout=120,
-                                 env=checkout_env())
-    assert started.returncode == 2
-    assert f"fedmor client: port: cannot listen on 127.0.0.1:{port}" in started.stderr, \
-        started.stderr
-    assert "Traceback" not in started.stderr
-    # The start stopped before the app's start-up: its one-time token is still unused.
-    (mary,) = [m for m in team.admin.get("/v1/reports/members").json() if m["name"] == "st-mary"]
-    assert mary["state"] == "not_enrolled"
