@@ -7,9 +7,11 @@ the identity key.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +101,18 @@ class ClientStore(SQLiteFile):
         """The store a member's settings name: ``db_path``, bounded by ``[retention]``."""
         return cls(settings.db_path, images_bytes=settings.retention.images_bytes)
 
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """The writes inside as one commit, rolled back on any error (the caller holds the
+        lock)."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
     def _one(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         with self._lock:
             row = self._db.execute(sql, args).fetchone()
@@ -133,16 +147,10 @@ class ClientStore(SQLiteFile):
         if not images:
             return
         now = time.time()
-        with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                self._db.executemany("INSERT OR IGNORE INTO images(sha256, data, stored_at) "
-                                     "VALUES (?,?,?)", [(h, d, now) for h, d in images.items()])
-                self.keep_newest("images", self.images_bytes)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self._lock, self._transaction():
+            self._db.executemany("INSERT OR IGNORE INTO images(sha256, data, stored_at) "
+                                 "VALUES (?,?,?)", [(h, d, now) for h, d in images.items()])
+            self.keep_newest("images", self.images_bytes)
         self.checkpoints.committed()
 
     def image(self, sha256: str) -> bytes | None:
@@ -256,15 +264,11 @@ class ClientStore(SQLiteFile):
             # its state must survive even a power cut (other writes stay NORMAL).
             self._db.execute("PRAGMA synchronous=FULL")
             try:
-                self._db.execute("BEGIN")
-                self._db.execute("INSERT OR IGNORE INTO sent VALUES (?,?,?)",
-                                 (round_id, stage, data))
-                self._db.execute("INSERT OR REPLACE INTO round_state VALUES (?,?)",
-                                 (round_id, json.dumps(state)))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+                with self._transaction():
+                    self._db.execute("INSERT OR IGNORE INTO sent VALUES (?,?,?)",
+                                     (round_id, stage, data))
+                    self._db.execute("INSERT OR REPLACE INTO round_state VALUES (?,?)",
+                                     (round_id, json.dumps(state)))
             finally:
                 self._db.execute("PRAGMA synchronous=NORMAL")
         self.checkpoints.committed()
